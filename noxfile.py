@@ -1,0 +1,49 @@
+"""nox sessions for pinmatrix. `nox -l --json` lists them for CI job generation.
+
+Sessions are plain decorated functions; arguments after `--` go to the pinmatrix command they wrap,
+e.g. `nox -s cells -- --stack demo --json`.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["build-matrix"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session(python=PYTHON)
+def cells(session: nox.Session) -> None:
+    """Expand matrix.toml into cells (pass `-- --json`, `--stack S`, `-k EXPR`, `--pruned`)."""
+    _install(session)
+    session.run("pinmatrix", "validate")
+    session.run("pinmatrix", "cells", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Lock every cell (or `-- --stack S`) with uv into locks/<cell-id>.txt with hashes."""
+    _install(session)
+    session.run("pinmatrix", "lock", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest arguments after `--`)."""
+    _install(session, "test")
+    session.run("pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session(python=PYTHON)
+def benchmarks(session: nox.Session) -> None:
+    """Run the benchmarks under benchmarks/ and print their figures."""
+    _install(session, "test")
+    session.run("python", "-m", "benchmarks", *session.posargs)

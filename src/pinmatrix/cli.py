@@ -1,0 +1,56 @@
+"""The ``pinmatrix`` command line. Each subcommand lives in ``pinmatrix.commands.<name>`` and exposes
+``register(subparsers)``; errors of the package's own type are caught here, once, and printed as one line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from pinmatrix import __version__
+from pinmatrix.errors import MatrixError, PinmatrixError
+
+# Order is the order shown in --help.
+COMMAND_MODULES: tuple[str, ...] = (
+    "validate",
+    "cells",
+    "lock",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pinmatrix",
+        description=(
+            "Keep GPU software stacks reproducible: expand matrix.toml into cells, lock each cell with uv, "
+            "build one OCI image per cell, run smoke kernels on GPU hosts, report, and promote what passes."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"pinmatrix {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"pinmatrix.commands.{name.replace('-', '_')}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MatrixError as err:
+        for line in err.lines():
+            print(line, file=sys.stderr)
+        return err.exit_code
+    except PinmatrixError as err:
+        print(f"pinmatrix: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("pinmatrix: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
