@@ -1,0 +1,425 @@
+"""The results store: one SQLite file holding every smoke result, keyed by cell x host x smoke x run.
+
+SQLite in WAL mode with a busy timeout: two processes may record at once (each record is one short
+``BEGIN IMMEDIATE`` transaction, retried while the other writer holds the lock), and a process killed
+with SIGKILL mid-run loses at most the record it was writing, never the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.errors import PinmatrixError
+
+STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded")
+DEFAULT_PATH = Path(".pinmatrix/results.sqlite")
+SCHEMA_VERSION = 1
+
+
+class ResultsError(PinmatrixError):
+    """The results store is unreadable, or an imported row is malformed."""
+
+
+@dataclass(frozen=True)
+class HostFingerprint:
+    """The GPU host a result was measured on. ``id`` hashes what changes kernel behaviour (GPU model,
+    driver, compute capability, GPU count), not the hostname: two identical machines share an id."""
+
+    id: str
+    hostname: str
+    gpu_name: str | None
+    gpu_count: int
+    driver: str | None
+    capability: str | None
+    cuda_driver_api: str | None
+
+    @staticmethod
+    def compute_id(gpu_name: str | None, driver: str | None, capability: str | None, gpu_count: int) -> str:
+        blob = json.dumps([gpu_name, driver, capability, int(gpu_count)], separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        hostname: str | None = None,
+        gpu_name: str | None = None,
+        gpu_count: int = 0,
+        driver: str | None = None,
+        capability: str | None = None,
+        cuda_driver_api: str | None = None,
+    ) -> HostFingerprint:
+        return cls(
+            id=cls.compute_id(gpu_name, driver, capability, gpu_count),
+            hostname=hostname or socket.gethostname(),
+            gpu_name=gpu_name,
+            gpu_count=gpu_count,
+            driver=driver,
+            capability=capability,
+            cuda_driver_api=cuda_driver_api,
+        )
+
+    @classmethod
+    def detect(cls) -> HostFingerprint:
+        """Read the host through ``nvidia-smi`` (no CUDA library needed); a host without one is
+        ``cpu-only`` with ``gpu_count == 0``."""
+        info = _nvidia_smi_query()
+        if not info:
+            return cls.make()
+        names = sorted({g["name"] for g in info})
+        caps = sorted({g["capability"] for g in info if g["capability"]})
+        return cls.make(
+            gpu_name=" + ".join(names),
+            gpu_count=len(info),
+            driver=info[0]["driver"],
+            capability=",".join(caps) or None,
+            cuda_driver_api=_nvidia_smi_cuda_version(),
+        )
+
+    @property
+    def is_cpu_only(self) -> bool:
+        return self.gpu_count == 0
+
+    def label(self) -> str:
+        if self.is_cpu_only:
+            return f"{self.hostname} (cpu-only)"
+        return f"{self.gpu_count}x {self.gpu_name} sm_{(self.capability or '?').replace('.', '')} driver {self.driver}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HostFingerprint:
+        return cls(
+            id=str(data["id"]),
+            hostname=str(data.get("hostname") or ""),
+            gpu_name=data.get("gpu_name"),
+            gpu_count=int(data.get("gpu_count") or 0),
+            driver=data.get("driver"),
+            capability=data.get("capability"),
+            cuda_driver_api=data.get("cuda_driver_api"),
+        )
+
+
+def _nvidia_smi_query() -> list[dict[str, str]]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0]:
+            cap = parts[2] if parts[2] and "N/A" not in parts[2] else ""
+            gpus.append({"name": parts[0], "driver": parts[1], "capability": cap})
+    return gpus
+
+
+def _nvidia_smi_cuda_version() -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    marker = "CUDA Version:"
+    if marker in out:
+        return out.split(marker, 1)[1].split()[0].strip("|").strip() or None
+    return None
+
+
+@dataclass(frozen=True)
+class SmokeRecord:
+    cell_id: str
+    stack: str
+    host: HostFingerprint
+    smoke: str
+    run_id: str
+    status: str  # pass | fail | skip | xfail | xpass | degraded
+    failure_class: str | None
+    reason: str
+    metrics: dict[str, float | int | str]
+    log_path: str | None
+    started_at: str
+    finished_at: str
+    duration_s: float
+    known_issue: str | None  # id of the known issue that made it xfail/xpass
+    image_digest: str | None  # sha256:... when run inside an image, else None
+    environment: dict[str, Any] = field(default_factory=dict)  # what the smoke saw (driver, versions, ...)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ResultsError(f"smoke {self.smoke!r}: status {self.status!r} is not one of {', '.join(STATUSES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["host"] = self.host.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SmokeRecord:
+        try:
+            return cls(
+                cell_id=str(data["cell_id"]),
+                stack=str(data["stack"]),
+                host=HostFingerprint.from_dict(data["host"]),
+                smoke=str(data["smoke"]),
+                run_id=str(data["run_id"]),
+                status=str(data["status"]),
+                failure_class=data.get("failure_class"),
+                reason=str(data.get("reason") or ""),
+                metrics=dict(data.get("metrics") or {}),
+                log_path=data.get("log_path"),
+                started_at=str(data["started_at"]),
+                finished_at=str(data["finished_at"]),
+                duration_s=float(data.get("duration_s") or 0.0),
+                known_issue=data.get("known_issue"),
+                image_digest=data.get("image_digest"),
+                environment=dict(data.get("environment") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ResultsError(f"malformed result row: missing or bad field {err}") from None
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (
+    id TEXT PRIMARY KEY, hostname TEXT NOT NULL, gpu_name TEXT, gpu_count INTEGER NOT NULL,
+    driver TEXT, capability TEXT, cuda_driver_api TEXT
+);
+CREATE TABLE IF NOT EXISTS results (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    cell_id TEXT NOT NULL, stack TEXT NOT NULL, host_id TEXT NOT NULL, hostname TEXT NOT NULL,
+    smoke TEXT NOT NULL, run_id TEXT NOT NULL,
+    status TEXT NOT NULL, failure_class TEXT, reason TEXT NOT NULL, metrics TEXT NOT NULL,
+    log_path TEXT, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, duration_s REAL NOT NULL,
+    known_issue TEXT, image_digest TEXT, environment TEXT NOT NULL DEFAULT '{}',
+    UNIQUE (cell_id, host_id, smoke, run_id)
+);
+CREATE INDEX IF NOT EXISTS results_key ON results (cell_id, host_id, smoke);
+CREATE INDEX IF NOT EXISTS results_stack ON results (stack);
+"""
+
+_COLUMNS = (
+    "cell_id, stack, host_id, hostname, smoke, run_id, status, failure_class, reason, metrics, log_path, "
+    "started_at, finished_at, duration_s, known_issue, image_digest, environment"
+)
+
+
+class ResultsStore:
+    """SQLite-backed store. Open it per process; each call opens a short-lived connection."""
+
+    BUSY_TIMEOUT_MS = 30_000
+    RETRIES = 20
+
+    def __init__(self, path: Path = DEFAULT_PATH) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as conn:
+            self._retry(lambda: self._init_schema(conn))
+
+    # -- connection handling -------------------------------------------------------------------
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        except sqlite3.Error as err:
+            raise ResultsError(f"{self.path}: cannot open results store: {err}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self.BUSY_TIMEOUT_MS}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":  # e.g. a filesystem without shared memory
+                conn.execute("PRAGMA journal_mode = DELETE")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            yield conn
+        except sqlite3.DatabaseError as err:
+            if "locked" in str(err) or "busy" in str(err):
+                raise
+            raise ResultsError(f"{self.path}: results store is unreadable: {err}") from None
+        finally:
+            conn.close()
+
+    def _retry(self, fn: Any) -> Any:
+        delay = 0.05
+        for attempt in range(self.RETRIES):
+            try:
+                return fn()
+            except sqlite3.OperationalError as err:
+                if ("locked" not in str(err) and "busy" not in str(err)) or attempt == self.RETRIES - 1:
+                    raise ResultsError(f"{self.path}: {err}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+            conn.execute(statement)  # each IF NOT EXISTS statement is idempotent and atomic
+        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    # -- writing ---------------------------------------------------------------------------------
+    def record(self, rec: SmokeRecord) -> None:
+        self.record_many([rec])
+
+    def record_many(self, recs: list[SmokeRecord]) -> int:
+        """Write records in one transaction. A record with the same (cell, host, smoke, run) replaces
+        the earlier one (a rerun of the same run id)."""
+        if not recs:
+            return 0
+
+        def write() -> int:
+            with self._connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for rec in recs:
+                        self._insert(conn, rec)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            return len(recs)
+
+        return int(self._retry(write))
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, rec: SmokeRecord) -> None:
+        h = rec.host
+        conn.execute(
+            "INSERT OR REPLACE INTO hosts (id, hostname, gpu_name, gpu_count, driver, capability, cuda_driver_api)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (h.id, h.hostname, h.gpu_name, h.gpu_count, h.driver, h.capability, h.cuda_driver_api),
+        )
+        conn.execute(
+            "DELETE FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ? AND run_id = ?",
+            (rec.cell_id, h.id, rec.smoke, rec.run_id),
+        )
+        conn.execute(
+            f"INSERT INTO results ({_COLUMNS}) VALUES ({', '.join('?' * 17)})",
+            (
+                rec.cell_id, rec.stack, h.id, h.hostname, rec.smoke, rec.run_id, rec.status, rec.failure_class,
+                rec.reason, json.dumps(rec.metrics, sort_keys=True), rec.log_path, rec.started_at,
+                rec.finished_at, float(rec.duration_s), rec.known_issue, rec.image_digest,
+                json.dumps(rec.environment, sort_keys=True, default=str),
+            ),
+        )
+
+    # -- reading ---------------------------------------------------------------------------------
+    def query(
+        self,
+        *,
+        cell_id: str | None = None,
+        stack: str | None = None,
+        host_id: str | None = None,
+        smoke: str | None = None,
+        status: str | None = None,
+        latest_only: bool = False,
+        run_id: str | None = None,
+    ) -> list[SmokeRecord]:
+        """Records matching every given filter, oldest first. ``latest_only`` keeps, per
+        (cell, host, smoke), the most recently written record (before the status filter applies)."""
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("cell_id", cell_id), ("stack", stack), ("host_id", host_id),
+                              ("smoke", smoke), ("run_id", run_id)):
+            if value is not None:
+                where.append(f"r.{column} = ?")
+                params.append(value)
+        if latest_only:
+            where.append(
+                "r.seq = (SELECT MAX(l.seq) FROM results l WHERE l.cell_id = r.cell_id"
+                " AND l.host_id = r.host_id AND l.smoke = r.smoke)"
+            )
+        if status is not None:
+            where.append("r.status = ?")
+            params.append(status)
+        sql = (
+            f"SELECT r.{_COLUMNS.replace(', ', ', r.')}, h.gpu_name, h.gpu_count, h.driver, h.capability,"
+            " h.cuda_driver_api FROM results r LEFT JOIN hosts h ON h.id = r.host_id"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY r.seq"
+
+        def read() -> list[SmokeRecord]:
+            with self._connect() as conn:
+                return [self._row_to_record(row) for row in conn.execute(sql, params)]
+
+        return list(self._retry(read))
+
+    @staticmethod
+    def _row_to_record(row: tuple[Any, ...]) -> SmokeRecord:
+        (cell_id, stack, host_id, hostname, smoke, run_id, status, failure_class, reason, metrics, log_path,
+         started_at, finished_at, duration_s, known_issue, image_digest, environment,
+         gpu_name, gpu_count, driver, capability, cuda_driver_api) = row
+        host = HostFingerprint(
+            id=host_id, hostname=hostname, gpu_name=gpu_name, gpu_count=int(gpu_count or 0), driver=driver,
+            capability=capability, cuda_driver_api=cuda_driver_api,
+        )
+        return SmokeRecord(
+            cell_id=cell_id, stack=stack, host=host, smoke=smoke, run_id=run_id, status=status,
+            failure_class=failure_class, reason=reason, metrics=json.loads(metrics), log_path=log_path,
+            started_at=started_at, finished_at=finished_at, duration_s=float(duration_s),
+            known_issue=known_issue, image_digest=image_digest, environment=json.loads(environment or "{}"),
+        )
+
+    def has_result(self, cell_id: str, host_id: str, smoke: str) -> bool:
+        def read() -> bool:
+            with self._connect() as conn:
+                row = conn.execute(
+                    "SELECT 1 FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ? LIMIT 1",
+                    (cell_id, host_id, smoke),
+                ).fetchone()
+                return row is not None
+
+        return bool(self._retry(read))
+
+    def run_ids(self) -> list[str]:
+        def read() -> list[str]:
+            with self._connect() as conn:
+                return [r[0] for r in conn.execute("SELECT run_id FROM results GROUP BY run_id ORDER BY MIN(seq)")]
+
+        return list(self._retry(read))
+
+    # -- exchange ----------------------------------------------------------------------------------
+    def export_json(self, **filters: Any) -> list[dict[str, Any]]:
+        return [rec.to_dict() for rec in self.query(**filters)]
+
+    def import_json(self, rows: list[dict[str, Any]]) -> int:
+        """Import exported rows (e.g. results/h200/*.json); returns how many were written."""
+        if not isinstance(rows, list):
+            raise ResultsError("results import: expected a JSON list of result rows")
+        recs = [SmokeRecord.from_dict(row) for row in rows]
+        return self.record_many(recs)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def platform_summary() -> dict[str, str]:
+    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.system()}
