@@ -1,0 +1,209 @@
+"""Compatibility rules as data (``data/compat.toml``, each table naming its source) and the checks that
+prune a combination with the rule's words, or attach a note where the combination works with a caveat."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache, cached_property
+from importlib import resources
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+_FLAG = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
+
+
+class UnknownVersion(Exception):
+    """A version the compatibility tables do not know: the matrix names something pinmatrix cannot check."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    prune: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@cache
+def V(text: str) -> Version:  # noqa: N802 - short on purpose, called in hot loops
+    return Version(text)
+
+
+@cache
+def S(text: str) -> SpecifierSet:  # noqa: N802
+    return SpecifierSet(text)
+
+
+def gpu_capability(gpu: str) -> tuple[int, int]:
+    """'sm_121' -> (12, 1); 'sm_90' -> (9, 0)."""
+    digits = gpu.removeprefix("sm_")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def capability_string(gpu: str) -> str:
+    major, minor = gpu_capability(gpu)
+    return f"{major}.{minor}"
+
+
+@dataclass(frozen=True)
+class ArchFlag:
+    major: int
+    minor: int
+    suffix: str  # "", "a" or "f"
+    ptx: bool
+
+    @classmethod
+    def parse(cls, text: str) -> ArchFlag:
+        m = _FLAG.match(text)
+        if not m:
+            raise ValueError(f"bad arch flag {text!r}")
+        return cls(int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4)))
+
+    @property
+    def base(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    def runs_on(self, major: int, minor: int) -> bool:
+        """Whether code built for this flag runs on a GPU of capability major.minor.
+
+        Plain SASS runs on the same major with an equal or higher minor; 'a' (arch-specific) only on the
+        exact capability; 'f' (family) on the same major with an equal or higher minor; +PTX of a plain or
+        family target is JIT-compiled for any higher capability."""
+        if self.suffix == "a":
+            return (major, minor) == (self.major, self.minor)
+        if self.ptx and (major, minor) >= (self.major, self.minor):
+            return True
+        return major == self.major and minor >= self.minor
+
+
+class CompatRules:
+    """Loaded ``compat.toml``. Methods return Verdicts; unknown versions raise UnknownVersion."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    @classmethod
+    def default(cls) -> CompatRules:
+        return _default_rules()
+
+    # -- sources, for messages
+    def source(self, table: str) -> str:
+        return self.data[table]["source"]
+
+    @cached_property
+    def _cuda_min(self) -> dict[str, str]:
+        return self.data["cuda_min_driver"]["versions"]
+
+    @cached_property
+    def forward_compat_gpus(self) -> frozenset[str]:
+        return frozenset(self.data["cuda_min_driver"].get("forward_compat_gpus", []))
+
+    def min_driver(self, cuda: str) -> str:
+        try:
+            return self._cuda_min[cuda]
+        except KeyError:
+            known = ", ".join(self._cuda_min)
+            raise UnknownVersion(f"unknown CUDA version {cuda!r} (known: {known})") from None
+
+    def torch_series(self, torch: str) -> dict:
+        series = self.data["torch"]["series"]
+        v = V(torch)
+        if str(v.public) in series:
+            return series[str(v.public)]
+        key = f"{v.major}.{v.minor}"
+        if key in series:
+            return series[key]
+        raise UnknownVersion(f"unknown torch version {torch!r} (known series: {', '.join(series)})")
+
+    def xformers_torch(self, xformers: str) -> str:
+        table = self.data["xformers"]["torch"]
+        if xformers in table:
+            return table[xformers]
+        raise UnknownVersion(f"unknown xformers version {xformers!r} (known: {', '.join(table)})")
+
+    def vllm_rule(self, vllm: str) -> dict:
+        for rule in self.data["vllm"]["rules"]:
+            if V(vllm) in S(rule["versions"]):
+                return rule
+        raise UnknownVersion(f"unknown vllm version {vllm!r} (no rule in compat.toml covers it)")
+
+    def arch_min_cuda(self, flag: ArchFlag) -> str:
+        table = self.data["arch"]["min_cuda"]
+        key = flag.base + ("a" if flag.suffix == "a" else "")
+        if key not in table:
+            raise UnknownVersion(f"unknown arch {flag.base}{flag.suffix} (known: {', '.join(table)})")
+        need = table[key]
+        if flag.suffix == "f":
+            need = max(need, self.data["arch"]["family_min_cuda"], key=V)
+        return need
+
+    # -- the rules
+    @cache  # noqa: B019 - the rules object lives as long as the process
+    def driver_cuda(self, driver: str, cuda: str, gpu: str | None) -> Verdict:
+        need = self.min_driver(cuda)
+        if V(driver) >= V(need):
+            return Verdict()
+        words = f"driver {driver} is older than CUDA {cuda}'s minimum {need}"
+        if gpu is not None and gpu in self.forward_compat_gpus:
+            return Verdict(notes=(f"{words}: needs the cuda-compat forward-compatibility package ({gpu} is a datacenter GPU)",))
+        return Verdict(prune=(f"{words} ({self.source('cuda_min_driver')})",))
+
+    @cache  # noqa: B019
+    def torch_pins(self, torch: str, triton: str | None, cuda: str | None) -> Verdict:
+        series = self.torch_series(torch)
+        prune: list[str] = []
+        notes: list[str] = []
+        src = self.source("torch")
+        if triton is not None and V(triton) != V(series["triton"]):
+            prune.append(f"torch {torch} pins triton=={series['triton']}, not {triton} ({src})")
+        if cuda is not None:
+            if cuda not in series["cuda"]:
+                prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series['cuda'])}; {src})")
+            elif cuda != series["default_cuda"]:
+                notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index (the default index serves CUDA {series['default_cuda']})")
+        return Verdict(tuple(prune), tuple(notes))
+
+    @cache  # noqa: B019
+    def xformers_pins(self, xformers: str, torch: str | None) -> Verdict:
+        spec = self.xformers_torch(xformers)
+        if torch is not None and V(torch) not in S(spec):
+            return Verdict(prune=(f"xformers {xformers} pins torch{spec}, not {torch} ({self.source('xformers')})",))
+        return Verdict()
+
+    @cache  # noqa: B019
+    def vllm_pins(self, vllm: str, torch: str | None, flashinfer: str | None, source_build: bool) -> Verdict:
+        rule = self.vllm_rule(vllm)
+        src = self.source("vllm")
+        prune: list[str] = []
+        notes: list[str] = []
+        if torch is not None and V(torch) not in S(rule["torch"]):
+            if source_build:
+                notes.append(f"vllm {vllm} is built from source against torch {torch} (its wheel pins torch{rule['torch']})")
+            else:
+                prune.append(f"vllm {vllm} pins torch{rule['torch']}, not {torch} ({src}); build it from source (source_build = true) to use another torch")
+        if flashinfer is not None and "flashinfer" in rule and V(flashinfer) not in S(rule["flashinfer"]):
+            prune.append(f"vllm {vllm} pins flashinfer-python{rule['flashinfer']}, not {flashinfer} ({src})")
+        return Verdict(tuple(prune), tuple(notes))
+
+    @cache  # noqa: B019
+    def arch_flags(self, flags: tuple[str, ...], cuda: str | None, gpu: str | None) -> Verdict:
+        prune: list[str] = []
+        parsed = [ArchFlag.parse(f) for f in flags]
+        src = self.source("arch")
+        if cuda is not None:
+            for text, flag in zip(flags, parsed):
+                need = self.arch_min_cuda(flag)
+                if V(cuda) < V(need):
+                    prune.append(f"arch {text} needs CUDA >= {need}, the cell has CUDA {cuda} ({src})")
+        if gpu is not None:
+            major, minor = gpu_capability(gpu)
+            if not any(f.runs_on(major, minor) for f in parsed):
+                prune.append(f"arch flags {' '.join(flags)} build no code that runs on {gpu} (capability {major}.{minor})")
+        return Verdict(tuple(prune))
+
+
+@cache
+def _default_rules() -> CompatRules:
+    text = resources.files("pinmatrix").joinpath("data/compat.toml").read_text(encoding="utf-8")
+    return CompatRules(tomllib.loads(text))

@@ -1,0 +1,425 @@
+"""Expand a Matrix into cells: the product of each stack's axes, with zip, exclude and include applied,
+every combination checked against the compatibility rules. A combination that breaks a rule becomes a
+PrunedCell carrying the rule's words; nothing is dropped silently."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from pinmatrix.cell import (
+    AXIS_DISTRIBUTION,
+    KNOWN_AXES,
+    BaseSpec,
+    Cell,
+    CellPatch,
+    IndexSpec,
+    KnownIssue,
+    cell_identity,
+)
+from pinmatrix.compat import ArchFlag, S, V, CompatRules, UnknownVersion, capability_string
+from pinmatrix.errors import MatrixError
+from pinmatrix.keyword import compile_keyword
+from pinmatrix.matrix import AxisValue, EnvVariant, Matrix, Stack, sha256_file, split_arch
+
+Value = str | AxisValue | EnvVariant
+Assignment = dict[str, Value]
+PACKAGE_AXES = ("torch", "triton", "xformers", "flashinfer", "vllm")
+
+
+@dataclass(frozen=True)
+class PrunedCell:
+    stack: str
+    name: str
+    pins: dict[str, str]
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Expansion:
+    cells: list[Cell]
+    pruned: list[PrunedCell]
+
+    def by_id(self) -> dict[str, Cell]:
+        return {c.id: c for c in self.cells}
+
+
+def display(value: Value) -> str:
+    if isinstance(value, str):
+        return value
+    return value.display
+
+
+def version_of(value: Value) -> str:
+    if isinstance(value, AxisValue):
+        return value.version
+    if isinstance(value, EnvVariant):
+        return value.display
+    return value
+
+
+def distribution(axis: str) -> str:
+    return AXIS_DISTRIBUTION.get(axis, axis)
+
+
+class _StackExpander:
+    def __init__(self, matrix: Matrix, name: str, stack: Stack, rules: CompatRules) -> None:
+        self.matrix = matrix
+        self.name = name
+        self.stack = stack
+        self.rules = rules
+        self.problems: list[str] = []
+        self.axes: dict[str, list[Value]] = {}
+        for axis in KNOWN_AXES:
+            values = getattr(stack.axes, axis)
+            if values is not None:
+                self.axes[axis] = list(values)
+        for pkg, values in stack.packages.items():
+            self.axes[str(canonicalize_name(pkg))] = list(values)
+        self.settings = matrix.settings
+        self.base = BaseSpec(
+            kind=self.settings.base.kind,
+            image=self.settings.base.image,
+            suite=self.settings.base.suite if self.settings.base.kind == "mmdebstrap" else None,
+            mirror=self.settings.base.mirror,
+            source_date_epoch=self.settings.base.source_date_epoch,
+            packages=tuple(self.settings.base.packages),
+        )
+        self.python = stack.python or self.settings.python
+        self.platform = stack.platform or self.settings.platform
+
+    def where(self, path: tuple[str | int, ...], message: str) -> None:
+        self.problems.append(self.matrix.where(("stacks", self.name, *path), message))
+
+    # ------------------------------------------------------------------ structure: zip, include, exclude
+    def groups(self) -> list[list[str]]:
+        zipped: list[list[str]] = []
+        seen: set[str] = set()
+        for i, group in enumerate(self.stack.zip):
+            for axis in group:
+                if axis not in self.axes:
+                    self.where(("zip", i), f"{axis!r} is not an axis of this stack (axes: {', '.join(self.axes)})")
+                elif axis in seen:
+                    self.where(("zip", i), f"axis {axis!r} is in more than one zip group")
+                seen.add(axis)
+            lengths = {len(self.axes[a]) for a in group if a in self.axes}
+            if len(lengths) > 1:
+                sizes = ", ".join(f"{a}={len(self.axes[a])}" for a in group if a in self.axes)
+                self.where(("zip", i), f"zipped axes must have the same number of values ({sizes})")
+            zipped.append([a for a in group if a in self.axes])
+        singles = [[a] for a in self.axes if a not in seen]
+        return zipped + singles
+
+    def product(self, axes: dict[str, list[Value]], groups: list[list[str]]) -> Iterator[Assignment]:
+        columns = []
+        for group in groups:
+            rows = list(zip(*(axes[a] for a in group)))
+            columns.append([dict(zip(group, row)) for row in rows])
+        for combo in itertools.product(*columns):
+            out: Assignment = {}
+            for part in combo:
+                out.update(part)
+            yield {a: out[a] for a in self.axes}
+
+    def _parse_rule_value(self, axis: str, raw: Any, path: tuple[str | int, ...]) -> Value | None:
+        try:
+            if axis == "env":
+                data = raw if isinstance(raw, dict) and ({"vars", "label"} & set(raw)) else {"vars": raw}
+                return EnvVariant.model_validate(data)
+            if axis in PACKAGE_AXES or axis not in KNOWN_AXES:
+                return AxisValue.model_validate({"version": raw} if isinstance(raw, str) else raw)
+            if not isinstance(raw, str):
+                raise ValueError("must be a string")
+            return raw
+        except Exception as exc:  # pydantic ValidationError or ValueError: one line for the user
+            msg = str(exc).splitlines()[-1].strip() if str(exc) else type(exc).__name__
+            self.where(path, f"bad value for axis {axis!r}: {msg}")
+            return None
+
+    def matches(self, value: Value, wanted: Any) -> bool:
+        if isinstance(wanted, str):
+            return wanted in (display(value), version_of(value))
+        return display(value) == display(wanted) if not isinstance(wanted, dict) else False
+
+    def assignments(self) -> list[Assignment]:
+        groups = self.groups()
+        if self.problems:
+            return []
+        result = list(self.product(self.axes, groups))
+        for i, rule in enumerate(self.stack.exclude):
+            for axis in rule:
+                if axis not in self.axes:
+                    self.where(("exclude", i, axis), f"not an axis of this stack (axes: {', '.join(self.axes)})")
+            if not rule:
+                self.where(("exclude", i), "an empty exclude matches every cell")
+        if self.problems:
+            return []
+        excludes = [{a: w if isinstance(w, str) else display(self._parse_rule_value(a, w, ("exclude", i, a)) or "")
+                     for a, w in rule.items()} for i, rule in enumerate(self.stack.exclude)]
+        result = [r for r in result if not any(all(self.matches(r[a], w) for a, w in ex.items()) for ex in excludes)]
+        for i, rule in enumerate(self.stack.include):
+            fixed: dict[str, list[Value]] = {}
+            for axis, raw in rule.items():
+                if axis not in self.axes:
+                    self.where(("include", i, axis), f"not an axis of this stack (axes: {', '.join(self.axes)})")
+                    continue
+                parsed = self._parse_rule_value(axis, raw, ("include", i, axis))
+                if parsed is not None:
+                    fixed[axis] = [parsed]
+            if self.problems:
+                continue
+            axes = {a: fixed.get(a, vals) for a, vals in self.axes.items()}
+            free_groups = [[a for a in g if a not in fixed] for g in groups]
+            inc_groups = [g for g in free_groups if g] + [[a] for a in fixed]
+            result.extend(self.product(axes, inc_groups))
+        return result
+
+    # ------------------------------------------------------------------ one combination -> cell or pruned
+    def varying(self, assignments: list[Assignment]) -> list[str]:
+        return [a for a in self.axes if len({display(x[a]) for x in assignments}) > 1]
+
+    def check(self, a: Assignment) -> tuple[list[str], list[str]]:
+        r = self.rules
+        prune: list[str] = []
+        notes: list[str] = []
+        get = lambda axis: version_of(a[axis]) if axis in a else None  # noqa: E731
+        gpu = get("gpu")
+        verdicts = []
+        if "driver" in a and "cuda" in a:
+            verdicts.append(r.driver_cuda(get("driver"), get("cuda"), gpu))
+        if "torch" in a:
+            verdicts.append(r.torch_pins(get("torch"), get("triton"), get("cuda")))
+        if "xformers" in a:
+            verdicts.append(r.xformers_pins(get("xformers"), get("torch")))
+        if "vllm" in a:
+            vv = a["vllm"]
+            verdicts.append(r.vllm_pins(get("vllm"), get("torch"), get("flashinfer"),
+                                        isinstance(vv, AxisValue) and vv.source_build))
+        flags = self.arch_flags(a)
+        if flags:
+            verdicts.append(r.arch_flags(flags, get("cuda"), gpu))
+        for v in verdicts:
+            prune.extend(v.prune)
+            notes.extend(v.notes)
+        return prune, notes
+
+    def arch_flags(self, a: Assignment) -> tuple[str, ...]:
+        if "arch" in a:
+            return tuple(split_arch(version_of(a["arch"])))
+        if "gpu" in a:
+            return (capability_string(version_of(a["gpu"])),)
+        return ()
+
+    def cell_patches(self, a: Assignment) -> tuple[CellPatch, ...]:
+        out: list[CellPatch] = []
+        for axis, value in a.items():
+            if not isinstance(value, AxisValue):
+                continue
+            for pid in value.patches:
+                spec = self.matrix.patches[pid]
+                contained = spec.contained_in is not None and V(value.version) >= V(spec.contained_in)
+                out.append(CellPatch(
+                    id=pid, package=spec.package, version=value.version, kind=spec.kind,
+                    status="already-upstream" if contained else "apply",
+                    upstream=spec.upstream, sha256=spec.sha256, source=spec.source,
+                    contained_in=spec.contained_in,
+                    note=(f"already upstream: {spec.package} {spec.contained_in} contains it; not applied to {value.version}"
+                          if contained else spec.note),
+                ))
+        return tuple(out)
+
+    def known_issues(self, a: Assignment, patches: tuple[CellPatch, ...]) -> tuple[KnownIssue, ...]:
+        applied = {p.id for p in patches if p.status == "apply"}
+        out = []
+        for issue in self.matrix.known_issues:
+            if any(p in applied for p in issue.without_patches):
+                continue
+            if all(axis in a and _value_matches(a[axis], want) for axis, want in issue.when.items()):
+                out.append(KnownIssue(id=issue.id, smokes=tuple(issue.smokes), expect=issue.expect,
+                                      failure_class=issue.failure_class, note=issue.note, source=issue.source))
+        return tuple(out)
+
+    def indexes(self, a: Assignment, notes: list[str]) -> tuple[IndexSpec, ...]:
+        out = [IndexSpec(name=i.name, url=i.url, default=i.default, explicit=i.explicit, packages=tuple(i.packages))
+               for i in self.settings.indexes]
+        if "torch" in a and "cuda" in a:
+            series = self.rules.torch_series(version_of(a["torch"]))
+            cuda = version_of(a["cuda"])
+            if cuda != series["default_cuda"] and self.settings.torch_index:
+                url = self.settings.torch_index.format(cuda_nodot=cuda.replace(".", ""))
+                out.append(IndexSpec(name=f"pytorch-cu{cuda.replace('.', '')}", url=url, explicit=True,
+                                     packages=("torch",)))
+        return tuple(out)
+
+    def build(self, a: Assignment, varying: list[str]) -> Cell | PrunedCell:
+        label = ",".join(f"{axis}={display(a[axis])}" for axis in varying)
+        name = f"{self.name}[{label}]" if label else self.name
+        pins = {axis: version_of(v) for axis, v in a.items()}
+        prune, notes = self.check(a)
+        if prune:
+            return PrunedCell(stack=self.name, name=name, pins=pins, reasons=tuple(prune))
+        patches = self.cell_patches(a)
+        requirements: list[str] = []
+        for axis, value in a.items():
+            if axis in ("driver", "cuda", "gpu", "arch", "env"):
+                continue
+            assert isinstance(value, AxisValue)
+            if value.source_build:
+                notes.append(f"{distribution(axis)} {value.version} is built from source, not installed from the lock")
+                continue
+            requirements.append(f"{distribution(axis)}=={value.version}")
+        requirements.extend(self.stack.extra)
+        flags = self.arch_flags(a)
+        env = dict(sorted(a["env"].vars.items())) if "env" in a else {}
+        indexes = self.indexes(a, notes)
+        cuda = pins.get("cuda")
+        gpu = pins.get("gpu")
+        identity = {
+            "python": self.python, "platform": self.platform, "pins": pins,
+            "requirements": requirements, "arch": flags, "env": env,
+            "patches": [(p.id, p.sha256, p.status) for p in patches],
+            "base": asdict(self.base), "indexes": [asdict(i) for i in indexes],
+            "exclude_newer": self.settings.exclude_newer, "ca": sorted(self.settings.ca_certificates),
+        }
+        return Cell(
+            id=cell_identity(identity), stack=self.name, name=name, python=self.python, platform=self.platform,
+            pins=pins, requirements=tuple(requirements), arch_flags=flags,
+            torch_cuda_arch_list=";".join(flags) or None,
+            flashinfer_cuda_arch_list=" ".join(f.removesuffix("+PTX") for f in flags) or None,
+            env=env, patches=patches, smokes=tuple(self.stack.smokes),
+            known_issues=self.known_issues(a, patches), base=self.base, indexes=indexes,
+            min_driver=self.rules.min_driver(cuda) if cuda else None,
+            compute_capability=capability_string(gpu) if gpu else None,
+            notes=tuple(dict.fromkeys(notes)), gpu_required=self.stack.gpu_required,
+        )
+
+
+def _value_matches(value: Value, want: str) -> bool:
+    if want and want[0] in "<>=!~":
+        try:
+            return V(version_of(value)) in S(want)
+        except Exception:
+            return False
+    return want in (display(value), version_of(value))
+
+
+def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
+    """Problems that need no expansion: patch references, unknown versions, known-issue axes."""
+    problems: list[str] = []
+    for sname, stack in matrix.stacks.items():
+        axes = {a: getattr(stack.axes, a) for a in KNOWN_AXES if getattr(stack.axes, a) is not None}
+        axes.update(stack.packages)
+        for axis, values in axes.items():
+            for i, value in enumerate(values):
+                path = ("stacks", sname, "axes" if axis in KNOWN_AXES else "packages", axis, i)
+                try:
+                    if axis == "cuda":
+                        rules.min_driver(value)
+                    elif axis == "torch":
+                        rules.torch_series(value.version)
+                    elif axis == "xformers":
+                        rules.xformers_torch(value.version)
+                    elif axis == "vllm":
+                        rules.vllm_rule(value.version)
+                    elif axis == "arch":
+                        for flag in split_arch(value):
+                            rules.arch_min_cuda(ArchFlag.parse(flag))
+                except UnknownVersion as exc:
+                    problems.append(matrix.where(path, str(exc)))
+                if not isinstance(value, AxisValue):
+                    continue
+                for pid in value.patches:
+                    spec = matrix.patches.get(pid)
+                    if spec is None:
+                        known = ", ".join(matrix.patches) or "none declared"
+                        problems.append(matrix.where(path, f"unknown patch id {pid!r} (patches: {known})"))
+                        continue
+                    if canonicalize_name(spec.package) != canonicalize_name(distribution(axis)):
+                        problems.append(matrix.where(path, f"patch {pid!r} is for {spec.package}, not {distribution(axis)}"))
+                    elif V(value.version) not in S(spec.applies_to):
+                        problems.append(matrix.where(path, f"patch {pid!r} applies to {spec.package}{spec.applies_to}, not {value.version}"))
+                    elif spec.source is None and not (spec.contained_in and V(value.version) >= V(spec.contained_in)):
+                        problems.append(matrix.where(path, f"patch {pid!r} has no source and {value.version} predates {spec.contained_in}"))
+    for pid, spec in matrix.patches.items():
+        if spec.source is None or "://" in spec.source:
+            continue  # remote sources are fetched and checked by the build's patch cache
+        file = matrix.root / spec.source
+        if not file.is_file():
+            problems.append(matrix.where(("patches", pid, "source"), f"patch file {spec.source} does not exist"))
+        elif spec.sha256 is not None and (actual := sha256_file(file)) != spec.sha256:
+            problems.append(matrix.where(("patches", pid, "sha256"),
+                                         f"sha256 mismatch for {spec.source}: the file has {actual}"))
+    for i, issue in enumerate(matrix.known_issues):
+        for axis in issue.when:
+            if axis not in KNOWN_AXES and not any(axis in s.packages for s in matrix.stacks.values()):
+                problems.append(matrix.where(("known_issues", i, "when", axis), f"{axis!r} is not an axis of any stack"))
+        for pid in issue.without_patches:
+            if pid not in matrix.patches:
+                problems.append(matrix.where(("known_issues", i, "without_patches"), f"unknown patch id {pid!r}"))
+    return problems
+
+
+def expand_matrix(matrix: Matrix, rules: CompatRules | None = None) -> Expansion:
+    """Every stack's cells and pruned combinations. Raises MatrixError on structural problems."""
+    rules = rules or CompatRules.default()
+    problems = check_static(matrix, rules)
+    if problems:
+        raise MatrixError(problems)
+    cells: list[Cell] = []
+    pruned: list[PrunedCell] = []
+    for sname, stack in matrix.stacks.items():
+        ex = _StackExpander(matrix, sname, stack, rules)
+        assignments = ex.assignments()
+        if ex.problems:
+            problems.extend(ex.problems)
+            continue
+        if not assignments:
+            problems.append(matrix.where(("stacks", sname), "the stack has no cells (every combination is excluded)"))
+            continue
+        varying = ex.varying(assignments)
+        seen: set[str] = set()
+        stack_cells = 0
+        for a in assignments:
+            out = ex.build(a, varying)
+            if isinstance(out, PrunedCell):
+                if out.name not in seen:
+                    seen.add(out.name)
+                    pruned.append(out)
+            elif out.id not in seen:
+                seen.add(out.id)
+                cells.append(out)
+                stack_cells += 1
+        if stack_cells == 0:
+            first = next(p for p in pruned if p.stack == sname)
+            problems.append(matrix.where(("stacks", sname), f"every cell is pruned, e.g. {first.name}: {first.reasons[0]}"))
+    owners: dict[str, Cell] = {}
+    for cell in cells:
+        other = owners.setdefault(cell.id, cell)
+        if other is not cell:
+            problems.append(matrix.where(("stacks", cell.stack),
+                                         f"cell {cell.name} has the same id {cell.id} as {other.name}: the two stacks declare the same cell"))
+    if problems:
+        raise MatrixError(problems)
+    return Expansion(cells=cells, pruned=pruned)
+
+
+def select_cells(cells: Iterable[Cell], stack: str | None = None, keyword: str | None = None,
+                 cell_id: str | None = None) -> list[Cell]:
+    match = compile_keyword(keyword) if keyword else None
+    out = []
+    for c in cells:
+        if stack is not None and c.stack != stack:
+            continue
+        if cell_id is not None and not c.id.startswith(cell_id):
+            continue
+        if match is not None and not match(f"{c.name} {c.id}"):
+            continue
+        out.append(c)
+    return out
