@@ -1,0 +1,1 @@
+"""One module per ``pinmatrix`` subcommand, each exposing ``register(subparsers)``."""

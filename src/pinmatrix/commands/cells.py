@@ -1,0 +1,50 @@
+"""``pinmatrix cells``: list the expanded cells (and, with --pruned, the combinations rules removed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "cells", help="list the matrix's cells with ids, pins, arch flags, patches and known issues",
+        description="Expand the matrix into cells. Each cell has a stable id: a short hash of everything that "
+                    "defines it (pins, patches with their sha256, arch flags, env, base, indexes).",
+    )
+    add_matrix_argument(p)
+    add_selection_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON: {cells: [...], pruned: [...]}")
+    p.add_argument("--pruned", action="store_true", help="also list pruned combinations with the rule that pruned them")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix, expansion = load(args.matrix)
+    cells = selected(matrix, expansion, args)
+    pruned = [p for p in expansion.pruned if args.stack in (None, p.stack)] if args.pruned or args.json else []
+    if args.json:
+        print(json.dumps({"cells": [c.to_dict() for c in cells], "pruned": [p.to_dict() for p in pruned]},
+                         indent=2, sort_keys=True))
+        return 0
+    console = Console(highlight=False, markup=False)
+    table = Table(title=f"{len(cells)} cells", show_lines=False)
+    for col in ("id", "name", "arch", "patches", "known issues"):
+        table.add_column(col, overflow="fold")
+    for c in cells:
+        patches = ", ".join(f"{p.id} ({p.status})" for p in c.patches) or "-"
+        issues = ", ".join(k.id for k in c.known_issues) or "-"
+        table.add_row(c.id, c.name, " ".join(c.arch_flags) or "-", patches, issues)
+    console.print(table)
+    if args.pruned:
+        console.print(f"\n{len(pruned)} pruned combinations:")
+        for p in pruned:
+            console.print(f"  {p.name}")
+            for reason in p.reasons:
+                console.print(f"      - {reason}")
+    return 0

@@ -1,0 +1,48 @@
+"""``pinmatrix lock``: resolve each selected cell with uv into locks/<cell-id>.txt with hashes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
+from pinmatrix.lock import LockResult, lock_cells
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "lock", help="lock each cell with uv into locks/<cell-id>.txt (pins + sha256 hashes)",
+        description="Resolve each selected cell with `uv pip compile --generate-hashes` for the cell's Python and "
+                    "target platform, against the matrix's indexes as they stood at matrix.exclude_newer. A cell "
+                    "that cannot be resolved is reported with uv's reason; the others still lock. Exit 1 if any "
+                    "cell failed. Cells without pip requirements are skipped.",
+    )
+    add_matrix_argument(p)
+    add_selection_arguments(p)
+    p.add_argument("--jobs", "-j", type=int, default=4, help="cells resolved at once (default 4)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix, expansion = load(args.matrix)
+    cells = [c for c in selected(matrix, expansion, args) if c.requirements]
+    console = Console(stderr=True, highlight=False, markup=False)
+    total = len(cells)
+    done = 0
+
+    def report(res: LockResult) -> None:
+        nonlocal done
+        done += 1
+        state = ("locked" if res.changed else "unchanged") if res.ok else "FAILED"
+        console.print(f"[{done}/{total}] {state:9} {res.cell.id} {res.cell.name}")
+        if not res.ok:
+            console.print(f"          {res.reason}")
+
+    results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
+                         jobs=args.jobs, on_done=report)
+    failed = [r for r in results if not r.ok]
+    print(f"{len(results) - len(failed)} locked, {len(failed)} failed", file=sys.stderr)
+    return 1 if failed else 0

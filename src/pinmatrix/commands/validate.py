@@ -1,0 +1,26 @@
+"""``pinmatrix validate``: check matrix.toml; exit 0, or 2 with one located line per problem."""
+
+from __future__ import annotations
+
+import argparse
+
+from pinmatrix.commands._common import add_matrix_argument, load
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate", help="check matrix.toml and report every problem with its line",
+        description="Check the matrix: schema (unknown keys with a did-you-mean, bad versions and specifiers), "
+                    "patch ids, patch files and their sha256, versions the compatibility tables know, zip/include/"
+                    "exclude rules, stacks whose every cell is pruned, duplicate cell ids. Exit 0 when clean, "
+                    "else 2 with one 'FILE:LINE: key: message' line per problem.",
+    )
+    add_matrix_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix, expansion = load(args.matrix)
+    print(f"{args.matrix}: ok: {len(matrix.stacks)} stacks, {len(expansion.cells)} cells, "
+          f"{len(expansion.pruned)} pruned combinations")
+    return 0

@@ -1,0 +1,123 @@
+"""Lock each cell with ``uv pip compile`` into ``locks/<cell-id>.txt``: exact pins with sha256 hashes,
+resolved for the cell's Python and target platform (not the host's), against the matrix's indexes, as
+the indexes stood at ``exclude_newer``. Relocking an unchanged cell rewrites no byte."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from pinmatrix.cell import Cell
+from pinmatrix.errors import LockError
+
+LOCK_DIR = Path("locks")
+
+
+@dataclass(frozen=True)
+class LockResult:
+    cell: Cell
+    path: Path
+    ok: bool
+    changed: bool = False
+    reason: str = ""  # uv's words when the cell cannot be resolved
+
+
+def lock_path(cell: Cell, root: Path = Path(".")) -> Path:
+    return root / LOCK_DIR / f"{cell.id}.txt"
+
+
+def find_uv() -> str:
+    """uv from the same environment as pinmatrix, else from PATH."""
+    candidate = Path(sys.executable).with_name("uv")
+    if candidate.is_file():
+        return str(candidate)
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # the uv wheel ships the binary
+
+        return find_uv_bin()
+    except Exception:  # noqa: BLE001 - any failure means: not installed
+        raise LockError("uv is not installed: pip install uv (pinmatrix resolves locks with it)") from None
+
+
+def uv_command(cell: Cell, requirements: Path, output: Path, exclude_newer: str | None, uv: str) -> list[str]:
+    cmd = [
+        uv, "pip", "compile", str(requirements), "-o", str(output),
+        "--python-version", cell.python, "--python-platform", cell.platform,
+        "--generate-hashes", "--no-header", "--quiet",
+    ]
+    if exclude_newer:
+        cmd += ["--exclude-newer", exclude_newer]
+    for index in cell.indexes:
+        cmd += ["--default-index", index.url] if index.default else ["--index", index.url]
+    return cmd
+
+
+def header(cell: Cell) -> str:
+    lines = [
+        f"# pinmatrix lock for cell {cell.id}: {cell.name}",
+        f"# python {cell.python} on {cell.platform}; regenerate with: pinmatrix lock -k {cell.id}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _uv_reason(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    text = " ".join(lines)
+    return text[:600] if text else "uv failed without a message"
+
+
+def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None = None) -> LockResult:
+    uv = uv or find_uv()
+    target = lock_path(cell, root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not cell.requirements:
+        return LockResult(cell, target, ok=False, reason="the cell has no pip requirements to lock")
+    with tempfile.TemporaryDirectory(prefix="pinmatrix-lock-") as tmp:
+        req = Path(tmp) / "requirements.in"
+        req.write_text("\n".join(cell.requirements) + "\n", encoding="utf-8")
+        out = Path(tmp) / "lock.txt"
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+        proc = subprocess.run(uv_command(cell, Path(req.name), Path(out.name), exclude_newer, uv), capture_output=True, text=True,
+                              env=env, cwd=tmp, check=False)
+        if proc.returncode != 0:
+            return LockResult(cell, target, ok=False, reason=_uv_reason(proc.stderr))
+        body = out.read_text(encoding="utf-8")
+    content = header(cell) + body
+    if target.is_file() and target.read_text(encoding="utf-8") == content:
+        return LockResult(cell, target, ok=True, changed=False)
+    staging = target.with_name(f".{target.name}.tmp")
+    staging.write_text(content, encoding="utf-8")
+    os.replace(staging, target)
+    return LockResult(cell, target, ok=True, changed=True)
+
+
+def lock_cells(cells: Sequence[Cell], root: Path = Path("."), exclude_newer: str | None = None, jobs: int = 4,
+               on_done: Callable[[LockResult], None] | None = None) -> list[LockResult]:
+    """Lock every cell; one that cannot be resolved does not stop the others."""
+    uv = find_uv()
+    results: list[LockResult] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(lock_cell, c, root, exclude_newer, uv) for c in cells]
+        for fut in futures:
+            res = fut.result()
+            results.append(res)
+            if on_done:
+                on_done(res)
+    return results
+
+
+def read_lock(cell: Cell, root: Path = Path(".")) -> str:
+    path = lock_path(cell, root)
+    if not path.is_file():
+        raise LockError(f"cell {cell.id} ({cell.name}) has no lock at {path}: run `pinmatrix lock -k {cell.id}`")
+    return path.read_text(encoding="utf-8")
