@@ -283,7 +283,7 @@ class _StackExpander:
         gpu = pins.get("gpu")
         identity = {
             "python": self.python, "platform": self.platform, "pins": pins,
-            "requirements": requirements, "arch": flags, "env": env,
+            "requirements": sorted(requirements), "arch": flags, "env": env,
             "patches": [(p.id, p.sha256, p.status) for p in patches],
             "base": asdict(self.base), "indexes": [asdict(i) for i in indexes],
             "exclude_newer": self.settings.exclude_newer, "ca": sorted(self.settings.ca_certificates),

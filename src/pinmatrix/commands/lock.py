@@ -43,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
 
     results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
                          jobs=args.jobs, on_done=report)
+    if args.stack is None and args.keyword is None:
+        known = {c.id for c in expansion.cells}
+        for stale in sorted((Path(matrix.root) / "locks").glob("*.txt")):
+            if stale.stem not in known:
+                stale.unlink()
+                console.print(f"removed   {stale.name}: no cell of the matrix has this id any more")
     failed = [r for r in results if not r.ok]
     print(f"{len(results) - len(failed)} locked, {len(failed)} failed", file=sys.stderr)
     return 1 if failed else 0
