@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "cells",
     "lock",
+    "report",
 )
 
 

@@ -1,0 +1,112 @@
+"""``pinmatrix report``: render the results store as HTML, Markdown, JUnit XML and JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pinmatrix.cell import Cell
+from pinmatrix.commands._common import load
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.report import FORMATS, build_report, write_reports
+from pinmatrix.report.model import SEVERITY, STATUS_LABELS
+from pinmatrix.results import DEFAULT_PATH, ResultsStore, SmokeRecord
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report", help="write the HTML report, a Markdown summary, JUnit XML and JSON from the results store",
+        description="Join the latest result of every cell x host x smoke with the matrix's cells and write "
+                    "index.html (one table per stack coloured by each cell's worst smoke status, filters by axis "
+                    "value, a pivot of two axes, a diff of two cells, smoke details with metrics and log "
+                    "excerpts), summary.md (for a CI job summary), junit.xml (one test case per cell x smoke) "
+                    "and report.json.",
+    )
+    p.add_argument("matrix", nargs="?", type=Path, default=None,
+                   help="the matrix file (default: ./matrix.toml when it exists; without one, cells are named by id)")
+    p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
+                   help=f"the results store (default: {DEFAULT_PATH})")
+    p.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
+                   help="also read exported result rows from FILE (a JSON list, as `pinmatrix ci k8s` jobs "
+                        "write them); repeatable; the store is not modified")
+    p.add_argument("--out", "-o", type=Path, default=Path(".pinmatrix/report"), metavar="DIR",
+                   help="output directory (default: .pinmatrix/report)")
+    p.add_argument("--format", "-f", dest="formats", action="append", choices=sorted(FORMATS), default=None,
+                   help="write only this format (repeatable; default: all of html, md, junit, json)")
+    p.add_argument("--stack", "-s", metavar="S", help="only stack S")
+    p.add_argument("--pivot", metavar="ROW,COL", help="the pivot's default axes, e.g. 'driver,torch'")
+    p.add_argument("--title", default=None, help="page title (default: '<matrix name> report')")
+    p.add_argument("--screenshot", type=Path, metavar="PNG",
+                   help="also open index.html in headless Chromium and save a full-page screenshot")
+    p.add_argument("--fail-on", choices=[s for s in SEVERITY if s != "pass"], metavar="STATUS",
+                   help="exit 1 when any cell's worst status is STATUS or worse "
+                        f"(order: {' < '.join(sorted(SEVERITY, key=SEVERITY.__getitem__))})")
+    p.set_defaults(func=run)
+
+
+def _read_json_rows(path: Path) -> list[SmokeRecord]:
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PinmatrixError(f"{path}: no such results file") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise PinmatrixError(f"{path}: not a JSON results file: {err}") from None
+    if not isinstance(rows, list):
+        raise PinmatrixError(f"{path}: expected a JSON list of result rows")
+    try:
+        return [SmokeRecord.from_dict(r) for r in rows]
+    except PinmatrixError as err:
+        raise PinmatrixError(f"{path}: {err}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    cells: list[Cell] = []
+    title = args.title
+    matrix_path = args.matrix
+    if matrix_path is None and Path("matrix.toml").is_file():
+        matrix_path = Path("matrix.toml")
+    if matrix_path is not None:
+        matrix, expansion = load(matrix_path)
+        if args.stack and args.stack not in matrix.stacks:
+            raise PinmatrixError(f"{matrix.path.name}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
+        cells = list(expansion.cells)
+        title = title or f"{matrix.settings.name} report"
+    pivot = None
+    if args.pivot:
+        parts = [p.strip() for p in args.pivot.split(",")]
+        if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+            raise PinmatrixError(f"--pivot {args.pivot!r}: expected two different axes, e.g. 'driver,torch'")
+        pivot = (parts[0], parts[1])
+
+    records: list[SmokeRecord] = []
+    if args.results.exists() or not args.from_json:
+        if not args.results.exists() and not cells:
+            raise PinmatrixError(f"{args.results}: no results store (run `pinmatrix smoke` first, or pass --from-json)")
+        if args.results.exists():
+            records = ResultsStore(args.results).query()
+    for path in args.from_json:
+        records += _read_json_rows(path)
+
+    report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
+                          log_roots=[Path.cwd(), args.results.parent])
+    formats = args.formats or list(FORMATS)
+    paths = write_reports(report, args.out, formats)
+    for fmt in formats:
+        print(f"{fmt:6} {paths[fmt]}")
+    if args.screenshot:
+        if "html" not in paths:
+            raise PinmatrixError("--screenshot needs the html format")
+        from pinmatrix.report.browser import screenshot_file
+
+        w, h = screenshot_file(paths["html"], args.screenshot)
+        print(f"png    {args.screenshot} ({w}x{h})")
+    counts = report.counts
+    summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))
+    print(f"{len(report.cells)} cells: {summary or 'none'}")
+    if args.fail_on:
+        bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]]
+        if bad:
+            print(f"{len(bad)} cells at or past {args.fail_on}: " + ", ".join(f"{c.id} ({c.status})" for c in bad))
+            return 1
+    return 0

@@ -1,0 +1,167 @@
+"""Does a cell's image run on a given host? Driver floor and GPU architecture coverage, with a reason.
+
+Used by ``pinmatrix pull`` (pick the newest known-good cell this host can run), ``pinmatrix ci k8s``
+(which node pools a cell can be scheduled on) and ``pinmatrix promote`` (which hosts count for a gpu).
+
+Architecture rules (CUDA fat binaries, see the CUDA C programming guide "binary compatibility"):
+- ``X.Y`` (plain SASS for sm_XY) runs on capability X.Z with Z >= Y (same major).
+- ``X.Ya`` (arch-specific, e.g. sm_90a, sm_121a) runs on capability X.Y only.
+- ``X.Yf`` (family-specific, CUDA >= 12.9) runs on capability X.Z with Z >= Y (same major).
+- ``+PTX`` (or ``X.Y+PTX``) embeds PTX of the highest listed arch; the driver JIT-compiles it for any newer
+  capability, except PTX of an arch-specific (``a``) target, which only loads on that exact capability.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)?([af]?)(\+PTX)?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Arch:
+    major: int
+    minor: int
+    suffix: str  # "", "a" or "f"
+    ptx: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.major}.{self.minor}{self.suffix}" + ("+PTX" if self.ptx else "")
+
+
+def parse_capability(text: str | None) -> tuple[int, int] | None:
+    """'9.0' -> (9, 0); 'sm_121' -> (12, 1); None or '' -> None."""
+    if not text:
+        return None
+    text = text.strip()
+    m = re.fullmatch(r"(\d+)\.(\d+)", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)[af]?", text, re.IGNORECASE)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def parse_arch_flags(flags: tuple[str, ...] | list[str]) -> list[Arch]:
+    """Parse arch flags as a cell carries them: ("9.0a", "+PTX"), ("12.0f", "12.1a"), ("8.0+PTX",).
+    A bare "+PTX" marks the highest preceding arch as also shipping PTX."""
+    archs: list[Arch] = []
+    bare_ptx = False
+    for raw in flags:
+        flag = raw.strip()
+        if not flag:
+            continue
+        if flag.upper() in ("+PTX", "PTX"):
+            bare_ptx = True
+            continue
+        m = _ARCH_RE.match(flag)
+        if not m:
+            raise ValueError(f"unrecognised GPU arch flag {raw!r}")
+        major_s, minor_s, suffix, ptx = m.groups()
+        if minor_s is None:  # "90" / "sm_90" style: last digit is the minor
+            if len(major_s) < 2:
+                raise ValueError(f"unrecognised GPU arch flag {raw!r}")
+            major, minor = int(major_s[:-1]), int(major_s[-1])
+        else:
+            major, minor = int(major_s), int(minor_s)
+        archs.append(Arch(major, minor, suffix.lower(), bool(ptx)))
+    if bare_ptx and archs:
+        top = max(archs, key=lambda a: (a.major, a.minor))
+        archs = [Arch(a.major, a.minor, a.suffix, a.ptx or a == top) for a in archs]
+    return archs
+
+
+def arch_covers(flags: tuple[str, ...] | list[str], compute_capability: str | None,
+                host_capability: str | None) -> tuple[bool, str]:
+    """Whether code built for ``flags`` (or, lacking flags, for ``compute_capability``) runs on a GPU of
+    ``host_capability``. Returns (ok, reason)."""
+    host = parse_capability(host_capability)
+    archs = parse_arch_flags(flags)
+    if not archs and compute_capability:
+        cap = parse_capability(compute_capability)
+        if cap:
+            archs = [Arch(cap[0], cap[1], "")]
+    if not archs:
+        return True, "the cell names no GPU architecture"
+    if host is None:
+        return False, "the host's GPU capability is unknown"
+    hm, hn = host
+    for a in archs:
+        if a.suffix == "a":
+            if (a.major, a.minor) == host:
+                return True, f"arch {a.label} matches capability {hm}.{hn}"
+        elif a.major == hm and hn >= a.minor:
+            return True, f"arch {a.label} runs on capability {hm}.{hn}"
+        if a.ptx and a.suffix != "a" and (hm, hn) >= (a.major, a.minor):
+            return True, f"PTX of {a.label} JIT-compiles for capability {hm}.{hn}"
+    built = " ".join(a.label for a in archs)
+    return False, f"built for {built}, which does not cover capability {hm}.{hn}"
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'580.159.04' -> (580, 159, 4). Non-numeric parts are dropped."""
+    return tuple(int(p) for p in re.findall(r"\d+", text))
+
+
+def driver_satisfies(host_driver: str | None, min_driver: str | None) -> tuple[bool, str]:
+    if not min_driver:
+        return True, "no minimum driver"
+    if not host_driver:
+        return False, f"needs driver >= {min_driver}, the host has no NVIDIA driver"
+    if version_tuple(host_driver) >= version_tuple(min_driver):
+        return True, f"driver {host_driver} >= {min_driver}"
+    return False, f"needs driver >= {min_driver}, the host has {host_driver}"
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What an image needs from a host: taken from a Cell or a known-good.toml entry."""
+
+    gpu_required: bool
+    min_driver: str | None
+    compute_capability: str | None
+    arch_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What a host offers (a subset of the results store's HostFingerprint)."""
+
+    driver: str | None
+    capability: str | None
+    gpu_count: int = 0
+
+
+def host_meets(req: Requirements, host: HostFacts) -> tuple[bool, list[str]]:
+    """(ok, reasons). Reasons explain each failed requirement; when ok they explain why it fits."""
+    if not req.gpu_required:
+        return True, ["runs without a GPU"]
+    problems: list[str] = []
+    good: list[str] = []
+    if host.gpu_count <= 0 or not host.capability:
+        return False, ["needs an NVIDIA GPU, this host has none"]
+    ok, why = driver_satisfies(host.driver, req.min_driver)
+    (good if ok else problems).append(why)
+    # A host with mixed GPUs reports "8.9,9.0": the image must run on each of them.
+    for cap in [c.strip() for c in host.capability.split(",") if c.strip()]:
+        ok, why = arch_covers(req.arch_flags, req.compute_capability, cap)
+        (good if ok else problems).append(why)
+    return (not problems), (problems or good)
+
+
+def gpu_value_capability(gpu: str) -> tuple[int, int] | None:
+    """The compute capability a gpu axis value names: 'sm_90' -> (9, 0), 'sm_121' -> (12, 1), '9.0'."""
+    return parse_capability(gpu)
+
+
+def host_matches_gpu(gpu: str, host_capability: str | None, host_gpu_name: str | None) -> bool:
+    """Whether a host counts as the gpu axis value ``gpu`` (an sm_XY / X.Y value, or a product name
+    fragment such as 'H200' matched case-insensitively against the host's GPU name)."""
+    cap = gpu_value_capability(gpu)
+    if cap is not None:
+        caps = [parse_capability(c) for c in (host_capability or "").split(",")]
+        return cap in caps
+    return bool(host_gpu_name) and gpu.lower() in (host_gpu_name or "").lower()

@@ -1,0 +1,47 @@
+"""``pinmatrix report``: the results store rendered as HTML, Markdown, JUnit XML and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from pinmatrix.report.html import render_html
+from pinmatrix.report.junit import render_junit
+from pinmatrix.report.markdown import render_markdown
+from pinmatrix.report.model import Report, build_report, report_to_dict, worst
+
+FORMATS: dict[str, str] = {"html": "index.html", "md": "summary.md", "junit": "junit.xml", "json": "report.json"}
+
+__all__ = ["FORMATS", "Report", "build_report", "render", "report_to_dict", "worst", "write_reports"]
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "html":
+        return render_html(report)
+    if fmt == "md":
+        return render_markdown(report)
+    if fmt == "junit":
+        return render_junit(report)
+    if fmt == "json":
+        return json.dumps(report_to_dict(report), indent=2, sort_keys=True) + "\n"
+    raise ValueError(f"unknown report format {fmt!r}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_reports(report: Report, out_dir: Path, formats: Iterable[str] = tuple(FORMATS)) -> dict[str, Path]:
+    """Render every format first, then write each file atomically; returns format -> path."""
+    rendered = {fmt: render(report, fmt) for fmt in formats}
+    paths: dict[str, Path] = {}
+    for fmt, text in rendered.items():
+        path = out_dir / FORMATS[fmt]
+        _write_atomic(path, text)
+        paths[fmt] = path
+    return paths

@@ -1,0 +1,61 @@
+"""JUnit XML: one test case per cell x smoke (worst latest status across hosts), one suite per stack.
+
+Mapping: pass and xpass -> passed (xpass carries a system-out note), fail and degraded -> <failure> with
+the failure class as its type, xfail and skip -> <skipped>, no result -> <skipped message="no result">.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from pinmatrix.report.model import Report, worst
+
+
+def render_junit(report: Report) -> str:
+    root = ET.Element("testsuites", name=report.title)
+    totals = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+    for stack in report.stacks:
+        suite = ET.SubElement(root, "testsuite", name=stack.name, timestamp=report.generated_at)
+        counts = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+        for cell in stack.cells:
+            for smoke in cell.smokes:
+                results = [r for r in cell.results if r.smoke == smoke]
+                status = worst(r.status for r in results)
+                seconds = sum(r.duration_s for r in results)
+                case = ET.SubElement(suite, "testcase", classname=f"{stack.name}.{cell.id}", name=smoke,
+                                     time=f"{seconds:.3f}")
+                case.set("file", cell.name)
+                counts["tests"] += 1
+                counts["time"] += seconds
+                detail = "\n".join(
+                    f"{r.host_label}: {r.status}" + (f" [{r.failure_class}]" if r.failure_class else "")
+                    + (f" {r.reason}" if r.reason else "") + f" (run {r.run_id})"
+                    for r in results
+                )
+                bad = [r for r in results if r.status == status]
+                if status in ("fail", "degraded"):
+                    counts["failures"] += 1
+                    first = bad[0]
+                    el = ET.SubElement(case, "failure", type=first.failure_class or status,
+                                       message=f"{status}: {first.reason}"[:500])
+                    el.text = detail
+                elif status in ("skip", "xfail"):
+                    counts["skipped"] += 1
+                    first = bad[0]
+                    note = f"known issue {first.known_issue}: " if first.known_issue else ""
+                    ET.SubElement(case, "skipped", message=f"{status}: {note}{first.reason}"[:500])
+                elif status == "missing":
+                    counts["skipped"] += 1
+                    ET.SubElement(case, "skipped", message="no result recorded on any host")
+                if detail:
+                    out = ET.SubElement(case, "system-out")
+                    out.text = detail
+        for key, value in counts.items():
+            suite.set(key, f"{value:.3f}" if key == "time" else str(value))
+            totals[key] += value
+        suite.set("errors", "0")
+    for key, value in totals.items():
+        root.set(key, f"{value:.3f}" if key == "time" else str(value))
+    root.set("errors", "0")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,322 @@
+"""The report's data model: results store records joined with the matrix's cells, grouped by stack.
+
+Every output format (HTML, Markdown, JUnit XML, JSON) renders this one model, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.cell import KNOWN_AXES, Cell
+from pinmatrix.results import SmokeRecord
+
+# Worst last. "missing" = a smoke selected for the cell that has no result on any host.
+SEVERITY: dict[str, int] = {
+    "pass": 0, "skip": 1, "missing": 2, "xfail": 3, "xpass": 4, "degraded": 5, "fail": 6,
+}
+STATUS_LABELS: dict[str, str] = {
+    "pass": "pass", "skip": "skipped", "missing": "no result", "xfail": "expected failure",
+    "xpass": "unexpected pass", "degraded": "degraded", "fail": "FAIL",
+}
+LOG_EXCERPT_LINES = 40
+LOG_EXCERPT_CHARS = 6000
+
+
+def natural_key(text: str) -> list[tuple[int, int | str]]:
+    """Sort key that orders '9.0' before '12.1' and '0.0.30' before '0.0.35'."""
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", text) if p]
+
+
+def worst(statuses: Iterable[str]) -> str:
+    """The worst of the given statuses; "missing" when there are none."""
+    found = list(statuses)
+    if not found:
+        return "missing"
+    return max(found, key=lambda s: SEVERITY.get(s, SEVERITY["fail"]))
+
+
+def read_log_excerpt(log_path: str | None, roots: Sequence[Path] = ()) -> str | None:
+    """The last lines of a smoke's log, or None when the log is not reachable from here."""
+    if not log_path:
+        return None
+    candidates = [Path(log_path)] + [root / log_path for root in roots]
+    for path in candidates:
+        try:
+            if path.is_file():
+                with path.open("rb") as fh:
+                    fh.seek(0, 2)
+                    size = fh.tell()
+                    fh.seek(max(0, size - 64 * 1024))
+                    text = fh.read().decode("utf-8", "replace")
+                lines = text.splitlines()[-LOG_EXCERPT_LINES:]
+                excerpt = "\n".join(lines)
+                return excerpt[-LOG_EXCERPT_CHARS:]
+        except OSError:
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """The latest result of one smoke on one host."""
+
+    smoke: str
+    status: str
+    failure_class: str | None
+    reason: str
+    host_id: str
+    host_label: str
+    host: dict[str, Any]
+    run_id: str
+    finished_at: str
+    duration_s: float
+    metrics: dict[str, Any]
+    known_issue: str | None
+    image_digest: str | None
+    log_path: str | None
+    log_excerpt: str | None
+
+    def to_dict(self, *, with_log: bool = False) -> dict[str, Any]:
+        data = {
+            "smoke": self.smoke, "status": self.status, "failure_class": self.failure_class,
+            "reason": self.reason, "host_id": self.host_id, "host_label": self.host_label, "host": self.host,
+            "run_id": self.run_id, "finished_at": self.finished_at, "duration_s": self.duration_s,
+            "metrics": self.metrics, "known_issue": self.known_issue, "image_digest": self.image_digest,
+            "log_path": self.log_path,
+        }
+        if with_log:
+            data["log_excerpt"] = self.log_excerpt
+        return data
+
+
+@dataclass
+class CellRow:
+    id: str
+    stack: str
+    name: str
+    pins: dict[str, str]
+    in_matrix: bool
+    smokes: list[str]  # the smokes selected for the cell (plus any with results)
+    results: list[SmokeResult]
+    min_driver: str | None = None
+    compute_capability: str | None = None
+    gpu_required: bool = True
+
+    @property
+    def smoke_status(self) -> dict[str, str]:
+        """Per smoke: the worst latest status across hosts ("missing" when no host has run it)."""
+        by_smoke: dict[str, list[str]] = defaultdict(list)
+        for r in self.results:
+            by_smoke[r.smoke].append(r.status)
+        return {s: worst(by_smoke.get(s, [])) for s in self.smokes}
+
+    @property
+    def status(self) -> str:
+        return worst(self.smoke_status.values()) if self.smokes else "missing"
+
+    @property
+    def failure_class(self) -> str | None:
+        """The failure class of the worst result (the first one found among the worst)."""
+        target = self.status
+        for r in sorted(self.results, key=lambda r: (r.smoke, r.host_label)):
+            if r.status == target and r.failure_class:
+                return r.failure_class
+        return None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for s in self.smoke_status.values():
+            counts[s] += 1
+        return dict(counts)
+
+    @property
+    def image_digests(self) -> list[str]:
+        return sorted({r.image_digest for r in self.results if r.image_digest})
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({r.host_label for r in self.results})
+
+
+@dataclass
+class StackReport:
+    name: str
+    axes: list[str]  # axes whose value differs between the stack's cells (the table's columns)
+    fixed: dict[str, str]  # axes with one value across the stack
+    smokes: list[str]
+    cells: list[CellRow]
+    pivot: tuple[str, str] | None  # default (row axis, column axis) for the pivot view
+
+    @property
+    def status(self) -> str:
+        return worst(c.status for c in self.cells)
+
+    def values(self, axis: str) -> list[str]:
+        """The distinct values of an axis across the stack's cells, in natural order."""
+        return sorted({c.pins[axis] for c in self.cells if axis in c.pins}, key=natural_key)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for c in self.cells:
+            counts[c.status] += 1
+        return dict(counts)
+
+
+@dataclass
+class Report:
+    title: str
+    generated_at: str
+    stacks: list[StackReport] = field(default_factory=list)
+
+    @property
+    def cells(self) -> list[CellRow]:
+        return [c for s in self.stacks for c in s.cells]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for c in self.cells:
+            counts[c.status] += 1
+        return dict(counts)
+
+    @property
+    def smoke_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for c in self.cells:
+            for s in c.smoke_status.values():
+                counts[s] += 1
+        return dict(counts)
+
+
+def _axis_order(axes: Iterable[str]) -> list[str]:
+    known = [a for a in KNOWN_AXES if a in axes]
+    return known + sorted(a for a in axes if a not in KNOWN_AXES)
+
+
+def _result(rec: SmokeRecord, log_roots: Sequence[Path]) -> SmokeResult:
+    return SmokeResult(
+        smoke=rec.smoke, status=rec.status, failure_class=rec.failure_class, reason=rec.reason,
+        host_id=rec.host.id, host_label=rec.host.label(), host=rec.host.to_dict(), run_id=rec.run_id,
+        finished_at=rec.finished_at, duration_s=rec.duration_s, metrics=dict(rec.metrics),
+        known_issue=rec.known_issue, image_digest=rec.image_digest, log_path=rec.log_path,
+        log_excerpt=read_log_excerpt(rec.log_path, log_roots),
+    )
+
+
+def choose_pivot(axes: list[str], cells: list[CellRow], requested: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The pivot's (row, column) axes: the requested pair when both exist in the stack, else the two
+    varying axes with the most distinct values."""
+    present = {a for c in cells for a in c.pins}
+    if requested and requested[0] in present and requested[1] in present and requested[0] != requested[1]:
+        return requested
+    if len(axes) < 2:
+        return None
+    ranked = sorted(axes, key=lambda a: (-len({c.pins.get(a) for c in cells}), axes.index(a)))
+    first, second = ranked[0], ranked[1]
+    # keep the matrix's axis order for readability
+    return (first, second) if axes.index(first) < axes.index(second) else (second, first)
+
+
+def build_report(
+    records: Iterable[SmokeRecord],
+    cells: Iterable[Cell] = (),
+    *,
+    stack: str | None = None,
+    pivot: tuple[str, str] | None = None,
+    title: str = "pinmatrix report",
+    log_roots: Sequence[Path] = (),
+    now: datetime | None = None,
+) -> Report:
+    """Join the latest result per (cell, host, smoke) with the matrix's cells.
+
+    Cells with no results appear with status "missing"; results of cell ids that are no longer in the
+    matrix appear too (named by id), so nothing recorded is hidden."""
+    latest: dict[tuple[str, str, str], SmokeRecord] = {}
+    for rec in records:  # records come oldest first: later ones replace earlier ones
+        if stack is None or rec.stack == stack:
+            latest[(rec.cell_id, rec.host.id, rec.smoke)] = rec
+    by_cell: dict[str, list[SmokeRecord]] = defaultdict(list)
+    for rec in latest.values():
+        by_cell[rec.cell_id].append(rec)
+
+    rows: dict[str, CellRow] = {}
+    for cell in cells:
+        if stack is not None and cell.stack != stack:
+            continue
+        recs = by_cell.get(cell.id, [])
+        smokes = list(cell.smokes) + sorted({r.smoke for r in recs} - set(cell.smokes))
+        rows[cell.id] = CellRow(
+            id=cell.id, stack=cell.stack, name=cell.name, pins={k: str(v) for k, v in cell.pins.items()},
+            in_matrix=True, smokes=smokes,
+            results=sorted((_result(r, log_roots) for r in recs), key=lambda r: (r.smoke, r.host_label)),
+            min_driver=cell.min_driver, compute_capability=cell.compute_capability,
+            gpu_required=cell.gpu_required,
+        )
+    for cell_id, recs in by_cell.items():
+        if cell_id in rows:
+            continue
+        rows[cell_id] = CellRow(
+            id=cell_id, stack=recs[0].stack, name=f"{recs[0].stack} {cell_id} (not in matrix)", pins={},
+            in_matrix=False, smokes=sorted({r.smoke for r in recs}),
+            results=sorted((_result(r, log_roots) for r in recs), key=lambda r: (r.smoke, r.host_label)),
+        )
+
+    by_stack: dict[str, list[CellRow]] = defaultdict(list)
+    for row in rows.values():
+        by_stack[row.stack].append(row)
+    stacks: list[StackReport] = []
+    for name in sorted(by_stack):
+        stack_rows = sorted(by_stack[name], key=lambda r: (not r.in_matrix, natural_key(r.name), r.id))
+        all_axes = _axis_order({a for r in stack_rows for a in r.pins})
+        varying = [a for a in all_axes if len({r.pins.get(a) for r in stack_rows}) > 1]
+        fixed = {a: stack_rows[0].pins[a] for a in all_axes if a not in varying and a in stack_rows[0].pins}
+        smokes: list[str] = []
+        for r in stack_rows:
+            smokes += [s for s in r.smokes if s not in smokes]
+        stacks.append(StackReport(
+            name=name, axes=varying, fixed=fixed, smokes=smokes, cells=stack_rows,
+            pivot=choose_pivot(varying, stack_rows, pivot),
+        ))
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Report(title=title, generated_at=stamp, stacks=stacks)
+
+
+def report_to_dict(report: Report, *, with_logs: bool = False) -> dict[str, Any]:
+    """The JSON form (``pinmatrix-report/1``); the HTML page embeds the same data for its scripts."""
+    return {
+        "schema": "pinmatrix-report/1",
+        "title": report.title,
+        "generated_at": report.generated_at,
+        "counts": report.counts,
+        "smoke_counts": report.smoke_counts,
+        "stacks": [
+            {
+                "name": s.name,
+                "status": s.status,
+                "axes": s.axes,
+                "fixed": s.fixed,
+                "smokes": s.smokes,
+                "pivot": list(s.pivot) if s.pivot else None,
+                "counts": s.counts,
+                "cells": [
+                    {
+                        "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
+                        "status": c.status, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
+                        "min_driver": c.min_driver, "compute_capability": c.compute_capability,
+                        "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
+                        "results": [r.to_dict(with_log=with_logs) for r in c.results],
+                    }
+                    for c in s.cells
+                ],
+            }
+            for s in report.stacks
+        ],
+    }

@@ -1,0 +1,206 @@
+"""The report model and its Markdown, JUnit XML and JSON renderings; `pinmatrix report` end to end on a store."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.cell import BaseSpec, Cell
+from pinmatrix.cli import main
+from pinmatrix.report import build_report, render, write_reports
+from pinmatrix.report.model import worst
+from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+
+H200 = HostFingerprint.make(hostname="gpu1", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
+                            capability="9.0", cuda_driver_api="13.0")
+CPU = HostFingerprint.make(hostname="ci")
+
+
+def make_cell(cid: str, stack: str, pins: dict[str, str], smokes: tuple[str, ...] = ("host-probe", "boundary"),
+              **kw: object) -> Cell:
+    defaults: dict[str, object] = dict(
+        python="3.12", platform="x86_64-manylinux_2_28", requirements=(), arch_flags=("9.0a",),
+        torch_cuda_arch_list="9.0a", flashinfer_cuda_arch_list=None, env={}, patches=(), known_issues=(),
+        base=BaseSpec(kind="mmdebstrap"), indexes=(), min_driver="580.65.06", compute_capability="9.0",
+    )
+    defaults.update(kw)
+    name = f"{stack}[{','.join(f'{k}={v}' for k, v in pins.items())}]"
+    return Cell(id=cid, stack=stack, name=name, pins=pins, smokes=smokes, **defaults)  # type: ignore[arg-type]
+
+
+def rec(cell: Cell, smoke: str, status: str, *, host: HostFingerprint = H200, run: str = "r1",
+        failure_class: str | None = None, reason: str = "", log_path: str | None = None,
+        metrics: dict | None = None, digest: str | None = "sha256:" + "ab" * 32) -> SmokeRecord:
+    return SmokeRecord(
+        cell_id=cell.id, stack=cell.stack, host=host, smoke=smoke, run_id=run, status=status,
+        failure_class=failure_class, reason=reason, metrics=metrics or {}, log_path=log_path,
+        started_at="2026-11-29T19:00:00Z", finished_at="2026-11-29T19:00:03Z", duration_s=3.0,
+        known_issue=None, image_digest=digest,
+    )
+
+
+@pytest.fixture()
+def sample() -> tuple[list[Cell], list[SmokeRecord]]:
+    pins = {"driver": "580.159.04", "cuda": "13.0", "gpu": "sm_90"}
+    a = make_cell("aaaaaaaaaaa1", "xf", {**pins, "xformers": "0.0.35"})
+    b = make_cell("bbbbbbbbbbb2", "xf", {**pins, "xformers": "0.0.35-int64"})
+    c = make_cell("ccccccccccc3", "xf", {**pins, "xformers": "0.0.30"})
+    d = make_cell("ddddddddddd4", "demo", {"six": "1.17.0"}, smokes=("python-imports",), gpu_required=False,
+                  arch_flags=(), min_driver=None, compute_capability=None)
+    records = [
+        rec(a, "host-probe", "pass"),
+        rec(a, "boundary", "pass", run="r0"),  # older run, superseded below
+        rec(a, "boundary", "fail", failure_class="illegal-memory-access",
+            reason="CUDA error: an illegal memory access was encountered", metrics={"m": 33344}),
+        rec(b, "host-probe", "pass"),
+        rec(b, "boundary", "pass", metrics={"m": 33344, "seconds": 0.25}),
+        rec(c, "host-probe", "pass"),
+        rec(c, "boundary", "xfail", failure_class="import-error", reason="libcudart.so.12"),
+        rec(d, "python-imports", "pass", host=CPU, digest=None),
+    ]
+    return [a, b, c, d], records
+
+
+def test_worst_order() -> None:
+    assert worst(["pass", "skip"]) == "skip"
+    assert worst(["xfail", "pass", "degraded"]) == "degraded"
+    assert worst(["xpass", "fail"]) == "fail"
+    assert worst([]) == "missing"
+
+
+def test_model_latest_result_wins_and_worst_per_cell(sample) -> None:
+    cells, records = sample
+    report = build_report(records, cells)
+    by_id = {c.id: c for c in report.cells}
+    assert by_id["aaaaaaaaaaa1"].status == "fail"  # r1 fail replaced r0 pass
+    assert by_id["aaaaaaaaaaa1"].failure_class == "illegal-memory-access"
+    assert by_id["bbbbbbbbbbb2"].status == "pass"
+    assert by_id["ccccccccccc3"].status == "xfail"
+    assert [s.name for s in report.stacks] == ["demo", "xf"]
+    xf = report.stacks[1]
+    assert xf.axes == ["xformers"]  # the only varying axis
+    assert xf.fixed == {"driver": "580.159.04", "cuda": "13.0", "gpu": "sm_90"}
+    assert xf.status == "fail"
+
+
+def test_cells_without_results_and_results_without_cells(sample) -> None:
+    cells, records = sample
+    lonely = make_cell("eeeeeeeeeee5", "xf", {"driver": "580.159.04", "cuda": "13.0", "gpu": "sm_90",
+                                               "xformers": "0.0.34"})
+    orphan = rec(make_cell("fffffffffff6", "xf", {}), "boundary", "pass")
+    report = build_report(records + [orphan], cells + [lonely])
+    by_id = {c.id: c for c in report.cells}
+    assert by_id["eeeeeeeeeee5"].status == "missing"
+    assert by_id["eeeeeeeeeee5"].smoke_status == {"host-probe": "missing", "boundary": "missing"}
+    assert not by_id["fffffffffff6"].in_matrix and by_id["fffffffffff6"].status == "pass"
+    partial = build_report([r for r in records if r.smoke != "boundary"], cells)
+    assert {c.id: c.status for c in partial.cells}["bbbbbbbbbbb2"] == "missing"
+
+
+def test_markdown_summary(sample) -> None:
+    cells, records = sample
+    md = render(build_report(records, cells), "md")
+    assert md.startswith("# pinmatrix report\n")
+    assert "4 cells in 2 stacks" in md
+    assert "## 🔴 xf" in md and "## 🟢 demo" in md
+    row = next(line for line in md.splitlines() if "aaaaaaaaaaa1" in line and line.startswith("|"))
+    assert "FAIL" in row and "illegal-memory-access" in row and "0.0.35" in row
+    assert "CUDA error: an illegal memory access was encountered" in md  # failure list
+    # pipes in values cannot break the table
+    weird = make_cell("ggggggggggg7", "xf", {"xformers": "a|b"})
+    md2 = render(build_report([], [weird]), "md")
+    assert "a\\|b" in md2
+
+
+def test_junit_one_case_per_cell_and_smoke(sample) -> None:
+    cells, records = sample
+    xml = render(build_report(records, cells), "junit")
+    root = ET.fromstring(xml)
+    cases = root.findall(".//testcase")
+    assert len(cases) == 2 + 2 + 2 + 1
+    assert root.get("tests") == "7" and root.get("failures") == "1" and root.get("skipped") == "1"
+    failing = [c for c in cases if c.find("failure") is not None]
+    assert len(failing) == 1
+    f = failing[0]
+    assert f.get("classname") == "xf.aaaaaaaaaaa1" and f.get("name") == "boundary"
+    assert f.find("failure").get("type") == "illegal-memory-access"
+    skipped = [c for c in cases if c.find("skipped") is not None]
+    assert skipped[0].find("skipped").get("message").startswith("xfail:")
+
+
+def test_json_round_trips_the_model(sample) -> None:
+    cells, records = sample
+    data = json.loads(render(build_report(records, cells), "json"))
+    assert data["schema"] == "pinmatrix-report/1"
+    assert data["counts"] == {"fail": 1, "pass": 2, "xfail": 1}
+    xf = next(s for s in data["stacks"] if s["name"] == "xf")
+    cell = next(c for c in xf["cells"] if c["id"] == "aaaaaaaaaaa1")
+    assert cell["smoke_status"] == {"host-probe": "pass", "boundary": "fail"}
+    assert cell["results"][0]["host"]["gpu_name"] == "NVIDIA H200"
+
+
+def test_html_escapes_and_embeds_data(sample, tmp_path: Path) -> None:
+    cells, records = sample
+    log = tmp_path / "boundary.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100)) + "RuntimeError: <script>alert(1)</script>\n")
+    records.append(rec(cells[1], "boundary", "degraded", run="r2", reason="slow </script><b>", log_path=str(log)))
+    html = render(build_report(records, cells), "html")
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # log excerpt, escaped
+    assert "line 99" in html and "line 10\n" not in html  # only the tail of the log
+    data_block = html.split('id="pinmatrix-data">', 1)[1].split("</script>", 1)[0]
+    data = json.loads(data_block)
+    assert {c["id"] for s in data["stacks"] for c in s["cells"]} == {c.id for c in cells}
+
+
+def test_write_reports_writes_all_formats_atomically(sample, tmp_path: Path) -> None:
+    cells, records = sample
+    paths = write_reports(build_report(records, cells), tmp_path / "out")
+    assert sorted(p.name for p in paths.values()) == ["index.html", "junit.xml", "report.json", "summary.md"]
+    assert not list((tmp_path / "out").glob(".*tmp"))
+
+
+def test_report_command_reads_store_and_json(sample, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./matrix.toml: cells are named by id
+    cells, records = sample
+    store = ResultsStore(tmp_path / "results.sqlite")
+    for r in records[:-1]:
+        store.record(r)
+    extra = tmp_path / "k8s-results.json"
+    extra.write_text(json.dumps([records[-1].to_dict()]))
+    out = tmp_path / "report"
+    rc = main(["report", "--results", str(store.path), "--from-json", str(extra), "--out", str(out),
+               "--fail-on", "fail"])
+    printed = capsys.readouterr().out
+    assert rc == 1  # one cell failed
+    assert "4 cells: 2 pass, 1 expected failure, 1 FAIL" in printed
+    assert "aaaaaaaaaaa1 (fail)" in printed
+    data = json.loads((out / "report.json").read_text())
+    assert sum(len(s["cells"]) for s in data["stacks"]) == 4
+    rc = main(["report", "--results", str(store.path), "--out", str(out), "--stack", "demo", "-f", "md"])
+    assert rc == 0
+
+
+def test_report_command_bad_input_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "rows.json"
+    bad.write_text('{"not": "a list"}')
+    rc = main(["report", "--results", str(tmp_path / "none.sqlite"), "--from-json", str(bad), "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "rows.json" in err[0]
+    rc = main(["report", "--results", str(tmp_path / "none.sqlite"), "--pivot", "driver", "--out", str(tmp_path)])
+    assert rc == 2
+    assert not (tmp_path / "index.html").exists()
+
+
+def test_report_on_the_shipped_matrix_lists_every_cell(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    rc = main(["report", str(root / "matrix.toml"), "--results", str(tmp_path / "r.sqlite"), "--out",
+               str(tmp_path / "out"), "-f", "json"])
+    assert rc == 0
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {s["name"] for s in data["stacks"]} >= {"demo", "h200"}
+    assert all(c["status"] == "missing" for s in data["stacks"] for c in s["cells"])
