@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"cells": [c.to_dict() for c in cells], "pruned": [p.to_dict() for p in pruned]},
                          indent=2, sort_keys=True))
         return 0
-    console = Console(highlight=False, markup=False)
+    console = Console(highlight=False, markup=False, soft_wrap=True)
     table = Table(title=f"{len(cells)} cells", show_lines=False)
     for col in ("id", "name", "arch", "patches", "known issues"):
         table.add_column(col, overflow="fold")

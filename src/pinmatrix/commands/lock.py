@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     cells = [c for c in selected(matrix, expansion, args) if c.requirements]
-    console = Console(stderr=True, highlight=False, markup=False)
+    console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     total = len(cells)
     done = 0
 
