@@ -12,7 +12,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["build-matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
-PYTHON = "3.11"
+PYTHON = None  # the interpreter nox runs under (>= 3.11)
 
 
 def _install(session: nox.Session, *extras: str) -> None:
