@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cells",
     "lock",
     "report",
+    "promote",
 )
 
 

@@ -1,0 +1,96 @@
+"""``pinmatrix promote``: check results against the stack's promotion policy, then promote by digest."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pinmatrix.commands._common import add_matrix_argument, load
+from pinmatrix.distribution import ImageRef, Registry
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.expand import select_cells
+from pinmatrix.promote import (
+    KNOWN_GOOD_FILE, PromotionRefused, execute, plan_promotion, policy_for, read_known_good,
+)
+from pinmatrix.results import DEFAULT_PATH, ResultsStore
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "promote", help="promote cells whose results meet the stack's policy: copy by digest, attest, tag known-good",
+        description="Check the results store against the promotion policy ([matrix.promotion] and "
+                    "[stacks.<name>.promotion] in matrix.toml: required smokes, hosts, clean runs), then copy the "
+                    "image the smokes ran on BY DIGEST to <registry>/<repository>/<stack>, attach an in-toto "
+                    "test-result attestation, move the known-good tag and record the decision in known-good.toml. "
+                    "Refuses, with every reason, when the policy is not met or the cell's tag no longer names the "
+                    "tested digest. Exit status: 0 promoted (or already promoted), 1 refused, 2 bad input.",
+    )
+    add_matrix_argument(p)
+    p.add_argument("--cell", "-c", action="append", default=[], metavar="ID", help="promote this cell (repeatable)")
+    p.add_argument("--stack", "-s", metavar="S", help="consider every cell of stack S")
+    p.add_argument("-k", dest="keyword", metavar="EXPR", help="consider cells whose name or id matches EXPR")
+    p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
+                   help=f"the results store (default: {DEFAULT_PATH})")
+    p.add_argument("--known-good", type=Path, default=None, metavar="PATH",
+                   help="the promotion record (default: known-good.toml next to the matrix)")
+    p.add_argument("--registry", metavar="PREFIX", help="registry prefix (default: [matrix].registry)")
+    p.add_argument("--dry-run", "-n", action="store_true", help="check and show what would happen; change nothing")
+    p.add_argument("--force", action="store_true", help="promote again a cell already recorded with the same digest")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix, expansion = load(args.matrix)
+    if not (args.cell or args.stack or args.keyword):
+        raise PinmatrixError("promote: name the cells: --cell ID, --stack S or -k EXPR")
+    if args.stack and args.stack not in matrix.stacks:
+        raise PinmatrixError(f"{matrix.path.name}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
+    cells = select_cells(expansion.cells, stack=args.stack, keyword=args.keyword)
+    if args.cell:
+        by_id = {c.id: c for c in expansion.cells}
+        missing = [c for c in args.cell if c not in by_id]
+        if missing:
+            raise PinmatrixError(f"{matrix.path.name}: no cell with id {missing[0]!r} (see `pinmatrix cells`)")
+        cells = [c for c in cells if c.id in args.cell] if (args.stack or args.keyword) else [by_id[c] for c in args.cell]
+    if not cells:
+        raise PinmatrixError("promote: no cell matches the selection")
+    prefix = (args.registry or matrix.settings.registry).rstrip("/")
+    ImageRef.parse(prefix + "/x")  # validates the prefix: one clear line when malformed
+    registry = Registry(prefix.split("/", 1)[0])
+    known_good = args.known_good or (matrix.root / KNOWN_GOOD_FILE)
+    store = ResultsStore(args.results) if args.results.exists() else None
+    already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
+    single = len(cells) == 1
+
+    promoted = refused = 0
+    for cell in cells:
+        policy = policy_for(matrix, cell.stack)
+        records = store.query(cell_id=cell.id) if store else []
+        stack_gpus = sorted({c.pins["gpu"] for c in expansion.cells if c.stack == cell.stack and "gpu" in c.pins})
+        # the cell's build tag: imagebuild.image_ref's <registry>/<stack>:<cell id>
+        source = ImageRef.parse(f"{prefix}/{cell.stack}:{cell.id}")
+        try:
+            plan = plan_promotion(cell, policy, records, source=source, registry_prefix=prefix, registry=registry,
+                                  stack_gpus=stack_gpus)
+        except PromotionRefused as err:
+            if single:
+                raise
+            refused += 1
+            print(f"refused  {cell.id} {cell.name}: {str(err).split(': ', 1)[1]}")
+            continue
+        if (cell.id, plan.digest) in already and not args.force:
+            promoted += 1
+            print(f"already promoted {cell.id} {cell.name} ({plan.digest})")
+            continue
+        if args.dry_run:
+            promoted += 1
+            print(f"would promote {cell.id} {cell.name}:")
+            for step in plan.describe():
+                print(f"  - {step}")
+            continue
+        result = execute(plan, registry, records, known_good)
+        promoted += 1
+        print(f"promoted {cell.id} {cell.name}: {result.reference} (attestation {result.attestation})")
+    if not promoted:
+        raise PromotionRefused(f"no cell promoted ({refused} refused)")
+    return 0

@@ -1,0 +1,360 @@
+"""Promotion: check a cell's results against the stack's policy, then copy its image BY DIGEST to the
+promoted repository, attach the evidence, move the known-good tag and record the decision.
+
+Safety by construction:
+- The digest promoted is the one the smokes recorded (``SmokeRecord.image_digest``), never whatever a tag
+  names at copy time: a tag that moves after the check cannot get another image promoted.
+- Before copying, the cell's build tag must still name that digest; when it does not (the image was
+  rebuilt), promotion refuses: the new image has no results yet.
+- Order: copy under the immutable ``cell-<id>`` tag, attach the attestation, then move the known-good tag,
+  then write ``known-good.toml`` atomically. A failure leaves the known-good tag and file untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import tomlkit
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pinmatrix.attest import attach, latest_per_smoke_host, test_result_statement
+from pinmatrix.cell import Cell
+from pinmatrix.distribution import ImageRef, Registry
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
+from pinmatrix.results import STATUSES, SmokeRecord
+
+KNOWN_GOOD_FILE = Path("known-good.toml")
+
+
+class PromotionRefused(PinmatrixError):
+    """The policy is not met (or the image changed since it was tested): nothing was promoted."""
+
+    exit_code = 1
+
+
+class PromotionPolicy(BaseModel):
+    """``[matrix.promotion]`` (default for every stack) and ``[stacks.<name>.promotion]`` (per stack,
+    overriding the default key by key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    required_smokes: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    """Smokes that must be clean. "*" stands for every smoke selected for the cell."""
+    hosts: Literal["every-gpu"] | list[str] = "every-gpu"
+    """Where they must be clean: "every-gpu" = on a host of every GPU of the stack that the cell's arch
+    covers (any host for CPU-only cells), or a list of gpu axis values ("sm_90", "sm_121") / product name
+    fragments ("H200")."""
+    min_clean_runs: int = Field(default=1, ge=1)
+    """Distinct clean runs needed per required smoke and GPU."""
+    repository: str = Field(default="known-good", pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+    """Promoted images go to <registry>/<repository>/<stack>."""
+    tag: str = Field(default="known-good", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+    """The tag that moves to the newest promoted cell of the stack."""
+    accept: list[str] = Field(default_factory=lambda: ["pass"], min_length=1)
+    """Statuses that count as clean (add "xfail" to accept known, expected failures)."""
+
+    @field_validator("accept")
+    @classmethod
+    def _statuses(cls, v: list[str]) -> list[str]:
+        bad = [s for s in v if s not in STATUSES]
+        if bad:
+            raise ValueError(f"unknown status {bad[0]!r} (statuses: {', '.join(STATUSES)})")
+        if "fail" in v:
+            raise ValueError("'fail' can never count as clean")
+        return v
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("hosts: list at least one gpu, or use \"every-gpu\"")
+        return v
+
+
+def policy_for(matrix: Any, stack: str) -> PromotionPolicy:
+    """The stack's policy from matrix.toml: ``[matrix.promotion]`` updated by ``[stacks.<stack>.promotion]``.
+    Errors name the file, line and key."""
+    merged: dict[str, Any] = dict(getattr(matrix.settings, "promotion", None) or {})
+    stack_doc = matrix.stacks.get(stack)
+    if stack_doc is None:
+        raise PinmatrixError(f"{matrix.path.name}: unknown stack {stack!r}")
+    own = dict(getattr(stack_doc, "promotion", None) or {})
+    merged.update(own)
+    try:
+        return PromotionPolicy.model_validate(merged)
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = str(first["loc"][0]) if first["loc"] else ""
+        base = ("stacks", stack, "promotion") if key in own or not merged else ("matrix", "promotion")
+        path = base + ((key,) if key else ())
+        raise PinmatrixError(matrix.where(path, first["msg"])) from None
+
+
+# ------------------------------------------------------------------------------------------------- check
+
+
+@dataclass(frozen=True)
+class Evidence:
+    smoke: str
+    gpu: str
+    host_id: str
+    host: str
+    status: str
+    run_id: str
+    finished_at: str
+    image_digest: str | None
+
+
+@dataclass
+class Check:
+    cell_id: str
+    problems: list[str] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    digest: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def required_gpus(cell: Cell, policy: PromotionPolicy, stack_gpus: Sequence[str] = ()) -> list[str]:
+    """The GPUs a cell must be clean on. "*" means any host (a CPU-only cell under "every-gpu")."""
+    if isinstance(policy.hosts, list):
+        return list(policy.hosts)
+    if not cell.gpu_required:
+        return ["*"]
+    own = [g for g in str(cell.pins.get("gpu", "")).replace(",", " ").split() if g]
+    gpus: list[str] = list(own)
+    for g in stack_gpus:
+        cap = gpu_value_capability(g)
+        if g in gpus or cap is None:
+            continue
+        ok, _ = arch_covers(cell.arch_flags, cell.compute_capability, f"{cap[0]}.{cap[1]}")
+        if ok:
+            gpus.append(g)
+    return gpus or ["*"]
+
+
+def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord],
+                 stack_gpus: Sequence[str] = ()) -> Check:
+    """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences."""
+    records = [r for r in records if r.cell_id == cell.id]
+    check = Check(cell_id=cell.id)
+    smokes = list(cell.smokes) if "*" in policy.required_smokes else list(policy.required_smokes)
+    smokes += [s for s in policy.required_smokes if s != "*" and s not in smokes]
+    unknown = [s for s in smokes if s not in cell.smokes]
+    for s in unknown:
+        check.problems.append(f"required smoke {s!r} is not selected for stack {cell.stack!r}")
+    gpus = required_gpus(cell, policy, stack_gpus)
+    accept = set(policy.accept)
+    for smoke in smokes:
+        if smoke in unknown:
+            continue
+        for gpu in gpus:
+            where = "any host" if gpu == "*" else f"a {gpu} host"
+            matching = [r for r in records if r.smoke == smoke and
+                        (gpu == "*" or host_matches_gpu(gpu, r.host.capability, r.host.gpu_name))]
+            if not matching:
+                check.problems.append(f"missing result: smoke {smoke!r} has no result on {where}")
+                continue
+            latest = latest_per_smoke_host(matching)
+            bad = [r for r in latest if r.status not in accept]
+            for r in bad:
+                cls = f" [{r.failure_class}]" if r.failure_class else ""
+                reason = f": {r.reason}" if r.reason else ""
+                check.problems.append(f"required smoke {smoke!r} is {r.status}{cls} on {r.host.label()} "
+                                      f"(run {r.run_id}){reason}")
+            clean_runs = {r.run_id for r in matching if r.status in accept}
+            if not bad and len(clean_runs) < policy.min_clean_runs:
+                check.problems.append(f"smoke {smoke!r} has {len(clean_runs)} clean run(s) on {where}, "
+                                      f"the policy needs {policy.min_clean_runs}")
+            if not bad:
+                check.evidence += [Evidence(smoke=r.smoke, gpu=gpu, host_id=r.host.id, host=r.host.label(),
+                                            status=r.status, run_id=r.run_id, finished_at=r.finished_at,
+                                            image_digest=r.image_digest) for r in latest]
+    digests: dict[str | None, list[str]] = defaultdict(list)
+    for ev in check.evidence:
+        digests[ev.image_digest].append(ev.smoke)
+    if None in digests:
+        check.problems.append(f"results of {', '.join(sorted(set(digests[None])))} were not measured in an image "
+                              "(no image digest recorded): promotion needs results from the image itself")
+    real = sorted(d for d in digests if d)
+    if len(real) > 1:
+        check.problems.append("the results were measured on different images: " +
+                              "; ".join(f"{d} ({', '.join(sorted(set(digests[d])))})" for d in real))
+    elif len(real) == 1:
+        check.digest = real[0]
+    if not check.evidence and not check.problems:
+        check.problems.append("no required results")
+    return check
+
+
+# --------------------------------------------------------------------------------------------- promote
+
+
+@dataclass
+class Plan:
+    cell: Cell
+    source: ImageRef  # the cell's build tag
+    digest: str
+    target: ImageRef  # promoted repository (no tag/digest)
+    tags: list[str]
+    check: Check
+    policy: PromotionPolicy
+
+    def describe(self) -> list[str]:
+        ref = self.source.with_digest(self.digest)
+        return [
+            f"copy {ref} -> {self.target.name}@{self.digest} (by digest)",
+            f"tag {self.target.name}:{self.tags[0]}",
+            f"attach in-toto test-result attestation to {self.target.name}@{self.digest}",
+            f"move {self.target.name}:{self.policy.tag} -> {self.digest}",
+            f"record {self.cell.stack} {self.cell.id} in known-good.toml",
+        ]
+
+
+def promoted_repository(registry_prefix: str, stack: str, policy: PromotionPolicy) -> ImageRef:
+    base = ImageRef.parse(f"{registry_prefix.rstrip('/')}/{policy.repository}/{stack}")
+    return base
+
+
+def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord], *, source: ImageRef,
+                   registry_prefix: str, registry: Registry, stack_gpus: Sequence[str] = ()) -> Plan:
+    """Check the policy and the registry; raise PromotionRefused with every reason, or return the plan."""
+    check = check_policy(cell, policy, records, stack_gpus)
+    if not check.ok:
+        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: " + "; ".join(check.problems))
+    assert check.digest is not None
+    current = registry.resolve(source)
+    if current is None:
+        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry")
+    if current != check.digest:
+        raise PromotionRefused(
+            f"cell {cell.id} ({cell.name}) not promoted: digest no longer matches: {source} now names {current}, "
+            f"but the smokes ran on {check.digest}; run the smokes on the new image first")
+    if registry.get_manifest(source.repository, check.digest) is None:
+        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: {source.name}@{check.digest} is gone")
+    target = promoted_repository(registry_prefix, cell.stack, policy)
+    if target.registry != source.registry:
+        raise PromotionRefused(f"promoted repository {target.name} is on another registry than {source.name}")
+    return Plan(cell=cell, source=source, digest=check.digest, target=target, tags=[f"cell-{cell.id}"],
+                check=check, policy=policy)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    stack: str
+    cell_id: str
+    digest: str
+    reference: str  # name@digest to pull
+    attestation: str
+    promoted_at: str
+
+
+def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], known_good: Path, *,
+            now: datetime | None = None) -> Promotion:
+    cell, policy = plan.cell, plan.policy
+    moment = now or datetime.now(timezone.utc)
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    digest = registry.copy(plan.source.with_digest(plan.digest), plan.target.repository, plan.tags)
+    if digest != plan.digest:  # copy() verifies, this is the belt to its braces
+        raise PromotionRefused(f"copied {digest}, expected {plan.digest}")
+    promoted = plan.target.with_digest(digest)
+    tested = [r for r in records if r.cell_id == cell.id and r.image_digest == digest]
+    statement = test_result_statement(promoted, cell, tested, policy=policy.model_dump())
+    attestation = attach(registry, promoted, statement, now=moment)
+    registry.copy(promoted, plan.target.repository, [policy.tag])
+    entry = {
+        "stack": cell.stack,
+        "cell_id": cell.id,
+        "cell_name": cell.name,
+        "digest": digest,
+        "reference": str(promoted),
+        "tag": f"{plan.target.name}:{policy.tag}",
+        "source": str(plan.source.with_digest(digest)),
+        "attestation": f"{plan.target.name}@{attestation}",
+        "promoted_at": stamp,
+        "gpu_required": cell.gpu_required,
+        "min_driver": cell.min_driver,
+        "compute_capability": cell.compute_capability,
+        "arch_flags": list(cell.arch_flags),
+        "pins": dict(cell.pins),
+        "policy": policy.model_dump(),
+        "evidence": [
+            {k: v for k, v in ev.__dict__.items() if v is not None} for ev in plan.check.evidence
+        ],
+    }
+    record_promotion(known_good, entry)
+    return Promotion(stack=cell.stack, cell_id=cell.id, digest=digest, reference=str(promoted),
+                     attestation=attestation, promoted_at=stamp)
+
+
+# ------------------------------------------------------------------------------------- known-good.toml
+
+HEADER = (
+    "Written by `pinmatrix promote`: one [[promoted]] entry per promotion, oldest first.\n"
+    "`pinmatrix pull` picks the newest entry whose requirements the host meets and pulls it by digest."
+)
+
+
+def _clean(value: Any) -> Any:
+    """TOML has no null: drop None values (recursively)."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_clean(v) for v in value if v is not None]
+    return value
+
+
+def read_known_good(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    try:
+        doc = tomlkit.parse(path.read_text())
+    except Exception as err:  # tomlkit raises several parse error types
+        raise PinmatrixError(f"{path}: not valid TOML: {err}") from None
+    entries = doc.get("promoted", [])
+    out = []
+    for i, entry in enumerate(entries):
+        data = json.loads(json.dumps(entry))  # tomlkit items -> plain values
+        for key in ("stack", "cell_id", "digest", "reference", "promoted_at"):
+            if key not in data:
+                raise PinmatrixError(f"{path}: promoted[{i}] lacks {key!r}")
+        out.append(data)
+    return out
+
+
+def record_promotion(path: Path, entry: dict[str, Any]) -> None:
+    if path.exists():
+        doc = tomlkit.parse(path.read_text())
+    else:
+        doc = tomlkit.document()
+        for line in HEADER.splitlines():
+            doc.add(tomlkit.comment(line))
+    if "promoted" not in doc:
+        doc.add("promoted", tomlkit.aot())
+    table = tomlkit.table()
+    for key, value in _clean(entry).items():
+        if key == "evidence":
+            continue
+        table.add(key, value)
+    evidence = tomlkit.aot()
+    for ev in _clean(entry.get("evidence", [])):
+        t = tomlkit.table()
+        for k, v in ev.items():
+            t.add(k, v)
+        evidence.append(t)
+    table.add("evidence", evidence)
+    doc["promoted"].append(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(tomlkit.dumps(doc))
+    os.replace(tmp, path)

@@ -1,0 +1,392 @@
+"""Promotion policy checks, and promotion by digest against a real registry (Debian's docker-registry,
+started here on a free loopback port and stopped by PID): the copy, the moved tag, the in-toto attestation
+read back through the referrers tag schema, known-good.toml, and each refusal."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from pinmatrix.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
+from pinmatrix.cli import main
+from pinmatrix.distribution import OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
+from pinmatrix.promote import (
+    PromotionPolicy, PromotionRefused, check_policy, execute, plan_promotion, policy_for, read_known_good,
+)
+from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from test_report import H200, make_cell
+
+CPU = HostFingerprint.make(hostname="ci")
+GB10 = HostFingerprint.make(hostname="spark", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142",
+                            capability="12.1")
+
+
+# ------------------------------------------------------------------------------------------ registry
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A docker-registry (distribution 2.8) on 127.0.0.1:<free port>; yields "127.0.0.1:<port>"."""
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("docker-registry is required in CI", pytrace=False)
+        pytest.skip("docker-registry is not installed")
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    config = root / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: " + str(root / "data")
+        + "\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:" + str(port) + "\n"
+    )
+    log = open(root / "registry.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("docker-registry did not start: " + (root / "registry.log").read_text()[-500:])
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def push_image(host: str, repository: str, tag: str, content: str) -> str:
+    """Push a minimal valid OCI image (one gzip layer with /hello.txt) and return its manifest digest."""
+    reg = Registry(host)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        data = content.encode()
+        info = tarfile.TarInfo("hello.txt")
+        info.size, info.mtime = len(data), 0
+        tar.addfile(info, io.BytesIO(data))
+    layer_tar = raw.getvalue()
+    layer = gzip.compress(layer_tar, mtime=0)
+    config = json.dumps({
+        "architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/true"]},
+        "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer_tar)]},
+    }, sort_keys=True).encode()
+    layer_digest = reg.push_blob(repository, layer)
+    config_digest = reg.push_blob(repository, config)
+    body = json.dumps({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": len(layer)}],
+    }, sort_keys=True).encode()
+    return reg.put_manifest(repository, tag, Manifest(body, OCI_MANIFEST, sha256_digest(body)))
+
+
+def record(cell, smoke: str, status: str, digest: str | None, *, host: HostFingerprint = H200, run: str = "r1",
+           failure_class: str | None = None, reason: str = "") -> SmokeRecord:
+    return SmokeRecord(
+        cell_id=cell.id, stack=cell.stack, host=host, smoke=smoke, run_id=run, status=status,
+        failure_class=failure_class, reason=reason, metrics={}, log_path=None,
+        started_at="2026-11-29T20:00:00Z", finished_at="2026-11-29T20:00:01Z", duration_s=1.0,
+        known_issue=None, image_digest=digest,
+    )
+
+
+DIGEST = "sha256:" + "1" * 64
+GPU_CELL = make_cell("a1a1a1a1a1a1", "xf", {"driver": "580.159.04", "gpu": "sm_90", "xformers": "0.0.35"},
+                     smokes=("host-probe", "boundary", "fwd-bwd"))
+CPU_CELL = make_cell("c0c0c0c0c0c0", "demo", {"six": "1.17.0"}, smokes=("host-probe", "python-imports"),
+                     gpu_required=False, arch_flags=(), min_driver=None, compute_capability=None)
+
+
+# ------------------------------------------------------------------------------------------ policy
+
+
+def test_policy_model_validates() -> None:
+    p = PromotionPolicy.model_validate({"required_smokes": ["boundary"], "hosts": ["sm_90"], "min_clean_runs": 2})
+    assert p.repository == "known-good" and p.accept == ["pass"]
+    for bad in ({"min_clean_runs": 0}, {"hosts": []}, {"accept": ["fail"]}, {"accept": ["nope"]},
+                {"repository": "Known Good"}, {"colour": "red"}, {"required_smokes": []}):
+        with pytest.raises(Exception):
+            PromotionPolicy.model_validate(bad)
+
+
+def test_clean_results_pass_the_policy() -> None:
+    recs = [record(GPU_CELL, s, "pass", DIGEST) for s in GPU_CELL.smokes]
+    check = check_policy(GPU_CELL, PromotionPolicy(), recs)
+    assert check.ok, check.problems
+    assert check.digest == DIGEST
+    assert {e.smoke for e in check.evidence} == set(GPU_CELL.smokes)
+
+
+def test_missing_results_refused() -> None:
+    recs = [record(GPU_CELL, "host-probe", "pass", DIGEST)]
+    check = check_policy(GPU_CELL, PromotionPolicy(), recs)
+    assert not check.ok
+    assert "missing result: smoke 'boundary' has no result on a sm_90 host" in check.problems
+    # results on the wrong GPU do not count for sm_90
+    other = [record(GPU_CELL, s, "pass", DIGEST, host=GB10) for s in GPU_CELL.smokes]
+    assert len(check_policy(GPU_CELL, PromotionPolicy(), other).problems) == 3
+
+
+def test_failed_required_smoke_refused_and_latest_result_counts() -> None:
+    recs = [record(GPU_CELL, s, "pass", DIGEST, run="r1") for s in GPU_CELL.smokes]
+    recs.append(record(GPU_CELL, "boundary", "fail", DIGEST, run="r2", failure_class="illegal-memory-access",
+                       reason="CUDA error: an illegal memory access was encountered"))
+    check = check_policy(GPU_CELL, PromotionPolicy(), recs)
+    assert not check.ok
+    assert any("required smoke 'boundary' is fail [illegal-memory-access]" in p and "(run r2)" in p
+               for p in check.problems)
+    # a smoke that is not required may fail
+    ok = check_policy(GPU_CELL, PromotionPolicy(required_smokes=["host-probe", "fwd-bwd"]), recs)
+    assert ok.ok, ok.problems
+    # xfail only counts when the policy accepts it
+    recs2 = [record(GPU_CELL, s, "xfail" if s == "boundary" else "pass", DIGEST) for s in GPU_CELL.smokes]
+    assert not check_policy(GPU_CELL, PromotionPolicy(), recs2).ok
+    assert check_policy(GPU_CELL, PromotionPolicy(accept=["pass", "xfail"]), recs2).ok
+
+
+def test_min_clean_runs_and_hosts_list() -> None:
+    recs = [record(GPU_CELL, s, "pass", DIGEST) for s in GPU_CELL.smokes]
+    check = check_policy(GPU_CELL, PromotionPolicy(min_clean_runs=2), recs)
+    assert "smoke 'boundary' has 1 clean run(s) on a sm_90 host, the policy needs 2" in check.problems
+    recs += [record(GPU_CELL, s, "pass", DIGEST, run="r2") for s in GPU_CELL.smokes]
+    assert check_policy(GPU_CELL, PromotionPolicy(min_clean_runs=2), recs).ok
+    policy = PromotionPolicy(hosts=["sm_90", "H100"])
+    problems = check_policy(GPU_CELL, policy, recs).problems
+    assert problems == [f"missing result: smoke {s!r} has no result on a H100 host" for s in GPU_CELL.smokes]
+
+
+def test_every_gpu_of_the_stack_that_the_arch_covers() -> None:
+    multi = make_cell("b2b2b2b2b2b2", "gb", {"gpu": "sm_120"}, smokes=("probe",), arch_flags=("12.0f",),
+                      compute_capability="12.0")
+    recs = [record(multi, "probe", "pass", DIGEST, host=HostFingerprint.make(
+        hostname="rtx", gpu_name="RTX PRO 6000", gpu_count=1, driver="580.142", capability="12.0"))]
+    # the stack also has sm_121 (GB10) cells: a 12.0f binary runs there too, so results are needed there
+    check = check_policy(multi, PromotionPolicy(), recs, stack_gpus=["sm_120", "sm_121", "sm_90"])
+    assert check.problems == ["missing result: smoke 'probe' has no result on a sm_121 host"]
+    recs.append(record(multi, "probe", "pass", DIGEST, host=GB10))
+    assert check_policy(multi, PromotionPolicy(), recs, stack_gpus=["sm_120", "sm_121", "sm_90"]).ok
+
+
+def test_results_without_digest_or_from_two_images_refused() -> None:
+    recs = [record(CPU_CELL, s, "pass", None, host=CPU) for s in CPU_CELL.smokes]
+    check = check_policy(CPU_CELL, PromotionPolicy(), recs)
+    assert any("not measured in an image" in p for p in check.problems)
+    recs = [record(CPU_CELL, "host-probe", "pass", DIGEST, host=CPU),
+            record(CPU_CELL, "python-imports", "pass", "sha256:" + "2" * 64, host=CPU)]
+    check = check_policy(CPU_CELL, PromotionPolicy(), recs)
+    assert any("measured on different images" in p for p in check.problems)
+
+
+def test_policy_from_matrix_toml(tmp_path: Path, capsys) -> None:
+    from pinmatrix.matrix import load_matrix
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "matrix.toml").read_text()
+    text = text.replace("[matrix.base]", '[matrix.promotion]\nmin_clean_runs = 2\n\n[matrix.base]', 1)
+    text = text.replace('[stacks.demo.packages]', '[stacks.demo.promotion]\nrequired_smokes = ["python-imports"]\n'
+                        '\n[stacks.demo.packages]', 1)
+    (tmp_path / "matrix.toml").write_text(text)
+    matrix = load_matrix(tmp_path / "matrix.toml")
+    demo = policy_for(matrix, "demo")
+    assert demo.required_smokes == ["python-imports"] and demo.min_clean_runs == 2
+    assert policy_for(matrix, "h200").required_smokes == ["*"]
+    (tmp_path / "matrix.toml").write_text(text.replace("min_clean_runs = 2", "min_clean_runs = 0"))
+    with pytest.raises(Exception) as err:
+        policy_for(load_matrix(tmp_path / "matrix.toml"), "demo")
+    msg = str(err.value)
+    assert msg.startswith("matrix.toml:") and "matrix.promotion.min_clean_runs" in msg
+
+
+# ------------------------------------------------------------------------------------------ registry
+
+
+def test_distribution_copy_mount_and_verify(oci_registry: str) -> None:
+    reg = Registry(oci_registry)
+    digest = push_image(oci_registry, "t/src", "v1", "hello")
+    assert reg.resolve(ImageRef.parse(f"{oci_registry}/t/src:v1")) == digest
+    copied = reg.copy(ImageRef.parse(f"{oci_registry}/t/src@{digest}"), "t/dst", ["x", "y"])
+    assert copied == digest
+    assert reg.tags("t/dst") == ["x", "y"]
+    m = reg.get_manifest("t/dst", digest)
+    assert m is not None and m.digest == digest
+    layer = m.json["layers"][0]["digest"]
+    assert reg.has_blob("t/dst", layer)
+    with pytest.raises(Exception, match="needs a digest"):
+        reg.copy(ImageRef.parse(f"{oci_registry}/t/src:v1"), "t/dst", ["z"])
+
+
+def _setup_promotion(oci_registry: str, tmp_path: Path, cell, content: str):
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, cell.id, content)
+    store = ResultsStore(tmp_path / "results.sqlite")
+    host = CPU if not cell.gpu_required else H200
+    for s in cell.smokes:
+        store.record(record(cell, s, "pass", digest, host=host))
+    return digest, store, ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}")
+
+
+def test_promote_copies_by_digest_attaches_evidence_and_records(oci_registry: str, tmp_path: Path) -> None:
+    cell = make_cell("d1d1d1d1d1d1", "promo", {"six": "1.17.0"}, smokes=("host-probe", "python-imports"),
+                     gpu_required=False, arch_flags=(), min_driver=None, compute_capability=None)
+    digest, store, source = _setup_promotion(oci_registry, tmp_path, cell, "good image")
+    reg = Registry(oci_registry)
+    policy = PromotionPolicy()
+    plan = plan_promotion(cell, policy, store.query(), source=source, registry_prefix=f"{oci_registry}/pinmatrix",
+                          registry=reg)
+    assert plan.describe()[0] == f"copy {source.name}@{digest} -> {oci_registry}/pinmatrix/known-good/promo@{digest} (by digest)"
+    kg = tmp_path / "known-good.toml"
+    result = execute(plan, reg, store.query(), kg)
+    assert result.digest == digest
+    target = ImageRef.parse(f"{oci_registry}/pinmatrix/known-good/promo")
+    assert reg.resolve(target.with_tag("known-good")) == digest
+    assert reg.resolve(target.with_tag(f"cell-{cell.id}")) == digest
+    # the attestation, through the OCI 1.1 referrers tag schema (distribution 2.8 has no referrers API)
+    assert referrers_tag(digest) in reg.tags(target.repository)
+    statements = fetch_statements(reg, target.with_digest(digest))
+    assert len(statements) == 1
+    st = statements[0]
+    assert st["_type"] == "https://in-toto.io/Statement/v1"
+    assert st["predicateType"] == TEST_RESULT_PREDICATE
+    assert st["subject"] == [{"name": target.name, "digest": {"sha256": digest.split(":")[1]}}]
+    assert st["predicate"]["result"] == "PASSED"
+    assert sorted(st["predicate"]["passedTests"]) == sorted(f"{s} [host {CPU.id}]" for s in cell.smokes)
+    assert st["predicate"]["failedTests"] == []
+    hosts = [c for c in st["predicate"]["configuration"] if c["name"].startswith("pinmatrix-host/")]
+    assert hosts[0]["annotations"]["hostname"] == "ci"
+    art = reg.referrers(target.repository, digest, artifact_type=IN_TOTO_MEDIA_TYPE)[0]
+    manifest = reg.get_manifest(target.repository, art["digest"]).json
+    assert manifest["subject"]["digest"] == digest and manifest["artifactType"] == IN_TOTO_MEDIA_TYPE
+    # known-good.toml
+    entries = read_known_good(kg)
+    assert len(entries) == 1
+    e = entries[0]
+    assert (e["stack"], e["cell_id"], e["digest"]) == ("promo", cell.id, digest)
+    assert e["reference"] == f"{target.name}@{digest}" and e["pins"] == {"six": "1.17.0"}
+    assert {ev["smoke"] for ev in e["evidence"]} == set(cell.smokes)
+    assert tomlkit.parse(kg.read_text())["promoted"][0]["policy"]["accept"] == ["pass"]
+
+
+def test_digest_that_no_longer_matches_is_refused(oci_registry: str, tmp_path: Path) -> None:
+    cell = make_cell("e1e1e1e1e1e1", "moved", {"six": "1.16.0"}, smokes=("python-imports",),
+                     gpu_required=False, arch_flags=(), min_driver=None, compute_capability=None)
+    tested, store, source = _setup_promotion(oci_registry, tmp_path, cell, "tested")
+    rebuilt = push_image(oci_registry, source.repository, cell.id, "rebuilt after the smokes ran")
+    assert rebuilt != tested
+    with pytest.raises(PromotionRefused) as err:
+        plan_promotion(cell, PromotionPolicy(), store.query(), source=source,
+                       registry_prefix=f"{oci_registry}/pinmatrix", registry=Registry(oci_registry))
+    assert f"digest no longer matches: {source} now names {rebuilt}, but the smokes ran on {tested}" in str(err.value)
+    assert Registry(oci_registry).tags("pinmatrix/known-good/moved") == []
+
+
+def test_plan_then_tag_moves_before_execute_still_copies_the_tested_digest(oci_registry: str, tmp_path: Path) -> None:
+    cell = make_cell("f1f1f1f1f1f1", "race", {"six": "1.16.0"}, smokes=("python-imports",),
+                     gpu_required=False, arch_flags=(), min_driver=None, compute_capability=None)
+    tested, store, source = _setup_promotion(oci_registry, tmp_path, cell, "tested")
+    reg = Registry(oci_registry)
+    plan = plan_promotion(cell, PromotionPolicy(), store.query(), source=source,
+                          registry_prefix=f"{oci_registry}/pinmatrix", registry=reg)
+    push_image(oci_registry, source.repository, cell.id, "someone pushed over the tag")  # after the check
+    result = execute(plan, reg, store.query(), tmp_path / "kg.toml")
+    assert result.digest == tested
+    assert reg.resolve(ImageRef.parse(f"{oci_registry}/pinmatrix/known-good/race:known-good")) == tested
+
+
+# ------------------------------------------------------------------------------------------ command
+
+
+def _matrix_for(tmp_path: Path, registry: str, promotion: str = "") -> Path:
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "matrix.toml").read_text()
+    text = text.replace('registry = "127.0.0.1:5000/pinmatrix"', f'registry = "{registry}/pinmatrix"', 1)
+    if promotion:
+        text = text.replace("[stacks.demo.packages]", promotion + "\n[stacks.demo.packages]", 1)
+    path = tmp_path / "matrix.toml"
+    path.write_text(text)
+    if not (tmp_path / "patches").exists():
+        (tmp_path / "patches").symlink_to(root / "patches")
+    return path
+
+
+def test_promote_command_refusals_dry_run_and_success(oci_registry: str, tmp_path: Path, capsys,
+                                                      monkeypatch) -> None:
+    from pinmatrix.commands._common import load
+
+    monkeypatch.chdir(tmp_path)
+    matrix_path = _matrix_for(tmp_path, oci_registry)
+    _, expansion = load(matrix_path)
+    demo = [c for c in expansion.cells if c.stack == "demo"]
+    cell = demo[0]
+    store = ResultsStore(tmp_path / "r.sqlite")
+    base = ["promote", str(matrix_path), "--results", str(store.path), "--known-good", str(tmp_path / "kg.toml")]
+
+    # 1. missing results
+    rc = main(base + ["--cell", cell.id])
+    err = capsys.readouterr().err
+    assert rc == 1 and "missing result: smoke 'host-probe' has no result on any host" in err
+    assert len(err.strip().splitlines()) == 1
+
+    # 2. a failed required smoke
+    digest = push_image(oci_registry, f"pinmatrix/demo", cell.id, "demo image")
+    store.record(record(cell, "host-probe", "pass", digest, host=CPU))
+    store.record(record(cell, "python-imports", "fail", digest, host=CPU, failure_class="import-error",
+                        reason="No module named 'six'"))
+    rc = main(base + ["--cell", cell.id])
+    err = capsys.readouterr().err
+    assert rc == 1 and "required smoke 'python-imports' is fail [import-error]" in err
+
+    # 3. dry run of a passing cell changes nothing
+    store.record(record(cell, "python-imports", "pass", digest, host=CPU, run="r2"))
+    rc = main(base + ["--cell", cell.id, "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "would promote" in out and f"@{digest} (by digest)" in out
+    assert not (tmp_path / "kg.toml").exists()
+    assert Registry(oci_registry).tags("pinmatrix/known-good/demo") == []
+
+    # 4. the real thing, then idempotence
+    rc = main(base + ["--cell", cell.id])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"promoted {cell.id}" in out
+    assert read_known_good(tmp_path / "kg.toml")[0]["digest"] == digest
+    rc = main(base + ["--cell", cell.id])
+    assert rc == 0 and "already promoted" in capsys.readouterr().out
+    assert len(read_known_good(tmp_path / "kg.toml")) == 1
+
+    # 5. a whole stack: cells without results are refused, the promoted one is kept; exit 0
+    rc = main(base + ["--stack", "demo"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert captured.out.count("refused") == len(demo) - 1
+
+    # 6. bad input: unknown cell is one line, exit 2
+    rc = main(base + ["--cell", "000000000000"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "000000000000" in err[0]
