@@ -16,8 +16,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "cells",
     "lock",
+    "smoke",
+    "results",
     "report",
     "promote",
+    "pull",
 )
 
 

@@ -1,0 +1,86 @@
+"""``pinmatrix pull``: pull the newest known-good image this host can run, by digest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.promote import KNOWN_GOOD_FILE, read_known_good
+from pinmatrix.pull import judge, pick, reference_of
+from pinmatrix.results import HostFingerprint
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pull", help="pull the newest known-good image whose requirements this host meets, by digest",
+        description="Probe this host (NVIDIA driver and GPU compute capability through nvidia-smi), pick the newest "
+                    "cell in known-good.toml whose requirements it meets (driver >= the cell's minimum, GPU arch "
+                    "covered; CPU-only cells fit anywhere), pull it by digest and print the reference. Cells passed "
+                    "over are listed on stderr with the reason.",
+    )
+    p.add_argument("--stack", "-s", metavar="S", help="only cells of stack S")
+    p.add_argument("--known-good", type=Path, default=KNOWN_GOOD_FILE, metavar="PATH",
+                   help="the promotion record (default: ./known-good.toml)")
+    p.add_argument("--print", dest="print_only", action="store_true", help="print the reference without pulling")
+    p.add_argument("--engine", choices=["auto", "docker", "podman"], default="auto",
+                   help="the engine that pulls (default: auto: the first that is running, docker then podman)")
+    p.add_argument("--host-json", type=Path, metavar="FILE",
+                   help="judge for the host described in FILE (a HostFingerprint as JSON) instead of this one")
+    p.add_argument("--quiet", "-q", action="store_true", help="do not list the cells passed over")
+    p.set_defaults(func=run)
+
+
+def _engine(name: str):  # noqa: ANN202 - OCIEngine, imported lazily
+    from pinmatrix.engine import detect_engines, get_engine
+
+    if name != "auto":
+        engine = get_engine(name)
+        engine.ensure_running()
+        return engine
+    status = detect_engines()
+    for candidate, state in status.items():
+        if state == "ok":
+            return get_engine(candidate)
+    raise EngineError("no container engine is usable: " + "; ".join(f"{k}: {v}" for k, v in status.items()))
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.known_good.exists():
+        raise PinmatrixError(f"{args.known_good}: no such file (run `pinmatrix promote` first)")
+    entries = read_known_good(args.known_good)
+    if args.stack and not any(e["stack"] == args.stack for e in entries):
+        stacks = sorted({e["stack"] for e in entries})
+        raise PinmatrixError(f"{args.known_good}: no known-good cell for stack {args.stack!r} "
+                             f"(stacks with one: {', '.join(stacks) or 'none'})")
+    if args.host_json:
+        try:
+            host = HostFingerprint.from_dict(json.loads(args.host_json.read_text()))
+        except (OSError, ValueError, KeyError) as err:
+            raise PinmatrixError(f"{args.host_json}: not a host fingerprint: {err}") from None
+    else:
+        host = HostFingerprint.detect()
+    verdicts = judge(entries, host, stack=args.stack)
+    chosen = pick(verdicts)
+    if not args.quiet:
+        print(f"host: {host.label()}", file=sys.stderr)
+        for v in verdicts:
+            if v is chosen:
+                break
+            print(f"passed over {v.label}: {'; '.join(v.reasons)}", file=sys.stderr)
+    if chosen is None:
+        raise PinmatrixError(f"no known-good cell{' of stack ' + args.stack if args.stack else ''} runs on this host "
+                             f"({host.label()}): {len(verdicts)} passed over")
+    try:
+        ref = reference_of(chosen.entry)
+    except ValueError as err:
+        raise PinmatrixError(f"{args.known_good}: {err}") from None
+    if not args.print_only:
+        engine = _engine(args.engine)
+        engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
+        if not args.quiet:
+            print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.reasons)})", file=sys.stderr)
+    print(ref)
+    return 0

@@ -1,0 +1,136 @@
+"""`pinmatrix pull`: which known-good cell a host gets (driver floor, arch coverage, newest first), the
+reasons printed for the cells passed over, and a real pull by digest with podman from a local registry."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.cli import main
+from pinmatrix.hostmatch import Requirements, HostFacts, arch_covers, host_meets, parse_arch_flags
+from pinmatrix.promote import read_known_good, record_promotion
+from pinmatrix.pull import judge, pick
+from pinmatrix.results import HostFingerprint
+from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
+
+H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04", capability="9.0")
+GB10_OLD = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142", capability="12.1")
+GB10_NEW = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="595.58.03", capability="12.1")
+CPU = HostFingerprint.make(hostname="c")
+
+
+def entry(cell_id: str, when: str, *, stack: str = "gb10", gpu: bool = True, min_driver: str | None = None,
+          arch: tuple[str, ...] = (), cap: str | None = None, registry: str = "127.0.0.1:5000",
+          digest: str | None = None) -> dict:
+    digest = digest or "sha256:" + cell_id[:1] * 64
+    return {
+        "stack": stack, "cell_id": cell_id, "cell_name": f"{stack}[{cell_id}]", "digest": digest,
+        "reference": f"{registry}/pinmatrix/known-good/{stack}@{digest}", "promoted_at": when,
+        "gpu_required": gpu, "min_driver": min_driver, "compute_capability": cap, "arch_flags": list(arch),
+        "pins": {}, "policy": {}, "evidence": [],
+    }
+
+
+ENTRIES = [
+    entry("aaaaaaaaaaaa", "2026-11-01T00:00:00Z", min_driver="580.65.06", arch=("12.0f",), cap="12.0"),
+    entry("bbbbbbbbbbbb", "2026-11-10T00:00:00Z", min_driver="590.44.01", arch=("12.1a",), cap="12.1"),
+    entry("cccccccccccc", "2026-11-20T00:00:00Z", min_driver="580.65.06", arch=("9.0a",), cap="9.0"),
+    entry("dddddddddddd", "2026-11-05T00:00:00Z", stack="demo", gpu=False),
+]
+
+
+def test_arch_rules() -> None:
+    assert arch_covers(("9.0a",), None, "9.0")[0]
+    assert not arch_covers(("9.0a",), None, "10.0")[0]
+    assert arch_covers(("8.0",), None, "8.6")[0] and not arch_covers(("8.6",), None, "8.0")[0]
+    assert arch_covers(("12.0f",), None, "12.1")[0]
+    assert not arch_covers(("12.0f",), None, "10.0")[0]
+    assert arch_covers(("8.0+PTX",), None, "12.1")[0]
+    assert arch_covers(("8.0", "+PTX"), None, "9.0")[0]
+    assert not arch_covers(("9.0a", "+PTX"), None, "10.0")[0]  # arch-specific PTX does not carry forward
+    assert arch_covers((), "9.0", "9.0")[0] and arch_covers((), None, "7.5")[0]
+    assert [a.label for a in parse_arch_flags(["90a", "sm_121a", "12.0f"])] == ["9.0a", "12.1a", "12.0f"]
+    with pytest.raises(ValueError):
+        parse_arch_flags(["ampere"])
+
+
+def test_host_requirements() -> None:
+    req = Requirements(gpu_required=True, min_driver="590.44.01", compute_capability="12.1", arch_flags=("12.1a",))
+    ok, why = host_meets(req, HostFacts(driver="580.142", capability="12.1", gpu_count=1))
+    assert not ok and why == ["needs driver >= 590.44.01, the host has 580.142"]
+    ok, why = host_meets(req, HostFacts(driver=None, capability=None))
+    assert not ok and why == ["needs an NVIDIA GPU, this host has none"]
+    ok, _ = host_meets(req, HostFacts(driver="595.58.03", capability="12.1", gpu_count=1))
+    assert ok
+    mixed = HostFacts(driver="595.58.03", capability="12.0,12.1", gpu_count=2)
+    assert not host_meets(req, mixed)[0]  # the 12.1a build does not run on the 12.0 GPU
+
+
+def test_newest_cell_the_host_meets() -> None:
+    # GB10 on the old driver: the newest gb10 cell needs 590, so the older 12.0f one is chosen
+    verdicts = judge(ENTRIES, GB10_OLD, stack="gb10")
+    assert [v.entry["cell_id"][0] for v in verdicts] == ["c", "b", "a"]
+    chosen = pick(verdicts)
+    assert chosen is not None and chosen.entry["cell_id"] == "aaaaaaaaaaaa"
+    assert verdicts[0].reasons == ["built for 9.0a, which does not cover capability 12.1"]
+    assert verdicts[1].reasons == ["needs driver >= 590.44.01, the host has 580.142"]
+    assert pick(judge(ENTRIES, GB10_NEW, stack="gb10")).entry["cell_id"] == "bbbbbbbbbbbb"
+    assert pick(judge(ENTRIES, H200)).entry["cell_id"] == "cccccccccccc"
+    assert pick(judge(ENTRIES, CPU)).entry["cell_id"] == "dddddddddddd"  # only the CPU-only cell fits
+    assert pick(judge(ENTRIES, CPU, stack="gb10")) is None
+
+
+def _write(path: Path, entries: list[dict]) -> None:
+    for e in entries:
+        record_promotion(path, e)
+
+
+def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys) -> None:
+    kg = tmp_path / "known-good.toml"
+    _write(kg, ENTRIES)
+    assert len(read_known_good(kg)) == 4
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(GB10_OLD.to_dict()))
+    rc = main(["pull", "--known-good", str(kg), "--stack", "gb10", "--print", "--host-json", str(host)])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out.strip() == ENTRIES[0]["reference"]
+    assert "passed over cccccccccccc gb10[cccccccccccc] (promoted 2026-11-20T00:00:00Z): built for 9.0a" in err
+    assert "passed over bbbbbbbbbbbb" in err and "needs driver >= 590.44.01, the host has 580.142" in err
+
+    host.write_text(json.dumps(CPU.to_dict()))
+    rc = main(["pull", "--known-good", str(kg), "--stack", "gb10", "--print", "--host-json", str(host)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("pinmatrix: error: no known-good cell of stack gb10 runs on this host")
+    rc = main(["pull", "--known-good", str(kg), "--stack", "nope", "--print"])
+    assert rc == 2 and "no known-good cell for stack 'nope'" in capsys.readouterr().err
+    rc = main(["pull", "--known-good", str(tmp_path / "missing.toml"), "--print"])
+    assert rc == 2
+
+
+def test_pull_by_digest_with_podman(oci_registry: str, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: F811
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    storage = tmp_path / "storage.conf"
+    storage.write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{tmp_path}/run"\ngraphroot = "{tmp_path}/graph"\n')
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n')
+    monkeypatch.setenv("CONTAINERS_STORAGE_CONF", str(storage))
+    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
+    digest = push_image(oci_registry, "pinmatrix/known-good/demo", "known-good", "demo known good")
+    # the tag moves afterwards: pull must still get the recorded digest
+    push_image(oci_registry, "pinmatrix/known-good/demo", "known-good", "something newer")
+    kg = tmp_path / "known-good.toml"
+    _write(kg, [entry("eeeeeeeeeeee", "2026-11-29T00:00:00Z", stack="demo", gpu=False, registry=oci_registry,
+                      digest=digest)])
+    rc = main(["pull", "--known-good", str(kg), "--stack", "demo", "--engine", "podman"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.strip() == f"{oci_registry}/pinmatrix/known-good/demo@{digest}"
+    listed = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert digest in listed
