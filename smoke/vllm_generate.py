@@ -1,0 +1,61 @@
+"""vLLM smoke: an engine starts on a tiny randomly initialised Llama written to a temporary directory (no
+hub, no tokenizer download) and generates tokens, under the cell's env flags (the runner exports them)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from _smokelib import Context, Fail, main
+
+SMOKES = {
+    "vllm-generate": {
+        "func": "engine",
+        "description": "LLM() on a local 2-layer random Llama (hidden 64, vocab 512), skip_tokenizer_init, "
+        "greedy generation of 8 tokens from token ids.",
+        "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"], "min_capability": "7.0"},
+        "timeout_s": 600,
+    },
+}
+
+
+def _write_tiny_model(path: str) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+        torch_dtype="bfloat16",
+    )
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(path, safe_serialization=True)
+
+
+def engine(ctx: Context) -> None:
+    ctx.torch()
+    with tempfile.TemporaryDirectory(prefix="pinmatrix-vllm-") as model_dir:
+        _write_tiny_model(model_dir)
+        flags = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
+        for k, v in sorted(flags.items()):
+            ctx.metric(f"env.{k}", v)
+        from vllm import LLM, SamplingParams
+
+        t0 = time.monotonic()
+        llm = LLM(model=model_dir, skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16",
+                  max_model_len=128, gpu_memory_utilization=0.2, seed=0)
+        ctx.metric("engine_start_s", time.monotonic() - t0)
+        params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, detokenize=False)
+        t0 = time.monotonic()
+        outs = llm.generate([{"prompt_token_ids": [1, 17, 42, 99]}], params)
+        ctx.metric("generate_s", time.monotonic() - t0)
+        tokens = list(outs[0].outputs[0].token_ids)
+        ctx.metric("tokens", len(tokens))
+        if len(tokens) != 8 or not all(0 <= t < 512 for t in tokens):
+            raise Fail(f"vLLM generated {tokens!r}, expected 8 token ids below 512", "wrong-result")
+    ctx.summary = f"engine started in {ctx.metrics['engine_start_s']} s and generated 8 tokens"
+
+
+if __name__ == "__main__":
+    main(SMOKES, globals())

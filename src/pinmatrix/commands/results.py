@@ -1,0 +1,65 @@
+"""``pinmatrix results``: query the results store, export it as JSON, import exported JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.results import DEFAULT_PATH, STATUSES, ResultsError, ResultsStore
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "results",
+        help="query recorded smoke results (table or --json)",
+        description="Query the results store: one row per cell x host x smoke x run. Filters combine with "
+        "AND. --latest keeps the newest record of each cell x host x smoke.",
+    )
+    p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
+                   help=f"the results store (default: {DEFAULT_PATH})")
+    p.add_argument("--cell", metavar="ID", help="only this cell id")
+    p.add_argument("--stack", "-s", metavar="S", help="only this stack")
+    p.add_argument("--host", metavar="ID", help="only this host fingerprint id")
+    p.add_argument("--smoke", metavar="NAME", help="only this smoke")
+    p.add_argument("--status", choices=STATUSES, help="only this status")
+    p.add_argument("--run", metavar="RUN_ID", help="only this run")
+    p.add_argument("--latest", action="store_true", help="newest record per cell x host x smoke")
+    p.add_argument("--json", action="store_true", help="print the matching records as JSON")
+    p.add_argument("--import", dest="import_files", type=Path, nargs="+", metavar="FILE",
+                   help="import JSON files written by --json or `pinmatrix smoke --json`")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    store = ResultsStore(args.results)
+    if args.import_files:
+        total = 0
+        for path in args.import_files:
+            try:
+                rows = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as err:
+                raise PinmatrixError(f"{path}: cannot read results JSON: {err}") from None
+            try:
+                total += store.import_json(rows)
+            except ResultsError as err:
+                raise PinmatrixError(f"{path}: {err}") from None
+        print(f"imported {total} record(s) into {args.results}")
+        return 0
+    records = store.query(cell_id=args.cell, stack=args.stack, host_id=args.host, smoke=args.smoke,
+                          status=args.status, latest_only=args.latest, run_id=args.run)
+    if args.json:
+        json.dump([r.to_dict() for r in records], sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    if not records:
+        print("no results")
+        return 0
+    print(f"{'status':8} {'smoke':40} {'cell':12} {'host':12} {'class':24} {'secs':>7}  reason")
+    for r in records:
+        reason = r.reason if len(r.reason) <= 100 else r.reason[:97] + "..."
+        print(f"{r.status:8} {r.smoke:40} {r.cell_id:12} {r.host.id:12} {r.failure_class or '-':24} "
+              f"{r.duration_s:7.1f}  {reason}")
+    return 0

@@ -1,0 +1,154 @@
+"""``pinmatrix smoke``: run the smoke kernels of cells on this host and record the results."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.results import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "smoke",
+        help="run smoke kernels per cell on this host and record the results",
+        description=(
+            "Run each selected smoke in its own process (python -X faulthandler) with a timeout, so a device "
+            "fault, a segfault or a hang fails that smoke only. Logs go to --logs/<run>/<cell>/<smoke>.log, "
+            "results to the results store. Without --cell/--stack the current environment is smoked as the "
+            "synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell "
+            "and host are skipped unless --rerun."
+        ),
+    )
+    p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
+                   help="the matrix file (default: ./matrix.toml); read only with --cell/--stack")
+    p.add_argument("--cell", action="append", metavar="ID", help="a cell id or name (repeatable)")
+    p.add_argument("--stack", "-s", metavar="S", help="every cell of stack S")
+    p.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="only smokes whose name matches EXPR, pytest-style: 'xformers and not fwd'")
+    p.add_argument("--runtime", choices=("host", "docker", "podman"), default="host",
+                   help="host: the current Python environment (plus --wheels/patch overlay); docker/podman: "
+                   "a fresh container of the cell's image per smoke")
+    p.add_argument("--image", metavar="REF", help="image to run (docker/podman; default: the cell's image "
+                   "reference in the matrix registry)")
+    p.add_argument("--wheels", type=Path, metavar="DIR",
+                   help="host runtime: the cells' extra wheels, installed into a per-cell overlay on PYTHONPATH")
+    p.add_argument("--overlay", type=Path, metavar="DIR", default=Path(".pinmatrix/overlay"),
+                   help="host runtime: where per-cell overlays (wheels + installed-tree patches) are made "
+                   "(default: .pinmatrix/overlay)")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs the smokes (host runtime)")
+    p.add_argument("--rerun", action="store_true", help="run smokes already recorded for this cell and host")
+    p.add_argument("--timeout", type=float, metavar="S", help="cap every smoke's timeout at S seconds")
+    p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
+                   help=f"the results store (default: {DEFAULT_PATH})")
+    p.add_argument("--logs", type=Path, default=Path(".pinmatrix/logs"), metavar="DIR", help="log directory")
+    p.add_argument("--smoke-dir", type=Path, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write this run's records to FILE as JSON")
+    p.add_argument("--list", action="store_true", help="list the catalogue (and each cell's selection) and exit")
+    p.set_defaults(func=run)
+
+
+def _cells(args: argparse.Namespace) -> tuple[list[Any], Any]:
+    from pinmatrix.smoke.runner import HostCell
+
+    if not args.cell and not args.stack:
+        return [HostCell()], None
+    from pinmatrix.commands._common import load
+    from pinmatrix.expand import select_cells
+
+    matrix, expansion = load(args.matrix)
+    if args.stack and args.stack not in matrix.stacks:
+        raise PinmatrixError(f"{args.matrix}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
+    cells = select_cells(expansion.cells, stack=args.stack) if args.stack else list(expansion.cells)
+    if args.cell:
+        wanted = []
+        for key in args.cell:
+            hit = [c for c in cells if key in (c.id, c.name)]
+            if not hit:
+                raise PinmatrixError(f"{args.matrix}: no cell with id or name {key!r}"
+                                     + (f" in stack {args.stack!r}" if args.stack else ""))
+            wanted.extend(c for c in hit if c not in wanted)
+        cells = wanted
+    return cells, matrix
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.smoke.runner import RunOptions, new_run_id, plan_smokes, run_cells
+
+    catalogue = load_catalogue(args.smoke_dir)
+    cells, matrix = _cells(args)
+    if args.list:
+        for s in catalogue:
+            need = ", ".join(f"{k}={v}" for k, v in s.needs.items()) or "nothing"
+            print(f"{s.name:40} {s.module.name:20} timeout {s.timeout_s:>4}s  needs {need}")
+        for cell in cells:
+            names = [s.name for s in plan_smokes(cell, catalogue, args.keyword)]
+            print(f"cell {cell.id} {getattr(cell, 'name', '')}: {' '.join(names)}")
+        return 0
+    if args.runtime == "host" and args.image:
+        raise PinmatrixError("--image needs --runtime docker or podman")
+    options = RunOptions(
+        smoke_dir=args.smoke_dir, keyword=args.keyword, rerun=args.rerun, timeout_s=args.timeout,
+        python=args.python, logs_dir=args.logs, overlay_dir=args.overlay, wheels_dir=args.wheels,
+        repo_root=(args.matrix.resolve().parent if matrix is not None else Path.cwd()), runtime=args.runtime,
+    )
+    if args.wheels is not None and not args.wheels.is_dir():
+        raise PinmatrixError(f"--wheels {args.wheels}: not a directory")
+    store = ResultsStore(args.results)
+    host = HostFingerprint.detect()
+    run_id = new_run_id()
+    if args.runtime == "host":
+        runs = run_cells(cells, store, options, host=host, run_id=run_id)
+    else:
+        runs = _run_in_images(cells, matrix, store, options, args, host, run_id)
+    records = [r for run in runs for r in run.records]
+    if args.json:
+        write_json_atomic(args.json, [r.to_dict() for r in records])
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    skipped = sum(len(run.skipped_recorded) for run in runs)
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing run"
+    print(f"run {run_id}: {summary}" + (f"; {skipped} already recorded" if skipped else ""))
+    xpass = [r for r in records if r.status == "xpass"]
+    for r in xpass:
+        print(f"note: {r.smoke} on cell {r.cell_id} passed although known issue {r.known_issue} expects it "
+              "to fail: the issue may be gone", file=sys.stderr)
+    return 1 if counts.get("fail") else 0
+
+
+def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: Any, args: argparse.Namespace,
+                   host: HostFingerprint, run_id: str) -> list[Any]:
+    from dataclasses import replace
+
+    from pinmatrix.engine import get_engine
+    from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
+    from pinmatrix.smoke.container import ContainerSmokes, image_digest
+    from pinmatrix.smoke.runner import run_cell
+
+    engine = get_engine(args.runtime)
+    engine.ensure_running()
+    catalogue = load_catalogue(args.smoke_dir)
+    smoke_dir = find_smoke_dir(args.smoke_dir)
+    runs = []
+    print(f"run {run_id} on {host.label()} (host {host.id}), runtime {args.runtime}")
+    for cell in cells:
+        if args.image:
+            ref = args.image
+        elif matrix is not None:
+            from pinmatrix.imagebuild import image_ref
+
+            ref = image_ref(cell, matrix.settings.registry)
+        else:
+            raise PinmatrixError("--runtime docker/podman without --cell/--stack needs --image REF")
+        digest = image_digest(engine, ref)
+        if digest is None:
+            raise PinmatrixError(f"cell {cell.id}: image {ref} is not in the {args.runtime} store "
+                                 "(build it with `pinmatrix build`, or pull it)")
+        opts = replace(options, image_digest=digest, container=ContainerSmokes(engine, ref, smoke_dir))
+        runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id))
+    return runs

@@ -1,0 +1,145 @@
+"""Log classification: the signature table (``signatures.toml`` beside this module) applied to a smoke's
+log, and the rules that turn a process outcome (result JSON, exit status, timeout) into a status."""
+
+from __future__ import annotations
+
+import re
+import signal
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.errors import PinmatrixError
+
+SIGNATURES_PATH = Path(__file__).with_name("signatures.toml")
+
+
+@dataclass(frozen=True)
+class Signature:
+    failure_class: str
+    pattern: re.Pattern[str]
+    status: str | None = None  # "degraded": a smoke that passed is degraded when this matches
+    metric: str | None = None
+    source: str = ""
+
+
+@dataclass
+class Match:
+    signature: Signature
+    line: str
+    value: int | None = None
+
+
+@dataclass
+class Outcome:
+    status: str
+    failure_class: str | None
+    reason: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def load_signatures(path: Path = SIGNATURES_PATH) -> tuple[Signature, ...]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PinmatrixError(f"{path}: cannot read log signatures: {err}") from None
+    out = []
+    for i, row in enumerate(data.get("signature", [])):
+        try:
+            flags = 0 if row.get("case") else re.IGNORECASE
+            out.append(Signature(
+                failure_class=row["class"], pattern=re.compile(row["pattern"], flags),
+                status=row.get("status"), metric=row.get("metric"), source=row.get("source", ""),
+            ))
+        except (KeyError, re.error) as err:
+            raise PinmatrixError(f"{path}: signature #{i + 1}: {err}") from None
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def default_signatures() -> tuple[Signature, ...]:
+    return load_signatures()
+
+
+def scan(log_text: str, signatures: tuple[Signature, ...] | None = None) -> list[Match]:
+    """Every signature that matches, in table order, with the first matching line."""
+    matches = []
+    for sig in signatures if signatures is not None else default_signatures():
+        m = sig.pattern.search(log_text)
+        if not m:
+            continue
+        start = log_text.rfind("\n", 0, m.start()) + 1
+        end = log_text.find("\n", m.end())
+        line = log_text[start:end if end != -1 else len(log_text)].strip()[:300]
+        value = None
+        if sig.metric and m.groups():
+            try:
+                value = int(m.group(1))
+            except (TypeError, ValueError):
+                value = None
+        matches.append(Match(sig, line, value))
+    return matches
+
+
+def signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def classify(
+    *,
+    result: dict[str, Any] | None,
+    returncode: int | None,
+    timed_out: bool,
+    log_text: str,
+    timeout_s: float,
+    signatures: tuple[Signature, ...] | None = None,
+) -> Outcome:
+    """Decide status, class and reason for one smoke run.
+
+    - timed out: fail / timeout (whatever was printed);
+    - killed by a signal (negative return code): fail / crash, named by the signal;
+    - no result JSON: fail, classed by the first failure signature in the log, else "error";
+    - a result JSON: its status; a fail without a class takes the log's first failure signature;
+      a pass whose log shows a degrading signature (AutoTuner skipped tactics) becomes degraded.
+    """
+    matches = scan(log_text, signatures)
+    metrics: dict[str, Any] = {}
+    for m in matches:
+        if m.signature.metric and m.value is not None:
+            metrics[m.signature.metric] = m.value
+    faults = [m for m in matches if m.signature.status is None]
+    degrading = [m for m in matches if m.signature.status == "degraded"]
+    if faults:
+        metrics["log_signatures"] = ", ".join(m.signature.failure_class for m in faults)
+    seen = f" (log: {faults[0].line})" if faults else ""
+
+    if timed_out:
+        return Outcome("fail", "timeout", f"timed out after {timeout_s:g} s{seen}", metrics)
+    if returncode is not None and returncode < 0:
+        return Outcome("fail", "crash", f"killed by {signal_name(returncode)}{seen}", metrics)
+    if result is None:
+        cls = faults[0].signature.failure_class if faults else "error"
+        last = _last_line(log_text)
+        return Outcome("fail", cls, f"exited with status {returncode} without a result{seen or f': {last}'}",
+                       metrics)
+
+    status = str(result.get("status", "fail"))
+    reason = str(result.get("reason", ""))
+    cls = result.get("failure_class")
+    if status == "fail" and not cls:
+        cls = faults[0].signature.failure_class if faults else "error"
+    if status == "pass" and degrading:
+        d = degrading[0]
+        status, cls = "degraded", d.signature.failure_class
+        reason = f"{d.line}" + (f"; {reason}" if reason else "")
+    return Outcome(status, cls if status in ("fail", "degraded") else None, reason, metrics)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "no output"

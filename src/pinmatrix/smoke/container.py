@@ -1,0 +1,67 @@
+"""The docker/podman runtime: each smoke runs in a fresh container of the cell's image (``--rm``, no
+network), with the smoke catalogue mounted read-only and the smoke's work directory mounted for its
+result file. The host's GPUs are passed when it has them (the engine layer decides how)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.engine import OCIEngine, host_has_gpus
+from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.smoke.runner import ProcessResult, run_process
+
+SMOKE_MOUNT = "/opt/pinmatrix-smoke"
+OUT_MOUNT = "/pinmatrix-out"
+IMAGE_PYTHON = "/opt/venv/bin/python"
+# Variables that describe the host, not the cell: never copied into the container.
+_HOST_ONLY = {"PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME",
+              "TMPDIR", "LD_LIBRARY_PATH", "TERM", "HOSTNAME"}
+
+
+class ContainerSmokes:
+    def __init__(self, engine: OCIEngine, image: str, smoke_dir: Path, *, python: str = IMAGE_PYTHON,
+                 gpus: bool | None = None, kill_grace_s: float = 3.0) -> None:
+        self.engine = engine
+        self.image = image
+        self.smoke_dir = Path(smoke_dir).resolve()
+        self.python = python
+        self.gpus = host_has_gpus() if gpus is None else gpus
+        self.kill_grace_s = kill_grace_s
+
+    def __call__(self, cell: Any, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
+                 timeout: float) -> ProcessResult:
+        work = result_path.parent.resolve()
+        name = f"pinmatrix-smoke-{secrets.token_hex(4)}"
+        args = ["run", "--rm", "--name", name, "--network=none",
+                "-v", f"{self.smoke_dir}:{SMOKE_MOUNT}:ro", "-v", f"{work}:{OUT_MOUNT}"]
+        if self.gpus:
+            args += self.engine.gpu_args()
+        passed = {k: v for k, v in env.items() if k.startswith(("PINMATRIX_", "VLLM_", "FLASHINFER_", "TORCH_",
+                                                                 "XFORMERS_", "NCCL_", "CUDA_", "NVIDIA_",
+                                                                 "TRITON_"))
+                  and k not in _HOST_ONLY}
+        passed["PINMATRIX_SMOKE_RESULT"] = f"{OUT_MOUNT}/{result_path.name}"
+        passed.pop("PINMATRIX_OVERLAY", None)
+        passed["PYTHONUNBUFFERED"] = "1"
+        for key, value in sorted(passed.items()):
+            args += ["-e", f"{key}={value}"]
+        module = f"{SMOKE_MOUNT}/{smoke.module.name}"
+        args += [self.image, self.python, "-X", "faulthandler", "-u", module, smoke.name]
+        argv = self.engine._argv(args)
+        try:
+            return run_process(argv, dict(self.engine.env), log_path, result_path, timeout, cwd=work,
+                               kill_grace_s=self.kill_grace_s)
+        finally:
+            self.engine.call(["rm", "--force", name], check=False, timeout=60)
+
+
+def image_digest(engine: OCIEngine, ref: str) -> str | None:
+    info = engine.inspect(ref)
+    if info is None:
+        return None
+    for rd in info.repo_digests:
+        if "@sha256:" in rd:
+            return rd.split("@", 1)[1]
+    return info.id

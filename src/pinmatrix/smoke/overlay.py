@@ -1,0 +1,105 @@
+"""The host runtime's overlay: a per-cell directory put first on PYTHONPATH, holding the cell's extra
+wheels (installed with pip --target, no index, no dependencies) and its installed-tree patches.
+
+A patch for a package that the overlay's wheels do not provide is applied to a copy of that package
+taken from the smoke interpreter's environment, so the environment itself is never modified.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.errors import PatchError, PinmatrixError
+from pinmatrix.patching import apply_patch, parse_patch
+
+
+class OverlayError(PinmatrixError):
+    """An overlay could not be built (pip failed, a package to patch is missing)."""
+
+
+@dataclass
+class Overlay:
+    site: Path
+    wheels: list[str] = field(default_factory=list)
+    patches: list[str] = field(default_factory=list)  # "id: applied" / "id: already-applied" / ...
+
+
+def _patch_field(patch: Any, name: str) -> Any:
+    return patch.get(name) if isinstance(patch, dict) else getattr(patch, name, None)
+
+
+def _find_package_dir(python: str, top: str) -> Path | None:
+    code = (
+        "import importlib.util, sys\n"
+        "spec = importlib.util.find_spec(sys.argv[1])\n"
+        "locs = list(spec.submodule_search_locations or []) if spec else []\n"
+        "print(locs[0] if locs else '')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([python, "-c", code, top], capture_output=True, text=True, env=env, timeout=120)
+    path = proc.stdout.strip()
+    return Path(path) if proc.returncode == 0 and path else None
+
+
+def build_overlay(
+    cell: Any,
+    root: Path,
+    *,
+    wheels_dir: Path | None,
+    repo_root: Path,
+    python: str = sys.executable,
+    log: Any = print,
+) -> Overlay | None:
+    """Make ``root/<cell id>/site`` afresh for ``cell``; None when the cell needs no overlay."""
+    wheels = sorted(Path(wheels_dir).glob("*.whl")) if wheels_dir else []
+    to_apply = [p for p in (getattr(cell, "patches", ()) or ()) if _patch_field(p, "status") == "apply"]
+    upstream = [p for p in (getattr(cell, "patches", ()) or ()) if _patch_field(p, "status") == "already-upstream"]
+    for p in upstream:
+        log(f"  patch {_patch_field(p, 'id')}: already upstream in {_patch_field(p, 'package')} "
+            f"{_patch_field(p, 'version')} (contained in {_patch_field(p, 'contained_in')}): nothing to apply")
+    if not wheels and not to_apply:
+        return None
+    cell_root = Path(root) / cell.id
+    site = cell_root / "site"
+    tmp = cell_root / f"site.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    overlay = Overlay(site=site, wheels=[w.name for w in wheels],
+                      patches=[f"{_patch_field(p, 'id')}: already-upstream" for p in upstream])
+    if wheels:
+        cmd = [python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+               "--disable-pip-version-check", "--target", str(tmp), *map(str, wheels)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            raise OverlayError(f"cell {cell.id}: installing the overlay wheels from {wheels_dir} failed: {last}")
+        log(f"  overlay for {cell.id}: {len(wheels)} wheel(s) installed")
+    for p in to_apply:
+        pid, source, sha = _patch_field(p, "id"), _patch_field(p, "source"), _patch_field(p, "sha256")
+        if not source:
+            raise PatchError(f"cell {cell.id}: patch {pid} has no source file")
+        patch_path = (repo_root / source) if not Path(source).is_absolute() else Path(source)
+        if not patch_path.is_file():
+            raise PatchError(f"cell {cell.id}: patch {pid}: {patch_path} not found")
+        tops = {fp.target(1).split("/", 1)[0] for fp in parse_patch(patch_path.read_text(encoding="utf-8"))}
+        for top in sorted(tops):
+            if not (tmp / top).exists():
+                found = _find_package_dir(python, top)
+                if found is None:
+                    raise OverlayError(f"cell {cell.id}: patch {pid} patches {top!r}, which is neither in the "
+                                       f"overlay wheels nor importable by {python}")
+                shutil.copytree(found, tmp / top, ignore=shutil.ignore_patterns("__pycache__"))
+                log(f"  overlay for {cell.id}: copied {top} from {found} to patch it")
+        result = apply_patch(patch_path, tmp, strip=1, expected_sha256=sha)
+        overlay.patches.append(f"{pid}: {result.outcome}")
+        log(f"  patch {pid}: {result.outcome} ({', '.join(result.files)})")
+    shutil.rmtree(site, ignore_errors=True)
+    os.replace(tmp, site)
+    return overlay

@@ -1,0 +1,285 @@
+"""Run smokes, one process each, with a timeout; classify; apply known issues; record.
+
+Each smoke runs as ``python -X faulthandler -u smoke/<module>.py <name>`` in its own session (process
+group), its stdout and stderr going to one log file. An illegal memory access, a segfault or a hang
+fails that smoke only: on timeout the runner sends SIGABRT first (faulthandler prints every thread's
+Python stack into the log), then SIGKILL to the whole group.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.smoke.catalogue import Smoke, SmokeError, load_catalogue, select
+from pinmatrix.smoke.classify import Outcome, classify
+from pinmatrix.smoke.known import apply_known_issues
+from pinmatrix.smoke.overlay import Overlay, build_overlay
+
+RESULT_PREFIX = "PINMATRIX-RESULT "
+HOST_CELL_ID = "host"
+
+
+@dataclass(frozen=True)
+class HostCell:
+    """The cell used when no matrix cell is named: whatever is installed here, every smoke."""
+
+    id: str = HOST_CELL_ID
+    stack: str = "host"
+    name: str = "host (the current environment)"
+    smokes: tuple[str, ...] | None = None  # None: the whole catalogue
+    env: dict[str, str] = field(default_factory=dict)
+    known_issues: tuple[Any, ...] = ()
+    patches: tuple[Any, ...] = ()
+    requirements: tuple[str, ...] = ()
+    pins: dict[str, str] = field(default_factory=dict)
+    arch_flags: tuple[str, ...] = ()
+    compute_capability: str | None = None
+    min_driver: str | None = None
+    torch_cuda_arch_list: str | None = None
+    flashinfer_cuda_arch_list: str | None = None
+    gpu_required: bool = False
+
+
+@dataclass
+class RunOptions:
+    smoke_dir: Path | None = None
+    keyword: str | None = None
+    rerun: bool = False
+    timeout_s: float | None = None  # caps every smoke's own timeout
+    python: str = sys.executable
+    logs_dir: Path = Path(".pinmatrix/logs")
+    overlay_dir: Path | None = None  # where per-cell overlays are made (host runtime)
+    wheels_dir: Path | None = None  # the cells' extra wheels
+    repo_root: Path = Path(".")
+    runtime: str = "host"
+    image_digest: str | None = None
+    container: Any = None  # callable(cell, smoke, argv, env, log_path, timeout) for image runtimes
+    kill_grace_s: float = 3.0
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def keyword_filter(expr: str | None) -> Callable[[str], bool]:
+    if not expr:
+        return lambda _name: True
+    from pinmatrix.keyword import compile_keyword
+
+    return compile_keyword(expr)
+
+
+def cell_payload(cell: Any) -> dict[str, Any]:
+    """What a smoke may read about its cell ($PINMATRIX_CELL)."""
+    keys = ("id", "stack", "name", "pins", "requirements", "arch_flags", "compute_capability", "min_driver",
+            "torch_cuda_arch_list", "flashinfer_cuda_arch_list", "gpu_required", "env")
+    out = {}
+    for k in keys:
+        v = getattr(cell, k, None)
+        out[k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def smoke_env(cell: Any, smoke: Smoke, result_path: Path, overlay: Overlay | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (getattr(cell, "env", None) or {}).items()})
+    if getattr(cell, "flashinfer_cuda_arch_list", None) and "FLASHINFER_CUDA_ARCH_LIST" not in os.environ:
+        env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
+    if getattr(cell, "torch_cuda_arch_list", None) and "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        env["TORCH_CUDA_ARCH_LIST"] = cell.torch_cuda_arch_list
+    env["PINMATRIX_CELL"] = json.dumps(cell_payload(cell), default=str)
+    env["PINMATRIX_SMOKE_RESULT"] = str(result_path)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONSAFEPATH", None)  # the smoke imports _smokelib from its own directory
+    if overlay is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.site), os.environ.get("PYTHONPATH")]))
+        env["PINMATRIX_OVERLAY"] = str(overlay.site)
+    return env
+
+
+@dataclass
+class ProcessResult:
+    returncode: int | None
+    timed_out: bool
+    result: dict[str, Any] | None
+    seconds: float
+
+
+def run_process(argv: Sequence[str], env: dict[str, str], log_path: Path, result_path: Path, timeout_s: float,
+                cwd: Path, kill_grace_s: float = 3.0) -> ProcessResult:
+    """Start ``argv`` in its own session, logging to ``log_path``; enforce ``timeout_s``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop_group(proc, kill_grace_s)
+        finally:
+            if proc.poll() is None:
+                _stop_group(proc, kill_grace_s)
+        # The smoke's own children (spawned ranks, compilers) go with its group.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    seconds = time.monotonic() - t0
+    return ProcessResult(proc.returncode, timed_out, _read_result(result_path, log_path), seconds)
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    try:
+        os.kill(proc.pid, signal.SIGABRT)  # faulthandler writes the stacks of a hang to the log
+        proc.wait(timeout=grace)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _read_result(result_path: Path, log_path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(result_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        pass
+    try:  # the result line on stdout, when no result file could be written (a container, say)
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            try:
+                return json.loads(line[len(RESULT_PREFIX):])
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+@dataclass
+class CellRun:
+    cell: Any
+    records: list[SmokeRecord] = field(default_factory=list)
+    skipped_recorded: list[str] = field(default_factory=list)
+    overlay: Overlay | None = None
+
+
+def plan_smokes(cell: Any, catalogue: list[Smoke], keyword: str | None) -> list[Smoke]:
+    selectors = getattr(cell, "smokes", None)
+    chosen, unmatched = select(catalogue, list(selectors) if selectors is not None else None)
+    if unmatched:
+        raise SmokeError(f"cell {cell.id} ({getattr(cell, 'name', '')}): no smoke named "
+                         f"{', '.join(repr(u) for u in unmatched)} in the catalogue")
+    keep = keyword_filter(keyword)
+    return [s for s in chosen if keep(s.name)]
+
+
+def run_cells(
+    cells: Sequence[Any],
+    store: ResultsStore,
+    options: RunOptions,
+    *,
+    host: HostFingerprint | None = None,
+    run_id: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[CellRun]:
+    catalogue = load_catalogue(options.smoke_dir)
+    host = host or HostFingerprint.detect()
+    run_id = run_id or new_run_id()
+    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {options.runtime}")
+    runs = []
+    for cell in cells:
+        runs.append(run_cell(cell, catalogue, store, options, host=host, run_id=run_id, echo=echo))
+    return runs
+
+
+def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: RunOptions, *,
+             host: HostFingerprint, run_id: str, echo: Callable[[str], None] = print) -> CellRun:
+    smokes = plan_smokes(cell, catalogue, options.keyword)
+    out = CellRun(cell)
+    echo(f"cell {cell.id} {getattr(cell, 'name', '')}: {len(smokes)} smoke(s)")
+    todo = []
+    for smoke in smokes:
+        if not options.rerun and store.has_result(cell.id, host.id, smoke.name):
+            out.skipped_recorded.append(smoke.name)
+            echo(f"  {'recorded':9} {smoke.name} (already recorded for this cell and host; --rerun runs it again)")
+        else:
+            todo.append(smoke)
+    if not todo:
+        return out
+    if options.runtime == "host" and (options.wheels_dir or getattr(cell, "patches", ())):
+        overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
+        out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
+                                    repo_root=options.repo_root, python=options.python, log=echo)
+    work = options.logs_dir / run_id / _slug(cell.id)
+    work.mkdir(parents=True, exist_ok=True)
+    for smoke in todo:
+        rec = run_one(cell, smoke, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
+        store.record(rec)
+        out.records.append(rec)
+        cls = f" [{rec.failure_class}]" if rec.failure_class else ""
+        echo(f"  {rec.status.upper():9} {smoke.name} {rec.duration_s:.1f}s{cls} {rec.reason}".rstrip())
+    return out
+
+
+def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
+            overlay: Overlay | None) -> SmokeRecord:
+    timeout = float(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
+    log_path = work / f"{_slug(smoke.name)}.log"
+    result_path = work / f".{_slug(smoke.name)}.result.json"
+    argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
+    env = smoke_env(cell, smoke, result_path, overlay)
+    started = now()
+    if options.container is not None:
+        proc = options.container(cell, smoke, env, log_path, result_path, timeout)
+    else:
+        proc = run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s)
+    finished = now()
+    log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    outcome: Outcome = classify(result=proc.result, returncode=proc.returncode, timed_out=proc.timed_out,
+                                log_text=log_text, timeout_s=timeout)
+    verdict = apply_known_issues(smoke.name, outcome.status, outcome.failure_class, outcome.reason,
+                                 getattr(cell, "known_issues", ()) or ())
+    metrics = dict((proc.result or {}).get("metrics") or {})
+    metrics.update(outcome.metrics)
+    metrics = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in metrics.items()}
+    environment = dict((proc.result or {}).get("environment") or {})
+    if overlay is not None:
+        environment["overlay_wheels"] = overlay.wheels
+        environment["overlay_patches"] = overlay.patches
+    return SmokeRecord(
+        cell_id=cell.id, stack=getattr(cell, "stack", "host"), host=host, smoke=smoke.name, run_id=run_id,
+        status=verdict.status, failure_class=verdict.failure_class, reason=verdict.reason, metrics=metrics,
+        log_path=str(log_path), started_at=started, finished_at=finished, duration_s=round(proc.seconds, 3),
+        known_issue=verdict.known_issue, image_digest=options.image_digest, environment=environment,
+    )
