@@ -1,0 +1,90 @@
+"""Docker backend: a Docker daemon reached through ``DOCKER_HOST`` (or its default socket), legacy builder.
+
+Docker's legacy builder stamps creation times into every image config, so two clean builds differ in their
+image id; layers that come from the build cache are shared all the same. Use the podman backend when the
+digest itself must be reproducible."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from pathlib import Path
+
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, parse_step
+from pinmatrix.errors import EngineError
+
+_DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
+class DockerEngine(OCIEngine):
+    name = "docker"
+    binary = "docker"
+    reproducible = False
+
+    def ensure_running(self) -> None:
+        if not self.is_installed():
+            raise EngineError(f"{self.not_installed_message()}; install docker.io or choose --engine podman")
+        proc = self.call(["version", "--format", "{{.Server.Version}}"], check=False, timeout=30)
+        if proc.returncode != 0:
+            host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+            raise EngineError(
+                f"engine docker: the Docker daemon is not running at {host} ({_last_line(proc.stderr)}); "
+                "start dockerd or choose --engine podman"
+            )
+
+    def build(
+        self,
+        context: Path,
+        tag: str,
+        *,
+        containerfile: str = "Containerfile",
+        source_date_epoch: int | None = None,
+        sink: LineSink = lambda line: None,
+    ) -> BuildResult:
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = self._argv(
+                [
+                    "build",
+                    "--network=host",
+                    "--force-rm",
+                    f"--iidfile={iidfile}",
+                    "-f",
+                    str(context / containerfile),
+                    "-t",
+                    tag,
+                    str(context),
+                ]
+            )
+            steps = 0
+
+            def tee(line: str) -> None:
+                nonlocal steps
+                step = parse_step(line)
+                if step:
+                    steps = step[0]
+                sink(line)
+
+            start = time.monotonic()
+            extra = {"DOCKER_BUILDKIT": "0"}
+            if source_date_epoch is not None:
+                extra["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
+            code = self.stream(argv, tee, extra)
+            if code != 0 or not iidfile.exists():
+                raise EngineError(f"engine docker: build of {tag} failed (exit {code})")
+            return BuildResult(iidfile.read_text().strip(), time.monotonic() - start, steps)
+
+    def push(self, ref: str, *, tls_verify: bool = True) -> str:
+        # Docker treats 127.0.0.0/8 registries as insecure on its own; others must be configured in the daemon.
+        proc = self.call(["push", ref])
+        match = _DIGEST_RE.search(proc.stdout.decode("utf-8", "replace"))
+        if not match:
+            raise EngineError(f"engine docker: push of {ref} printed no digest")
+        return match.group(1)
+
+    def pull(self, ref: str, *, tls_verify: bool = True) -> None:
+        self.call(["pull", ref])
+
+    def gpu_args(self) -> list[str]:
+        return ["--gpus", "all"]

@@ -1,0 +1,100 @@
+"""Podman/buildah backend: daemonless, containers-storage configured by the usual files or by
+``CONTAINERS_STORAGE_CONF`` / ``CONTAINERS_CONF``. Builds go through ``buildah bud --layers --isolation chroot
+--timestamp EPOCH``, which clamps every timestamp (config, history and file mtimes) so the same inputs give
+the same image id; podman runs, pushes and pulls against the same store."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, parse_step
+from pinmatrix.errors import EngineError
+
+
+class PodmanEngine(OCIEngine):
+    name = "podman"
+    binary = "podman"
+    builder = "buildah"
+    reproducible = True
+
+    def ensure_running(self) -> None:
+        for tool in (self.binary, self.builder):
+            if not self.which(tool):
+                raise EngineError(
+                    f"engine podman: `{tool}` is not installed (not on PATH); install podman and buildah "
+                    "or choose --engine docker"
+                )
+        proc = self.call(["info", "--format", "json"], check=False, timeout=60)
+        if proc.returncode != 0:
+            raise EngineError(f"engine podman: `podman info` failed: {_last_line(proc.stderr)}")
+        try:
+            json.loads(proc.stdout)
+        except json.JSONDecodeError as err:
+            raise EngineError("engine podman: `podman info` printed no JSON") from err
+
+    def build(
+        self,
+        context: Path,
+        tag: str,
+        *,
+        containerfile: str = "Containerfile",
+        source_date_epoch: int | None = None,
+        sink: LineSink = lambda line: None,
+    ) -> BuildResult:
+        builder = self.which(self.builder)
+        if builder is None:
+            raise EngineError(f"engine podman: `{self.builder}` is not installed (not on PATH)")
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv = [
+                builder,
+                "bud",
+                "--layers",
+                "--isolation=chroot",
+                "--network=host",
+                f"--iidfile={iidfile}",
+                "-f",
+                str(context / containerfile),
+                "-t",
+                tag,
+            ]
+            if source_date_epoch is not None:
+                argv.append(f"--timestamp={source_date_epoch}")
+            argv.append(str(context))
+            steps = 0
+
+            def tee(line: str) -> None:
+                nonlocal steps
+                step = parse_step(line)
+                if step:
+                    steps = step[0]
+                sink(line)
+
+            start = time.monotonic()
+            extra = {} if source_date_epoch is None else {"SOURCE_DATE_EPOCH": str(source_date_epoch)}
+            code = self.stream(argv, tee, extra)
+            if code != 0 or not iidfile.exists():
+                raise EngineError(f"engine podman: build of {tag} failed (exit {code})")
+            image_id = iidfile.read_text().strip()
+            if not image_id.startswith("sha256:"):
+                image_id = f"sha256:{image_id}"
+            return BuildResult(image_id, time.monotonic() - start, steps)
+
+    def push(self, ref: str, *, tls_verify: bool = True) -> str:
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-digest-") as tmp:
+            digestfile = Path(tmp) / "digest"
+            self.call(["push", f"--tls-verify={str(tls_verify).lower()}", f"--digestfile={digestfile}", ref])
+            digest = digestfile.read_text().strip() if digestfile.exists() else ""
+        if not digest.startswith("sha256:"):
+            raise EngineError(f"engine podman: push of {ref} wrote no digest")
+        return digest
+
+    def pull(self, ref: str, *, tls_verify: bool = True) -> None:
+        self.call(["pull", f"--tls-verify={str(tls_verify).lower()}", ref])
+
+    def gpu_args(self) -> list[str]:
+        # CDI: `nvidia-ctk cdi generate` writes the spec that names nvidia.com/gpu=all.
+        return ["--device", "nvidia.com/gpu=all"]

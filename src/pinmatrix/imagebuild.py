@@ -1,0 +1,454 @@
+"""Render and build the image of one cell.
+
+The build context is rendered from ``images/Containerfile.j2`` and the layer plan (``images/layers.toml``):
+the lock is split into package layers, patches and the smoke harness are copied in, labels and env go last.
+The hash of everything that enters the build (the rendered Containerfile, every context file, the base
+reference) is the ``io.pinmatrix.inputs`` label. The image is tagged with the cell id; when an image with
+that tag and the same inputs is already in the local store or in the registry, nothing is built."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+
+from pinmatrix.base import DEFAULT_PATH, DEFAULT_SOURCE_DATE_EPOCH, ensure_base_image
+from pinmatrix.cell import Cell
+from pinmatrix.engine import OCIEngine
+from pinmatrix.engine.base import parse_step
+from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.layerplan import load_layer_specs, parse_lock, plan_layers
+from pinmatrix.patch_sources import resolve_patch
+from pinmatrix.registry import Registry, split_ref
+
+IMAGES_DIR = Path("images")
+CONTAINERFILE_TEMPLATE = "Containerfile.j2"
+LAYER_PLAN = "layers.toml"
+PATCH_HELPER = "apply_patches.py"
+DEFAULT_REPOSITORY = "localhost/pinmatrix"
+# Python of the Debian suites a mmdebstrap base can come from.
+DEBIAN_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "forky": "3.13"}
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+Status = Literal["built", "cached", "failed"]
+
+
+class BuildError(PinmatrixError):
+    """A cell cannot be built; the message names the cell and the reason."""
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    root: Path = Path(".")  # the project: images/, patches/, smoke/, locks/
+    cache_dir: Path = Path(".pinmatrix/cache")
+    logs_dir: Path = Path(".pinmatrix/logs")
+    registry: str | None = None  # "127.0.0.1:5000/pinmatrix": image refs are <registry>/<stack>:<cell id>
+    ca_certificates: tuple[Path, ...] = ()  # files, or directories of *.crt
+    push: bool = False
+    check_registry: bool = True  # a tag with the same inputs in the registry counts as built
+    smoke_dir: Path | None = None  # default: <root>/smoke
+
+    @property
+    def images_dir(self) -> Path:
+        return self.root / IMAGES_DIR
+
+
+@dataclass
+class CellBuildResult:
+    cell: Cell
+    ref: str
+    status: Status
+    log: Path
+    image_id: str | None = None
+    digest: str | None = None  # registry manifest digest, when pushed or found there
+    cached_in: str | None = None  # "local" or "registry"
+    seconds: float = 0.0
+    reason: str = ""
+    layers: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+
+@dataclass(frozen=True)
+class RenderedCell:
+    cell: Cell
+    ref: str
+    context: Path
+    inputs: str
+    labels: dict[str, str]
+    layers: tuple[str, ...]
+
+
+def image_ref(cell: Cell, registry: str | None) -> str:
+    """The image reference of a cell: the tag is the cell id (a content address)."""
+    return f"{(registry or DEFAULT_REPOSITORY).rstrip('/')}/{cell.stack}:{cell.id}"
+
+
+def _iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _docker_quote(value: object) -> str:
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", " ")
+    return f'"{text}"'
+
+
+def _environment(images_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(images_dir)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["shell"] = lambda v: shlex.quote("" if v is None else str(v))
+    env.filters["docker_quote"] = _docker_quote
+    return env
+
+
+def ca_certificate_files(paths: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(p for p in path.glob("*.crt") if p.is_file()))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise BuildError(f"matrix.ca_certificates: {path} does not exist")
+    names = [f.name for f in files]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BuildError(f"matrix.ca_certificates: two certificates are named {dupes[0]}")
+    return files
+
+
+def pip_conf(cell: Cell) -> str:
+    lines = ["[global]", f"cert = {SYSTEM_CA_BUNDLE}"]
+    default = [i for i in cell.indexes if i.default]
+    extra = [i for i in cell.indexes if not i.default and not i.explicit]
+    if default:
+        lines.append(f"index-url = {default[0].url}")
+    if extra:
+        lines.append("extra-index-url = " + " ".join(i.url for i in extra))
+    return "\n".join(lines) + "\n"
+
+
+def nvidia_require_cuda(cell: Cell) -> str | None:
+    """NVIDIA_REQUIRE_CUDA for the container toolkit: the cell's CUDA and the minimum driver it needs."""
+    cuda = cell.pins.get("cuda")
+    if not cuda:
+        return None
+    parts = [f"cuda>={cuda}"]
+    if cell.min_driver:
+        parts.append(f"driver>={cell.min_driver}")
+    return " ".join(parts)
+
+
+def cell_labels(cell: Cell, base_ref: str, lock_sha: str, layers: Sequence[str], epoch: int) -> dict[str, str]:
+    labels: dict[str, str] = {
+        "org.opencontainers.image.title": cell.name,
+        "org.opencontainers.image.description": f"pinmatrix cell {cell.id} of stack {cell.stack}",
+        "org.opencontainers.image.version": cell.id,
+        "org.opencontainers.image.ref.name": cell.id,
+        "org.opencontainers.image.created": _iso(epoch),
+        "org.opencontainers.image.base.name": base_ref,
+        "io.pinmatrix.cell.id": cell.id,
+        "io.pinmatrix.cell.stack": cell.stack,
+        "io.pinmatrix.cell.name": cell.name,
+        "io.pinmatrix.cell.python": cell.python,
+        "io.pinmatrix.cell.platform": cell.platform,
+        "io.pinmatrix.cell.gpu_required": str(cell.gpu_required).lower(),
+        "io.pinmatrix.lock.sha256": lock_sha,
+        "io.pinmatrix.layers": ",".join(layers),
+    }
+    for axis, value in sorted(cell.pins.items()):
+        labels[f"io.pinmatrix.pin.{axis}"] = str(value)
+    for patch in cell.patches:
+        if patch.status == "apply":
+            labels[f"io.pinmatrix.patch.{patch.id}"] = f"sha256:{patch.sha256} {patch.kind} {patch.package}=={patch.version}"
+        else:
+            contained = f" (contained in {patch.contained_in})" if patch.contained_in else ""
+            labels[f"io.pinmatrix.patch.{patch.id}"] = f"already-upstream{contained}"
+    if cell.arch_flags:
+        labels["io.pinmatrix.arch.flags"] = " ".join(cell.arch_flags)
+    if cell.torch_cuda_arch_list:
+        labels["io.pinmatrix.arch.torch_cuda_arch_list"] = cell.torch_cuda_arch_list
+    if cell.flashinfer_cuda_arch_list:
+        labels["io.pinmatrix.arch.flashinfer_cuda_arch_list"] = cell.flashinfer_cuda_arch_list
+    if cell.compute_capability:
+        labels["io.pinmatrix.compute_capability"] = cell.compute_capability
+    if cell.min_driver:
+        labels["io.pinmatrix.min_driver"] = cell.min_driver
+    require = nvidia_require_cuda(cell)
+    if require:
+        labels["io.pinmatrix.nvidia_require_cuda"] = require
+    return labels
+
+
+def cell_env(cell: Cell) -> dict[str, str]:
+    env = {
+        "PATH": "/opt/venv/bin:" + DEFAULT_PATH.split("=", 1)[1],
+        "VIRTUAL_ENV": "/opt/venv",
+        "PINMATRIX_CELL": cell.id,
+    }
+    require = nvidia_require_cuda(cell)
+    if require:
+        env["NVIDIA_REQUIRE_CUDA"] = require
+    if cell.gpu_required:
+        env["NVIDIA_VISIBLE_DEVICES"] = "all"
+        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+    if cell.torch_cuda_arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = cell.torch_cuda_arch_list
+    if cell.flashinfer_cuda_arch_list:
+        env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
+    env.update(cell.env)
+    return env
+
+
+def _hash_tree(directory: Path, digest: "hashlib._Hash") -> None:
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+
+
+def _write(path: Path, data: bytes, epoch: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, (epoch, epoch))
+
+
+def check_python(cell: Cell) -> None:
+    if cell.base.kind != "mmdebstrap":
+        return
+    suite = cell.base.suite or "bookworm"
+    have = DEBIAN_PYTHON.get(suite)
+    if have and have != cell.python:
+        raise BuildError(
+            f"cell {cell.id} ({cell.name}) needs Python {cell.python} but the Debian {suite} base has {have}; "
+            f"set the stack's python to {have} or use a base image with Python {cell.python}"
+        )
+
+
+def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettings, context: Path) -> RenderedCell:
+    """Write the build context of ``cell`` into ``context`` (emptied first) and return what was rendered."""
+    check_python(cell)
+    epoch = cell.base.source_date_epoch if cell.base.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH
+    if context.exists():
+        shutil.rmtree(context)
+    context.mkdir(parents=True)
+    images = settings.images_dir
+    lock = parse_lock(lock_text, source=f"locks/{cell.id}.txt")
+    if not lock.entries:
+        raise BuildError(f"cell {cell.id} ({cell.name}): its lock lists no packages")
+    layers = plan_layers(lock, load_layer_specs(images / LAYER_PLAN))
+    layer_views = [
+        {
+            "name": layer.name,
+            "entries": layer.entries,
+            "file": f"{layer.index:02d}-{layer.name}.txt",
+            "lines": [shlex.quote(line) for line in layer.requirements(lock.options)],
+        }
+        for layer in layers
+    ]
+    certs = [
+        {"name": f.name if f.name.endswith(".crt") else f"{f.name}.crt", "b64": base64.b64encode(f.read_bytes()).decode()}
+        for f in ca_certificate_files(settings.ca_certificates)
+    ]
+
+    plan_entries = []
+    by_name = lock.by_name()
+    for patch in cell.patches:
+        entry: dict[str, object] = {
+            "id": patch.id, "package": patch.package, "version": patch.version, "kind": patch.kind,
+            "status": patch.status, "note": patch.note, "strip": 1,
+        }
+        if patch.status == "apply":
+            resolved = resolve_patch(patch, settings.root, settings.cache_dir)
+            name = f"{patch.id}.patch"
+            _write(context / "patches" / name, resolved.path.read_bytes(), epoch)
+            entry.update(file=name, sha256=patch.sha256)
+            if patch.kind == "source":
+                locked = by_name.get(re.sub(r"[-_.]+", "-", patch.package).lower())
+                if locked is None:
+                    raise BuildError(f"cell {cell.id}: source patch {patch.id} targets {patch.package}, which is not in the lock")
+                entry["requirement"] = locked.text
+        plan_entries.append(entry)
+    if plan_entries:
+        _write(context / "patches" / "plan.json",
+               (json.dumps({"patches": plan_entries}, indent=1, sort_keys=True) + "\n").encode(), epoch)
+        _write(context / "patches" / PATCH_HELPER, (images / PATCH_HELPER).read_bytes(), epoch)
+
+    smoke_src = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
+    smoke = False
+    if smoke_src.is_dir():
+        for path in sorted(smoke_src.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                _write(context / "smoke" / path.relative_to(smoke_src), path.read_bytes(), epoch)
+                smoke = True
+
+    layer_names = ["base", "python", *(layer["name"] for layer in layer_views)]
+    if plan_entries:
+        layer_names.append("patches")
+    if smoke:
+        layer_names.append("smoke")
+    lock_sha = hashlib.sha256(lock_text.encode()).hexdigest()
+    labels = cell_labels(cell, base_ref, lock_sha, layer_names, epoch)
+    template = _environment(images).get_template(CONTAINERFILE_TEMPLATE)
+
+    def render(label_map: dict[str, str]) -> str:
+        return template.render(
+            cell=cell,
+            base_ref=base_ref,
+            ca_certificates=certs,
+            pip_conf_b64=base64.b64encode(pip_conf(cell).encode()).decode(),
+            layers=layer_views,
+            patches=bool(plan_entries),
+            torch_cuda_arch_list=cell.torch_cuda_arch_list or "",
+            flashinfer_cuda_arch_list=cell.flashinfer_cuda_arch_list or "",
+            smoke=smoke,
+            env=sorted(cell_env(cell).items()),
+            labels=sorted(label_map.items()),
+        )
+
+    digest = hashlib.sha256(render(labels).encode())
+    _hash_tree(context, digest)
+    inputs = digest.hexdigest()
+    labels["io.pinmatrix.inputs"] = inputs
+    _write(context / "Containerfile", render(labels).encode(), epoch)
+    return RenderedCell(cell, image_ref(cell, settings.registry), context, inputs, labels, tuple(layer_names))
+
+
+def layer_of(instruction: str) -> str:
+    """Which layer of the plan a build step belongs to (for progress displays)."""
+    m = re.search(r"/pinmatrix/layers/\d\d-([a-z0-9-]+)\.txt", instruction)
+    if m:
+        return m.group(1)
+    head = instruction.split(None, 1)[0].upper() if instruction.strip() else ""
+    if head == "FROM":
+        return "base"
+    if "ca-certificates" in instruction:
+        return "python"
+    if "patches" in instruction:
+        return "patches"
+    if "smoke" in instruction:
+        return "smoke"
+    return "config" if head in {"ENV", "LABEL"} else head.lower()
+
+
+_FAILURE_PATTERNS = (
+    re.compile(r"pinmatrix: patch .*(?:does not apply|refused).*"),
+    re.compile(r"ERROR: (?:THESE PACKAGES DO NOT MATCH THE HASHES|Could not find a version|No matching distribution).*"),
+    re.compile(r"AssertionError: image python .*"),
+)
+
+
+def failure_reason(log_lines: Sequence[str], fallback: str) -> str:
+    for pattern in _FAILURE_PATTERNS:
+        for line in reversed(log_lines):
+            m = pattern.search(line)
+            if m:
+                return m.group(0).strip()
+    return fallback
+
+
+def build_cell(
+    cell: Cell,
+    lock_text: str,
+    engine: OCIEngine,
+    settings: BuildSettings,
+    *,
+    registry: Registry | None = None,
+    on_step: Callable[[str], None] = lambda layer: None,
+) -> CellBuildResult:
+    """Build (or find) the image of ``cell``. Failures become a ``failed`` result with a one-line reason;
+    they never raise, so one cell cannot stop the others."""
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = settings.logs_dir / f"{cell.id}.log"
+    ref = image_ref(cell, settings.registry)
+    result = CellBuildResult(cell=cell, ref=ref, status="failed", log=log_path)
+    start = time.monotonic()
+    lines: list[str] = []
+    with open(log_path, "w", encoding="utf-8") as log:
+
+        def note(line: str) -> None:
+            lines.append(line)
+            log.write(line + "\n")
+            log.flush()
+
+        note(f"# pinmatrix build of cell {cell.id} ({cell.name}) with {engine.name}: {ref}")
+        try:
+            on_step("base")
+            base_ref = ensure_base_image(cell.base, engine, settings.cache_dir)
+            note(f"# base image {base_ref}")
+            rendered = render_cell(cell, lock_text, base_ref, settings, settings.cache_dir / "contexts" / cell.id)
+            result.layers = list(rendered.layers)
+            note(f"# inputs {rendered.inputs}; layers {', '.join(rendered.layers)}")
+            local = engine.inspect(ref)
+            if local is not None and local.labels.get("io.pinmatrix.inputs") == rendered.inputs:
+                result.status, result.cached_in, result.image_id = "cached", "local", local.id
+                note(f"# cached: {ref} is in the local store with the same inputs ({local.id})")
+            elif local is not None:
+                note(f"# {ref} is in the local store with other inputs: rebuilding")
+            if registry is not None and (settings.push or (result.status != "cached" and settings.check_registry)):
+                remote = _remote_inputs(registry, ref, note)
+                if remote is not None and remote[1] == rendered.inputs:
+                    result.digest = remote[0]
+                    if result.status != "cached":
+                        result.status, result.cached_in = "cached", "registry"
+                    note(f"# in the registry with the same inputs: {ref}@{remote[0]}")
+            if result.status != "cached":
+
+                def sink(line: str) -> None:
+                    note(line)
+                    step = parse_step(line)
+                    if step:
+                        on_step(layer_of(step[2]))
+
+                epoch = cell.base.source_date_epoch if cell.base.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH
+                try:
+                    built = engine.build(rendered.context, ref, source_date_epoch=epoch, sink=sink)
+                except EngineError as err:
+                    raise BuildError(failure_reason(lines, str(err))) from None
+                result.status, result.image_id = "built", built.image_id
+                note(f"# built {ref}: {built.image_id} in {built.seconds:.1f}s")
+            if settings.push and registry is not None and result.digest is None:
+                on_step("push")
+                result.digest = engine.push(ref, tls_verify=registry.tls_verify)
+                note(f"# pushed {ref}@{result.digest}")
+        except PinmatrixError as err:
+            result.status, result.reason = "failed", str(err)
+            note(f"# FAILED: {err}")
+        except OSError as err:
+            result.status, result.reason = "failed", f"{type(err).__name__}: {err}"
+            note(f"# FAILED: {result.reason}")
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _remote_inputs(registry: Registry, ref: str, note: Callable[[str], None]) -> tuple[str, str] | None:
+    """(digest, inputs label) of ``ref`` in the registry, or None when absent or unreachable."""
+    host, repository, tag = split_ref(ref)
+    if host != registry.host:
+        return None
+    try:
+        found = registry.manifest_digest(repository, tag)
+        if found is None:
+            return None
+        labels = registry.labels(repository, found)
+    except PinmatrixError as err:
+        note(f"# registry not consulted: {err}")
+        return None
+    return found, labels.get("io.pinmatrix.inputs", "")
