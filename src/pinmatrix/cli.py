@@ -16,11 +16,13 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "cells",
     "lock",
+    "build",
     "smoke",
     "results",
     "report",
     "promote",
     "pull",
+    "ci",
 )
 
 

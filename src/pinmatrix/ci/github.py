@@ -1,0 +1,66 @@
+"""GitHub Actions: a job matrix with one entry per cell, for ``strategy.matrix: ${{ fromJSON(...) }}``.
+
+Runner labels come from the cell: GPU cells need a self-hosted runner labelled with the cell's GPU
+(``gpu-sm_90``) and, when the cell pins a driver, that driver (``nvidia-driver-580.159.04``); CPU-only
+cells run on ``--cpu-runner`` (default ``ubuntu-latest``). See docs/ci.md for labelling runners.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pinmatrix.cell import Cell
+from pinmatrix.errors import PinmatrixError
+
+# GitHub Actions: "A matrix can generate a maximum of 256 jobs per workflow run."
+MAX_JOBS = 256
+_LABEL_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _label(text: str) -> str:
+    return _LABEL_SAFE.sub("-", text).strip("-")
+
+
+def arch_label(platform: str) -> str:
+    """uv's target platform -> the runner's architecture label."""
+    if platform.startswith(("aarch64", "arm64")):
+        return "arm64"
+    if platform.startswith(("x86_64", "amd64")):
+        return "x64"
+    return _label(platform.split("-", 1)[0])
+
+
+def runner_labels(cell: Cell, *, cpu_runner: Sequence[str] = ("ubuntu-latest",)) -> list[str]:
+    if not cell.gpu_required:
+        return list(cpu_runner)
+    labels = ["self-hosted", "linux", arch_label(cell.platform)]
+    gpu = cell.pins.get("gpu")
+    if gpu:
+        labels.append(f"gpu-{_label(gpu)}")
+    driver = cell.pins.get("driver")
+    if driver:
+        labels.append(f"nvidia-driver-{_label(driver)}")
+    return labels
+
+
+def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",)) -> dict[str, Any]:
+    if not cells:
+        raise PinmatrixError("ci github: no cells selected")
+    if len(cells) > MAX_JOBS:
+        raise PinmatrixError(f"ci github: {len(cells)} cells, but a GitHub Actions matrix holds at most {MAX_JOBS} "
+                             "jobs: split with --stack or -k")
+    include = []
+    for cell in cells:
+        include.append({
+            "cell": cell.id,
+            "name": cell.name,
+            "stack": cell.stack,
+            "gpu": cell.pins.get("gpu", ""),
+            "driver": cell.pins.get("driver", ""),
+            "gpu-required": cell.gpu_required,
+            "runs-on": runner_labels(cell, cpu_runner=cpu_runner),
+            "smokes": " ".join(cell.smokes),
+        })
+    return {"include": include}

@@ -1,0 +1,315 @@
+"""Kubernetes: one Job per cell x GPU node pool, scheduled with NVIDIA GPU feature discovery labels, that
+runs the cell's smokes in the cell's image (by digest) and writes raw results to a volume;
+``pinmatrix ci collect`` turns those into result records (``pinmatrix results --import`` JSON).
+
+The smoke modules and the pod runner travel in one ConfigMap (the catalogue is plain Python, ~70 KB);
+the Job's container is the cell image itself with the runner started by the image's Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pinmatrix.cell import Cell
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
+from pinmatrix.results import HostFingerprint, SmokeRecord
+
+SMOKE_MOUNT = "/opt/pinmatrix-smoke"
+RESULTS_MOUNT = "/results"
+IMAGE_PYTHON = "/opt/venv/bin/python"  # the cell image's environment (pinmatrix.smoke.container)
+RUNNER_NAME = "pinmatrix_pod_runner.py"
+CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_DRIVER = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+GFD_COMPUTE = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
+
+
+class NodePool(BaseModel):
+    """A set of identical GPU nodes, as GPU feature discovery labels them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=20)
+    gpu_product: str = Field(min_length=1)  # the nvidia.com/gpu.product label, e.g. NVIDIA-H200
+    driver: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$")  # e.g. 580.159.04
+    capability: str = Field(pattern=r"^\d+\.\d+$")  # e.g. 9.0
+    gpus: int = Field(default=1, ge=1)  # GPUs per node: a Job asks for as many as its smokes need, up to this
+    node_selector: dict[str, str] = Field(default_factory=dict)  # extra labels, e.g. a node pool label
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+
+    @field_validator("gpu_product")
+    @classmethod
+    def _product(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", v) or len(v) > 63:
+            raise ValueError(f"{v!r} is not a valid label value (GFD writes products like NVIDIA-H200)")
+        return v
+
+    def labels(self) -> dict[str, str]:
+        parts = self.driver.split(".")
+        out = {GFD_PRODUCT: self.gpu_product}
+        for key, value in zip(GFD_DRIVER, parts):
+            out[key] = value
+        major, minor = self.capability.split(".")
+        out[GFD_COMPUTE[0]], out[GFD_COMPUTE[1]] = major, minor
+        out.update(self.node_selector)
+        return out
+
+
+def load_pools(path: Path) -> list[NodePool]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise PinmatrixError(f"{path}: no such node pool file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise PinmatrixError(f"{path}: not valid TOML: {err}") from None
+    pools = data.get("pool")
+    if not isinstance(pools, list) or not pools:
+        raise PinmatrixError(f"{path}: expected one or more [[pool]] tables")
+    out = []
+    for i, raw in enumerate(pools):
+        try:
+            out.append(NodePool.model_validate(raw))
+        except ValidationError as err:
+            first = err.errors()[0]
+            key = ".".join(str(p) for p in first["loc"])
+            raise PinmatrixError(f"{path}: pool[{i}].{key}: {first['msg']}") from None
+    names = [p.name for p in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise PinmatrixError(f"{path}: pool name {dup!r} appears twice")
+    return out
+
+
+def pool_fits(cell: Cell, pool: NodePool) -> tuple[bool, str]:
+    """Whether a cell's smokes belong on a pool: the cell's driver pin (when it has one) is the pool's
+    driver, the cell's gpu pin names the pool's GPU, and the image runs there (driver floor, arch)."""
+    driver = cell.pins.get("driver")
+    if driver and version_tuple(driver) != version_tuple(pool.driver):
+        return False, f"the cell pins driver {driver}, pool {pool.name} runs {pool.driver}"
+    gpu = cell.pins.get("gpu")
+    if gpu and not host_matches_gpu(gpu, pool.capability, pool.gpu_product):
+        return False, f"the cell is for {gpu}, pool {pool.name} has capability {pool.capability}"
+    ok, reasons = host_meets(
+        Requirements(cell.gpu_required, cell.min_driver, cell.compute_capability, tuple(cell.arch_flags)),
+        HostFacts(driver=pool.driver, capability=pool.capability, gpu_count=pool.gpus))
+    return ok, "; ".join(reasons)
+
+
+def _dns(text: str, limit: int = 63) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return name[:limit].rstrip("-")
+
+
+def smoke_configmap(smoke_dir: Path, namespace: str) -> dict[str, Any]:
+    files: dict[str, str] = {}
+    for path in sorted(smoke_dir.glob("*.py")):
+        files[path.name] = path.read_text()
+    files[RUNNER_NAME] = (Path(__file__).parent / "pod_runner.py").read_text()
+    size = sum(len(v.encode()) for v in files.values())
+    if size > CONFIGMAP_LIMIT:
+        raise PinmatrixError(f"{smoke_dir}: the smoke catalogue is {size} bytes, over a ConfigMap's 1 MiB")
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:10]
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": f"pinmatrix-smoke-{digest}", "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": "pinmatrix", "app.kubernetes.io/component": "smoke"}},
+        "data": files,
+    }
+
+
+def cell_env(cell: Cell) -> dict[str, str]:
+    """What ``pinmatrix smoke`` gives a smoke about its cell (pinmatrix.smoke.runner.smoke_env)."""
+    from pinmatrix.smoke.runner import cell_payload
+
+    env = {str(k): str(v) for k, v in (cell.env or {}).items()}
+    if cell.flashinfer_cuda_arch_list:
+        env.setdefault("FLASHINFER_CUDA_ARCH_LIST", cell.flashinfer_cuda_arch_list)
+    if cell.torch_cuda_arch_list:
+        env.setdefault("TORCH_CUDA_ARCH_LIST", cell.torch_cuda_arch_list)
+    env["PINMATRIX_CELL"] = json.dumps(cell_payload(cell), default=str)
+    return env
+
+
+@dataclass
+class Emitted:
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one line per cell x pool not emitted, with the reason
+
+    @property
+    def jobs(self) -> list[dict[str, Any]]:
+        return [d for d in self.documents if d["kind"] == "Job"]
+
+
+def smoke_specs(cell: Cell, smoke_dir: Path) -> tuple[list[str], int]:
+    """The pod runner's smoke specs (module:name:timeout) and the most GPUs any of them needs."""
+    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.smoke.runner import plan_smokes
+
+    smokes = plan_smokes(cell, load_catalogue(smoke_dir), None)
+    gpus = max([int(s.needs.get("gpus", 1)) for s in smokes if s.gpu] or [0])
+    return [f"{s.module.name}:{s.name}:{s.timeout_s}" for s in smokes], gpus
+
+
+def k8s_manifests(cells: Sequence[Cell], pools: Sequence[NodePool], images: dict[str, str], *, smoke_dir: Path,
+                  namespace: str = "default", results_claim: str = "pinmatrix-results", run_id: str = "run",
+                  deadline_s: int = 6 * 3600) -> Emitted:
+    """``images`` maps cell id -> image reference by digest (name@sha256:...); cells without one are skipped."""
+    out = Emitted()
+    cm = smoke_configmap(smoke_dir, namespace)
+    for cell in cells:
+        image = images.get(cell.id)
+        if not image or "@sha256:" not in image:
+            out.skipped.append(f"{cell.id} {cell.name}: no image by digest in the registry (build and push it first)")
+            continue
+        targets: list[NodePool | None]
+        if not cell.gpu_required:
+            targets = [None]
+        else:
+            targets = []
+            for pool in pools:
+                ok, why = pool_fits(cell, pool)
+                if ok:
+                    targets.append(pool)
+                else:
+                    out.skipped.append(f"{cell.id} {cell.name} x pool {pool.name}: {why}")
+            if not targets:
+                out.skipped.append(f"{cell.id} {cell.name}: no node pool fits")
+        specs, gpus_needed = smoke_specs(cell, smoke_dir)
+        for pool in targets:
+            gpus = min(pool.gpus, max(1, gpus_needed)) if pool else 0
+            out.documents.append(_job(cell, pool, gpus, image, specs, cm["metadata"]["name"], namespace,
+                                      results_claim, run_id, deadline_s))
+    if out.jobs:
+        out.documents.insert(0, cm)
+    return out
+
+
+def _job(cell: Cell, pool: NodePool | None, gpus: int, image: str, specs: list[str], configmap: str, namespace: str,
+         claim: str, run_id: str, deadline_s: int) -> dict[str, Any]:
+    pool_name = pool.name if pool else "cpu"
+    out_dir = f"{RESULTS_MOUNT}/{run_id}/{cell.id}-{pool_name}"
+    digest = image.split("@", 1)[1]
+    labels = {"app.kubernetes.io/name": "pinmatrix", "app.kubernetes.io/component": "smoke",
+              "pinmatrix.io/cell": cell.id, "pinmatrix.io/stack": _dns(cell.stack), "pinmatrix.io/pool": pool_name,
+              "pinmatrix.io/run": _dns(run_id)}
+    env = [{"name": k, "value": v} for k, v in sorted(cell_env(cell).items())]
+    env.append({"name": "PINMATRIX_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    container: dict[str, Any] = {
+        "name": "smoke",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [IMAGE_PYTHON, f"{SMOKE_MOUNT}/{RUNNER_NAME}", "--out", out_dir, "--smoke-dir", SMOKE_MOUNT,
+                    "--cell-id", cell.id, "--image", image, "--digest", digest, *specs],
+        "env": env,
+        "volumeMounts": [{"name": "smoke", "mountPath": SMOKE_MOUNT, "readOnly": True},
+                         {"name": "results", "mountPath": RESULTS_MOUNT}],
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "64Gi"}},
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [{"name": "smoke", "configMap": {"name": configmap}},
+                    {"name": "results", "persistentVolumeClaim": {"claimName": claim}}],
+    }
+    if pool is not None:
+        container["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
+        pod["nodeSelector"] = pool.labels()
+        pod["tolerations"] = [dict(t) for t in pool.tolerations]
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": _dns(f"pinmatrix-{cell.id}-{pool_name}-{run_id}"), "namespace": namespace,
+                     "labels": labels,
+                     "annotations": {"pinmatrix.io/cell-name": cell.name, "pinmatrix.io/results": out_dir}},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": deadline_s,
+            "ttlSecondsAfterFinished": 7 * 24 * 3600,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def validate(documents: Iterable[dict[str, Any]], kube_version: str = "1.37.0") -> list[str]:
+    """Validate against the Kubernetes JSON schemas shipped by the ``kubernetes-validate`` package
+    (strict: unknown fields are errors). Returns one line per problem."""
+    try:
+        import kubernetes_validate
+    except ImportError:
+        raise PinmatrixError("validating manifests needs the kubernetes-validate package (pip install "
+                             "'pinmatrix[k8s]')") from None
+    problems = []
+    for doc in documents:
+        name = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+        try:
+            kubernetes_validate.validate(doc, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            path = ".".join(str(p) for p in err.path)
+            problems.append(f"{name}: {path}: {err.message}")
+        except kubernetes_validate.SchemaNotFoundError as err:
+            problems.append(f"{name}: no schema: {err}")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------- collect
+
+
+def _host_from(probe: dict[str, Any]) -> HostFingerprint:
+    gpus = probe.get("gpus") or []
+    if not gpus:
+        return HostFingerprint.make(hostname=probe.get("hostname") or "unknown")
+    names = sorted({g["name"] for g in gpus})
+    caps = sorted({g["capability"] for g in gpus if g.get("capability")})
+    return HostFingerprint.make(hostname=probe.get("hostname") or "unknown", gpu_name=" + ".join(names),
+                                gpu_count=len(gpus), driver=gpus[0].get("driver"), capability=",".join(caps) or None,
+                                cuda_driver_api=probe.get("cuda_driver_api"))
+
+
+def collect(run_dir: Path, cells: dict[str, Cell], *, run_id: str | None = None) -> list[SmokeRecord]:
+    """Records from one pod's output directory (its run.json, logs and result files), classified and with
+    known issues applied exactly as ``pinmatrix smoke`` does."""
+    from pinmatrix.smoke.classify import classify
+    from pinmatrix.smoke.known import apply_known_issues
+    from pinmatrix.smoke.runner import _read_result
+
+    try:
+        run = json.loads((run_dir / "run.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise PinmatrixError(f"{run_dir}: no readable run.json: {err}") from None
+    if run.get("schema") != "pinmatrix-pod-run/1":
+        raise PinmatrixError(f"{run_dir / 'run.json'}: not written by the pinmatrix pod runner")
+    cell = cells.get(run["cell_id"])
+    if cell is None:
+        raise PinmatrixError(f"{run_dir / 'run.json'}: cell {run['cell_id']} is not in the matrix")
+    host = _host_from(run.get("host") or {})
+    rid = run_id or f"k8s-{run_dir.name}-{run['started_at'][:19].replace(':', '').replace('-', '')}"
+    records = []
+    for entry in run.get("smokes", []):
+        log_path = run_dir / entry["log"]
+        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        result = _read_result(run_dir / entry["result"], log_path)
+        outcome = classify(result=result, returncode=entry.get("returncode"), timed_out=bool(entry.get("timed_out")),
+                           log_text=log_text, timeout_s=float(entry.get("timeout_s") or 0))
+        verdict = apply_known_issues(entry["smoke"], outcome.status, outcome.failure_class, outcome.reason,
+                                     cell.known_issues)
+        metrics = dict((result or {}).get("metrics") or {})
+        metrics.update(outcome.metrics)
+        metrics = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in metrics.items()}
+        records.append(SmokeRecord(
+            cell_id=cell.id, stack=cell.stack, host=host, smoke=entry["smoke"], run_id=rid, status=verdict.status,
+            failure_class=verdict.failure_class, reason=verdict.reason, metrics=metrics, log_path=str(log_path),
+            started_at=entry["started_at"], finished_at=entry.get("finished_at") or entry["started_at"],
+            duration_s=float(entry.get("seconds") or 0.0), known_issue=verdict.known_issue,
+            image_digest=run.get("image_digest"), environment=dict((result or {}).get("environment") or {}),
+        ))
+    return records
