@@ -1,0 +1,189 @@
+"""Private, throw-away container services for tests and benchmarks: a dockerd with its own data root and
+socket, a podman/buildah configuration with its own storage, and Debian's docker-registry on 127.0.0.1.
+Each is started in a directory of its own and stopped by PID; nothing under /etc or /var is touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pinmatrix.errors import EngineError
+
+PODMAN_ULIMITS = '["nofile=20000:20000", "nproc=32768:32768"]'
+
+
+def _wait_for(check, timeout: float, what: str, log: Path | None = None) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    tail = ""
+    if log is not None and log.exists():
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        tail = f": {lines[-1]}" if lines else ""
+    raise EngineError(f"{what} did not come up within {timeout:.0f}s{tail}")
+
+
+def _stop(pid: int, timeout: float = 30) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            finished = pid if not Path(f"/proc/{pid}").exists() else 0
+        if finished == pid:
+            return
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+@dataclass
+class Service:
+    """A started service: its PID, the environment that reaches it, and its private directory."""
+
+    name: str
+    pid: int
+    directory: Path
+    env: dict[str, str] = field(default_factory=dict)
+    address: str = ""
+
+    def stop(self, *, remove: bool = True) -> None:
+        if self.pid:
+            _stop(self.pid)
+            self.pid = 0
+        if remove:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_dockerd(directory: Path, timeout: float = 60) -> Service:
+    """dockerd with vfs storage, no iptables and no bridge, listening on a socket in ``directory``."""
+    exe = shutil.which("dockerd")
+    if exe is None:
+        raise EngineError("dockerd is not installed (apt-get install docker.io)")
+    directory.mkdir(parents=True, exist_ok=True)
+    sock = directory / "docker.sock"
+    log = directory / "dockerd.log"
+    argv = [
+        exe, "--storage-driver=vfs", "--iptables=false", "--ip6tables=false", "--bridge=none",
+        f"--data-root={directory / 'data'}", f"--exec-root={directory / 'exec'}",
+        f"--pidfile={directory / 'docker.pid'}", f"--host=unix://{sock}",
+    ]
+    with open(log, "wb") as handle:
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    env = {"DOCKER_HOST": f"unix://{sock}"}
+    docker = shutil.which("docker")
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise EngineError(f"dockerd exited with {proc.returncode}; see {log}")
+        if docker is None or not sock.exists():
+            return False
+        return subprocess.run([docker, "version"], env={**os.environ, **env}, capture_output=True).returncode == 0
+
+    try:
+        _wait_for(ready, timeout, "dockerd", log)
+    except EngineError:
+        _stop(proc.pid)
+        raise
+    return Service("dockerd", proc.pid, directory, env, str(sock))
+
+
+def podman_config(directory: Path) -> Service:
+    """storage.conf (vfs) and containers.conf (runc, cgroupfs, ulimits) in ``directory``; podman and buildah
+    read them through CONTAINERS_STORAGE_CONF and CONTAINERS_CONF. Nothing runs, so there is no PID."""
+    for tool in ("podman", "buildah"):
+        if shutil.which(tool) is None:
+            raise EngineError(f"{tool} is not installed (apt-get install podman buildah)")
+    directory.mkdir(parents=True, exist_ok=True)
+    storage = directory / "storage.conf"
+    storage.write_text(
+        "[storage]\n"
+        'driver = "vfs"\n'
+        f'graphroot = "{directory / "graph"}"\n'
+        f'runroot = "{directory / "run"}"\n'
+    )
+    (directory / "tmp").mkdir(exist_ok=True)
+    containers = directory / "containers.conf"
+    runtime = "runc" if shutil.which("runc") else "crun"
+    containers.write_text(
+        "[containers]\n"
+        f"default_ulimits = {PODMAN_ULIMITS}\n"
+        "[engine]\n"
+        f'runtime = "{runtime}"\n'
+        'cgroup_manager = "cgroupfs"\n'
+        'events_logger = "file"\n'
+        f'tmp_dir = "{directory / "tmp"}"\n'
+    )
+    env = {"CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(containers)}
+    return Service("podman", 0, directory, env)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_registry(directory: Path, port: int | None = 5000, timeout: float = 30) -> Service:
+    """Debian's docker-registry on 127.0.0.1 (port 5000, or a free one when 5000 is taken), storing blobs in
+    ``directory``."""
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        raise EngineError("docker-registry is not installed (apt-get install docker-registry)")
+    directory.mkdir(parents=True, exist_ok=True)
+    if port is None or not _port_free(port):
+        port = _free_port()
+    config = directory / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        "log:\n  level: warn\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {directory / 'data'}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    log = directory / "registry.log"
+    with open(log, "wb") as handle:
+        proc = subprocess.Popen([exe, "serve", str(config)], stdout=handle, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise EngineError(f"docker-registry exited with {proc.returncode}; see {log}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        _wait_for(ready, timeout, "docker-registry", log)
+    except EngineError:
+        _stop(proc.pid)
+        raise
+    return Service("docker-registry", proc.pid, directory, {}, f"127.0.0.1:{port}")
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
