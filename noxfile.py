@@ -35,6 +35,17 @@ def lock(session: nox.Session) -> None:
     session.run("pinmatrix", "lock", *session.posargs)
 
 
+@nox.session(python=PYTHON, name="build-matrix")
+def build_matrix(session: nox.Session) -> None:
+    """Build one image per cell: `-- --stack S -k EXPR --engine docker|podman --jobs N [--push]`.
+
+    Progress shows cells done / cached / failed and each running cell's layer; per-cell logs go to
+    .pinmatrix/logs/build/<cell-id>.log; a summary table closes the run. Cells already built (same tag and
+    inputs, locally or in the registry) are skipped, so rerunning after an interruption resumes."""
+    _install(session)
+    session.run("pinmatrix", "build", *session.posargs)
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest arguments after `--`)."""
