@@ -1,0 +1,158 @@
+"""The results store: round trips, filters, latest-only, two concurrent writers, and SIGKILL mid-write."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.cli import main
+from pinmatrix.results import HostFingerprint, ResultsError, ResultsStore, SmokeRecord
+
+HOST = HostFingerprint.make(hostname="h200-a", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
+                            capability="9.0", cuda_driver_api="13.0")
+CPU = HostFingerprint.make(hostname="ci")
+
+
+def rec(smoke: str = "torch-gemm", *, cell: str = "aaaaaaaaaaaa", run: str = "r1", status: str = "pass",
+        host: HostFingerprint = HOST, **kw) -> SmokeRecord:
+    base = dict(cell_id=cell, stack="h200", host=host, smoke=smoke, run_id=run, status=status, failure_class=None,
+                reason="", metrics={"tflops": 700.5, "n": 3, "note": "x"}, log_path="/tmp/x.log",
+                started_at="2026-11-29T20:00:00+00:00", finished_at="2026-11-29T20:00:01+00:00", duration_s=1.25,
+                known_issue=None, image_digest=None)
+    base.update(kw)
+    return SmokeRecord(**base)
+
+
+def test_host_fingerprint_id_is_content_hash() -> None:
+    again = HostFingerprint.make(hostname="other-name", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
+                                 capability="9.0")
+    assert HOST.id == again.id and len(HOST.id) == 12
+    assert HostFingerprint.make(gpu_name="NVIDIA H200", gpu_count=2, driver="580.159.04", capability="9.0").id != HOST.id
+    assert CPU.is_cpu_only and CPU.gpu_count == 0 and "cpu-only" in CPU.label()
+
+
+def test_round_trip_filters_and_latest(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.record(rec("torch-gemm", run="r1", status="fail", failure_class="wrong-result", reason="bad"))
+    store.record(rec("torch-gemm", run="r2", status="pass"))
+    store.record(rec("triton-jit", run="r1", status="skip", reason="no GPU", host=CPU))
+    store.record(rec("torch-gemm", cell="bbbbbbbbbbbb", run="r1", status="xfail", known_issue="k1"))
+    assert len(store.query()) == 4
+    got = store.query(cell_id="aaaaaaaaaaaa", smoke="torch-gemm")
+    assert [r.status for r in got] == ["fail", "pass"]
+    assert got[0] == rec("torch-gemm", run="r1", status="fail", failure_class="wrong-result", reason="bad")
+    latest = store.query(latest_only=True)
+    assert sorted((r.cell_id, r.smoke, r.status) for r in latest) == [
+        ("aaaaaaaaaaaa", "torch-gemm", "pass"), ("aaaaaaaaaaaa", "triton-jit", "skip"),
+        ("bbbbbbbbbbbb", "torch-gemm", "xfail")]
+    assert store.query(latest_only=True, status="fail") == []
+    assert [r.smoke for r in store.query(host_id=CPU.id)] == ["triton-jit"]
+    assert store.has_result("aaaaaaaaaaaa", HOST.id, "torch-gemm")
+    assert not store.has_result("aaaaaaaaaaaa", CPU.id, "torch-gemm")
+    # The same cell x host x smoke x run replaces, it does not duplicate.
+    store.record(rec("torch-gemm", run="r2", status="degraded", failure_class="slow-path"))
+    assert [r.status for r in store.query(cell_id="aaaaaaaaaaaa", smoke="torch-gemm")] == ["fail", "degraded"]
+
+
+def test_export_import_round_trip(tmp_path: Path) -> None:
+    a = ResultsStore(tmp_path / "a.sqlite")
+    a.record(rec(environment={"driver": "580.159.04", "versions": {"torch": "2.11.0"}}, image_digest="sha256:" + "0" * 64))
+    a.record(rec("flashinfer-nvfp4-gemm", status="skip", reason="NVFP4 unsupported on sm_90"))
+    rows = json.loads(json.dumps(a.export_json()))
+    b = ResultsStore(tmp_path / "b.sqlite")
+    assert b.import_json(rows) == 2
+    assert b.query() == a.query()
+    with pytest.raises(ResultsError):
+        b.import_json([{"cell_id": "x"}])
+    with pytest.raises(ResultsError):
+        rec(status="passed")
+
+
+def test_results_cli_json_and_bad_import(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.sqlite"
+    ResultsStore(db).record(rec())
+    assert main(["results", "--results", str(db), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["smoke"] == "torch-gemm" and rows[0]["host"]["gpu_name"] == "NVIDIA H200"
+    assert main(["results", "--results", str(db)]) == 0
+    assert "torch-gemm" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"cell_id": "x"}]')
+    assert main(["results", "--results", str(db), "--import", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pinmatrix: error:") and "bad.json" in err[0]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([rec(run="r9").to_dict()]))
+    assert main(["results", "--results", str(db), "--import", str(good)]) == 0
+    assert len(ResultsStore(db).query()) == 2
+
+
+def _writer(path: str, tag: str, n: int) -> None:
+    store = ResultsStore(Path(path))
+    for i in range(n):
+        store.record(rec(f"smoke-{i}", run=tag))
+
+
+def test_two_concurrent_writers(tmp_path: Path) -> None:
+    db = tmp_path / "r.sqlite"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(db), tag, 150)) for tag in ("w1", "w2")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    store = ResultsStore(db)
+    assert len(store.query(run_id="w1")) == 150 and len(store.query(run_id="w2")) == 150
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+KILLED_WRITER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_results_store import rec
+from pinmatrix.results import ResultsStore
+store = ResultsStore(Path({db!r}))
+i = 0
+while True:
+    store.record(rec(f"smoke-{{i}}", run="killed", reason="x" * 2000))
+    print(i, flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_mid_run_keeps_every_committed_record(tmp_path: Path) -> None:
+    db = tmp_path / "r.sqlite"
+    code = KILLED_WRITER.format(tests=str(Path(__file__).parent), db=str(db))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    acked = -1
+    deadline = time.monotonic() + 60
+    while acked < 200 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line:
+            acked = int(line)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert acked >= 200
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = ResultsStore(db)
+    smokes = {r.smoke for r in store.query(run_id="killed")}
+    # Everything the writer was told is committed is there; at most the one in flight is extra.
+    assert {f"smoke-{i}" for i in range(acked + 1)} <= smokes
+    assert len(smokes) <= acked + 2
+    store.record(dataclasses.replace(rec(), run_id="after"))
+    assert store.has_result("aaaaaaaaaaaa", HOST.id, "torch-gemm")
