@@ -40,7 +40,7 @@ sha256 = "{sha}"
 id = "k"
 when = {{ xformers = ">=0.0.28,<=0.0.35", driver = "590.48.01" }}
 without_patches = ["p"]
-smokes = ["x"]
+smokes = ["host-probe"]
 note = "n"
 [stacks.big]
 zip = [["torch", "triton"]]

@@ -4,6 +4,7 @@ PrunedCell carrying the rule's words; nothing is dropped silently."""
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -356,6 +357,7 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
         elif spec.sha256 is not None and (actual := sha256_file(file)) != spec.sha256:
             problems.append(matrix.where(("patches", pid, "sha256"),
                                          f"sha256 mismatch for {spec.source}: the file has {actual}"))
+    problems.extend(_check_smoke_names(matrix))
     for i, issue in enumerate(matrix.known_issues):
         for axis in issue.when:
             if axis not in KNOWN_AXES and not any(axis in s.packages for s in matrix.stacks.values()):
@@ -363,6 +365,27 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
         for pid in issue.without_patches:
             if pid not in matrix.patches:
                 problems.append(matrix.where(("known_issues", i, "without_patches"), f"unknown patch id {pid!r}"))
+    return problems
+
+
+def _check_smoke_names(matrix: Matrix) -> list[str]:
+    """Every smoke a stack selects, and every smoke a known issue names, must exist in the catalogue."""
+    from pinmatrix.smoke.catalogue import SmokeError, load_catalogue, matches
+
+    local = matrix.root / "smoke"
+    try:
+        names = [s.name for s in load_catalogue(local if local.is_dir() else None)]
+    except SmokeError:
+        return []  # no catalogue next to the matrix or the package: nothing to check against
+    problems = []
+    selectors = [(("stacks", sname, "smokes"), stack.smokes) for sname, stack in matrix.stacks.items()]
+    selectors += [(("known_issues", i, "smokes"), issue.smokes) for i, issue in enumerate(matrix.known_issues)]
+    for path, wanted in selectors:
+        for sel in wanted:
+            if not any(matches(sel, n) for n in names):
+                close = difflib.get_close_matches(sel, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(matrix.where(path, f"unknown smoke {sel!r}{hint}"))
     return problems
 
 
