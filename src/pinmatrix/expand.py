@@ -380,6 +380,12 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
     problems = []
     selectors = [(("stacks", sname, "smokes"), stack.smokes) for sname, stack in matrix.stacks.items()]
     selectors += [(("known_issues", i, "smokes"), issue.smokes) for i, issue in enumerate(matrix.known_issues)]
+    promotions = [(("matrix", "promotion"), matrix.settings.promotion)]
+    promotions += [(("stacks", sname, "promotion"), stack.promotion) for sname, stack in matrix.stacks.items()]
+    for path, table in promotions:
+        wanted = (table or {}).get("required_smokes")
+        if isinstance(wanted, list):
+            selectors.append(((*path, "required_smokes"), [w for w in wanted if isinstance(w, str) and w != "*"]))
     for path, wanted in selectors:
         for sel in wanted:
             if not any(matches(sel, n) for n in names):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pinmatrix.commands._common import add_matrix_argument, load
+from pinmatrix.errors import MatrixError, PinmatrixError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +22,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
+    from pinmatrix.promote import policy_for  # the promotion policy's schema lives with promotion
+
+    problems = []
+    for stack in matrix.stacks:
+        try:
+            policy_for(matrix, stack)
+        except PinmatrixError as err:
+            problems.append(str(err))
+    if problems:
+        raise MatrixError(list(dict.fromkeys(problems)))
     print(f"{args.matrix}: ok: {len(matrix.stacks)} stacks, {len(expansion.cells)} cells, "
           f"{len(expansion.pruned)} pruned combinations")
     return 0
