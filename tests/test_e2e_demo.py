@@ -1,0 +1,128 @@
+"""End to end on the demo stack, in one test, through the CLI:
+build (podman/buildah, mmdebstrap base) -> push -> smoke in the image -> report -> promote by digest
+(with attestation) -> drop the local image -> pull by digest from the local registry -> run the pulled image.
+
+Real components only: Debian's docker-registry on a free loopback port, podman with its own vfs storage
+under the test's temporary directory, the package index for the demo's two wheels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.attest import fetch_statements
+from pinmatrix.cli import main
+from pinmatrix.commands._common import load
+from pinmatrix.distribution import ImageRef, Registry
+from pinmatrix.promote import read_known_good
+from pinmatrix.results import ResultsStore
+from test_promote import oci_registry  # noqa: F401 - the fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDED = ("podman", "buildah", "mmdebstrap", "docker-registry", "runc")
+
+pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.registry, pytest.mark.network]
+
+
+@pytest.fixture()
+def podman_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    missing = [t for t in NEEDED if shutil.which(t) is None]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI lacks {', '.join(missing)}", pytrace=False)
+        pytest.skip(f"not installed: {', '.join(missing)}")
+    store = tmp_path / "containers"
+    (store / "graph").mkdir(parents=True)
+    storage = store / "storage.conf"
+    storage.write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{store}/run"\ngraphroot = "{store}/graph"\n')
+    conf = store / "containers.conf"
+    conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
+                    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n')
+    env = {"CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(conf)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    yield env
+    subprocess.run(["podman", "system", "reset", "--force"], capture_output=True, timeout=300, check=False)
+
+
+def podman(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_build_smoke_report_promote_pull(oci_registry: str, podman_env, tmp_path: Path,  # noqa: F811
+                                         monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    matrix = str(ROOT / "matrix.toml")
+    prefix = f"{oci_registry}/pinmatrix"
+    _, expansion = load(ROOT / "matrix.toml")
+    cell = next(c for c in expansion.cells if c.stack == "demo")
+    results = tmp_path / "results.sqlite"
+    known_good = tmp_path / "known-good.toml"
+
+    # build and push
+    rc = main(["build", matrix, "--stack", "demo", "-k", cell.id, "--engine", "podman", "--push",
+               "--registry", prefix, "--cache-dir", str(tmp_path / "cache"), "--logs-dir", str(tmp_path / "logs")])
+    out = capsys.readouterr()
+    assert rc == 0, out.out[-2000:] + out.err[-2000:]
+    registry = Registry(oci_registry)
+    tag = ImageRef.parse(f"{prefix}/demo:{cell.id}")
+    digest = registry.resolve(tag)
+    assert digest is not None
+
+    # smoke exactly the pushed image: pulled by digest, as a GPU runner would (podman's local manifest digest of
+    # the image it built differs from the pushed, recompressed one; the registry's is what gets promoted)
+    pulled = podman("pull", "--tls-verify=false", str(tag.with_digest(digest)))
+    assert pulled.returncode == 0, pulled.stderr
+    rc = main(["smoke", matrix, "--cell", cell.id, "--runtime", "podman", "--image", str(tag.with_digest(digest)),
+               "--results", str(results), "--logs", str(tmp_path / "smoke-logs"), "--smoke-dir", str(ROOT / "smoke")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    records = ResultsStore(results).query(cell_id=cell.id)
+    assert {r.smoke: r.status for r in records} == {"host-probe": "pass", "python-imports": "pass"}, out
+    assert {r.image_digest for r in records} == {digest}
+
+    # report
+    rc = main(["report", matrix, "--results", str(results), "--out", str(tmp_path / "report"), "--stack", "demo"])
+    assert rc == 0
+    junit = ET.parse(tmp_path / "report" / "junit.xml").getroot()
+    cases = {(c.get("classname"), c.get("name")): c for c in junit.iter("testcase")}
+    assert (f"demo.{cell.id}", "python-imports") in cases
+    assert cases[(f"demo.{cell.id}", "python-imports")].find("failure") is None
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    row = next(c for c in data["stacks"][0]["cells"] if c["id"] == cell.id)
+    assert row["status"] == "pass" and row["image_digests"] == [digest]
+    assert "🟢 pass" in (tmp_path / "report" / "summary.md").read_text()
+
+    # promote by digest
+    rc = main(["promote", matrix, "--cell", cell.id, "--results", str(results), "--registry", prefix,
+               "--known-good", str(known_good)])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    entry = read_known_good(known_good)[0]
+    promoted = ImageRef.parse(f"{prefix}/known-good/demo")
+    assert entry["digest"] == digest and entry["reference"] == f"{promoted.name}@{digest}"
+    assert registry.resolve(promoted.with_tag("known-good")) == digest
+    statement = fetch_statements(registry, promoted.with_digest(digest))[0]
+    assert statement["predicate"]["result"] == "PASSED"
+    assert sorted(t.split(" [")[0] for t in statement["predicate"]["passedTests"]) == ["host-probe", "python-imports"]
+
+    # nothing local: the pull must fetch from the registry, by digest
+    for ref in (str(tag), str(tag.with_digest(digest))):
+        podman("rmi", "--force", ref)
+    assert digest not in podman("images", "--digests", "--format", "{{.Digest}}").stdout
+    rc = main(["pull", "--known-good", str(known_good), "--stack", "demo", "--engine", "podman"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    reference = out.out.strip()
+    assert reference == f"{promoted.name}@{digest}"
+    ran = podman("run", "--rm", "--network=none", reference, "/opt/venv/bin/python", "-c",
+                 "import six, idna; print(six.__version__, idna.__version__)")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == [cell.pins["six"], cell.pins["idna"]]
