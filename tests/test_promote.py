@@ -7,15 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import tarfile
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,49 +30,10 @@ GB10 = HostFingerprint.make(hostname="spark", gpu_name="NVIDIA GB10", gpu_count=
 # ------------------------------------------------------------------------------------------ registry
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A docker-registry (distribution 2.8) on 127.0.0.1:<free port>; yields "127.0.0.1:<port>"."""
-    exe = shutil.which("docker-registry")
-    if exe is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("docker-registry is required in CI", pytrace=False)
-        pytest.skip("docker-registry is not installed")
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(
-        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: " + str(root / "data")
-        + "\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:" + str(port) + "\n"
-    )
-    log = open(root / "registry.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("docker-registry did not start: " + (root / "registry.log").read_text()[-500:])
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+@pytest.fixture()
+def oci_registry(docker_registry) -> str:  # noqa: ANN001 - conftest's Service
+    """The session's docker-registry (conftest: Debian's docker-registry, distribution 2.8), as host:port."""
+    return str(docker_registry.address)
 
 
 def push_image(host: str, repository: str, tag: str, content: str) -> str:
@@ -195,6 +148,21 @@ def test_every_gpu_of_the_stack_that_the_arch_covers() -> None:
     assert check_policy(multi, PromotionPolicy(), recs, stack_gpus=["sm_120", "sm_121", "sm_90"]).ok
 
 
+def test_group_selectors_expand_to_the_catalogue_smokes() -> None:
+    cell = make_cell("g1g1g1g1g1g1", "xf", {"gpu": "sm_90"}, smokes=("host-probe", "tiled-boundary"))
+    catalogue = ["host-probe", "tiled-boundary-output", "tiled-boundary-a", "tiled-boundary-b", "other"]
+    policy = PromotionPolicy(required_smokes=["tiled-boundary"])
+    recs = [record(cell, "tiled-boundary-output", "pass", DIGEST), record(cell, "tiled-boundary-a", "pass", DIGEST)]
+    check = check_policy(cell, policy, recs, catalogue=catalogue)
+    assert check.problems == ["missing result: smoke 'tiled-boundary-b' has no result on a sm_90 host"]
+    recs.append(record(cell, "tiled-boundary-b", "fail", DIGEST, failure_class="illegal-memory-access"))
+    check = check_policy(cell, policy, recs, catalogue=catalogue)
+    assert check.problems == ["required smoke 'tiled-boundary-b' is fail [illegal-memory-access] on "
+                              f"{H200.label()} (run r1)"]
+    assert check_policy(cell, PromotionPolicy(required_smokes=["other"]), recs, catalogue=catalogue).problems == \
+        ["required smoke 'other' is not selected for stack 'xf'"]
+
+
 def test_results_without_digest_or_from_two_images_refused() -> None:
     recs = [record(CPU_CELL, s, "pass", None, host=CPU) for s in CPU_CELL.smokes]
     check = check_policy(CPU_CELL, PromotionPolicy(), recs)
@@ -210,14 +178,16 @@ def test_policy_from_matrix_toml(tmp_path: Path, capsys) -> None:
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "matrix.toml").read_text()
-    text = text.replace("[matrix.base]", '[matrix.promotion]\nmin_clean_runs = 2\n\n[matrix.base]', 1)
+    assert "[matrix.promotion]\nrequired_smokes = [\"*\"]\nhosts = \"every-gpu\"\nmin_clean_runs = 1\n" in text
+    text = text.replace("min_clean_runs = 1", "min_clean_runs = 2", 1)
     text = text.replace('[stacks.demo.packages]', '[stacks.demo.promotion]\nrequired_smokes = ["python-imports"]\n'
                         '\n[stacks.demo.packages]', 1)
     (tmp_path / "matrix.toml").write_text(text)
     matrix = load_matrix(tmp_path / "matrix.toml")
     demo = policy_for(matrix, "demo")
     assert demo.required_smokes == ["python-imports"] and demo.min_clean_runs == 2
-    assert policy_for(matrix, "h200").required_smokes == ["*"]
+    assert policy_for(matrix, "gb10-nvfp4").required_smokes == ["*"]
+    assert "xformers-tiled-matmul-boundary" in policy_for(matrix, "h200").required_smokes
     (tmp_path / "matrix.toml").write_text(text.replace("min_clean_runs = 2", "min_clean_runs = 0"))
     with pytest.raises(Exception) as err:
         policy_for(load_matrix(tmp_path / "matrix.toml"), "demo")
@@ -323,10 +293,11 @@ def test_plan_then_tag_moves_before_execute_still_copies_the_tested_digest(oci_r
 # ------------------------------------------------------------------------------------------ command
 
 
-def _matrix_for(tmp_path: Path, registry: str, promotion: str = "") -> Path:
+def _matrix_for(tmp_path: Path, prefix: str, promotion: str = "") -> Path:
+    """A copy of the shipped matrix whose registry is ``prefix`` (host:port/path)."""
     root = Path(__file__).resolve().parents[1]
     text = (root / "matrix.toml").read_text()
-    text = text.replace('registry = "127.0.0.1:5000/pinmatrix"', f'registry = "{registry}/pinmatrix"', 1)
+    text = text.replace('registry = "127.0.0.1:5000/pinmatrix"', f'registry = "{prefix}"', 1)
     if promotion:
         text = text.replace("[stacks.demo.packages]", promotion + "\n[stacks.demo.packages]", 1)
     path = tmp_path / "matrix.toml"
@@ -341,7 +312,7 @@ def test_promote_command_refusals_dry_run_and_success(oci_registry: str, tmp_pat
     from pinmatrix.commands._common import load
 
     monkeypatch.chdir(tmp_path)
-    matrix_path = _matrix_for(tmp_path, oci_registry)
+    matrix_path = _matrix_for(tmp_path, f"{oci_registry}/cmdtest")
     _, expansion = load(matrix_path)
     demo = [c for c in expansion.cells if c.stack == "demo"]
     cell = demo[0]
@@ -355,7 +326,7 @@ def test_promote_command_refusals_dry_run_and_success(oci_registry: str, tmp_pat
     assert len(err.strip().splitlines()) == 1
 
     # 2. a failed required smoke
-    digest = push_image(oci_registry, f"pinmatrix/demo", cell.id, "demo image")
+    digest = push_image(oci_registry, "cmdtest/demo", cell.id, "demo image")
     store.record(record(cell, "host-probe", "pass", digest, host=CPU))
     store.record(record(cell, "python-imports", "fail", digest, host=CPU, failure_class="import-error",
                         reason="No module named 'six'"))
@@ -369,7 +340,7 @@ def test_promote_command_refusals_dry_run_and_success(oci_registry: str, tmp_pat
     out = capsys.readouterr().out
     assert rc == 0 and "would promote" in out and f"@{digest} (by digest)" in out
     assert not (tmp_path / "kg.toml").exists()
-    assert Registry(oci_registry).tags("pinmatrix/known-good/demo") == []
+    assert Registry(oci_registry).tags("cmdtest/known-good/demo") == []
 
     # 4. the real thing, then idempotence
     rc = main(base + ["--cell", cell.id])

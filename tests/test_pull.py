@@ -4,7 +4,6 @@ reasons printed for the cells passed over, and a real pull by digest with podman
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -112,25 +111,21 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys) -> None
     assert rc == 2
 
 
-def test_pull_by_digest_with_podman(oci_registry: str, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: F811
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed")
-    storage = tmp_path / "storage.conf"
-    storage.write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{tmp_path}/run"\ngraphroot = "{tmp_path}/graph"\n')
-    conf = tmp_path / "containers.conf"
-    conf.write_text('[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n')
-    monkeypatch.setenv("CONTAINERS_STORAGE_CONF", str(storage))
-    monkeypatch.setenv("CONTAINERS_CONF", str(conf))
-    digest = push_image(oci_registry, "pinmatrix/known-good/demo", "known-good", "demo known good")
+def test_pull_by_digest_with_podman(oci_registry: str, podman_env, tmp_path: Path, capsys,  # noqa: F811
+                                   monkeypatch) -> None:
+    for key, value in podman_env.env.items():  # conftest's private podman storage
+        monkeypatch.setenv(key, value)
+    digest = push_image(oci_registry, "pulltest/known-good/demo", "known-good", "demo known good")
     # the tag moves afterwards: pull must still get the recorded digest
-    push_image(oci_registry, "pinmatrix/known-good/demo", "known-good", "something newer")
+    push_image(oci_registry, "pulltest/known-good/demo", "known-good", "something newer")
     kg = tmp_path / "known-good.toml"
-    _write(kg, [entry("eeeeeeeeeeee", "2026-11-29T00:00:00Z", stack="demo", gpu=False, registry=oci_registry,
-                      digest=digest)])
+    e = entry("eeeeeeeeeeee", "2026-11-29T00:00:00Z", stack="demo", gpu=False, digest=digest)
+    e["reference"] = f"{oci_registry}/pulltest/known-good/demo@{digest}"
+    _write(kg, [e])
     rc = main(["pull", "--known-good", str(kg), "--stack", "demo", "--engine", "podman"])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert out.strip() == f"{oci_registry}/pinmatrix/known-good/demo@{digest}"
+    assert out.strip() == e["reference"]
     listed = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"], capture_output=True,
                             text=True, check=True).stdout.split()
     assert digest in listed

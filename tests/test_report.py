@@ -100,6 +100,18 @@ def test_cells_without_results_and_results_without_cells(sample) -> None:
     assert {c.id: c.status for c in partial.cells}["bbbbbbbbbbb2"] == "missing"
 
 
+def test_group_selectors_show_the_smokes_that_ran(sample) -> None:
+    cell = make_cell("hhhhhhhhhhh8", "xf", {"xformers": "0.0.35"}, smokes=("host-probe", "tiled-boundary"))
+    recs = [rec(cell, "tiled-boundary-a", "pass"), rec(cell, "tiled-boundary-b", "fail")]
+    row = build_report(recs, [cell]).cells[0]
+    assert row.smokes == ["host-probe", "tiled-boundary-a", "tiled-boundary-b"]
+    assert row.status == "fail"
+    catalogue = ["host-probe", "tiled-boundary-output", "tiled-boundary-a", "tiled-boundary-b"]
+    row = build_report(recs, [cell], catalogue=catalogue).cells[0]
+    assert row.smoke_status == {"host-probe": "missing", "tiled-boundary-output": "missing",
+                                "tiled-boundary-a": "pass", "tiled-boundary-b": "fail"}
+
+
 def test_markdown_summary(sample) -> None:
     cells, records = sample
     md = render(build_report(records, cells), "md")

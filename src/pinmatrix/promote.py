@@ -143,25 +143,42 @@ def required_gpus(cell: Cell, policy: PromotionPolicy, stack_gpus: Sequence[str]
     return gpus or ["*"]
 
 
+def required_smoke_names(cell: Cell, policy: PromotionPolicy,
+                         catalogue: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """(smoke names that must be clean, required selectors that select none of the cell's smokes).
+    Selectors may name groups ('xformers-tiled-matmul-boundary' = its '-output', '-a', '-b' smokes); with
+    the catalogue's names they are expanded to the smokes that run."""
+    from pinmatrix.smoke.catalogue import matches
+
+    cell_sel = list(cell.smokes)
+    req_sel = cell_sel + [s for s in policy.required_smokes if s != "*" and s not in cell_sel] \
+        if "*" in policy.required_smokes else list(policy.required_smokes)
+    if catalogue is None:
+        unknown = [p for p in req_sel if not any(matches(c, p) or matches(p, c) for c in cell_sel)]
+        return [p for p in req_sel if p not in unknown], unknown
+    selected = [n for n in catalogue if any(matches(p, n) for p in cell_sel)]
+    names = [n for n in selected if any(matches(p, n) for p in req_sel)]
+    unknown = [p for p in req_sel if not any(matches(p, n) for n in selected)]
+    return names, unknown
+
+
 def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord],
-                 stack_gpus: Sequence[str] = ()) -> Check:
+                 stack_gpus: Sequence[str] = (), catalogue: Sequence[str] | None = None) -> Check:
     """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences."""
+    from pinmatrix.smoke.catalogue import matches
+
     records = [r for r in records if r.cell_id == cell.id]
     check = Check(cell_id=cell.id)
-    smokes = list(cell.smokes) if "*" in policy.required_smokes else list(policy.required_smokes)
-    smokes += [s for s in policy.required_smokes if s != "*" and s not in smokes]
-    unknown = [s for s in smokes if s not in cell.smokes]
+    smokes, unknown = required_smoke_names(cell, policy, catalogue)
     for s in unknown:
         check.problems.append(f"required smoke {s!r} is not selected for stack {cell.stack!r}")
     gpus = required_gpus(cell, policy, stack_gpus)
     accept = set(policy.accept)
     for smoke in smokes:
-        if smoke in unknown:
-            continue
         for gpu in gpus:
             where = "any host" if gpu == "*" else f"a {gpu} host"
-            matching = [r for r in records if r.smoke == smoke and
-                        (gpu == "*" or host_matches_gpu(gpu, r.host.capability, r.host.gpu_name))]
+            matching = [r for r in records if (r.smoke == smoke if catalogue is not None else matches(smoke, r.smoke))
+                        and (gpu == "*" or host_matches_gpu(gpu, r.host.capability, r.host.gpu_name))]
             if not matching:
                 check.problems.append(f"missing result: smoke {smoke!r} has no result on {where}")
                 continue
@@ -227,9 +244,10 @@ def promoted_repository(registry_prefix: str, stack: str, policy: PromotionPolic
 
 
 def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord], *, source: ImageRef,
-                   registry_prefix: str, registry: Registry, stack_gpus: Sequence[str] = ()) -> Plan:
+                   registry_prefix: str, registry: Registry, stack_gpus: Sequence[str] = (),
+                   catalogue: Sequence[str] | None = None) -> Plan:
     """Check the policy and the registry; raise PromotionRefused with every reason, or return the plan."""
-    check = check_policy(cell, policy, records, stack_gpus)
+    check = check_policy(cell, policy, records, stack_gpus, catalogue)
     if not check.ok:
         raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: " + "; ".join(check.problems))
     assert check.digest is not None

@@ -39,6 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _catalogue(root: Path) -> list[str]:
+    """The smoke catalogue's names: required smokes may name groups that expand to several smokes."""
+    from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
+
+    explicit = root / "smoke"
+    return [s.name for s in load_catalogue(find_smoke_dir(explicit if explicit.is_dir() else None))]
+
+
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     if not (args.cell or args.stack or args.keyword):
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     store = ResultsStore(args.results) if args.results.exists() else None
     already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
     single = len(cells) == 1
+    catalogue = _catalogue(matrix.root)
 
     promoted = refused = 0
     for cell in cells:
@@ -71,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         source = ImageRef.parse(f"{prefix}/{cell.stack}:{cell.id}")
         try:
             plan = plan_promotion(cell, policy, records, source=source, registry_prefix=prefix, registry=registry,
-                                  stack_gpus=stack_gpus)
+                                  stack_gpus=stack_gpus, catalogue=catalogue)
         except PromotionRefused as err:
             if single:
                 raise

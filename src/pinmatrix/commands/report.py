@@ -60,6 +60,18 @@ def _read_json_rows(path: Path) -> list[SmokeRecord]:
         raise PinmatrixError(f"{path}: {err}") from None
 
 
+def _catalogue(matrix_path: Path | None) -> list[str] | None:
+    """The smoke catalogue's names (to expand group selectors), or None when there is no catalogue here."""
+    from pinmatrix.smoke.catalogue import SmokeError, find_smoke_dir, load_catalogue
+
+    explicit = matrix_path.resolve().parent / "smoke" if matrix_path is not None else None
+    try:
+        directory = find_smoke_dir(explicit if explicit is not None and explicit.is_dir() else None)
+        return [s.name for s in load_catalogue(directory)]
+    except SmokeError:
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     cells: list[Cell] = []
     title = args.title
@@ -89,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         records += _read_json_rows(path)
 
     report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
-                          log_roots=[Path.cwd(), args.results.parent])
+                          log_roots=[Path.cwd(), args.results.parent], catalogue=_catalogue(matrix_path))
     formats = args.formats or list(FORMATS)
     paths = write_reports(report, args.out, formats)
     for fmt in formats:

@@ -196,6 +196,21 @@ class Report:
         return dict(counts)
 
 
+def concrete_smokes(selectors: Sequence[str], result_names: Iterable[str],
+                    catalogue: Sequence[str] | None = None) -> list[str]:
+    """The smoke names a cell stands for. Matrix selectors may name groups ('xformers-tiled-matmul-boundary'
+    selects '...-output', '-a', '-b'); with the catalogue's names they are expanded, without it a selector
+    is kept only until a result of a smoke it selects shows up. Names with results are always included."""
+    from pinmatrix.smoke.catalogue import matches
+
+    results = list(dict.fromkeys(result_names))
+    if catalogue is not None:
+        names = [n for n in catalogue if any(matches(p, n) for p in selectors)]
+    else:
+        names = [p for p in selectors if not any(matches(p, r) for r in results) or p in results]
+    return names + [r for r in results if r not in names]
+
+
 def _axis_order(axes: Iterable[str]) -> list[str]:
     known = [a for a in KNOWN_AXES if a in axes]
     return known + sorted(a for a in axes if a not in KNOWN_AXES)
@@ -234,6 +249,7 @@ def build_report(
     title: str = "pinmatrix report",
     log_roots: Sequence[Path] = (),
     now: datetime | None = None,
+    catalogue: Sequence[str] | None = None,
 ) -> Report:
     """Join the latest result per (cell, host, smoke) with the matrix's cells.
 
@@ -252,7 +268,7 @@ def build_report(
         if stack is not None and cell.stack != stack:
             continue
         recs = by_cell.get(cell.id, [])
-        smokes = list(cell.smokes) + sorted({r.smoke for r in recs} - set(cell.smokes))
+        smokes = concrete_smokes(cell.smokes, sorted(r.smoke for r in recs), catalogue)
         rows[cell.id] = CellRow(
             id=cell.id, stack=cell.stack, name=cell.name, pins={k: str(v) for k, v in cell.pins.items()},
             in_matrix=True, smokes=smokes,
