@@ -12,6 +12,8 @@ OUT=${OUT:-results/h200/out}
 BUDGET_S=${BUDGET_S:-540}
 START=$(date +%s)
 mkdir -p "$OUT"
+# A fresh store and fresh logs unless RESUME=1 (then smokes already recorded are skipped, as on any rerun).
+[[ ${RESUME:-0} == 1 ]] || rm -rf .pinmatrix
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pmsite .whl/pm/*.whl || exit 1
 export PYTHONPATH=/tmp/pmsite:$PWD/src
 export TRITON_PRINT_AUTOTUNING=1
