@@ -12,6 +12,7 @@ from pathlib import Path
 # name -> module under benchmarks/. Register new benchmarks here.
 BENCHMARKS: dict[str, str] = {
     "expansion": "benchmarks.expansion",
+    "build": "benchmarks.build",
 }
 
 

@@ -103,3 +103,45 @@ def test_xformers_patch_in_image_broken_patch_fails_only_its_cell(request, build
     assert refused.status == "failed"
     assert "refused" in refused.reason and "0" * 64 in refused.reason
     assert "STEP" not in refused.log.read_text()  # refused before anything was built
+
+
+SIX_LOCK = """\
+# test-only lock: six 1.16.0, its wheel and its sdist
+six==1.16.0 \\
+    --hash=sha256:1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926 \\
+    --hash=sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254
+    # via -r requirements.in
+"""
+SIX_SOURCE_PATCH = """\
+--- a/six.py
++++ b/six.py
+@@ -30,6 +30,7 @@
+ 
+ __author__ = "Benjamin Peterson <benjamin@python.org>"
+ __version__ = "1.16.0"
++PINMATRIX_SOURCE_PATCHED = True
+ 
+ 
+ # Useful for very coarse version differentiation.
+"""
+
+
+def test_source_patch_is_built_into_a_wheel_from_the_locked_sdist(request, build_cache, tmp_path) -> None:  # noqa: ANN001
+    engine = engine_for("podman", request)
+    root = project_copy(tmp_path)
+    (root / "patches" / "six-marker.patch").write_text(SIX_SOURCE_PATCH)
+    patch = CellPatch(id="six-marker", package="six", version="1.16.0", kind="source", status="apply",
+                      upstream="test", sha256=sha(root / "patches" / "six-marker.patch"), source="patches/six-marker.patch")
+    cell = make_cell("source-patch-test", ("six==1.16.0",), pins={"six": "1.16.0-marker"}, patches=(patch,),
+                     arch_flags=("9.0a",))
+    (root / "locks").mkdir()
+    (root / "locks" / f"{cell.id}.txt").write_text(SIX_LOCK)
+    settings = BuildSettings(root=root, cache_dir=build_cache, logs_dir=tmp_path / "logs", registry=None,
+                             ca_certificates=host_ca_certificates())
+    (result,) = build_all([cell], engine, settings, None, jobs=1, console=Console(stderr=True))
+    assert result.status == "built", result.reason
+    log = result.log.read_text()
+    assert "pinmatrix: patch six-marker applied to six 1.16.0" in log
+    assert "pinmatrix: patch six-marker: built six-1.16.0-py2.py3-none-any.whl from the patched sdist (TORCH_CUDA_ARCH_LIST=9.0a)" in log
+    proc = engine.run(result.ref, ["python", "-c", "import six; print(six.PINMATRIX_SOURCE_PATCHED, six.__file__)"])
+    assert proc.stdout.decode().split()[0] == "True"

@@ -1,0 +1,92 @@
+"""The engine interface: detection and one-line errors without a daemon, then for real with each backend:
+the base image (mmdebstrap, loaded as a fixed one-layer image) gets the same id on both engines, runs a
+command, and is inspected, tagged and removed."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import TEST_BASE
+from pinmatrix.base import ensure_base_image, host_debian_mirror, rootfs_inputs
+from pinmatrix.engine import OCIEngine, detect_engines, get_engine
+from pinmatrix.engine.base import parse_step
+from pinmatrix.errors import EngineError
+
+
+def test_unknown_engine_is_one_line() -> None:
+    with pytest.raises(EngineError, match="unknown engine 'rkt': choose one of docker, podman"):
+        get_engine("rkt")
+
+
+def test_missing_binaries_are_named(tmp_path) -> None:  # noqa: ANN001
+    for name, tool in (("docker", "docker"), ("podman", "podman")):
+        engine = get_engine(name, {"PATH": str(tmp_path)})
+        with pytest.raises(EngineError, match=f"`{tool}` is not installed"):
+            engine.ensure_running()
+    status = detect_engines({"PATH": str(tmp_path)})
+    assert set(status) == {"docker", "podman"} and "not installed" in status["docker"]
+
+
+def test_docker_daemon_not_running_is_said_clearly(tmp_path) -> None:  # noqa: ANN001
+    engine = get_engine("docker", {"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"})
+    if not engine.is_installed():
+        pytest.skip("docker client not installed")
+    with pytest.raises(EngineError, match=r"the Docker daemon is not running at unix://.*nothing.sock"):
+        engine.ensure_running()
+
+
+def test_build_steps_are_parsed_for_both_engines() -> None:
+    assert parse_step("Step 3/9 : RUN echo hi") == (3, 9, "RUN echo hi")
+    assert parse_step("STEP 2/6: COPY smoke/ /pinmatrix/smoke/") == (2, 6, "COPY smoke/ /pinmatrix/smoke/")
+    assert parse_step("Successfully built 1234") is None
+
+
+def test_mirror_comes_from_the_hosts_apt_sources(tmp_path) -> None:  # noqa: ANN001
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://mirror.invalid/debian-security\nSuites: bookworm-security\nComponents: main\n"
+    )
+    assert host_debian_mirror(d, tmp_path / "none") == "http://mirror.invalid/debian"
+    legacy = tmp_path / "sources.list"
+    legacy.write_text("# comment\ndeb [arch=amd64] http://other.invalid/debian bookworm main\n")
+    assert host_debian_mirror(tmp_path / "empty", legacy) == "http://other.invalid/debian"
+    with pytest.raises(Exception, match="no Debian mirror"):
+        host_debian_mirror(tmp_path / "empty", tmp_path / "none")
+
+
+def test_base_key_ignores_the_host_mirror_but_not_the_packages() -> None:
+    a = rootfs_inputs(TEST_BASE)
+    assert a.key() == rootfs_inputs(TEST_BASE).key()
+    from dataclasses import replace
+
+    assert rootfs_inputs(replace(TEST_BASE, packages=("git",))).key() != a.key()
+    assert rootfs_inputs(replace(TEST_BASE, source_date_epoch=1)).key() != a.key()
+
+
+@pytest.mark.slow
+def test_base_image_runs_and_is_identical_on_both_engines(request, build_cache) -> None:  # noqa: ANN001
+    from conftest import engine_for
+
+    ids = {}
+    for name in ("docker", "podman"):
+        engine: OCIEngine = engine_for(name, request)
+        ref = ensure_base_image(TEST_BASE, engine, build_cache)
+        info = engine.inspect(ref)
+        assert info is not None and info.labels["io.pinmatrix.base.suite"] == "bookworm"
+        ids[name] = info.id
+        proc = engine.run(ref, ["python3", "-c", "import sys; print(sys.version_info[:2])"])
+        assert proc.stdout.decode().strip() == "(3, 11)"
+        assert engine.run(ref, ["patch", "--version"]).returncode == 0
+        failed = engine.run(ref, ["sh", "-c", "exit 3"], check=False)
+        assert failed.returncode == 3
+        with pytest.raises(EngineError, match=f"engine {name}: .* failed \\(exit"):
+            engine.run(ref, ["sh", "-c", "echo boom >&2; exit 4"])
+        engine.tag(ref, "localhost/pinmatrix-test/alias:1")
+        assert engine.exists("localhost/pinmatrix-test/alias:1")
+        engine.remove("localhost/pinmatrix-test/alias:1")
+        assert not engine.exists("localhost/pinmatrix-test/alias:1")
+        assert engine.exists(ref)
+    # the base is loaded from the same archive with a fixed config: one id on every engine
+    assert ids["docker"] == ids["podman"]
