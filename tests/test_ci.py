@@ -241,3 +241,47 @@ def test_job_command_runs_and_collect_records(expansion, pools, tmp_path: Path, 
     assert rc == 0 and "collected 2 result(s) from 1 pod(s)" in capsys.readouterr().out
     assert len(ResultsStore(store).query(cell_id=cell.id)) == 2
     assert len(json.loads((tmp_path / "rows.json").read_text())) == 2
+
+
+# ------------------------------------------------------------------------------------------ workflow example
+
+
+def test_workflow_example_uses_real_commands_and_matrix_keys(expansion) -> None:
+    """docs/workflows/pinmatrix.yml: every pinmatrix command in it parses with this CLI, and every
+    ${{ matrix.X }} it reads is a key of `pinmatrix ci github`'s entries."""
+    import re
+    import shlex
+
+    from pinmatrix.cli import build_parser
+
+    path = ROOT / "docs" / "workflows" / "pinmatrix.yml"
+    doc = yaml.safe_load(path.read_text())
+    triggers = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as true
+    assert set(triggers) >= {"push", "pull_request"}
+    jobs = doc["jobs"]
+    assert list(jobs) == ["cells", "build", "smoke", "report", "promote"]
+    assert jobs["smoke"]["runs-on"] == "${{ matrix.runs-on }}"
+    assert jobs["promote"]["if"] == "github.ref == 'refs/heads/main'"
+    for name in ("build", "smoke"):
+        assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.cells.outputs.matrix) }}"
+
+    entry = github_matrix(cells_of(expansion, "demo"), registry="127.0.0.1:5000/pinmatrix")["include"][0]
+    text = path.read_text()
+    for key in re.findall(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", text):
+        assert key in entry, f"the workflow reads matrix.{key}, which `pinmatrix ci github` does not emit"
+
+    parser = build_parser()
+    commands = []
+    for job in jobs.values():
+        for step in job.get("steps", []):
+            for line in str(step.get("run", "")).splitlines():
+                for cmd in re.findall(r"(?:^|\$\()\s*(pinmatrix\s[^)\n]*)", line.strip()):
+                    commands.append(cmd)
+    assert {c.split()[1] for c in commands} >= {"validate", "ci", "build", "smoke", "results", "report", "promote"}
+    for cmd in commands:
+        cmd = re.sub(r"\$\{\{[^}]*\}\}", "x", cmd).replace("$STACK", "demo")
+        argv = [a for a in shlex.split(cmd.split(">>")[0])][1:]
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"{path.name}: `{cmd}` does not parse with this pinmatrix")

@@ -2,15 +2,13 @@
 build (podman/buildah, mmdebstrap base) -> push -> smoke in the image -> report -> promote by digest
 (with attestation) -> drop the local image -> pull by digest from the local registry -> run the pulled image.
 
-Real components only: Debian's docker-registry on a free loopback port, podman with its own vfs storage
-under the test's temporary directory, the package index for the demo's two wheels.
+Real components only: the session's docker-registry and private podman storage (tests/conftest.py), the
+shared base root filesystem cache, the package index for the demo's two wheels.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -23,6 +21,7 @@ from pinmatrix.commands._common import load
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.promote import read_known_good
 from pinmatrix.results import ResultsStore
+from conftest import require_binaries
 from test_promote import oci_registry  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,35 +31,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.registry, pytest
 
 
 @pytest.fixture()
-def podman_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    missing = [t for t in NEEDED if shutil.which(t) is None]
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI lacks {', '.join(missing)}", pytrace=False)
-        pytest.skip(f"not installed: {', '.join(missing)}")
-    store = tmp_path / "containers"
-    (store / "graph").mkdir(parents=True)
-    storage = store / "storage.conf"
-    storage.write_text(f'[storage]\ndriver = "vfs"\nrunroot = "{store}/run"\ngraphroot = "{store}/graph"\n')
-    conf = store / "containers.conf"
-    conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
-                    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n')
-    env = {"CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(conf)}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    yield env
-    subprocess.run(["podman", "system", "reset", "--force"], capture_output=True, timeout=300, check=False)
+def podman_here(podman_env, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001 - conftest's Service
+    """conftest's private podman storage, for the CLI and the podman calls of this test."""
+    require_binaries(*NEEDED)
+    for key, value in podman_env.env.items():
+        monkeypatch.setenv(key, value)
+    return podman_env
 
 
 def podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_build_smoke_report_promote_pull(oci_registry: str, podman_env, tmp_path: Path,  # noqa: F811
+def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_cache: Path, tmp_path: Path,  # noqa: F811
                                          monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     matrix = str(ROOT / "matrix.toml")
-    prefix = f"{oci_registry}/pinmatrix"
+    prefix = f"{oci_registry}/e2e"
     _, expansion = load(ROOT / "matrix.toml")
     cell = next(c for c in expansion.cells if c.stack == "demo")
     results = tmp_path / "results.sqlite"
@@ -68,7 +55,7 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_env, tmp_path
 
     # build and push
     rc = main(["build", matrix, "--stack", "demo", "-k", cell.id, "--engine", "podman", "--push",
-               "--registry", prefix, "--cache-dir", str(tmp_path / "cache"), "--logs-dir", str(tmp_path / "logs")])
+               "--registry", prefix, "--cache-dir", str(build_cache), "--logs-dir", str(tmp_path / "logs")])
     out = capsys.readouterr()
     assert rc == 0, out.out[-2000:] + out.err[-2000:]
     registry = Registry(oci_registry)

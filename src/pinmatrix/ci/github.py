@@ -45,7 +45,11 @@ def runner_labels(cell: Cell, *, cpu_runner: Sequence[str] = ("ubuntu-latest",))
     return labels
 
 
-def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",)) -> dict[str, Any]:
+def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",),
+                  registry: str | None = None) -> dict[str, Any]:
+    """``registry``: the image prefix; each entry then names the cell's image (its build tag) as ``image``."""
+    from pinmatrix.imagebuild import image_ref
+
     if not cells:
         raise PinmatrixError("ci github: no cells selected")
     if len(cells) > MAX_JOBS:
@@ -62,5 +66,6 @@ def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu
             "gpu-required": cell.gpu_required,
             "runs-on": runner_labels(cell, cpu_runner=cpu_runner),
             "smokes": " ".join(cell.smokes),
+            **({"image": image_ref(cell, registry)} if registry else {}),
         })
     return {"include": include}

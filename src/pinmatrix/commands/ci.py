@@ -24,13 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     g = ci.add_parser("github", help="a GitHub Actions job matrix (JSON): one job per cell, runner labels per cell",
                       description="Print {\"include\": [...]} with one entry per cell: cell, name, stack, gpu, "
-                                  "driver, gpu-required, smokes and runs-on (self-hosted, linux, the architecture, "
+                                  "driver, gpu-required, smokes, image (the cell's build tag) and runs-on (self-hosted, linux, the architecture, "
                                   "gpu-<gpu>, nvidia-driver-<driver> for GPU cells; --cpu-runner for CPU-only "
                                   "cells). Use with strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}.")
     add_matrix_argument(g)
     add_selection_arguments(g)
     g.add_argument("--cpu-runner", action="append", metavar="LABEL",
                    help="runs-on labels of CPU-only cells (repeatable; default: ubuntu-latest)")
+    g.add_argument("--registry", metavar="PREFIX", help="image prefix for each entry's `image` (default: [matrix].registry)")
     g.add_argument("--pretty", action="store_true", help="indent the JSON")
     g.set_defaults(func=run_github)
 
@@ -75,7 +76,8 @@ def run_github(args: argparse.Namespace) -> int:
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
-    data = github_matrix(cells, cpu_runner=args.cpu_runner or ["ubuntu-latest"])
+    data = github_matrix(cells, cpu_runner=args.cpu_runner or ["ubuntu-latest"],
+                         registry=args.registry or matrix.settings.registry)
     print(json.dumps(data, indent=2 if args.pretty else None, separators=None if args.pretty else (",", ":")))
     return 0
 
