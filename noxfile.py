@@ -47,6 +47,24 @@ def build_matrix(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def report(session: nox.Session) -> None:
+    """Write index.html, summary.md, junit.xml and report.json from the results store (`-- --stack S`).
+
+    Output goes to .pinmatrix/report; pass `--pivot driver,torch`, `--from-json FILE`, `--screenshot PNG`."""
+    _install(session)
+    session.run("pinmatrix", "report", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def promote(session: nox.Session) -> None:
+    """Promote by digest the cells whose results meet their stack's policy (`-- --stack S [--dry-run]`).
+
+    Or `-- --cell ID`. Refusals name every unmet requirement; known-good.toml records each promotion."""
+    _install(session)
+    session.run("pinmatrix", "promote", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest arguments after `--`)."""
     _install(session, "test")
