@@ -34,11 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output directory (default: .pinmatrix/report)")
     p.add_argument("--format", "-f", dest="formats", action="append", choices=sorted(FORMATS), default=None,
                    help="write only this format (repeatable; default: all of html, md, junit, json)")
-    p.add_argument("--stack", "-s", metavar="S", help="only stack S")
+    p.add_argument("--stack", "-s", metavar="S", action="append", help="only stack S (repeatable)")
     p.add_argument("--pivot", metavar="ROW,COL", help="the pivot's default axes, e.g. 'driver,torch'")
     p.add_argument("--title", default=None, help="page title (default: '<matrix name> report')")
     p.add_argument("--screenshot", type=Path, metavar="PNG",
                    help="also open index.html in headless Chromium and save a full-page screenshot")
+    p.add_argument("--screenshot-at", default="", metavar="SUFFIX",
+                   help="appended to the page's URL for the screenshot: '?a=ID&b=ID' preselects the diff view, "
+                        "'#cell-ID' opens a cell's smoke details")
     p.add_argument("--fail-on", choices=[s for s in SEVERITY if s != "pass"], metavar="STATUS",
                    help="exit 1 when any cell's worst status is STATUS or worse "
                         f"(order: {' < '.join(sorted(SEVERITY, key=SEVERITY.__getitem__))})")
@@ -80,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         matrix_path = Path("matrix.toml")
     if matrix_path is not None:
         matrix, expansion = load(matrix_path)
-        if args.stack and args.stack not in matrix.stacks:
-            raise PinmatrixError(f"{matrix.path.name}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
+        for name in args.stack or []:
+            if name not in matrix.stacks:
+                raise PinmatrixError(f"{matrix.path.name}: unknown stack {name!r} (stacks: {', '.join(matrix.stacks)})")
         cells = list(expansion.cells)
         title = title or f"{matrix.settings.name} report"
     pivot = None
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         records += _read_json_rows(path)
 
     report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
-                          log_roots=[Path.cwd(), args.results.parent], catalogue=_catalogue(matrix_path))
+                          log_roots=[Path.cwd(), args.results.parent, *(p.parent for p in args.from_json)],
+                          catalogue=_catalogue(matrix_path))
     formats = args.formats or list(FORMATS)
     paths = write_reports(report, args.out, formats)
     for fmt in formats:
@@ -111,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             raise PinmatrixError("--screenshot needs the html format")
         from pinmatrix.report.browser import screenshot_file
 
-        w, h = screenshot_file(paths["html"], args.screenshot)
+        w, h = screenshot_file(paths["html"], args.screenshot, suffix=args.screenshot_at)
         print(f"png    {args.screenshot} ({w}x{h})")
     counts = report.counts
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))

@@ -224,10 +224,12 @@ class Chromium:
         return width, height
 
 
-def screenshot_file(html: Path, png: Path, *, width: int = 1400, max_height: int | None = None) -> tuple[int, int]:
-    """Open a report file in headless Chromium and save a full-page screenshot of it."""
+def screenshot_file(html: Path, png: Path, *, width: int = 1400, max_height: int | None = None,
+                    suffix: str = "") -> tuple[int, int]:
+    """Open a report file in headless Chromium and save a full-page screenshot of it. ``suffix`` is appended
+    to the file's URL (a query and/or a #fragment)."""
     with Chromium(width=width) as browser:
-        browser.open(html.resolve().as_uri())
+        browser.open(html.resolve().as_uri() + suffix)
         if max_height:
             browser.height = max_height
             return browser.screenshot(png, full_page=False)

@@ -45,11 +45,16 @@ def read_log_excerpt(log_path: str | None, roots: Sequence[Path] = ()) -> str | 
     """The last lines of a smoke's log, or None when the log is not reachable from here."""
     if not log_path:
         return None
-    candidates = [Path(log_path)] + [root / log_path for root in roots]
-    for path in candidates:
+    path = Path(log_path)
+    candidates = [path]
+    for root in roots:
+        # the log as recorded, or its tail under a root where the logs were copied to (e.g. a committed
+        # results/<host>/logs/<run>/<cell>/<smoke>.log for a record that says /somewhere/.pinmatrix/logs/...)
+        candidates += [root / Path(*path.parts[i:]) for i in range(len(path.parts) - 1) if path.parts[i] != "/"]
+    for candidate in candidates:
         try:
-            if path.is_file():
-                with path.open("rb") as fh:
+            if candidate.is_file():
+                with candidate.open("rb") as fh:
                     fh.seek(0, 2)
                     size = fh.tell()
                     fh.seek(max(0, size - 64 * 1024))
@@ -152,7 +157,7 @@ class StackReport:
     fixed: dict[str, str]  # axes with one value across the stack
     smokes: list[str]
     cells: list[CellRow]
-    pivot: tuple[str, str] | None  # default (row axis, column axis) for the pivot view
+    pivot: tuple[str, str] | None  # default (row axis, column axis) for the pivot view; "" = no axis
 
     @property
     def status(self) -> str:
@@ -232,8 +237,10 @@ def choose_pivot(axes: list[str], cells: list[CellRow], requested: tuple[str, st
     present = {a for c in cells for a in c.pins}
     if requested and requested[0] in present and requested[1] in present and requested[0] != requested[1]:
         return requested
-    if len(axes) < 2:
+    if not axes:
         return None
+    if len(axes) == 1:
+        return (axes[0], "")  # one varying axis: its values as rows, one column
     ranked = sorted(axes, key=lambda a: (-len({c.pins.get(a) for c in cells}), axes.index(a)))
     first, second = ranked[0], ranked[1]
     # keep the matrix's axis order for readability
@@ -244,7 +251,7 @@ def build_report(
     records: Iterable[SmokeRecord],
     cells: Iterable[Cell] = (),
     *,
-    stack: str | None = None,
+    stack: str | Iterable[str] | None = None,
     pivot: tuple[str, str] | None = None,
     title: str = "pinmatrix report",
     log_roots: Sequence[Path] = (),
@@ -255,9 +262,10 @@ def build_report(
 
     Cells with no results appear with status "missing"; results of cell ids that are no longer in the
     matrix appear too (named by id), so nothing recorded is hidden."""
+    stacks_wanted = None if stack is None else ({stack} if isinstance(stack, str) else set(stack))
     latest: dict[tuple[str, str, str], SmokeRecord] = {}
     for rec in records:  # records come oldest first: later ones replace earlier ones
-        if stack is None or rec.stack == stack:
+        if stacks_wanted is None or rec.stack in stacks_wanted:
             latest[(rec.cell_id, rec.host.id, rec.smoke)] = rec
     by_cell: dict[str, list[SmokeRecord]] = defaultdict(list)
     for rec in latest.values():
@@ -265,12 +273,16 @@ def build_report(
 
     rows: dict[str, CellRow] = {}
     for cell in cells:
-        if stack is not None and cell.stack != stack:
+        if stacks_wanted is not None and cell.stack not in stacks_wanted:
             continue
         recs = by_cell.get(cell.id, [])
         smokes = concrete_smokes(cell.smokes, sorted(r.smoke for r in recs), catalogue)
+        pins = {k: str(v) for k, v in cell.pins.items()}
+        applied = [p.id for p in cell.patches_to_apply]
+        if applied:
+            pins["patches"] = " + ".join(applied)
         rows[cell.id] = CellRow(
-            id=cell.id, stack=cell.stack, name=cell.name, pins={k: str(v) for k, v in cell.pins.items()},
+            id=cell.id, stack=cell.stack, name=cell.name, pins=pins,
             in_matrix=True, smokes=smokes,
             results=sorted((_result(r, log_roots) for r in recs), key=lambda r: (r.smoke, r.host_label)),
             min_driver=cell.min_driver, compute_capability=cell.compute_capability,
@@ -291,6 +303,10 @@ def build_report(
     stacks: list[StackReport] = []
     for name in sorted(by_stack):
         stack_rows = sorted(by_stack[name], key=lambda r: (not r.in_matrix, natural_key(r.name), r.id))
+        if any("patches" in r.pins for r in stack_rows):  # a pseudo-axis: filters, pivot and diff see it
+            for r in stack_rows:
+                if r.in_matrix:
+                    r.pins.setdefault("patches", "none")
         all_axes = _axis_order({a for r in stack_rows for a in r.pins})
         varying = [a for a in all_axes if len({r.pins.get(a) for r in stack_rows}) > 1]
         fixed = {a: stack_rows[0].pins[a] for a in all_axes if a not in varying and a in stack_rows[0].pins}
