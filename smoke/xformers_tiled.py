@@ -252,7 +252,9 @@ def _seqpar_worker(rank: int, world: int, init_file: str, result_file: str) -> N
             dist.all_gather(gathered, x.detach())
             xg = torch.cat(gathered)
             g = torch.full((M // world, N), 1.0 / (M * N), device="cuda", dtype=torch.bfloat16)
-            dx_ref = (g.float() @ w.float().t())
+            # Every rank's loss is the mean of the whole gathered y, and the backward reduce-scatters the
+            # input gradient: each row of x collects the same contribution from every rank.
+            dx_ref = world * (g.float() @ w.float().t())
             dw_ref = x.detach().float().t() @ g.float()
             dist.all_reduce(dw_ref)
             outcome["y_rel"] = ((y.float() - (xg @ w).float()).norm() / (xg @ w).float().norm()).item()
