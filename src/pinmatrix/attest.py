@@ -2,9 +2,9 @@
 stored in the registry next to the image as an OCI artifact whose ``subject`` is the image's manifest.
 
 Registries with the OCI 1.1 referrers API index it themselves; for registries without it (Debian's
-docker-registry, distribution 2.8) the artifact is listed in the referrers tag schema fallback: an image
-index under the tag ``sha256-<hex of the image digest>``, which ``oras discover`` and other OCI 1.1
-clients read. The statement is not signed (cosign is not available on these machines).
+docker-registry, distribution 2.8) the artifact is listed in the OCI 1.1 distribution spec's referrers tag
+schema fallback: an image index under the tag ``sha256-<hex of the image digest>``. ``fetch_statements``
+reads it back either way. The statement is not signed (cosign is not available on these machines).
 """
 
 from __future__ import annotations

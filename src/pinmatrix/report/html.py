@@ -45,7 +45,7 @@ def render_html(report: Report) -> str:
         report=report,
         statuses=STATUS_ORDER,
         labels=STATUS_LABELS,
-        data_json=_script_json(report_to_dict(report)),
+        data_json=_script_json(report_to_dict(report, with_results=False)),
         labels_json=_script_json(STATUS_LABELS),
         severity_json=_script_json(SEVERITY),
     )

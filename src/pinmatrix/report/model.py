@@ -321,8 +321,9 @@ def build_report(
     return Report(title=title, generated_at=stamp, stacks=stacks)
 
 
-def report_to_dict(report: Report, *, with_logs: bool = False) -> dict[str, Any]:
-    """The JSON form (``pinmatrix-report/1``); the HTML page embeds the same data for its scripts."""
+def report_to_dict(report: Report, *, with_logs: bool = False, with_results: bool = True) -> dict[str, Any]:
+    """The JSON form (``pinmatrix-report/1``); the HTML page embeds it without the per-host results (its
+    scripts need pins and statuses; the results are in the page itself)."""
     return {
         "schema": "pinmatrix-report/1",
         "title": report.title,
@@ -344,7 +345,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False) -> dict[str, Any]
                         "status": c.status, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
                         "min_driver": c.min_driver, "compute_capability": c.compute_capability,
                         "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
-                        "results": [r.to_dict(with_log=with_logs) for r in c.results],
+                        **({"results": [r.to_dict(with_log=with_logs) for r in c.results]} if with_results else {}),
                     }
                     for c in s.cells
                 ],
