@@ -6,10 +6,15 @@ e.g. `nox -s cells -- --stack demo --json`.
 
 from __future__ import annotations
 
+import sys
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["build-matrix"]
+# Plain `nox` runs the front door, build-matrix. nox's JSON listing only shows *selected* sessions, so
+# when listing, select none by default and `nox -l --json` lists every session for CI job generation.
+if not {"-l", "--list", "--list-sessions", "--json"} & set(sys.argv):
+    nox.options.sessions = ["build-matrix"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = None  # the interpreter nox runs under (>= 3.11)
