@@ -84,12 +84,13 @@ def run_github(args: argparse.Namespace) -> int:
 
 def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
     from pinmatrix.distribution import ImageRef, Registry, RegistryError
+    from pinmatrix.imagebuild import image_ref
 
     ImageRef.parse(prefix + "/x")
     registry = Registry(prefix.split("/", 1)[0])
     images = {}
     for cell in cells:
-        ref = ImageRef.parse(f"{prefix}/{cell.stack}:{cell.id}")
+        ref = ImageRef.parse(image_ref(cell, prefix))
         try:
             digest = registry.resolve(ref)
         except RegistryError as err:

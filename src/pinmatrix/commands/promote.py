@@ -9,6 +9,7 @@ from pinmatrix.commands._common import add_matrix_argument, load
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.expand import select_cells
+from pinmatrix.imagebuild import image_ref
 from pinmatrix.promote import (
     KNOWN_GOOD_FILE, PromotionRefused, execute, plan_promotion, policy_for, read_known_good,
 )
@@ -76,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         policy = policy_for(matrix, cell.stack)
         records = store.query(cell_id=cell.id) if store else []
         stack_gpus = sorted({c.pins["gpu"] for c in expansion.cells if c.stack == cell.stack and "gpu" in c.pins})
-        # the cell's build tag: imagebuild.image_ref's <registry>/<stack>:<cell id>
-        source = ImageRef.parse(f"{prefix}/{cell.stack}:{cell.id}")
+        source = ImageRef.parse(image_ref(cell, prefix))  # the build tag, <registry>/<stack>:<cell id>
         try:
             plan = plan_promotion(cell, policy, records, source=source, registry_prefix=prefix, registry=registry,
                                   stack_gpus=stack_gpus, catalogue=catalogue)
