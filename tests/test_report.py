@@ -64,6 +64,15 @@ def sample() -> tuple[list[Cell], list[SmokeRecord]]:
     return [a, b, c, d], records
 
 
+def test_cli_status_order_matches_the_model() -> None:
+    from pinmatrix.commands.report import FORMATS, SEVERITY_ORDER
+    from pinmatrix.report import FORMATS as WRITERS
+    from pinmatrix.report.model import SEVERITY
+
+    assert SEVERITY_ORDER == tuple(sorted(SEVERITY, key=SEVERITY.__getitem__))
+    assert set(FORMATS) == set(WRITERS)
+
+
 def test_worst_order() -> None:
     assert worst(["pass", "skip"]) == "skip"
     assert worst(["xfail", "pass", "degraded"]) == "degraded"

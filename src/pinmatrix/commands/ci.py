@@ -10,8 +10,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results import DEFAULT_PATH, ResultsStore, write_json_atomic
@@ -120,6 +118,8 @@ def run_k8s(args: argparse.Namespace) -> int:
         problems = validate(emitted.documents, args.kube_version)
         if problems:
             raise PinmatrixError(f"ci k8s: generated manifests fail schema validation: {problems[0]}")
+    import yaml
+
     if args.format == "json":
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": emitted.documents}, indent=2, sort_keys=True)
     else:
