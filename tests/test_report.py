@@ -148,6 +148,8 @@ def test_junit_one_case_per_cell_and_smoke(sample) -> None:
     f = failing[0]
     assert f.get("classname") == "xf.aaaaaaaaaaa1" and f.get("name") == "boundary"
     assert f.find("failure").get("type") == "illegal-memory-access"
+    props = {p.get("name"): p.get("value") for p in f.iter("property")}
+    assert props["cell"].startswith("xf[") and props["pin.xformers"] == "0.0.35"
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert skipped[0].find("skipped").get("message").startswith("xfail:")
 

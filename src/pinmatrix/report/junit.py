@@ -24,7 +24,10 @@ def render_junit(report: Report) -> str:
                 seconds = sum(r.duration_s for r in results)
                 case = ET.SubElement(suite, "testcase", classname=f"{stack.name}.{cell.id}", name=smoke,
                                      time=f"{seconds:.3f}")
-                case.set("file", cell.name)
+                props = ET.SubElement(case, "properties")
+                ET.SubElement(props, "property", name="cell", value=cell.name)
+                for axis, value in cell.pins.items():
+                    ET.SubElement(props, "property", name=f"pin.{axis}", value=value)
                 counts["tests"] += 1
                 counts["time"] += seconds
                 detail = "\n".join(
@@ -47,7 +50,7 @@ def render_junit(report: Report) -> str:
                 elif status == "missing":
                     counts["skipped"] += 1
                     ET.SubElement(case, "skipped", message="no result recorded on any host")
-                if detail:
+                if detail and status not in ("fail", "degraded"):  # a failure already carries it
                     out = ET.SubElement(case, "system-out")
                     out.text = detail
         for key, value in counts.items():
