@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -123,10 +124,19 @@ class Registry:
         return dict((self.config(repository, reference).get("config") or {}).get("Labels") or {})
 
     def repositories(self) -> list[str]:
-        status, _, body = self._request("_catalog?n=10000")
-        if status != 200:
-            raise RegistryError(f"registry {self.host}: catalog answered HTTP {status}")
-        return list(json.loads(body).get("repositories") or [])
+        """Every repository, following the catalog's pagination (at most 1000 names a page)."""
+        names: list[str] = []
+        last = ""
+        while True:
+            query = "_catalog?n=1000" + (f"&last={urllib.parse.quote(last)}" if last else "")
+            status, headers, body = self._request(query)
+            if status != 200:
+                raise RegistryError(f"registry {self.host}: catalog answered HTTP {status}")
+            page = list(json.loads(body).get("repositories") or [])
+            names.extend(page)
+            if not page or "next" not in headers.get("Link", ""):
+                return names
+            last = page[-1]
 
     def tags(self, repository: str) -> list[str]:
         status, _, body = self._request(f"{repository}/tags/list")

@@ -66,8 +66,22 @@ class Service:
         if self.pid:
             _stop(self.pid)
             self.pid = 0
+        # dockerd leaves its default netns (nsfs) mounted under the exec root after it exits
+        unmount_under(self.directory)
         if remove:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def unmount_under(directory: Path) -> None:
+    """Lazily unmount whatever is still mounted below ``directory`` (deepest first)."""
+    prefix = str(directory.resolve()) + "/"
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    points = [line.split()[1].replace("\\040", " ") for line in mounts if len(line.split()) > 1]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
 def start_dockerd(directory: Path, timeout: float = 60) -> Service:
