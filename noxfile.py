@@ -52,6 +52,17 @@ def build_matrix(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def smoke(session: nox.Session) -> None:
+    """Run the smoke kernels on this host and record them: `-- --stack S --cell ID -k EXPR --runtime host|docker|podman`.
+
+    Host runtime by default (the current environment; `--wheels DIR` adds a per-cell overlay of extra wheels
+    and installed-tree patches). Without --stack/--cell it smokes this environment as the cell 'host'. Results go
+    to .pinmatrix/results.sqlite (`pinmatrix results`); logs to .pinmatrix/logs/<run>/<cell>/<smoke>.log."""
+    _install(session)
+    session.run("pinmatrix", "smoke", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
     """Write index.html, summary.md, junit.xml and report.json from the results store (`-- --stack S`).
 

@@ -256,3 +256,13 @@ def _tiny_xformers_wheel(tmp_path: Path) -> Path:
 
 def test_python_is_this_interpreter() -> None:
     assert RunOptions().python == sys.executable
+
+
+def test_nox_has_a_smoke_session() -> None:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "nox", "-l", "--json"], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
+    sessions = {s["session"]: s for s in json.loads(proc.stdout)}
+    assert "smoke" in sessions and "pinmatrix smoke" not in sessions["smoke"]["description"]
+    assert "--runtime" in sessions["smoke"]["description"]
