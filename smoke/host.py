@@ -428,7 +428,8 @@ def arch_coverage(ctx: Context) -> None:
     if problems:
         raise Fail(f"target arch missing in {len(problems)} module(s): " + "; ".join(problems[:8])
                    + (" ..." if len(problems) > 8 else ""), "missing-arch")
-    ctx.summary = f"{', '.join(targets)} covered in all {scanned} CUDA binaries"
+    ctx.summary = f"{', '.join(targets)} covered in all {scanned} CUDA binaries" + (
+        "" if exe else " (arch suffixes not read without cuobjdump)")
 
 
 if __name__ == "__main__":
