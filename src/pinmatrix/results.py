@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import socket
 import sqlite3
@@ -419,7 +418,3 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
-
-
-def platform_summary() -> dict[str, str]:
-    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.system()}
