@@ -384,6 +384,17 @@ def runnable(found: set[str], target: str) -> bool:
     return False
 
 
+def carries(found: set[str], target: str, exact: bool) -> bool:
+    """Does a cell-built module carry SASS for ``target`` itself? sm_XYa needs sm_XYa; sm_XYf takes sm_XYf
+    or sm_XYa; a plain sm_XY takes any of the three. Without cuobjdump (``exact`` False) suffixes are not
+    known and the number decides."""
+    base = re.sub(r"[af]$", "", target)
+    if not exact:
+        return any(re.sub(r"[af]$", "", t) == base for t in found if t.startswith("sm_"))
+    accepted = {"a": {target}, "f": {target, base + "a"}}.get(target[-1], {base, base + "a", base + "f"})
+    return bool(accepted & found)
+
+
 # Modules built for the cell's own arch list (JIT caches, source builds): they must carry the exact target,
 # since a family or PTX fallback is the slow path (the GB10's compute_120f NVFP4 story).
 CELL_BUILT = ("flashinfer-jit", "flashinfer-jit-cache", "vllm", "extra")
@@ -419,9 +430,8 @@ def arch_coverage(ctx: Context) -> None:
         for t in targets:
             if not runnable(found, t):
                 problems.append(f"{label} has no SASS or PTX for {t}")
-            elif cell_built and t not in found:
-                if exact or re.sub(r"[af]$", "", t) not in found:
-                    problems.append(f"{label} lacks {t} (has {' '.join(sass) or 'PTX only'})")
+            elif cell_built and not carries(found, t, exact):
+                problems.append(f"{label} lacks {t} (has {' '.join(sass) or 'PTX only'})")
     ctx.metric("binaries_scanned", scanned)
     if scanned == 0:
         raise Skip("the environment's CUDA libraries hold no device code")

@@ -151,3 +151,10 @@ def test_fatbin_parser_and_runnable_rules() -> None:
     assert run({"sm_90"}, "sm_90a") and run({"sm_80"}, "sm_86") and not run({"sm_90"}, "sm_100a")
     assert run({"compute_80"}, "sm_121a") and not run({"sm_90a"}, "sm_91")
     assert not run({"sm_120f"}, "sm_100") and run({"sm_120"}, "sm_121a")
+    # Cell-built modules must carry the target itself. On the H200 (host mode, target sm_90 from the device)
+    # flashinfer's JIT modules carry sm_90a: that covers a plain sm_90 target.
+    carries = smoke_host.carries
+    assert carries({"sm_90a"}, "sm_90", True) and carries({"sm_90a"}, "sm_90a", True)
+    assert not carries({"sm_90"}, "sm_90a", True) and not carries({"sm_120f"}, "sm_121a", True)
+    assert carries({"sm_120a"}, "sm_120f", True) and not carries({"sm_120"}, "sm_120f", True)
+    assert carries({"sm_121"}, "sm_121a", False) and not carries({"sm_120"}, "sm_121a", False)
