@@ -4,15 +4,18 @@ cells it touches."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from conftest import REPO, engine_for
-from pinmatrix.cli import main
 from pinmatrix.commands.build import build_all
 from pinmatrix.expand import expand_matrix, select_cells
 from pinmatrix.imagebuild import BuildSettings
@@ -96,24 +99,44 @@ def test_rebuilding_unchanged_cells_builds_nothing(demo) -> None:  # noqa: ANN00
     assert {r.cached_in for r in again} <= {"local", "registry"}
 
 
-def test_changing_one_pin_rebuilds_only_the_cells_it_touches(demo, monkeypatch, capsys) -> None:  # noqa: ANN001
+def _cli(args: list[str], env: dict[str, str], interrupt_after_built: bool = False) -> tuple[int, str]:
+    """Run `pinmatrix build` in its own process group; optionally Ctrl-C it (SIGINT to the group, as a
+    terminal does) once the first cell reports "built"."""
+    proc = subprocess.Popen([sys.executable, "-m", "pinmatrix.cli", "build", *args], env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if interrupt_after_built and re.match(r"^built\s", line):
+            os.killpg(proc.pid, signal.SIGINT)
+            interrupt_after_built = False
+    return proc.wait(timeout=600), "".join(lines)
+
+
+def test_changing_one_pin_rebuilds_only_the_cells_it_touches_and_an_interrupted_run_resumes(demo) -> None:  # noqa: ANN001
     engine, root, settings, _, cells, _ = demo
     if engine.name != "podman":
         pytest.skip("run once, with the reproducible engine")
-    for key, value in engine.env.items():
-        if key.startswith(("DOCKER_", "CONTAINERS_")):
-            monkeypatch.setenv(key, value)
+    env = {**os.environ, **engine.env}
     text = (root / "matrix.toml").read_text()
     changed = text.replace('idna = ["3.7", "3.10"]', 'idna = ["3.7", "3.9"]')
     assert changed != text
     (root / "matrix.toml").write_text(changed)
-    rc = main(["build", str(root / "matrix.toml"), "--stack", "demo", "--engine", engine.name, "--jobs", "2",
-               "--registry", settings.registry, "--cache-dir", str(settings.cache_dir)])
-    err = capsys.readouterr().err
-    assert rc == 0, err
+    args = [str(root / "matrix.toml"), "--stack", "demo", "--engine", engine.name, "--jobs", "1",
+            "--registry", settings.registry, "--cache-dir", str(settings.cache_dir)]
     untouched = {c.id for c in cells if c.pins["idna"] == "3.7"}
-    built = set(re.findall(r"^built\s+([0-9a-f]{12}) ", err, re.M))
-    cached = set(re.findall(r"^cached\s+([0-9a-f]{12}) ", err, re.M))
-    assert cached == untouched
-    assert len(built) == 2 and not built & {c.id for c in cells}
-    assert "2 built, 2 cached, 0 failed" in err
+
+    rc, first = _cli(args, env, interrupt_after_built=True)
+    assert rc == 130, first
+    assert "pinmatrix: interrupted" in first
+    built_first = set(re.findall(r"^built\s+([0-9a-f]{12}) ", first, re.M))
+    assert len(built_first) == 1 and not built_first & {c.id for c in cells}
+
+    rc, second = _cli(args, env)
+    assert rc == 0, second
+    built_second = set(re.findall(r"^built\s+([0-9a-f]{12}) ", second, re.M))
+    cached_second = set(re.findall(r"^cached\s+([0-9a-f]{12}) ", second, re.M))
+    assert "1 built, 3 cached, 0 failed" in second
+    assert cached_second == untouched | built_first  # the interrupted run's finished cell is not rebuilt
+    assert len(built_second) == 1 and not built_second & (built_first | {c.id for c in cells})

@@ -157,8 +157,17 @@ def build_all(
                                + (f": {result.reason}" if result.reason else ""))
         return result
 
-    with progress, ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(pool.map(one, cells))
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    with progress:
+        try:
+            futures = [pool.submit(one, cell) for cell in cells]
+            results = [future.result() for future in futures]
+        except BaseException:
+            # Ctrl-C: queued cells never start; running builds die with the same SIGINT (same process
+            # group). Finished cells are tagged, so the next run finds them cached and resumes.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    pool.shutdown()
     return results
 
 
