@@ -47,6 +47,23 @@ def _find_package_dir(python: str, top: str) -> Path | None:
     return Path(path) if proc.returncode == 0 and path else None
 
 
+def _installer(python: str) -> list[str]:
+    """``python -m pip install`` where that interpreter has pip, else uv's (a uv-made venv has no pip)."""
+    if os.environ.get("PINMATRIX_OVERLAY_INSTALLER") != "uv":
+        probe = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, timeout=120)
+        if probe.returncode == 0:
+            return [python, "-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check"]
+    uv = shutil.which("uv")
+    if uv is None:
+        try:
+            from uv import find_uv_bin
+
+            uv = find_uv_bin()
+        except (ImportError, FileNotFoundError):
+            raise OverlayError(f"{python} has no pip and uv is not installed: cannot install overlay wheels") from None
+    return [uv, "pip", "install", "--quiet", "--python", python]
+
+
 def build_overlay(
     cell: Any,
     root: Path,
@@ -65,7 +82,7 @@ def build_overlay(
             f"{_patch_field(p, 'version')} (contained in {_patch_field(p, 'contained_in')}): nothing to apply")
     if not wheels and not to_apply:
         return None
-    cell_root = Path(root) / cell.id
+    cell_root = Path(root).resolve() / cell.id  # PYTHONPATH must not depend on the smoke's cwd
     site = cell_root / "site"
     tmp = cell_root / f"site.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -73,8 +90,7 @@ def build_overlay(
     overlay = Overlay(site=site, wheels=[w.name for w in wheels],
                       patches=[f"{_patch_field(p, 'id')}: already-upstream" for p in upstream])
     if wheels:
-        cmd = [python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-               "--disable-pip-version-check", "--target", str(tmp), *map(str, wheels)]
+        cmd = [*_installer(python), "--no-index", "--no-deps", "--target", str(tmp), *map(str, wheels)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
