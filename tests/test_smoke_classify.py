@@ -43,6 +43,15 @@ def test_recorded_h200_ima_logs_classify_as_illegal_memory_access(smoke: str) ->
     assert (with_result.status, with_result.failure_class) == ("fail", "illegal-memory-access")
 
 
+def test_recorded_two_gpu_seqpar_log() -> None:
+    """Issue #1347's own case on two H200s: both ranks die; the log names the class."""
+    (path,) = (H200_LOGS.parent / "x2" / "logs").glob("*/265777501f74/xformers-seqpar-2gpu.log")
+    text = path.read_text()
+    out = classify(result=None, returncode=1, timed_out=False, log_text=text, timeout_s=300)
+    assert out.failure_class == "illegal-memory-access"
+    assert result_line(text)["failure_class"] == "illegal-memory-access"
+
+
 def test_recorded_h200_pass_logs_stay_pass() -> None:
     for smoke in ("xformers-tiled-matmul-fwd-bwd", "flashinfer-fp8-gemm", "torch-gemm"):
         text = h200_log("07ed9b03ddb9", smoke)
