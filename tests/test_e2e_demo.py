@@ -113,3 +113,22 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
                  "import six, idna; print(six.__version__, idna.__version__)")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == [cell.pins["six"], cell.pins["idna"]]
+
+
+def test_smoke_records_the_digest_its_reference_names() -> None:
+    """The digest the smokes record is the one promotion checks against the registry: for a reference by
+    digest it is that digest, whatever order the engine lists the image's repo digests in."""
+    from pinmatrix.engine import ImageInfo
+    from pinmatrix.smoke.container import image_digest
+
+    a, b, c = ("sha256:" + x * 64 for x in "abc")
+
+    class Engine:
+        def inspect(self, ref: str) -> ImageInfo | None:
+            return ImageInfo(id="sha256:" + "f" * 64, labels={}, env=(), size=0,
+                             repo_digests=(f"127.0.0.1:1/other/demo@{a}", f"127.0.0.1:5000/e2e/demo@{b}",
+                                           f"127.0.0.1:5000/e2e/demo@{c}"))
+
+    engine = Engine()
+    assert image_digest(engine, f"127.0.0.1:5000/e2e/demo@{c}") == c  # type: ignore[arg-type]
+    assert image_digest(engine, "127.0.0.1:5000/e2e/demo:d29a728f476e") == b  # type: ignore[arg-type]

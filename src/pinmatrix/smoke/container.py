@@ -58,10 +58,19 @@ class ContainerSmokes:
 
 
 def image_digest(engine: OCIEngine, ref: str) -> str | None:
+    """The registry digest the smokes run against. A reference by digest names it; for a tag, the repo
+    digest of the same repository is preferred (an image pushed to several repositories, or built by podman
+    and then pulled, lists several digests, and only the one of ``ref``'s repository is meaningful)."""
     info = engine.inspect(ref)
     if info is None:
         return None
-    for rd in info.repo_digests:
-        if "@sha256:" in rd:
+    if "@sha256:" in ref:
+        return ref.split("@", 1)[1]
+    name = ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref
+    digests = [rd for rd in info.repo_digests if "@sha256:" in rd]
+    for rd in digests:
+        if rd.split("@", 1)[0] == name:
             return rd.split("@", 1)[1]
+    for rd in digests:
+        return rd.split("@", 1)[1]
     return info.id
