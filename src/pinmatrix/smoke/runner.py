@@ -241,7 +241,7 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
         overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
         out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
                                     repo_root=options.repo_root, python=options.python, log=echo)
-    work = options.logs_dir / run_id / _slug(cell.id)
+    work = (options.logs_dir / run_id / _slug(cell.id)).resolve()  # smokes run with cwd=work
     work.mkdir(parents=True, exist_ok=True)
     for smoke in todo:
         rec = run_one(cell, smoke, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
