@@ -266,3 +266,14 @@ def test_nox_has_a_smoke_session() -> None:
     sessions = {s["session"]: s for s in json.loads(proc.stdout)}
     assert "smoke" in sessions and "pinmatrix smoke" not in sessions["smoke"]["description"]
     assert "--runtime" in sessions["smoke"]["description"]
+
+
+def test_relative_logs_and_results_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defaults are relative (.pinmatrix/...); smokes run with their work dir as cwd, so paths must resolve."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run.json"
+    assert main(["smoke", "-k", "host-probe", "--smoke-dir", str(ROOT / "smoke"), "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["status"] == "pass", row
+    assert Path(row["log_path"]).is_absolute() and Path(row["log_path"]).is_file()
+    assert (tmp_path / ".pinmatrix" / "results.sqlite").is_file()
