@@ -90,3 +90,12 @@ def test_base_image_runs_and_is_identical_on_both_engines(request, build_cache) 
         assert engine.exists(ref)
     # the base is loaded from the same archive with a fixed config: one id on every engine
     assert ids["docker"] == ids["podman"]
+
+
+def test_tls_is_off_only_for_loopback_registries() -> None:
+    from pinmatrix.engine.base import tls_for
+
+    assert tls_for("127.0.0.1:5000/p/demo@sha256:" + "a" * 64, None) is False
+    assert tls_for("localhost:5000/p/demo:1", None) is False
+    assert tls_for("registry.example:443/p/demo:1", None) is True
+    assert tls_for("127.0.0.1:5000/p/demo:1", True) is True

@@ -142,12 +142,13 @@ class OCIEngine(ABC):
         """Build ``context`` into an image tagged ``tag`` (network: host, so pip reaches the index)."""
 
     @abstractmethod
-    def push(self, ref: str, *, tls_verify: bool = True) -> str:
-        """Push ``ref`` (registry/repo:tag) and return the manifest digest ("sha256:...")."""
+    def push(self, ref: str, *, tls_verify: bool | None = None) -> str:
+        """Push ``ref`` (registry/repo:tag) and return the manifest digest ("sha256:...").
+        ``tls_verify=None``: plain HTTP for loopback registries (127.x, localhost), TLS otherwise."""
 
     @abstractmethod
-    def pull(self, ref: str, *, tls_verify: bool = True) -> None:
-        """Pull ``ref`` (registry/repo@sha256:... or :tag)."""
+    def pull(self, ref: str, *, tls_verify: bool | None = None) -> None:
+        """Pull ``ref`` (registry/repo@sha256:... or :tag); ``tls_verify`` as for push."""
 
     @abstractmethod
     def gpu_args(self) -> list[str]:
@@ -204,6 +205,15 @@ class OCIEngine(ABC):
     def load(self, archive: Path) -> None:
         """Load a docker-archive tarball (how the base root filesystem enters the store)."""
         self.call(["load", "-i", str(archive)])
+
+
+def tls_for(ref: str, tls_verify: bool | None) -> bool:
+    """Whether to verify TLS for the registry of ``ref``: as given, else off only for loopback hosts."""
+    if tls_verify is not None:
+        return tls_verify
+    host = ref.split("/", 1)[0] if "/" in ref else ""
+    bare = host.rsplit(":", 1)[0]
+    return not (bare == "localhost" or bare.startswith("127."))
 
 
 def _last_line(blob: bytes | None) -> str:

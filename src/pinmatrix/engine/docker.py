@@ -75,7 +75,7 @@ class DockerEngine(OCIEngine):
                 raise EngineError(f"engine docker: build of {tag} failed (exit {code})")
             return BuildResult(iidfile.read_text().strip(), time.monotonic() - start, steps)
 
-    def push(self, ref: str, *, tls_verify: bool = True) -> str:
+    def push(self, ref: str, *, tls_verify: bool | None = None) -> str:
         # Docker treats 127.0.0.0/8 registries as insecure on its own; others must be configured in the daemon.
         proc = self.call(["push", ref])
         match = _DIGEST_RE.search(proc.stdout.decode("utf-8", "replace"))
@@ -83,7 +83,7 @@ class DockerEngine(OCIEngine):
             raise EngineError(f"engine docker: push of {ref} printed no digest")
         return match.group(1)
 
-    def pull(self, ref: str, *, tls_verify: bool = True) -> None:
+    def pull(self, ref: str, *, tls_verify: bool | None = None) -> None:
         self.call(["pull", ref])
 
     def gpu_args(self) -> list[str]:

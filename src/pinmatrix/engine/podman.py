@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, parse_step
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, parse_step, tls_for
 from pinmatrix.errors import EngineError
 
 
@@ -83,17 +83,17 @@ class PodmanEngine(OCIEngine):
                 image_id = f"sha256:{image_id}"
             return BuildResult(image_id, time.monotonic() - start, steps)
 
-    def push(self, ref: str, *, tls_verify: bool = True) -> str:
+    def push(self, ref: str, *, tls_verify: bool | None = None) -> str:
         with tempfile.TemporaryDirectory(prefix="pinmatrix-digest-") as tmp:
             digestfile = Path(tmp) / "digest"
-            self.call(["push", f"--tls-verify={str(tls_verify).lower()}", f"--digestfile={digestfile}", ref])
+            self.call(["push", f"--tls-verify={str(tls_for(ref, tls_verify)).lower()}", f"--digestfile={digestfile}", ref])
             digest = digestfile.read_text().strip() if digestfile.exists() else ""
         if not digest.startswith("sha256:"):
             raise EngineError(f"engine podman: push of {ref} wrote no digest")
         return digest
 
-    def pull(self, ref: str, *, tls_verify: bool = True) -> None:
-        self.call(["pull", f"--tls-verify={str(tls_verify).lower()}", ref])
+    def pull(self, ref: str, *, tls_verify: bool | None = None) -> None:
+        self.call(["pull", f"--tls-verify={str(tls_for(ref, tls_verify)).lower()}", ref])
 
     def gpu_args(self) -> list[str]:
         # CDI: `nvidia-ctk cdi generate` writes the spec that names nvidia.com/gpu=all.
