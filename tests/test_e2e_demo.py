@@ -1,6 +1,7 @@
 """End to end on the demo stack, in one test, through the CLI:
-build (podman/buildah, mmdebstrap base) -> push -> smoke in the image -> report -> promote by digest
-(with attestation) -> drop the local image -> pull by digest from the local registry -> run the pulled image.
+build (podman/buildah, mmdebstrap base) -> push -> smoke in the image -> (the cell's Kubernetes Job command,
+run in the image, then `ci collect`) -> report -> promote by digest (with attestation) -> drop the local
+image -> pull by digest from the local registry -> run the pulled image.
 
 Real components only: the session's docker-registry and private podman storage (tests/conftest.py), the
 shared base root filesystem cache, the package index for the demo's two wheels.
@@ -74,6 +75,31 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     records = ResultsStore(results).query(cell_id=cell.id)
     assert {r.smoke: r.status for r in records} == {"host-probe": "pass", "python-imports": "pass"}, out
     assert {r.image_digest for r in records} == {digest}
+
+    # the Kubernetes Job for this cell, its container command run in the image as the pod would run it
+    # (ConfigMap files at the smoke mount, a directory as the results volume), then `pinmatrix ci collect`
+    from pinmatrix.ci.k8s import RESULTS_MOUNT, SMOKE_MOUNT, k8s_manifests
+
+    emitted = k8s_manifests([cell], [], {cell.id: str(tag.with_digest(digest))}, smoke_dir=ROOT / "smoke",
+                            run_id="e2e")
+    configmap, job = emitted.documents
+    mount, volume = tmp_path / "configmap", tmp_path / "pvc"
+    mount.mkdir()
+    volume.mkdir()
+    for name, text in configmap["data"].items():
+        (mount / name).write_text(text)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env_args = [a for e in container["env"] if "value" in e for a in ("-e", f"{e['name']}={e['value']}")]
+    pod = podman("run", "--rm", "--network=none", "-v", f"{mount}:{SMOKE_MOUNT}:ro", "-v", f"{volume}:{RESULTS_MOUNT}",
+                 *env_args, "-e", "PINMATRIX_NODE_NAME=e2e-node", container["image"], *container["command"])
+    assert pod.returncode == 0, pod.stdout + pod.stderr
+    rc = main(["ci", "collect", str(volume), "--matrix", matrix, "--json", str(tmp_path / "k8s.json")])
+    assert rc == 0, capsys.readouterr().err
+    k8s_rows = json.loads((tmp_path / "k8s.json").read_text())
+    assert {(r["smoke"], r["status"]) for r in k8s_rows} == {("host-probe", "pass"), ("python-imports", "pass")}
+    assert {r["image_digest"] for r in k8s_rows} == {digest}
+    assert {r["host"]["hostname"] for r in k8s_rows} == {"e2e-node"}
+    capsys.readouterr()
 
     # report
     rc = main(["report", matrix, "--results", str(results), "--out", str(tmp_path / "report"), "--stack", "demo"])
