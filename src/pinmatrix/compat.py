@@ -64,6 +64,10 @@ class ArchFlag:
     def base(self) -> str:
         return f"{self.major}.{self.minor}"
 
+    @property
+    def label(self) -> str:
+        return f"{self.base}{self.suffix}" + ("+PTX" if self.ptx else "")
+
     def runs_on(self, major: int, minor: int) -> bool:
         """Whether code built for this flag runs on a GPU of capability major.minor.
 

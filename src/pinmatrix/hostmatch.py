@@ -16,19 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pinmatrix.compat import ArchFlag as Arch  # one definition of what runs where: compat.ArchFlag.runs_on
+
 _ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)?([af]?)(\+PTX)?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Arch:
-    major: int
-    minor: int
-    suffix: str  # "", "a" or "f"
-    ptx: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.major}.{self.minor}{self.suffix}" + ("+PTX" if self.ptx else "")
 
 
 def parse_capability(text: str | None) -> tuple[int, int] | None:
@@ -83,20 +73,16 @@ def arch_covers(flags: tuple[str, ...] | list[str], compute_capability: str | No
     if not archs and compute_capability:
         cap = parse_capability(compute_capability)
         if cap:
-            archs = [Arch(cap[0], cap[1], "")]
+            archs = [Arch(cap[0], cap[1], "", False)]
     if not archs:
         return True, "the cell names no GPU architecture"
     if host is None:
         return False, "the host's GPU capability is unknown"
     hm, hn = host
     for a in archs:
-        if a.suffix == "a":
-            if (a.major, a.minor) == host:
-                return True, f"arch {a.label} matches capability {hm}.{hn}"
-        elif a.major == hm and hn >= a.minor:
-            return True, f"arch {a.label} runs on capability {hm}.{hn}"
-        if a.ptx and a.suffix != "a" and (hm, hn) >= (a.major, a.minor):
-            return True, f"PTX of {a.label} JIT-compiles for capability {hm}.{hn}"
+        if a.runs_on(hm, hn):
+            how = "JIT-compiles its PTX" if a.ptx and a.major != hm else "runs"
+            return True, f"arch {a.label} {how} on capability {hm}.{hn}"
     built = " ".join(a.label for a in archs)
     return False, f"built for {built}, which does not cover capability {hm}.{hn}"
 
