@@ -136,3 +136,30 @@ def test_help_explains_every_command() -> None:
     assert proc.returncode == 0
     for cmd in ("validate", "cells", "lock"):
         assert cmd in proc.stdout
+
+
+def test_a_stack_can_replace_the_base(tmp_path: Path) -> None:
+    from pinmatrix.expand import expand_matrix
+    from pinmatrix.matrix import load_matrix
+
+    digest = "b" * 64
+    (tmp_path / "m.toml").write_text(f"""\
+[matrix]
+python = "3.11"
+[stacks.a]
+gpu_required = false
+[stacks.a.packages]
+six = ["1.16.0"]
+[stacks.b]
+gpu_required = false
+python = "3.12"
+[stacks.b.base]
+kind = "image"
+image = "registry.example/python@sha256:{digest}"
+[stacks.b.packages]
+six = ["1.16.0"]
+""")
+    cells = {c.stack: c for c in expand_matrix(load_matrix(tmp_path / "m.toml")).cells}
+    assert cells["a"].base.kind == "mmdebstrap" and cells["a"].base.suite == "bookworm"
+    assert cells["b"].base.kind == "image" and cells["b"].base.image.endswith(digest)
+    assert cells["a"].id != cells["b"].id

@@ -85,13 +85,14 @@ class _StackExpander:
         for pkg, values in stack.packages.items():
             self.axes[str(canonicalize_name(pkg))] = list(values)
         self.settings = matrix.settings
+        base = stack.base or self.settings.base
         self.base = BaseSpec(
-            kind=self.settings.base.kind,
-            image=self.settings.base.image,
-            suite=self.settings.base.suite if self.settings.base.kind == "mmdebstrap" else None,
-            mirror=self.settings.base.mirror,
-            source_date_epoch=self.settings.base.source_date_epoch,
-            packages=tuple(self.settings.base.packages),
+            kind=base.kind,
+            image=base.image,
+            suite=base.suite if base.kind == "mmdebstrap" else None,
+            mirror=base.mirror,
+            source_date_epoch=base.source_date_epoch,
+            packages=tuple(base.packages),
         )
         self.python = stack.python or self.settings.python
         self.platform = stack.platform or self.settings.platform

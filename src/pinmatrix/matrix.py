@@ -181,6 +181,7 @@ class Stack(Strict):
     include: list[dict[str, Any]] = Field(default_factory=list)
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     promotion: dict[str, Any] | None = None
+    base: Base | None = None  # replaces [matrix.base] for this stack (e.g. a pinned image with another Python)
 
     _pkgs = field_validator("packages", mode="before")(
         classmethod(lambda cls, v: {k: _as_axis_values(x) for k, x in v.items()} if isinstance(v, dict) else v)
@@ -424,3 +425,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+Stack.model_rebuild()  # Stack.base refers to Base, defined after it
