@@ -126,9 +126,13 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     assert statement["predicate"]["result"] == "PASSED"
     assert sorted(t.split(" [")[0] for t in statement["predicate"]["passedTests"]) == ["host-probe", "python-imports"]
 
-    # nothing local: the pull must fetch from the registry, by digest
+    # nothing local: the pull must fetch from the registry, by digest. Builds are reproducible, so an
+    # earlier test of the session may hold the same image under another name: remove it by image id.
     for ref in (str(tag), str(tag.with_digest(digest))):
         podman("rmi", "--force", ref)
+    listing = podman("images", "--digests", "--format", "{{.ID}} {{.Digest}}").stdout.split("\n")
+    for image_id in {line.split()[0] for line in listing if line.strip().endswith(digest)}:
+        podman("rmi", "--force", image_id)
     assert digest not in podman("images", "--digests", "--format", "{{.Digest}}").stdout
     rc = main(["pull", "--known-good", str(known_good), "--stack", "demo", "--engine", "podman"])
     out = capsys.readouterr()
