@@ -63,6 +63,11 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     tag = ImageRef.parse(f"{prefix}/demo:{cell.id}")
     digest = registry.resolve(tag)
     assert digest is not None
+    # smoking the freshly built image by its tag records the pushed digest, not podman's local one
+    from pinmatrix.engine import get_engine
+    from pinmatrix.smoke.container import image_digest
+
+    assert image_digest(get_engine("podman"), str(tag)) == digest
 
     # smoke exactly the pushed image: pulled by digest, as a GPU runner would (podman's local manifest digest of
     # the image it built differs from the pushed, recompressed one; the registry's is what gets promoted)

@@ -1,32 +1,22 @@
-"""A Docker/OCI distribution registry (Debian's docker-registry in tests) seen through its HTTP API: manifest
-digests, image labels, stored bytes; and retagging by digest with skopeo. Pushing and pulling go through the
-engine (``OCIEngine.push`` returns the digest; ``pull`` takes ``repo@sha256:...``)."""
+"""What building and benchmarks need from a registry, on top of the distribution API client
+(``pinmatrix.distribution``): image labels, the catalog, stored bytes against image sizes, and retagging by
+digest with skopeo. Pushing and pulling go through the engine (``OCIEngine.push`` returns the digest;
+``pull`` takes ``repo@sha256:...``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from pinmatrix.errors import PinmatrixError
+from pinmatrix.distribution import Registry as DistributionRegistry
+from pinmatrix.distribution import RegistryError
 
-MANIFEST_TYPES = (
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-)
+__all__ = ["Registry", "RegistryError", "StorageStats", "is_local_host", "split_ref"]
 TIMEOUT_S = 30
-
-
-class RegistryError(PinmatrixError):
-    """The registry cannot be reached or answered something unexpected."""
 
 
 def split_ref(ref: str) -> tuple[str, str, str]:
@@ -62,51 +52,25 @@ class StorageStats:
         return self.image_bytes / self.stored_bytes if self.stored_bytes else 0.0
 
 
-class Registry:
+class Registry(DistributionRegistry):
     """The registry at ``host`` ("127.0.0.1:5000"); plain HTTP for loopback hosts unless ``tls_verify``."""
 
     def __init__(self, host: str, *, tls_verify: bool | None = None) -> None:
-        self.host = host
         self.tls_verify = (not is_local_host(host)) if tls_verify is None else tls_verify
-        self.base_url = f"{'https' if self.tls_verify else 'http'}://{host}/v2"
+        super().__init__(host, insecure=not self.tls_verify, timeout=TIMEOUT_S)
 
     @classmethod
     def from_setting(cls, registry: str) -> Registry:
         """From matrix.registry ("127.0.0.1:5000/pinmatrix": the host is the part before the first '/')."""
         return cls(registry.split("/", 1)[0])
 
-    # ------------------------------------------------------------------------------------------- HTTP
-    def _request(self, path: str, *, method: str = "GET", accept: tuple[str, ...] = ()) -> tuple[int, dict[str, str], bytes]:
-        request = urllib.request.Request(f"{self.base_url}/{path}", method=method)
-        if accept:
-            request.add_header("Accept", ", ".join(accept))
-        try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                return response.status, dict(response.headers.items()), response.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers.items()), err.read()
-        except (urllib.error.URLError, OSError) as err:
-            raise RegistryError(f"registry {self.host} is not reachable: {getattr(err, 'reason', err)}") from None
-
-    def ping(self) -> bool:
-        try:
-            status, _, _ = self._request("")
-        except RegistryError:
-            return False
-        return status in (200, 401)
-
     def manifest(self, repository: str, reference: str) -> tuple[str, dict[str, Any]] | None:
-        status, headers, body = self._request(f"{repository}/manifests/{reference}", accept=MANIFEST_TYPES)
-        if status == 404:
-            return None
-        if status != 200:
-            raise RegistryError(f"registry {self.host}: manifest {repository}:{reference} answered HTTP {status}")
-        digest = headers.get("Docker-Content-Digest") or f"sha256:{hashlib.sha256(body).hexdigest()}"
-        return digest, json.loads(body)
+        found = self.get_manifest(repository, reference)
+        return (found.digest, found.json) if found else None
 
     def manifest_digest(self, repository: str, reference: str) -> str | None:
-        found = self.manifest(repository, reference)
-        return found[0] if found else None
+        found = self.get_manifest(repository, reference)
+        return found.digest if found else None
 
     def config(self, repository: str, reference: str) -> dict[str, Any]:
         found = self.manifest(repository, reference)
@@ -115,10 +79,7 @@ class Registry:
         manifest = found[1]
         if "config" not in manifest:
             raise RegistryError(f"registry {self.host}: {repository}:{reference} is an index, not one image")
-        status, _, body = self._request(f"{repository}/blobs/{manifest['config']['digest']}")
-        if status != 200:
-            raise RegistryError(f"registry {self.host}: config blob of {repository}:{reference} answered HTTP {status}")
-        return json.loads(body)
+        return json.loads(self.get_blob(repository, manifest["config"]["digest"]))
 
     def labels(self, repository: str, reference: str) -> dict[str, str]:
         return dict((self.config(repository, reference).get("config") or {}).get("Labels") or {})
@@ -128,23 +89,13 @@ class Registry:
         names: list[str] = []
         last = ""
         while True:
-            query = "_catalog?n=1000" + (f"&last={urllib.parse.quote(last)}" if last else "")
-            status, headers, body = self._request(query)
-            if status != 200:
-                raise RegistryError(f"registry {self.host}: catalog answered HTTP {status}")
+            query = "/v2/_catalog?n=1000" + (f"&last={urllib.parse.quote(last)}" if last else "")
+            _, headers, body = self._request("GET", query)
             page = list(json.loads(body).get("repositories") or [])
             names.extend(page)
-            if not page or "next" not in headers.get("Link", ""):
+            if not page or "next" not in headers.get("link", ""):
                 return names
             last = page[-1]
-
-    def tags(self, repository: str) -> list[str]:
-        status, _, body = self._request(f"{repository}/tags/list")
-        if status == 404:
-            return []
-        if status != 200:
-            raise RegistryError(f"registry {self.host}: tags of {repository} answered HTTP {status}")
-        return sorted(json.loads(body).get("tags") or [])
 
     def storage(self, repositories: list[str] | None = None) -> StorageStats:
         """Bytes the registry stores (distinct blobs) against the sum of its images' sizes."""
@@ -165,7 +116,7 @@ class Registry:
         return StorageStats(len(seen_manifests), len(blobs), sum(blobs.values()), image_bytes)
 
     # ----------------------------------------------------------------------------------------- skopeo
-    def copy(self, source: str, target: str) -> str:
+    def skopeo_copy(self, source: str, target: str) -> str:
         """``skopeo copy`` between two references of this registry (e.g. retag a digest as known-good);
         returns the digest of the copy, which equals the source's when the manifest is carried over unchanged."""
         skopeo = shutil.which("skopeo")

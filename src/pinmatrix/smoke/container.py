@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.engine import OCIEngine, host_has_gpus
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.smoke.catalogue import Smoke
 from pinmatrix.smoke.runner import ProcessResult, run_process
 
@@ -57,6 +58,23 @@ class ContainerSmokes:
             self.engine.call(["rm", "--force", name], check=False, timeout=60)
 
 
+def _registry_digest(ref: str, image_id: str) -> str | None:
+    """The registry's manifest digest for the tag ``ref`` when that manifest is this very image (its config
+    digest is the local image id), else None. An engine's local digest of an image it built is not the one
+    the registry holds after the push recompressed the layers; promotion checks the registry's."""
+    from pinmatrix.distribution import ImageRef, Registry
+
+    try:
+        parsed = ImageRef.parse(ref)
+        manifest = Registry(parsed.registry, timeout=10).get_manifest(parsed.repository, parsed.reference)
+    except PinmatrixError:
+        return None  # no registry in the reference, or none reachable: the local digest is all there is
+    if manifest is None:
+        return None
+    config = (manifest.json.get("config") or {}).get("digest")
+    return manifest.digest if config and config == image_id else None
+
+
 def image_digest(engine: OCIEngine, ref: str) -> str | None:
     """The registry digest the smokes run against. A reference by digest names it; for a tag, the repo
     digest of the same repository is preferred (an image pushed to several repositories, or built by podman
@@ -66,6 +84,9 @@ def image_digest(engine: OCIEngine, ref: str) -> str | None:
         return None
     if "@sha256:" in ref:
         return ref.split("@", 1)[1]
+    pushed = _registry_digest(ref, info.id)
+    if pushed is not None:
+        return pushed
     name = ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref
     digests = [rd for rd in info.repo_digests if "@sha256:" in rd]
     for rd in digests:
