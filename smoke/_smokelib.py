@@ -224,6 +224,20 @@ class Context:
         return torch
 
 
+def cuda_seconds(torch: Any, fn: Callable[[], Any], reps: int, warmup: int = 1) -> float:
+    """Seconds per call of ``fn`` on the GPU, timed with CUDA events after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1000 / reps
+
+
 def check_needs(spec: dict[str, Any]) -> None:
     needs = spec.get("needs", {})
     if needs.get("gpu"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from _smokelib import Context, Degraded, Fail, Skip, main
+from _smokelib import Context, Degraded, Fail, Skip, cuda_seconds, main
 
 SMOKES = {
     "flashinfer-decode": {
@@ -147,19 +147,6 @@ def nvfp4_gemm(ctx: Context) -> None:
     ctx.summary = f"mm_fp4 ran (rel error {rel:.2g} vs bf16 inputs)"
 
 
-def _time(torch, fn, reps: int = 50) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps * 1000  # microseconds
-
-
 def nvfp4_vs_fp8(ctx: Context) -> None:
     torch = ctx.torch()
     _fp4_supported(torch)
@@ -168,9 +155,14 @@ def nvfp4_vs_fp8(ctx: Context) -> None:
     m, n, k = 64, 8192, 8192  # decode-like: weight-bandwidth bound, where FP4's half bytes must pay
     _, _, a4, a_sf, b4, b_sf, alpha = _nvfp4_setup(torch, flashinfer, m, n, k)
     a8, a_inv, w8, w_inv = _fp8_setup(torch, 1, m, n, k)
-    fp4_us = _time(torch, lambda: flashinfer.mm_fp4(a4, b4.T, a_sf, b_sf.T, alpha, torch.bfloat16, None,
-                                                    backend="cutlass"))
-    fp8_us = _time(torch, lambda: flashinfer.bmm_fp8(a8, w8, a_inv, w_inv, torch.bfloat16))
+    def fp4() -> object:
+        return flashinfer.mm_fp4(a4, b4.T, a_sf, b_sf.T, alpha, torch.bfloat16, None, backend="cutlass")
+
+    def fp8() -> object:
+        return flashinfer.bmm_fp8(a8, w8, a_inv, w_inv, torch.bfloat16)
+
+    fp4_us = 1e6 * cuda_seconds(torch, fp4, 50, warmup=3)
+    fp8_us = 1e6 * cuda_seconds(torch, fp8, 50, warmup=3)
     ctx.metric("nvfp4_us", fp4_us)
     ctx.metric("fp8_us", fp8_us)
     ctx.metric("nvfp4_over_fp8", fp4_us / fp8_us)

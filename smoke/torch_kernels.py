@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from _smokelib import Context, Fail, main
+from _smokelib import Context, Fail, cuda_seconds, main
 
 try:  # Triton resolves a kernel's names through its module's globals, so the kernel lives at module level.
     import triton
@@ -46,18 +46,6 @@ SMOKES = {
 }
 
 
-def _timed(torch, fn, reps: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1000 / reps
-
-
 def gemm(ctx: Context) -> None:
     torch = ctx.torch()
     n = 4096
@@ -74,7 +62,7 @@ def gemm(ctx: Context) -> None:
         rel = ((out.float() - ref).norm() / ref.norm()).item()
         name = str(dtype).replace("torch.", "")
         ctx.metric(f"{name}.rel_error", rel)
-        secs = _timed(torch, lambda: a @ b, 10)
+        secs = cuda_seconds(torch, lambda: a @ b, 10)
         ctx.metric(f"{name}.tflops", 2 * n**3 / secs / 1e12)
         if not rel < bound or ref.abs().max().item() == 0:
             bad.append(f"{name} relative error {rel:.3g} > {bound}")
@@ -88,7 +76,7 @@ def d2d_copy(ctx: Context) -> None:
     nbytes = 1 << 30
     src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    secs = _timed(torch, lambda: dst.copy_(src), 10)
+    secs = cuda_seconds(torch, lambda: dst.copy_(src), 10)
     if not torch.equal(src, dst):
         raise Fail("device-to-device copy corrupted data", "wrong-result")
     ctx.metric("gb_per_s_read_plus_write", 2 * nbytes / secs / 1e9)
