@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from _smokelib import Context, Fail, Skip, cap_tuple, cuda_driver, main, nvidia_smi, version_of
+from _smokelib import Context, Fail, Skip, cuda_driver, main, nvidia_smi, version_of
 
 SMOKES = {
     "host-probe": {

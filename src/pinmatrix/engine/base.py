@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,6 +125,30 @@ class OCIEngine(ABC):
             for raw in proc.stdout:
                 sink(raw.decode("utf-8", "replace").rstrip("\n"))
             return proc.wait()
+
+    def run_build(self, argv_for: Callable[[Path], list[str]], tag: str, sink: LineSink,
+                  extra_env: Mapping[str, str]) -> BuildResult:
+        """Run the build command ``argv_for(iidfile)``, which writes the image id to ``iidfile``: its output
+        goes to ``sink``, the Containerfile steps it reports are counted, and it is timed."""
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-iid-") as tmp:
+            iidfile = Path(tmp) / "iid"
+            steps = 0
+
+            def tee(line: str) -> None:
+                nonlocal steps
+                step = parse_step(line)
+                if step:
+                    steps = step[0]
+                sink(line)
+
+            start = time.monotonic()
+            code = self.stream(argv_for(iidfile), tee, extra_env)
+            if code != 0 or not iidfile.exists():
+                raise EngineError(f"engine {self.name}: build of {tag} failed (exit {code})")
+            image_id = iidfile.read_text().strip()
+            if not image_id.startswith("sha256:"):
+                image_id = f"sha256:{image_id}"
+            return BuildResult(image_id, time.monotonic() - start, steps)
 
     # ---------------------------------------------------------------------------------------- interface
     @abstractmethod

@@ -7,11 +7,9 @@ digest itself must be reproducible."""
 from __future__ import annotations
 
 import re
-import tempfile
-import time
 from pathlib import Path
 
-from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, parse_step
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line
 from pinmatrix.errors import EngineError
 
 _DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -42,38 +40,14 @@ class DockerEngine(OCIEngine):
         source_date_epoch: int | None = None,
         sink: LineSink = lambda line: None,
     ) -> BuildResult:
-        with tempfile.TemporaryDirectory(prefix="pinmatrix-iid-") as tmp:
-            iidfile = Path(tmp) / "iid"
-            argv = self._argv(
-                [
-                    "build",
-                    "--network=host",
-                    "--force-rm",
-                    f"--iidfile={iidfile}",
-                    "-f",
-                    str(context / containerfile),
-                    "-t",
-                    tag,
-                    str(context),
-                ]
-            )
-            steps = 0
+        def argv_for(iidfile: Path) -> list[str]:
+            return self._argv(["build", "--network=host", "--force-rm", f"--iidfile={iidfile}",
+                               "-f", str(context / containerfile), "-t", tag, str(context)])
 
-            def tee(line: str) -> None:
-                nonlocal steps
-                step = parse_step(line)
-                if step:
-                    steps = step[0]
-                sink(line)
-
-            start = time.monotonic()
-            extra = {"DOCKER_BUILDKIT": "0"}
-            if source_date_epoch is not None:
-                extra["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
-            code = self.stream(argv, tee, extra)
-            if code != 0 or not iidfile.exists():
-                raise EngineError(f"engine docker: build of {tag} failed (exit {code})")
-            return BuildResult(iidfile.read_text().strip(), time.monotonic() - start, steps)
+        extra = {"DOCKER_BUILDKIT": "0"}
+        if source_date_epoch is not None:
+            extra["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
+        return self.run_build(argv_for, tag, sink, extra)
 
     def push(self, ref: str, *, tls_verify: bool | None = None) -> str:
         # Docker treats 127.0.0.0/8 registries as insecure on its own; others must be configured in the daemon.

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, parse_step, tls_for
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, tls_for
 from pinmatrix.errors import EngineError
 
 
@@ -47,41 +46,15 @@ class PodmanEngine(OCIEngine):
         builder = self.which(self.builder)
         if builder is None:
             raise EngineError(f"engine podman: `{self.builder}` is not installed (not on PATH)")
-        with tempfile.TemporaryDirectory(prefix="pinmatrix-iid-") as tmp:
-            iidfile = Path(tmp) / "iid"
-            argv = [
-                builder,
-                "bud",
-                "--layers",
-                "--isolation=chroot",
-                "--network=host",
-                f"--iidfile={iidfile}",
-                "-f",
-                str(context / containerfile),
-                "-t",
-                tag,
-            ]
+        def argv_for(iidfile: Path) -> list[str]:
+            argv = [builder, "bud", "--layers", "--isolation=chroot", "--network=host", f"--iidfile={iidfile}",
+                    "-f", str(context / containerfile), "-t", tag]
             if source_date_epoch is not None:
                 argv.append(f"--timestamp={source_date_epoch}")
-            argv.append(str(context))
-            steps = 0
+            return [*argv, str(context)]
 
-            def tee(line: str) -> None:
-                nonlocal steps
-                step = parse_step(line)
-                if step:
-                    steps = step[0]
-                sink(line)
-
-            start = time.monotonic()
-            extra = {} if source_date_epoch is None else {"SOURCE_DATE_EPOCH": str(source_date_epoch)}
-            code = self.stream(argv, tee, extra)
-            if code != 0 or not iidfile.exists():
-                raise EngineError(f"engine podman: build of {tag} failed (exit {code})")
-            image_id = iidfile.read_text().strip()
-            if not image_id.startswith("sha256:"):
-                image_id = f"sha256:{image_id}"
-            return BuildResult(image_id, time.monotonic() - start, steps)
+        extra = {} if source_date_epoch is None else {"SOURCE_DATE_EPOCH": str(source_date_epoch)}
+        return self.run_build(argv_for, tag, sink, extra)
 
     def push(self, ref: str, *, tls_verify: bool | None = None) -> str:
         with tempfile.TemporaryDirectory(prefix="pinmatrix-digest-") as tmp:
