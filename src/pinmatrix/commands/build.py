@@ -157,11 +157,21 @@ def build_all(
                                + (f": {result.reason}" if result.reason else ""))
         return result
 
+    # Cells with the same base, Python and indexes share the first layers. Build one of each such group
+    # first, so the others find those layers cached instead of building them again at the same time
+    # (docker's builder would make them differ, and the images would no longer share them).
+    leaders: dict[tuple[object, ...], Cell] = {}
+    for cell in cells:
+        leaders.setdefault((cell.base, cell.python, cell.indexes), cell)
+    leader_ids = {c.id for c in leaders.values()}
+    first = [c for c in cells if c.id in leader_ids]
     pool = ThreadPoolExecutor(max_workers=jobs)
     with progress:
         try:
-            futures = [pool.submit(one, cell) for cell in cells]
-            results = [future.result() for future in futures]
+            done = {cell.id: future.result() for cell, future in [(c, pool.submit(one, c)) for c in first]}
+            rest = [(c, pool.submit(one, c)) for c in cells if c.id not in done]
+            done.update({cell.id: future.result() for cell, future in rest})
+            results = [done[cell.id] for cell in cells]
         except BaseException:
             # Ctrl-C: queued cells never start; running builds die with the same SIGINT (same process
             # group). Finished cells are tagged, so the next run finds them cached and resumes.
