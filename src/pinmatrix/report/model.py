@@ -6,7 +6,7 @@ Every output format (HTML, Markdown, JUnit XML, JSON) renders this one model, so
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -136,10 +136,7 @@ class CellRow:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = defaultdict(int)
-        for s in self.smoke_status.values():
-            counts[s] += 1
-        return dict(counts)
+        return dict(Counter(self.smoke_status.values()))
 
     @property
     def image_digests(self) -> list[str]:
@@ -169,10 +166,7 @@ class StackReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = defaultdict(int)
-        for c in self.cells:
-            counts[c.status] += 1
-        return dict(counts)
+        return dict(Counter(c.status for c in self.cells))
 
 
 @dataclass
@@ -187,18 +181,11 @@ class Report:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = defaultdict(int)
-        for c in self.cells:
-            counts[c.status] += 1
-        return dict(counts)
+        return dict(Counter(c.status for c in self.cells))
 
     @property
     def smoke_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = defaultdict(int)
-        for c in self.cells:
-            for s in c.smoke_status.values():
-                counts[s] += 1
-        return dict(counts)
+        return dict(Counter(s for c in self.cells for s in c.smoke_status.values()))
 
 
 def concrete_smokes(selectors: Sequence[str], result_names: Iterable[str],
