@@ -128,7 +128,7 @@ def test_failed_required_smoke_refused_and_latest_result_counts() -> None:
 def test_min_clean_runs_and_hosts_list() -> None:
     recs = [record(GPU_CELL, s, "pass", DIGEST) for s in GPU_CELL.smokes]
     check = check_policy(GPU_CELL, PromotionPolicy(min_clean_runs=2), recs)
-    assert "smoke 'boundary' has 1 clean run(s) on a sm_90 host, the policy needs 2" in check.problems
+    assert f"smoke 'boundary' has 1 clean run(s) of {DIGEST} on a sm_90 host, the policy needs 2" in check.problems
     recs += [record(GPU_CELL, s, "pass", DIGEST, run="r2") for s in GPU_CELL.smokes]
     assert check_policy(GPU_CELL, PromotionPolicy(min_clean_runs=2), recs).ok
     policy = PromotionPolicy(hosts=["sm_90", "H100"])

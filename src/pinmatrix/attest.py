@@ -31,10 +31,24 @@ def test_name(rec: SmokeRecord) -> str:
     return f"{rec.smoke} [host {rec.host.id}]"
 
 
+def finished_key(rec: SmokeRecord) -> datetime:
+    """When ``rec`` finished, as an aware datetime: ``finished_at`` is ISO 8601 ('...Z' or '+00:00'); a value
+    without a zone is taken as UTC, an unreadable one sorts first (it can never be "the latest")."""
+    try:
+        moment = datetime.fromisoformat(rec.finished_at.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 def latest_per_smoke_host(records: Iterable[SmokeRecord]) -> list[SmokeRecord]:
+    """Per (smoke, host): the record that FINISHED last (not the one imported last: results of an older run
+    imported after a newer one must not hide the newer verdict). Equal finish times: the later record wins."""
     latest: dict[tuple[str, str], SmokeRecord] = {}
     for rec in records:
-        latest[(rec.smoke, rec.host.id)] = rec
+        key = (rec.smoke, rec.host.id)
+        if key not in latest or finished_key(rec) >= finished_key(latest[key]):
+            latest[key] = rec
     return sorted(latest.values(), key=lambda r: (r.smoke, r.host.id))
 
 

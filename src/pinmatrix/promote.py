@@ -174,6 +174,7 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
         check.problems.append(f"required smoke {s!r} is not selected for stack {cell.stack!r}")
     gpus = required_gpus(cell, policy, stack_gpus)
     accept = set(policy.accept)
+    clean: list[tuple[str, str, list[SmokeRecord]]] = []  # (smoke, where, records) whose latest are clean
     for smoke in smokes:
         for gpu in gpus:
             where = "any host" if gpu == "*" else f"a {gpu} host"
@@ -182,18 +183,15 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
             if not matching:
                 check.problems.append(f"missing result: smoke {smoke!r} has no result on {where}")
                 continue
-            latest = latest_per_smoke_host(matching)
+            latest = latest_per_smoke_host(matching)  # per host, by finish time
             bad = [r for r in latest if r.status not in accept]
             for r in bad:
                 cls = f" [{r.failure_class}]" if r.failure_class else ""
                 reason = f": {r.reason}" if r.reason else ""
                 check.problems.append(f"required smoke {smoke!r} is {r.status}{cls} on {r.host.label()} "
                                       f"(run {r.run_id}){reason}")
-            clean_runs = {r.run_id for r in matching if r.status in accept}
-            if not bad and len(clean_runs) < policy.min_clean_runs:
-                check.problems.append(f"smoke {smoke!r} has {len(clean_runs)} clean run(s) on {where}, "
-                                      f"the policy needs {policy.min_clean_runs}")
             if not bad:
+                clean.append((smoke, where, matching))
                 check.evidence += [Evidence(smoke=r.smoke, gpu=gpu, host_id=r.host.id, host=r.host.label(),
                                             status=r.status, run_id=r.run_id, finished_at=r.finished_at,
                                             image_digest=r.image_digest) for r in latest]
@@ -209,6 +207,14 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
                               "; ".join(f"{d} ({', '.join(sorted(set(digests[d])))})" for d in real))
     elif len(real) == 1:
         check.digest = real[0]
+    # Clean runs count only on the image that would be promoted: a pass on image A and one on image B are
+    # one clean run of B, not two.
+    for smoke, where, matching in clean:
+        runs = {r.run_id for r in matching if r.status in accept and r.image_digest == check.digest}
+        if len(runs) < policy.min_clean_runs:
+            on = f" of {check.digest}" if check.digest else ""
+            check.problems.append(f"smoke {smoke!r} has {len(runs)} clean run(s){on} on {where}, "
+                                  f"the policy needs {policy.min_clean_runs}")
     if not check.evidence and not check.problems:
         check.problems.append("no required results")
     return check
@@ -251,6 +257,11 @@ def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeR
     if not check.ok:
         raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: " + "; ".join(check.problems))
     assert check.digest is not None
+    # The image the smokes ran on must still exist (it is what gets copied) ...
+    if registry.get_manifest(source.repository, check.digest) is None:
+        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: the tested image "
+                               f"{source.name}@{check.digest} is no longer in the registry")
+    # ... and still be what the cell's build tag names: a rebuilt image has no results yet.
     current = registry.resolve(source)
     if current is None:
         raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry")
@@ -258,8 +269,6 @@ def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeR
         raise PromotionRefused(
             f"cell {cell.id} ({cell.name}) not promoted: digest no longer matches: {source} now names {current}, "
             f"but the smokes ran on {check.digest}; run the smokes on the new image first")
-    if registry.get_manifest(source.repository, check.digest) is None:
-        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: {source.name}@{check.digest} is gone")
     target = promoted_repository(registry_prefix, cell.stack, policy)
     if target.registry != source.registry:
         raise PromotionRefused(f"promoted repository {target.name} is on another registry than {source.name}")

@@ -1,0 +1,180 @@
+"""The promotion rules, each pinned by a test that fails when the rule is removed: clean runs counted on the
+tested digest only, "latest" by finish time per host (not by import order), the attestation bound to the
+promoted digest, the tested image still in the registry, and rebuild -> smoke -> promote as one path against a
+real registry (Debian's docker-registry, started by the conftest fixture)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.attest import fetch_statements, finished_key, latest_per_smoke_host
+from pinmatrix.distribution import ImageRef, Registry
+from pinmatrix.promote import PromotionPolicy, PromotionRefused, check_policy, execute, plan_promotion, read_known_good
+from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
+from test_report import H200, make_cell
+
+A = "sha256:" + "a" * 64
+B = "sha256:" + "b" * 64
+GB10 = HostFingerprint.make(hostname="spark", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142", capability="12.1")
+CELL = make_cell("1a2b3c4d5e6f", "xf", {"driver": "580.159.04", "gpu": "sm_90"}, smokes=("boundary",))
+
+
+def rec(smoke: str, status: str, digest: str | None, *, run: str, finished: str, host: HostFingerprint = H200,
+        cell=CELL) -> SmokeRecord:  # noqa: ANN001
+    return SmokeRecord(
+        cell_id=cell.id, stack=cell.stack, host=host, smoke=smoke, run_id=run, status=status,
+        failure_class="illegal-memory-access" if status == "fail" else None, reason="", metrics={}, log_path=None,
+        started_at=finished, finished_at=finished, duration_s=0.0, known_issue=None, image_digest=digest,
+    )
+
+
+# ------------------------------------------------------------------------------- clean runs per digest
+
+
+def test_one_pass_on_image_a_and_one_on_image_b_do_not_promote_b() -> None:
+    recs = [rec("boundary", "pass", A, run="r1", finished="2026-11-29T10:00:00Z"),
+            rec("boundary", "pass", B, run="r2", finished="2026-11-29T11:00:00Z")]
+    check = check_policy(CELL, PromotionPolicy(min_clean_runs=2), recs)
+    assert check.digest == B  # the latest result is on B: B would be promoted ...
+    assert check.problems == [f"smoke 'boundary' has 1 clean run(s) of {B} on a sm_90 host, the policy needs 2"]
+    # ... and a second clean run on B itself meets the policy
+    recs.append(rec("boundary", "pass", B, run="r3", finished="2026-11-29T12:00:00Z"))
+    check = check_policy(CELL, PromotionPolicy(min_clean_runs=2), recs)
+    assert check.ok and check.digest == B
+
+
+def test_clean_runs_on_another_image_count_for_nothing_even_when_many() -> None:
+    recs = [rec("boundary", "pass", A, run=f"a{i}", finished=f"2026-11-29T0{i}:00:00Z") for i in range(5)]
+    recs.append(rec("boundary", "pass", B, run="b1", finished="2026-11-29T09:00:00Z"))
+    problems = check_policy(CELL, PromotionPolicy(min_clean_runs=2), recs).problems
+    assert problems == [f"smoke 'boundary' has 1 clean run(s) of {B} on a sm_90 host, the policy needs 2"]
+
+
+# ------------------------------------------------------------------------------- latest by finish time
+
+
+def test_an_older_pass_imported_after_a_newer_fail_does_not_make_the_cell_promotable(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.sqlite")
+    newer_fail = rec("boundary", "fail", A, run="r2", finished="2026-11-29T12:00:00Z")
+    older_pass = rec("boundary", "pass", A, run="r1", finished="2026-11-29T10:00:00+00:00")
+    store.record(newer_fail)
+    store.import_json([older_pass.to_dict()])  # imported last, finished first
+    records = store.query(cell_id=CELL.id)
+    assert [r.run_id for r in records] == ["r2", "r1"]  # insertion order
+    check = check_policy(CELL, PromotionPolicy(), records)
+    assert not check.ok
+    assert check.problems[0].startswith("required smoke 'boundary' is fail [illegal-memory-access]")
+    assert "(run r2)" in check.problems[0]
+    # the store's own "latest" agrees
+    assert [r.run_id for r in store.query(cell_id=CELL.id, latest_only=True)] == ["r2"]
+
+
+def test_latest_is_per_host_and_ties_go_to_the_later_record() -> None:
+    t = "2026-11-29T10:00:00Z"
+    recs = [rec("boundary", "fail", A, run="r1", finished=t), rec("boundary", "pass", A, run="r2", finished=t),
+            rec("boundary", "pass", A, run="g1", finished="2026-11-29T13:00:00Z", host=GB10),
+            rec("boundary", "fail", A, run="g0", finished="2026-11-29T09:00:00Z", host=GB10)]
+    latest = latest_per_smoke_host(recs)
+    assert {(r.host.id, r.run_id) for r in latest} == {(H200.id, "r2"), (GB10.id, "g1")}
+    assert finished_key(rec("x", "pass", A, run="x", finished="not a time")) < finished_key(recs[0])
+    # a zone-less time is UTC, equal to the same instant written with Z
+    assert finished_key(rec("x", "pass", A, run="x", finished="2026-11-29T10:00:00")) == finished_key(recs[0])
+
+
+# ------------------------------------------------------------------------------------------ registry
+
+
+def _delete_manifest(host: str, repository: str, digest: str) -> None:
+    req = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{digest}", method="DELETE")
+    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - the test's loopback registry
+        assert resp.status == 202
+
+
+def _gpu_cell(cid: str):  # noqa: ANN202
+    return make_cell(cid, f"rules{cid[:4]}", {"driver": "580.159.04", "gpu": "sm_90"}, smokes=("boundary", "probe"))
+
+
+def test_tested_image_that_is_gone_is_refused(oci_registry: str) -> None:  # noqa: F811
+    cell = _gpu_cell("2b3c4d5e6f70")
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, cell.id, "tested then deleted")
+    recs = [rec(s, "pass", digest, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
+    _delete_manifest(oci_registry, repo, digest)
+    with pytest.raises(PromotionRefused) as err:
+        plan_promotion(cell, PromotionPolicy(), recs, source=ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}"),
+                       registry_prefix=f"{oci_registry}/pinmatrix", registry=Registry(oci_registry))
+    assert f"the tested image {oci_registry}/{repo}@{digest} is no longer in the registry" in str(err.value)
+
+
+def test_attestation_lists_only_results_of_the_promoted_digest(oci_registry: str, tmp_path: Path) -> None:  # noqa: F811
+    cell = _gpu_cell("3c4d5e6f7081")
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, cell.id, "the promoted image")
+    other = push_image(oci_registry, repo, "elsewhere", "another image of the same cell")
+    recs = [rec(s, "pass", digest, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
+    # Results of ANOTHER image of this cell, on a host the policy does not require, finished later.
+    recs += [rec(s, "fail", other, run="g1", finished="2026-11-29T11:00:00Z", cell=cell, host=GB10)
+             for s in cell.smokes]
+    reg = Registry(oci_registry)
+    policy = PromotionPolicy(hosts=["sm_90"])
+    plan = plan_promotion(cell, policy, recs, source=ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}"),
+                          registry_prefix=f"{oci_registry}/pinmatrix", registry=reg)
+    result = execute(plan, reg, recs, tmp_path / "kg.toml")
+    promoted = ImageRef.parse(result.reference)
+    assert promoted.digest == digest
+    (statement,) = fetch_statements(reg, promoted)
+    assert statement["subject"][0]["digest"] == {"sha256": digest.split(":")[1]}
+    predicate = statement["predicate"]
+    assert predicate["result"] == "PASSED"
+    assert predicate["failedTests"] == []
+    assert sorted(predicate["passedTests"]) == sorted(f"{s} [host {H200.id}]" for s in cell.smokes)
+    hosts = {c["name"] for c in predicate["configuration"] if c["name"].startswith("pinmatrix-host/")}
+    assert hosts == {f"pinmatrix-host/{H200.id}"}
+
+
+def test_rebuild_then_smoke_then_promote(oci_registry: str, tmp_path: Path) -> None:  # noqa: F811
+    """One path: image A promoted; the cell is rebuilt (B under the same tag): refused until B has its own
+    clean runs (A's do not count for B), then B is promoted and the known-good tag moves to B."""
+    cell = _gpu_cell("4d5e6f708192")
+    repo = f"pinmatrix/{cell.stack}"
+    source = ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}")
+    reg = Registry(oci_registry)
+    store = ResultsStore(tmp_path / "r.sqlite")
+    kg = tmp_path / "known-good.toml"
+    policy = PromotionPolicy(min_clean_runs=2)
+    kwargs = dict(source=source, registry_prefix=f"{oci_registry}/pinmatrix", registry=reg)
+
+    image_a = push_image(oci_registry, repo, cell.id, "build 1")
+    for run, t in (("a1", "10"), ("a2", "11")):
+        store.record_many([rec(s, "pass", image_a, run=run, finished=f"2026-11-29T{t}:00:00Z", cell=cell)
+                           for s in cell.smokes])
+    first = execute(plan_promotion(cell, policy, store.query(cell_id=cell.id), **kwargs), reg,
+                    store.query(cell_id=cell.id), kg)
+    assert first.digest == image_a
+
+    image_b = push_image(oci_registry, repo, cell.id, "build 2: a pin changed")  # the rebuild
+    with pytest.raises(PromotionRefused, match=f"now names {image_b}, but the smokes ran on {image_a}"):
+        plan_promotion(cell, policy, store.query(cell_id=cell.id), **kwargs)
+
+    store.record_many([rec(s, "pass", image_b, run="b1", finished="2026-11-29T12:00:00Z", cell=cell)
+                       for s in cell.smokes])
+    with pytest.raises(PromotionRefused, match=f"1 clean run\\(s\\) of {image_b}"):
+        plan_promotion(cell, policy, store.query(cell_id=cell.id), **kwargs)
+
+    store.record_many([rec(s, "pass", image_b, run="b2", finished="2026-11-29T13:00:00Z", cell=cell)
+                       for s in cell.smokes])
+    second = execute(plan_promotion(cell, policy, store.query(cell_id=cell.id), **kwargs), reg,
+                     store.query(cell_id=cell.id), kg)
+    assert second.digest == image_b
+    target = ImageRef.parse(f"{oci_registry}/pinmatrix/known-good/{cell.stack}")
+    assert reg.resolve(target.with_tag("known-good")) == image_b
+    assert [e["digest"] for e in read_known_good(kg)] == [image_a, image_b]
+    runs = {ev["run_id"] for ev in read_known_good(kg)[1]["evidence"]}
+    assert runs == {"b2"}
+    (statement,) = fetch_statements(reg, target.with_digest(image_b))
+    assert json.dumps(statement).count(image_a.split(":")[1]) == 0
