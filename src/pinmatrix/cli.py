@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "promote",
     "pull",
     "ci",
+    "registry",
 )
 
 
@@ -42,11 +45,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``pinmatrix cells --json | head -1``): stop quietly, as a shell tool killed by
+    SIGPIPE would. Point stdout at /dev/null so the interpreter's final flush cannot complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+        pass
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from pinmatrix.localregistry import for_command
+
     try:
-        return int(args.func(args) or 0)
+        with for_command(args):  # the embedded registry, for commands that talk to a loopback one
+            code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here at the latest, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except MatrixError as err:
         for line in err.lines():
             print(line, file=sys.stderr)

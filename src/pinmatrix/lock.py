@@ -4,6 +4,7 @@ the indexes stood at ``exclude_newer``. Relocking an unchanged cell rewrites no 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -62,11 +63,29 @@ def uv_command(cell: Cell, requirements: Path, output: Path, exclude_newer: str 
     return cmd
 
 
-def header(cell: Cell) -> str:
+@functools.lru_cache(maxsize=None)
+def uv_version(uv: str | None = None) -> str:
+    """The version of the uv that resolves locks ("0.13.9"); pyproject.toml pins it exactly."""
+    exe = uv or find_uv()
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise LockError(f"{exe} --version failed: {err}") from None
+    parts = out.split()
+    if len(parts) < 2 or parts[0] != "uv":
+        raise LockError(f"{exe} --version printed {out.strip()!r}, not 'uv X.Y.Z'")
+    return parts[1]
+
+
+def header(cell: Cell, uv: str | None = None) -> str:
+    """The lock's comment header. It names the uv version that resolved the lock (``uv``), so a lock made by
+    another uv differs in this line; the same uv on the same inputs gives the same bytes."""
     lines = [
         f"# pinmatrix lock for cell {cell.id}: {cell.name}",
         f"# python {cell.python} on {cell.platform}; regenerate with: pinmatrix lock -k {cell.id}",
     ]
+    if uv:
+        lines.append(f"# resolved by uv {uv}")
     return "\n".join(lines) + "\n"
 
 
@@ -92,7 +111,7 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
         if proc.returncode != 0:
             return LockResult(cell, target, ok=False, reason=_uv_reason(proc.stderr))
         body = out.read_text(encoding="utf-8")
-    content = header(cell) + body
+    content = header(cell, uv_version(uv)) + body
     if target.is_file() and target.read_text(encoding="utf-8") == content:
         return LockResult(cell, target, ok=True, changed=False)
     staging = target.with_name(f".{target.name}.tmp")

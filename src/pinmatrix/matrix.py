@@ -386,12 +386,13 @@ def _friendly(err: dict[str, Any], model: type[BaseModel]) -> str:
     return msg
 
 
-def load_matrix(path: Path | None = None) -> Matrix:
-    """Read and schema-check matrix.toml. Raises MatrixError with one located line per problem."""
+def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
+    """Read and schema-check matrix.toml. Raises MatrixError with one located line per problem. With ``text``
+    (a matrix read from stdin), ``path`` only names it in messages and its folder is the project root."""
     path = Path(path) if path is not None else DEFAULT_MATRIX
     name = path.name
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if text is None else text
     except FileNotFoundError:
         raise MatrixError([f"{path}: no such file (pass the matrix path, or run where matrix.toml is)"]) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -383,12 +383,15 @@ class ResultsStore:
             known_issue=known_issue, image_digest=image_digest, environment=json.loads(environment or "{}"),
         )
 
-    def has_result(self, cell_id: str, host_id: str, smoke: str) -> bool:
+    def has_result(self, cell_id: str, host_id: str, smoke: str, image_digest: str | None = None) -> bool:
+        """Whether ``smoke`` is recorded for this cell and host ON THIS IMAGE: results follow the image digest
+        they ran on (None = run outside any image, on the host), so a rebuilt or pushed image is smoked again."""
         def read() -> bool:
             with self._connect() as conn:
                 row = conn.execute(
-                    "SELECT 1 FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ? LIMIT 1",
-                    (cell_id, host_id, smoke),
+                    "SELECT 1 FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ?"
+                    " AND image_digest IS ? LIMIT 1",
+                    (cell_id, host_id, smoke, image_digest),
                 ).fetchone()
                 return row is not None
 

@@ -148,11 +148,11 @@ def podman_config(directory: Path) -> Service:
     return Service("podman", 0, directory, env)
 
 
-def _port_free(port: int) -> bool:
+def _port_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -164,21 +164,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_registry(directory: Path, port: int | None = 5000, timeout: float = 30) -> Service:
-    """Debian's docker-registry on 127.0.0.1 (port 5000, or a free one when 5000 is taken), storing blobs in
-    ``directory``."""
+def start_registry(directory: Path, port: int | None = 5000, timeout: float = 30, *, host: str = "127.0.0.1",
+                   exact: bool = False) -> Service:
+    """Debian's docker-registry on ``host`` (port 5000, or a free one when 5000 is taken; with ``exact``, that
+    port or an EngineError), with its config and log in ``directory`` and its blobs in ``directory``/data."""
     exe = shutil.which("docker-registry")
     if exe is None:
         raise EngineError("docker-registry is not installed (apt-get install docker-registry)")
     directory.mkdir(parents=True, exist_ok=True)
-    if port is None or not _port_free(port):
+    if exact and (port is None or not _port_free(port, host)):
+        raise EngineError(f"cannot start docker-registry on {host}:{port}: the port is taken")
+    if port is None or not _port_free(port, host):
         port = _free_port()
     config = directory / "config.yml"
     config.write_text(
         "version: 0.1\n"
         "log:\n  level: warn\n"
         f"storage:\n  filesystem:\n    rootdirectory: {directory / 'data'}\n  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n"
+        f"http:\n  addr: {host}:{port}\n"
     )
     log = directory / "registry.log"
     with open(log, "wb") as handle:
@@ -189,14 +192,14 @@ def start_registry(directory: Path, port: int | None = 5000, timeout: float = 30
         if proc.poll() is not None:
             raise EngineError(f"docker-registry exited with {proc.returncode}; see {log}")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
+            return s.connect_ex((host, port)) == 0
 
     try:
         _wait_for(ready, timeout, "docker-registry", log)
     except EngineError:
         _stop(proc.pid)
         raise
-    return Service("docker-registry", proc.pid, directory, {}, f"127.0.0.1:{port}")
+    return Service("docker-registry", proc.pid, directory, {}, f"{host}:{port}")
 
 
 def directory_bytes(path: Path) -> int:

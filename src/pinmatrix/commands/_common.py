@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
@@ -13,7 +14,7 @@ from pinmatrix.matrix import Matrix, load_matrix
 
 def add_matrix_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
-                        help="the matrix file (default: ./matrix.toml)")
+                        help="the matrix file (default: ./matrix.toml; - reads it from stdin)")
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +23,27 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only cells whose name or id matches EXPR, pytest-style: 'xformers and not int64'")
 
 
+STDIN = Path("-")
+
+
+def read_input(path: Path, what: str = "file") -> str:
+    """The text of ``path``, or of stdin when it is ``-``; one clear error line when it cannot be read."""
+    if path == STDIN:
+        return sys.stdin.read()
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PinmatrixError(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PinmatrixError(f"{path}: cannot read {what}: {err}") from None
+
+
 def load(path: Path) -> tuple[Matrix, Expansion]:
-    matrix = load_matrix(path)
+    """The matrix and its expansion; ``-`` reads the matrix from stdin (named <stdin>, root: this folder)."""
+    if path == STDIN:
+        matrix = load_matrix(Path.cwd() / "<stdin>", text=sys.stdin.read())
+    else:
+        matrix = load_matrix(path)
     return matrix, expand_matrix(matrix)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_matrix_argument(p)
     add_selection_arguments(p)
     p.add_argument("--jobs", "-j", type=int, default=4, help="cells resolved at once (default 4)")
+    p.add_argument("--json", action="store_true",
+                   help="print one {cell, name, status, path, uv, reason} per cell as JSON on stdout")
     p.set_defaults(func=run)
 
 
@@ -50,5 +53,12 @@ def run(args: argparse.Namespace) -> int:
                 stale.unlink()
                 console.print(f"removed   {stale.name}: no cell of the matrix has this id any more")
     failed = [r for r in results if not r.ok]
+    if args.json:
+        from pinmatrix.lock import uv_version
+
+        version = uv_version() if results else None
+        print(json.dumps([{"cell": r.cell.id, "name": r.cell.name, "path": str(r.path), "uv": version,
+                           "status": ("locked" if r.changed else "unchanged") if r.ok else "failed",
+                           "reason": r.reason or None} for r in results], indent=2))
     print(f"{len(results) - len(failed)} locked, {len(failed)} failed", file=sys.stderr)
     return 1 if failed else 0

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=["auto", "docker", "podman"], default="auto",
                    help="the engine that pulls (default: auto: the first that is running, docker then podman)")
     p.add_argument("--host-json", type=Path, metavar="FILE",
-                   help="judge for the host described in FILE (a HostFingerprint as JSON) instead of this one")
+                   help="judge for the host described in FILE (a HostFingerprint as JSON; - reads stdin) instead of "
+                   "this one")
     p.add_argument("--quiet", "-q", action="store_true", help="do not list the cells passed over")
     p.set_defaults(func=run)
 
@@ -57,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
                              f"(stacks with one: {', '.join(stacks) or 'none'})")
     if args.host_json:
         try:
-            host = HostFingerprint.from_dict(json.loads(args.host_json.read_text()))
+            from pinmatrix.commands._common import read_input
+
+            host = HostFingerprint.from_dict(json.loads(read_input(args.host_json, "host fingerprint file")))
         except (OSError, ValueError, KeyError) as err:
             raise PinmatrixError(f"{args.host_json}: not a host fingerprint: {err}") from None
     else:

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"the results store (default: {DEFAULT_PATH})")
     p.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
                    help="also read exported result rows from FILE (a JSON list, as `pinmatrix ci k8s` jobs "
-                        "write them); repeatable; the store is not modified")
+                        "write them; - reads stdin); repeatable; the store is not modified")
     p.add_argument("--out", "-o", type=Path, default=Path(".pinmatrix/report"), metavar="DIR",
                    help="output directory (default: .pinmatrix/report)")
     p.add_argument("--format", "-f", dest="formats", action="append", choices=FORMATS, default=None,
@@ -51,11 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_json_rows(path: Path) -> list[SmokeRecord]:
+    from pinmatrix.commands._common import read_input
+
     try:
-        rows = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PinmatrixError(f"{path}: no such results file") from None
-    except (OSError, json.JSONDecodeError) as err:
+        rows = json.loads(read_input(path, "results file"))
+    except json.JSONDecodeError as err:
         raise PinmatrixError(f"{path}: not a JSON results file: {err}") from None
     if not isinstance(rows, list):
         raise PinmatrixError(f"{path}: expected a JSON list of result rows")

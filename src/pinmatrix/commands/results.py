@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--latest", action="store_true", help="newest record per cell x host x smoke")
     p.add_argument("--json", action="store_true", help="print the matching records as JSON")
     p.add_argument("--import", dest="import_files", type=Path, nargs="+", metavar="FILE",
-                   help="import JSON files written by --json or `pinmatrix smoke --json`")
+                   help="import JSON files written by --json or `pinmatrix smoke --json` (- reads stdin)")
     p.set_defaults(func=run)
 
 
@@ -38,9 +38,11 @@ def run(args: argparse.Namespace) -> int:
     if args.import_files:
         total = 0
         for path in args.import_files:
+            from pinmatrix.commands._common import read_input
+
             try:
-                rows = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as err:
+                rows = json.loads(read_input(path, "results file"))
+            except json.JSONDecodeError as err:
                 raise PinmatrixError(f"{path}: cannot read results JSON: {err}") from None
             try:
                 total += store.import_json(rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Run each selected smoke in its own process (python -X faulthandler) with a timeout, so a device "
             "fault, a segfault or a hang fails that smoke only. Logs go to --logs/<run>/<cell>/<smoke>.log, "
             "results to the results store. Without --cell/--stack the current environment is smoked as the "
-            "synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell "
-            "and host are skipped unless --rerun."
+            "synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell, "
+            "host and image digest are skipped unless --rerun: a rebuilt or pushed image is smoked again. With "
+            "--runtime docker/podman, cells whose image is not in the engine's store are listed and passed "
+            "over; the others are smoked, and the exit status is 1."
         ),
     )
     p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
@@ -46,7 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"the results store (default: {DEFAULT_PATH})")
     p.add_argument("--logs", type=Path, default=Path(".pinmatrix/logs"), metavar="DIR", help="log directory")
     p.add_argument("--smoke-dir", type=Path, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write this run's records to FILE as JSON")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                   help="print this run's records as JSON on stdout (progress goes to stderr), or write them "
+                   "to FILE")
     p.add_argument("--list", action="store_true", help="list the catalogue (and each cell's selection) and exit")
     p.set_defaults(func=run)
 
@@ -101,28 +106,43 @@ def run(args: argparse.Namespace) -> int:
     store = ResultsStore(args.results)
     host = HostFingerprint.detect()
     run_id = new_run_id()
+    to_stdout = args.json == "-"
+    echo = _stderr_echo if to_stdout else print
+    no_image: list[str] = []
     if args.runtime == "host":
-        runs = run_cells(cells, store, options, host=host, run_id=run_id)
+        runs = run_cells(cells, store, options, host=host, run_id=run_id, echo=echo)
     else:
-        runs = _run_in_images(cells, matrix, store, options, args, host, run_id)
+        runs = _run_in_images(cells, matrix, store, options, args, host, run_id, echo, no_image)
     records = [r for run in runs for r in run.records]
-    if args.json:
-        write_json_atomic(args.json, [r.to_dict() for r in records])
+    if to_stdout:
+        json.dump([r.to_dict() for r in records], sys.stdout, indent=2, sort_keys=True)
+        print()
+    elif args.json:
+        write_json_atomic(Path(args.json), [r.to_dict() for r in records])
     counts: dict[str, int] = {}
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
     skipped = sum(len(run.skipped_recorded) for run in runs)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing run"
-    print(f"run {run_id}: {summary}" + (f"; {skipped} already recorded" if skipped else ""))
+    echo(f"run {run_id}: {summary}" + (f"; {skipped} already recorded" if skipped else "")
+         + (f"; {len(no_image)} cell(s) without an image" if no_image else ""))
+    for line in no_image:
+        print(f"no image: {line}", file=sys.stderr)
     xpass = [r for r in records if r.status == "xpass"]
     for r in xpass:
         print(f"note: {r.smoke} on cell {r.cell_id} passed although known issue {r.known_issue} expects it "
               "to fail: the issue may be gone", file=sys.stderr)
-    return 1 if counts.get("fail") else 0
+    return 1 if counts.get("fail") or no_image else 0
+
+
+def _stderr_echo(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: Any, args: argparse.Namespace,
-                   host: HostFingerprint, run_id: str) -> list[Any]:
+                   host: HostFingerprint, run_id: str, echo: Any, no_image: list[str]) -> list[Any]:
+    """Smoke each cell in its image; a cell whose image is not in the engine's store is appended to
+    ``no_image`` (one line naming the cell and the reference) and passed over."""
     from dataclasses import replace
 
     from pinmatrix.engine import get_engine
@@ -135,7 +155,7 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
     catalogue = load_catalogue(args.smoke_dir)
     smoke_dir = find_smoke_dir(args.smoke_dir)
     runs = []
-    print(f"run {run_id} on {host.label()} (host {host.id}), runtime {args.runtime}")
+    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {args.runtime}")
     for cell in cells:
         if args.image:
             ref = args.image
@@ -147,8 +167,11 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
             raise PinmatrixError("--runtime docker/podman without --cell/--stack needs --image REF")
         digest = image_digest(engine, ref)
         if digest is None:
-            raise PinmatrixError(f"cell {cell.id}: image {ref} is not in the {args.runtime} store "
-                                 "(build it with `pinmatrix build`, or pull it)")
+            no_image.append(f"cell {cell.id} {getattr(cell, 'name', '')}: {ref} is not in the {args.runtime} "
+                            "store (build it with `pinmatrix build`, or pull it)")
+            echo(f"cell {cell.id} {getattr(cell, 'name', '')}: no image {ref} in the {args.runtime} store; "
+                 "passed over")
+            continue
         opts = replace(options, image_digest=digest, container=ContainerSmokes(engine, ref, smoke_dir))
-        runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id))
+        runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id, echo=echo))
     return runs

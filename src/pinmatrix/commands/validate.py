@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from pinmatrix.commands._common import add_matrix_argument, load
 from pinmatrix.errors import MatrixError, PinmatrixError
@@ -17,10 +18,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "else 2 with one 'FILE:LINE: key: message' line per problem.",
     )
     add_matrix_argument(p)
+    p.add_argument("--json", action="store_true",
+                   help="print {matrix, ok, stacks, cells, pruned, problems} as JSON on stdout (exit codes unchanged)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.json:
+        return _check(args)
+    try:
+        _check(args, as_json=True)
+        return 0
+    except MatrixError as err:
+        print(json.dumps({"matrix": str(args.matrix), "ok": False, "problems": err.lines()}, indent=2))
+        raise
+
+
+def _check(args: argparse.Namespace, *, as_json: bool = False) -> int:
     matrix, expansion = load(args.matrix)
     from pinmatrix.promote import policy_for  # the promotion policy's schema lives with promotion
 
@@ -32,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
             problems.append(str(err))
     if problems:
         raise MatrixError(list(dict.fromkeys(problems)))
+    if as_json:
+        print(json.dumps({"matrix": str(args.matrix), "ok": True, "stacks": sorted(matrix.stacks),
+                          "cells": len(expansion.cells), "pruned": len(expansion.pruned), "problems": []}, indent=2))
+        return 0
     print(f"{args.matrix}: ok: {len(matrix.stacks)} stacks, {len(expansion.cells)} cells, "
           f"{len(expansion.pruned)} pruned combinations")
     return 0

@@ -230,9 +230,11 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
     echo(f"cell {cell.id} {getattr(cell, 'name', '')}: {len(smokes)} smoke(s)")
     todo = []
     for smoke in smokes:
-        if not options.rerun and store.has_result(cell.id, host.id, smoke.name):
+        if not options.rerun and store.has_result(cell.id, host.id, smoke.name, options.image_digest):
             out.skipped_recorded.append(smoke.name)
-            echo(f"  {'recorded':9} {smoke.name} (already recorded for this cell and host; --rerun runs it again)")
+            on = f"image {options.image_digest}" if options.image_digest else "the host environment"
+            echo(f"  {'recorded':9} {smoke.name} (already recorded for this cell and host on {on}; "
+                 "--rerun runs it again)")
         else:
             todo.append(smoke)
     if not todo:
