@@ -20,7 +20,23 @@ from pinmatrix.registry import Registry
 from pinmatrix.services import Service, podman_config, start_dockerd, start_registry
 
 REPO = Path(__file__).resolve().parent.parent
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def ci_enabled(value: str | None = None) -> bool:
+    """Whether this is a CI run: $CI set to anything but "", "false" or "0" (case and blanks ignored).
+    Under CI a missing tool or an unreachable index FAILS the tests that need it instead of skipping them."""
+    value = os.environ.get("CI", "") if value is None else value
+    return value.strip().lower() not in {"", "false", "0"}
+
+
+IN_CI = ci_enabled()
+
+
+def skip_or_fail(message: str) -> None:
+    """Skip with ``message`` outside CI; under CI fail with it (CI provides every tool and the index)."""
+    if ci_enabled():
+        pytest.fail(f"CI: {message}", pytrace=False)
+    pytest.skip(message)
 # The same epoch as matrix.toml's base, so the tests share the base the demo stack uses.
 TEST_EPOCH = 1735689600
 TEST_BASE = BaseSpec(kind="mmdebstrap", suite="bookworm", source_date_epoch=TEST_EPOCH,
@@ -38,17 +54,14 @@ def require_binaries(*names: str) -> None:
     missing = [n for n in names if shutil.which(n) is None]
     if not missing:
         return
-    message = f"{', '.join(missing)} not installed (apt-get install: see .ci/run APT_PACKAGES)"
-    if IN_CI:
-        pytest.fail(f"CI must provide {message}")
-    pytest.skip(message)
+    skip_or_fail(f"{', '.join(missing)} not installed (apt-get install: see .ci/apt-packages.txt)")
 
 
 def _start(factory, *args):  # noqa: ANN001, ANN202
     try:
         return factory(*args)
     except EngineError as err:
-        if IN_CI:
+        if ci_enabled():
             pytest.fail(str(err))
         raise
 

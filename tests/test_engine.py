@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import TEST_BASE
+from conftest import TEST_BASE, skip_or_fail
 from pinmatrix.base import ensure_base_image, host_debian_mirror, rootfs_inputs
 from pinmatrix.engine import OCIEngine, detect_engines, get_engine
 from pinmatrix.engine.base import parse_step
@@ -30,7 +30,7 @@ def test_missing_binaries_are_named(tmp_path) -> None:  # noqa: ANN001
 def test_docker_daemon_not_running_is_said_clearly(tmp_path) -> None:  # noqa: ANN001
     engine = get_engine("docker", {"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"})
     if not engine.is_installed():
-        pytest.skip("docker client not installed")
+        skip_or_fail("docker client not installed")
     with pytest.raises(EngineError, match=r"the Docker daemon is not running at unix://.*nothing.sock"):
         engine.ensure_running()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skip_or_fail
 from pinmatrix.errors import PatchError
 from pinmatrix.patching import apply_patch, parse_patch, sha256_file
 
@@ -141,7 +142,7 @@ def xformers_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = next((p for p in pythons if Path(p).exists() and subprocess.run(
         [p, "-m", "pip", "--version"], capture_output=True).returncode == 0), None)
     if python is None:
-        pytest.skip("no interpreter with pip to download the xformers wheel")
+        skip_or_fail("no interpreter with pip to download the xformers wheel")
     proc = subprocess.run(
         [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
          "--platform", "manylinux_2_28_x86_64", "-d", str(dl), "xformers==0.0.35"],
@@ -149,7 +150,7 @@ def xformers_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     wheels = list(dl.glob("xformers-0.0.35-*.whl"))
     if proc.returncode != 0 or not wheels:
-        pytest.skip(f"xformers 0.0.35 wheel not downloadable here: {proc.stderr.strip()[-200:]}")
+        skip_or_fail(f"xformers 0.0.35 wheel not downloadable here: {proc.stderr.strip()[-200:]}")
     site = tmp_path_factory.mktemp("site")
     with zipfile.ZipFile(wheels[0]) as zf:
         zf.extract(KERNEL, site)
@@ -168,7 +169,7 @@ def test_xformers_patch_applies_to_the_real_wheel_like_gnu_patch(xformers_site: 
     assert apply_patch(XFORMERS_PATCH, ours).outcome == "already-applied"
     gnu = shutil.which("patch")
     if gnu is None:
-        pytest.skip("GNU patch not installed")
+        skip_or_fail("GNU patch not installed")
     theirs = tmp_path / "theirs"
     shutil.copytree(xformers_site, theirs)
     subprocess.run([gnu, "-p1", "--forward", "-i", str(XFORMERS_PATCH)], cwd=theirs, check=True,
