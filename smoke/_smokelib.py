@@ -8,6 +8,10 @@ starts ``python -X faulthandler <module>.py <smoke-name>``; the smoke writes one
 
 Declared needs (all optional): ``gpu`` (bool), ``gpus`` (int), ``min_capability`` / ``max_capability``
 ("9.0"), ``packages`` (distribution names), ``memory_gib`` (free GPU memory).
+
+Declared parameters (optional; ``pinmatrix bisect`` searches them): ``params`` ({name: {type, range, default}}),
+``fixed`` (the other dimensions, held fixed), ``quantities`` ({label: [factors]}) and ``limits``; the smoke
+reads this run's values from ``ctx.params`` (the defaults, unless a probe set $PINMATRIX_PARAMS).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Callable
 RESULT_ENV = "PINMATRIX_SMOKE_RESULT"
 CELL_ENV = "PINMATRIX_CELL"
 RESULT_PREFIX = "PINMATRIX-RESULT "
+PARAMS_ENV = "PINMATRIX_PARAMS"
 STACK_PACKAGES = ("torch", "triton", "xformers", "flashinfer-python", "vllm", "apache-tvm-ffi", "numpy")
 
 
@@ -174,6 +179,17 @@ def cell() -> dict[str, Any]:
         return {}
 
 
+def params(spec: dict[str, Any]) -> dict[str, Any]:
+    """A smoke's parameter values: each declared parameter's default and the fixed dimensions (the spec's
+    ``params`` / ``fixed``), overridden by $PINMATRIX_PARAMS (set by ``pinmatrix bisect`` for one probe)."""
+    values: dict[str, Any] = {k: v.get("default") for k, v in (spec.get("params") or {}).items()}
+    values.update(spec.get("fixed") or {})
+    raw = os.environ.get(PARAMS_ENV)
+    if raw:
+        values.update(json.loads(raw))
+    return values
+
+
 def cap_tuple(cap: str) -> tuple[int, int]:
     major, _, minor = cap.partition(".")
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
@@ -207,6 +223,7 @@ class Context:
         self.metrics: dict[str, float | int | str] = {}
         self.summary = ""  # the reason shown for a pass
         self.cell = cell()
+        self.params = params(spec)  # ctx.params["M"]: this run's value of a declared parameter
 
     def metric(self, key: str, value: float | int | str) -> None:
         if isinstance(value, float):

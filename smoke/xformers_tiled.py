@@ -48,6 +48,17 @@ SMOKES = {
         "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 100},
         "timeout_s": 600,
     },
+    "xformers-tiled-matmul-shape": {
+        "func": "shape",
+        "description": "one tiled_matmul of M x K by K x N (M a parameter; K=2048, N=64512, bf16) checked "
+        "against cuBLAS: `pinmatrix bisect` searches M for the first fault",
+        "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 48},
+        "params": {"M": {"type": "int", "range": [1, 131072], "default": 33280}},
+        "fixed": {"K": 2048, "N": 64512, "dtype": "bfloat16"},
+        "quantities": {"output elements M*N": ["M", "N"], "operand a elements M*K": ["M", "K"],
+                       "operand b elements K*N": ["K", "N"]},
+        "timeout_s": 300,
+    },
     "xformers-seqpar-2gpu": {
         "func": "seqpar_2gpu",
         "description": "sequence_parallel_leading_matmul(fuse=True) over 2 GPUs (NCCL), seq 131072, 2048 -> "
@@ -105,8 +116,8 @@ def _self_check(ctx: Context, torch, out, ref) -> None:
     ctx.metric("checker_self_test", "caught")
 
 
-def _randn(torch, *shape, scale: float):
-    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16).mul_(scale)
+def _randn(torch, *shape, scale: float, dtype: str = "bfloat16"):
+    return torch.randn(*shape, device="cuda", dtype=getattr(torch, dtype)).mul_(scale)
 
 
 def _is_fault(err: BaseException) -> str | None:
@@ -120,12 +131,13 @@ def _is_fault(err: BaseException) -> str | None:
     return None
 
 
-def _one_case(ctx: Context, torch, tiled_matmul, label: str, m: int, k: int, n: int, watched: str) -> None:
+def _one_case(ctx: Context, torch, tiled_matmul, label: str, m: int, k: int, n: int, watched: str,
+              dtype: str = "bfloat16") -> None:
     sizes = {"output": m * n, "a": m * k, "b": k * n}
     ctx.metric(f"{label}.shape", f"M={m} K={k} N={n}")
     ctx.metric(f"{label}.{watched}_elements", sizes[watched])
-    a = _randn(torch, m, k, scale=k**-0.25)
-    b = _randn(torch, k, n, scale=k**-0.25)
+    a = _randn(torch, m, k, scale=k**-0.25, dtype=dtype)
+    b = _randn(torch, k, n, scale=k**-0.25, dtype=dtype)
     t0 = time.monotonic()
     try:
         (out,), = tiled_matmul([[a]], [[b]])
@@ -172,6 +184,19 @@ def boundary_a(ctx: Context) -> None:
 
 def boundary_b(ctx: Context) -> None:
     _boundary(ctx, "b", (256, 32704, 65536), (256, 32832, 65536))
+
+
+def shape(ctx: Context) -> None:
+    """One shape, from ctx.params: the tensor watched is the largest of output, a and b."""
+    torch, tiled_matmul = _setup(ctx)
+    m, k, n, dtype = (int(ctx.params["M"]), int(ctx.params["K"]), int(ctx.params["N"]),
+                      str(ctx.params["dtype"]))
+    if dtype not in ("bfloat16", "float16"):
+        raise Fail(f"dtype {dtype!r}: the tiled matmul smoke runs bfloat16 or float16", "bad-input")
+    sizes = {"output": m * n, "a": m * k, "b": k * n}
+    watched = max(sizes, key=sizes.__getitem__)
+    _one_case(ctx, torch, tiled_matmul, "case", m, k, n, watched, dtype)
+    ctx.summary = f"M={m} K={k} N={n} {dtype}: correct ({sizes[watched]} {watched} elements)"
 
 
 M, K, N = 131072, 2048, 64512

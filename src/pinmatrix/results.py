@@ -126,13 +126,28 @@ def _nvidia_smi_query() -> list[dict[str, str]]:
         return []
     if out.returncode != 0:
         return []
+    return parse_gpu_query(out.stdout)
+
+
+def parse_gpu_query(text: str) -> list[dict[str, str]]:
+    """Rows of ``nvidia-smi --query-gpu=name,driver_version,compute_cap[,...] --format=csv,noheader``: one dict
+    per GPU with name, driver and capability ('' where nvidia-smi prints N/A). Lines that are not such rows
+    (warnings, blank lines) are ignored."""
     gpus = []
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3 and parts[0]:
             cap = parts[2] if parts[2] and "N/A" not in parts[2] else ""
             gpus.append({"name": parts[0], "driver": parts[1], "capability": cap})
     return gpus
+
+
+def parse_cuda_version(text: str) -> str | None:
+    """The 'CUDA Version: 13.0' of plain ``nvidia-smi`` output's banner (what the driver supports)."""
+    marker = "CUDA Version:"
+    if marker in text:
+        return text.split(marker, 1)[1].split()[0].strip("|").strip() or None
+    return None
 
 
 def _nvidia_smi_cuda_version() -> str | None:
@@ -143,10 +158,7 @@ def _nvidia_smi_cuda_version() -> str | None:
         out = subprocess.run([exe], capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    marker = "CUDA Version:"
-    if marker in out:
-        return out.split(marker, 1)[1].split()[0].strip("|").strip() or None
-    return None
+    return parse_cuda_version(out)
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,7 @@ class SmokeRecord:
     known_issue: str | None  # id of the known issue that made it xfail/xpass
     image_digest: str | None  # sha256:... when run inside an image, else None
     environment: dict[str, Any] = field(default_factory=dict)  # what the smoke saw (driver, versions, ...)
+    params: dict[str, Any] = field(default_factory=dict)  # a bisect probe's parameter values; {} for a plain run
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -197,6 +210,7 @@ class SmokeRecord:
                 known_issue=data.get("known_issue"),
                 image_digest=data.get("image_digest"),
                 environment=dict(data.get("environment") or {}),
+                params=dict(data.get("params") or {}),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ResultsError(f"malformed result row: missing or bad field {err}") from None
@@ -214,7 +228,7 @@ CREATE TABLE IF NOT EXISTS results (
     smoke TEXT NOT NULL, run_id TEXT NOT NULL,
     status TEXT NOT NULL, failure_class TEXT, reason TEXT NOT NULL, metrics TEXT NOT NULL,
     log_path TEXT, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, duration_s REAL NOT NULL,
-    known_issue TEXT, image_digest TEXT, environment TEXT NOT NULL DEFAULT '{}',
+    known_issue TEXT, image_digest TEXT, environment TEXT NOT NULL DEFAULT '{}', params TEXT NOT NULL DEFAULT '{}',
     UNIQUE (cell_id, host_id, smoke, run_id)
 );
 CREATE INDEX IF NOT EXISTS results_key ON results (cell_id, host_id, smoke);
@@ -223,8 +237,13 @@ CREATE INDEX IF NOT EXISTS results_stack ON results (stack);
 
 _COLUMNS = (
     "cell_id, stack, host_id, hostname, smoke, run_id, status, failure_class, reason, metrics, log_path, "
-    "started_at, finished_at, duration_s, known_issue, image_digest, environment"
+    "started_at, finished_at, duration_s, known_issue, image_digest, environment, params"
 )
+
+
+def params_key(params: Mapping[str, Any] | None) -> str:
+    """The stored form of a probe's parameters: canonical JSON, '{}' for a plain run."""
+    return json.dumps(dict(params or {}), sort_keys=True, separators=(",", ":"))
 
 
 class ResultsStore:
@@ -275,6 +294,12 @@ class ResultsStore:
     def _init_schema(self, conn: sqlite3.Connection) -> None:
         for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
             conn.execute(statement)  # each IF NOT EXISTS statement is idempotent and atomic
+        if "params" not in {row[1] for row in conn.execute("PRAGMA table_info(results)")}:
+            try:  # a store written before bisect probes existed: its runs had no parameters
+                conn.execute("ALTER TABLE results ADD COLUMN params TEXT NOT NULL DEFAULT '{}'")
+            except sqlite3.OperationalError as err:
+                if "duplicate column" not in str(err):  # another process added it first
+                    raise
         conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     # -- writing ---------------------------------------------------------------------------------
@@ -315,12 +340,12 @@ class ResultsStore:
             (rec.cell_id, h.id, rec.smoke, rec.run_id),
         )
         conn.execute(
-            f"INSERT INTO results ({_COLUMNS}) VALUES ({', '.join('?' * 17)})",
+            f"INSERT INTO results ({_COLUMNS}) VALUES ({', '.join('?' * 18)})",
             (
                 rec.cell_id, rec.stack, h.id, h.hostname, rec.smoke, rec.run_id, rec.status, rec.failure_class,
                 rec.reason, json.dumps(rec.metrics, sort_keys=True), rec.log_path, rec.started_at,
                 rec.finished_at, float(rec.duration_s), rec.known_issue, rec.image_digest,
-                json.dumps(rec.environment, sort_keys=True, default=str),
+                json.dumps(rec.environment, sort_keys=True, default=str), params_key(rec.params),
             ),
         )
 
@@ -335,9 +360,10 @@ class ResultsStore:
         status: str | None = None,
         latest_only: bool = False,
         run_id: str | None = None,
+        probe_params: Mapping[str, Any] | None = None,
     ) -> list[SmokeRecord]:
-        """Records matching every given filter, oldest first. ``latest_only`` keeps, per
-        (cell, host, smoke), the most recently written record (before the status filter applies)."""
+        """Records matching every given filter, in the order written. ``latest_only`` keeps, per
+        (cell, host, smoke), the record that finished last (before the status filter applies)."""
         where: list[str] = []
         params: list[Any] = []
         for column, value in (("cell_id", cell_id), ("stack", stack), ("host_id", host_id),
@@ -345,11 +371,15 @@ class ResultsStore:
             if value is not None:
                 where.append(f"r.{column} = ?")
                 params.append(value)
-        if latest_only:
+        if latest_only:  # the record that FINISHED last (julianday reads both '...Z' and '+00:00'); ties: written last
             where.append(
-                "r.seq = (SELECT MAX(l.seq) FROM results l WHERE l.cell_id = r.cell_id"
-                " AND l.host_id = r.host_id AND l.smoke = r.smoke)"
+                "r.seq = (SELECT l.seq FROM results l WHERE l.cell_id = r.cell_id"
+                " AND l.host_id = r.host_id AND l.smoke = r.smoke AND l.params = r.params"
+                " ORDER BY julianday(l.finished_at) DESC, l.seq DESC LIMIT 1)"
             )
+        if probe_params is not None:  # one bisect probe's parameters ({}: plain runs only)
+            where.append("r.params = ?")
+            params.append(params_key(probe_params))
         if status is not None:
             where.append("r.status = ?")
             params.append(status)
@@ -370,7 +400,7 @@ class ResultsStore:
     @staticmethod
     def _row_to_record(row: tuple[Any, ...]) -> SmokeRecord:
         (cell_id, stack, host_id, hostname, smoke, run_id, status, failure_class, reason, metrics, log_path,
-         started_at, finished_at, duration_s, known_issue, image_digest, environment,
+         started_at, finished_at, duration_s, known_issue, image_digest, environment, params,
          gpu_name, gpu_count, driver, capability, cuda_driver_api) = row
         host = HostFingerprint(
             id=host_id, hostname=hostname, gpu_name=gpu_name, gpu_count=int(gpu_count or 0), driver=driver,
@@ -381,17 +411,19 @@ class ResultsStore:
             failure_class=failure_class, reason=reason, metrics=json.loads(metrics), log_path=log_path,
             started_at=started_at, finished_at=finished_at, duration_s=float(duration_s),
             known_issue=known_issue, image_digest=image_digest, environment=json.loads(environment or "{}"),
+            params=json.loads(params or "{}"),
         )
 
-    def has_result(self, cell_id: str, host_id: str, smoke: str, image_digest: str | None = None) -> bool:
+    def has_result(self, cell_id: str, host_id: str, smoke: str, image_digest: str | None = None,
+                   params: Mapping[str, Any] | None = None) -> bool:
         """Whether ``smoke`` is recorded for this cell and host ON THIS IMAGE: results follow the image digest
         they ran on (None = run outside any image, on the host), so a rebuilt or pushed image is smoked again."""
         def read() -> bool:
             with self._connect() as conn:
                 row = conn.execute(
                     "SELECT 1 FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ?"
-                    " AND image_digest IS ? LIMIT 1",
-                    (cell_id, host_id, smoke, image_digest),
+                    " AND image_digest IS ? AND params = ? LIMIT 1",
+                    (cell_id, host_id, smoke, image_digest, params_key(params)),
                 ).fetchone()
                 return row is not None
 

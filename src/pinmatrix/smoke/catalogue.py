@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.smoke.params import SmokeParams, parse_params
 
 SMOKE_DIR_ENV = "PINMATRIX_SMOKE_DIR"
 # Modules run in this order within a phase: cheap and general first, heavy and specific later.
@@ -31,6 +32,7 @@ class Smoke:
     needs: dict[str, Any] = field(default_factory=dict)
     timeout_s: int = DEFAULT_TIMEOUT_S
     phase: int = 5  # 0 probes first, 9 after the kernels (arch-coverage reads the JIT caches they fill)
+    parameters: SmokeParams | None = None  # numeric parameters `pinmatrix bisect` can search
 
     @property
     def gpu(self) -> bool:
@@ -89,6 +91,10 @@ def load_catalogue(smoke_dir: Path | None = None) -> list[Smoke]:
             if not isinstance(spec, dict) or "func" not in spec:
                 raise SmokeError(f"{path}: smoke {name!r} needs a 'func'")
             seen[name] = path
+            try:
+                parameters = parse_params(spec)
+            except ValueError as err:
+                raise SmokeError(f"{path}: smoke {name!r}: {err}") from None
             smokes.append(Smoke(
                 name=name,
                 module=path,
@@ -97,6 +103,7 @@ def load_catalogue(smoke_dir: Path | None = None) -> list[Smoke]:
                 needs=dict(spec.get("needs", {})),
                 timeout_s=int(spec.get("timeout_s", DEFAULT_TIMEOUT_S)),
                 phase=int(spec.get("phase", 5)),
+                parameters=parameters,
             ))
     if not smokes:
         raise SmokeError(f"{root}: no smoke modules (files declaring SMOKES)")

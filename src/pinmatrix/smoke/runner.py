@@ -29,6 +29,7 @@ from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.overlay import Overlay, build_overlay
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
+PARAMS_ENV = "PINMATRIX_PARAMS"
 HOST_CELL_ID = "host"
 
 
@@ -97,8 +98,12 @@ def cell_payload(cell: Any) -> dict[str, Any]:
     return out
 
 
-def smoke_env(cell: Any, smoke: Smoke, result_path: Path, overlay: Overlay | None) -> dict[str, str]:
+def smoke_env(cell: Any, smoke: Smoke, result_path: Path, overlay: Overlay | None,
+              params: dict[str, Any] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop(PARAMS_ENV, None)
+    if params:  # a bisect probe: the smoke reads its parameter values from here
+        env[PARAMS_ENV] = json.dumps(params, sort_keys=True)
     env.update({str(k): str(v) for k, v in (getattr(cell, "env", None) or {}).items()})
     if getattr(cell, "flashinfer_cuda_arch_list", None) and "FLASHINFER_CUDA_ARCH_LIST" not in os.environ:
         env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
@@ -255,12 +260,14 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
 
 
 def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
-            overlay: Overlay | None) -> SmokeRecord:
+            overlay: Overlay | None, params: dict[str, Any] | None = None) -> SmokeRecord:
+    """Run ``smoke`` once; ``params`` (a bisect probe's parameter values) reach it as $PINMATRIX_PARAMS."""
     timeout = float(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
-    log_path = work / f"{_slug(smoke.name)}.log"
-    result_path = work / f".{_slug(smoke.name)}.result.json"
+    label = smoke.name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + "]" if params else "")
+    log_path = work / f"{_slug(label)}.log"
+    result_path = work / f".{_slug(label)}.result.json"
     argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
-    env = smoke_env(cell, smoke, result_path, overlay)
+    env = smoke_env(cell, smoke, result_path, overlay, params)
     started = now()
     if options.container is not None:
         proc = options.container(cell, smoke, env, log_path, result_path, timeout)
@@ -284,4 +291,5 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
         status=verdict.status, failure_class=verdict.failure_class, reason=verdict.reason, metrics=metrics,
         log_path=str(log_path), started_at=started, finished_at=finished, duration_s=round(proc.seconds, 3),
         known_issue=verdict.known_issue, image_digest=options.image_digest, environment=environment,
+        params=dict(params or {}),
     )
