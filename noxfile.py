@@ -20,9 +20,14 @@ nox.options.reuse_existing_virtualenvs = True
 PYTHON = None  # the interpreter nox runs under (>= 3.11)
 
 
-def _install(session: nox.Session, *extras: str) -> None:
-    spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+DEV_LOCK = "requirements/dev.lock"  # pinmatrix's own dependencies, test extra included, with sha256 hashes
+
+
+def _install(session: nox.Session) -> None:
+    """pinmatrix's dependencies exactly as requirements/dev.lock pins them (hashes checked), then pinmatrix
+    itself without resolving anything again. Regenerate the lock with `./dev lock-deps`."""
+    session.install("--require-hashes", "-r", DEV_LOCK)
+    session.install("--no-deps", "-e", ".")
 
 
 @nox.session(python=PYTHON)
@@ -83,12 +88,12 @@ def promote(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest arguments after `--`)."""
-    _install(session, "test")
+    _install(session)
     session.run("pytest", *(session.posargs or ["-q"]))
 
 
 @nox.session(python=PYTHON)
 def benchmarks(session: nox.Session) -> None:
     """Run the benchmarks under benchmarks/ and print their figures."""
-    _install(session, "test")
+    _install(session)
     session.run("python", "-m", "benchmarks", *session.posargs)

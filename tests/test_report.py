@@ -142,16 +142,59 @@ def test_junit_one_case_per_cell_and_smoke(sample) -> None:
     root = ET.fromstring(xml)
     cases = root.findall(".//testcase")
     assert len(cases) == 2 + 2 + 2 + 1
-    assert root.get("tests") == "7" and root.get("failures") == "1" and root.get("skipped") == "1"
+    assert root.get("tests") == "7" and root.get("failures") == "1"
+    assert sum(int(s.get("skipped")) for s in root.iter("testsuite")) == 1
     failing = [c for c in cases if c.find("failure") is not None]
     assert len(failing) == 1
     f = failing[0]
     assert f.get("classname") == "xf.aaaaaaaaaaa1" and f.get("name") == "boundary"
     assert f.find("failure").get("type") == "illegal-memory-access"
-    props = {p.get("name"): p.get("value") for p in f.iter("property")}
+    suite = next(s for s in root.iter("testsuite") if f in list(s))  # one suite per cell: its pins are properties
+    assert suite.get("name") == "xf.aaaaaaaaaaa1" and suite.get("package") == "xf"
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["cell"].startswith("xf[") and props["pin.xformers"] == "0.0.35"
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert skipped[0].find("skipped").get("message").startswith("xfail:")
+
+
+def test_junit_is_valid_xunit2(sample) -> None:
+    """junit.xml validates against the xunit2 schema (tests/data/junit-10.xsd, from pytest's sdist), with every
+    status a case can have: pass, fail with a class, xfail, skip, missing, and reasons with markup in them."""
+    import xmlschema
+
+    cells, records = sample
+    lonely = make_cell("eeeeeeeeeee5", "xf", {"xformers": "0.0.34"})
+    records = records + [rec(cells[1], "host-probe", "skip", run="r3", reason="no <GPU> & \"quotes\""),
+                         rec(cells[0], "host-probe", "degraded", run="r4", failure_class="slow-path")]
+    xml = render(build_report(records, cells + [lonely]), "junit")
+    schema = xmlschema.XMLSchema(Path(__file__).parent / "data" / "junit-10.xsd")
+    errors = list(schema.iter_errors(xml))
+    assert errors == [], errors[0] if errors else None
+    # the schema is strict enough to catch what the old layout did wrong
+    bad = xml.replace("<testsuites ", '<testsuites skipped="1" ', 1)
+    assert not schema.is_valid(bad)
+
+
+def test_status_passes_when_required_smokes_pass_and_counts_skips(sample) -> None:
+    """A cell whose required smokes all pass is "pass" although optional smokes skipped; the label says how
+    many skipped. A required smoke that skips, or an optional one that fails, still shows."""
+    cells, _ = sample
+    cell = make_cell("iiiiiiiiiii9", "h2", {"gpu": "sm_90"}, smokes=("host-probe", "nvfp4-gemm", "nvfp4-vs-fp8"))
+    recs = [rec(cell, "host-probe", "pass"), rec(cell, "nvfp4-gemm", "skip", reason="FP4 unsupported on sm_90"),
+            rec(cell, "nvfp4-vs-fp8", "skip")]
+    row = build_report(recs, [cell], required={cell.id: ["host-probe"]}).cells[0]
+    assert row.status == "pass" and row.skipped == 2 and row.status_label == "pass (2 skipped)"
+    assert build_report(recs, [cell]).cells[0].status == "skip"  # without a policy every smoke counts
+    strict = build_report(recs, [cell], required={cell.id: ["host-probe", "nvfp4-gemm"]}).cells[0]
+    assert strict.status == "skip"
+    broken = recs + [rec(cell, "nvfp4-vs-fp8", "fail", run="r9", reason="boom")]
+    assert build_report(broken, [cell], required={cell.id: ["host-probe"]}).cells[0].status == "fail"
+    md = render(build_report(recs, [cell], required={cell.id: ["host-probe"]},
+                             descriptions={"h2": "The H200 | host"}), "md")
+    assert "🟢 pass (2 skipped)" in md and "The H200 \\| host" in md
+    html = render(build_report(recs, [cell], required={cell.id: ["host-probe"]},
+                               descriptions={"h2": "The <H200> host"}), "html")
+    assert '<p class="description">The &lt;H200&gt; host</p>' in html and "pass (2 skipped)" in html
 
 
 def test_json_round_trips_the_model(sample) -> None:

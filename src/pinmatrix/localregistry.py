@@ -240,7 +240,7 @@ def _known_good_registry(args: argparse.Namespace) -> tuple[Path, str] | None:
         return None
     for entry in reversed(entries):
         if args.stack in (None, entry.get("stack")) and loopback_endpoint(str(entry.get("reference", ""))):
-            return path.resolve().parent, str(entry["reference"])
+            return Path.cwd(), str(entry["reference"])  # pull reads no matrix: the project is where it runs
     return None
 
 

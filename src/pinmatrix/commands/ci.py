@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="runs-on labels of CPU-only cells (repeatable; default: ubuntu-latest)")
     g.add_argument("--registry", metavar="PREFIX", help="image prefix for each entry's `image` (default: [matrix].registry)")
     g.add_argument("--pretty", action="store_true", help="indent the JSON")
+    g.add_argument("--json", action="store_true", help="JSON on stdout (what this command always prints)")
     g.set_defaults(func=run_github)
 
     k = ci.add_parser("k8s", help="Kubernetes Jobs, one per cell x GPU node pool, selected by GPU feature discovery labels",
@@ -51,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--registry", metavar="PREFIX", help="registry prefix (default: [matrix].registry)")
     k.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
     k.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    k.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     k.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here instead of stdout")
     k.add_argument("--kube-version", default="1.37.0", help="Kubernetes version to validate against (default 1.37.0)")
     k.add_argument("--no-validate", action="store_true", help="skip schema validation")
@@ -65,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="the matrix file (default: ./matrix.toml)")
     c.add_argument("--results", type=Path, default=None, metavar="PATH",
                    help=f"record into this results store (default: {DEFAULT_PATH} unless --json is given)")
-    c.add_argument("--json", type=Path, metavar="FILE", help="write the records to FILE as JSON")
+    c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                   help="print the records as JSON on stdout (the summary goes to stderr), or write them to FILE")
     c.set_defaults(func=run_collect)
 
 
@@ -147,8 +150,10 @@ def run_collect(args: argparse.Namespace) -> int:
     if not dirs:
         raise PinmatrixError(f"no run.json under {', '.join(str(p) for p in args.paths)}")
     records = [r for d in dirs for r in collect(d, cells)]
-    if args.json:
-        write_json_atomic(args.json, [r.to_dict() for r in records])
+    if args.json == "-":
+        print(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
+    elif args.json:
+        write_json_atomic(Path(args.json), [r.to_dict() for r in records])
     if args.results or not args.json:
         store = ResultsStore(args.results or DEFAULT_PATH)
         store.record_many(records)
@@ -156,5 +161,6 @@ def run_collect(args: argparse.Namespace) -> int:
     for r in records:
         counts[r.status] = counts.get(r.status, 0) + 1
     print(f"collected {len(records)} result(s) from {len(dirs)} pod(s): "
-          + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"))
+          + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"),
+          file=sys.stderr if args.json == "-" else sys.stdout)
     return 0

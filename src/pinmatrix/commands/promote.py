@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import sys
 from pathlib import Path
 
+from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, load
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
@@ -37,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--registry", metavar="PREFIX", help="registry prefix (default: [matrix].registry)")
     p.add_argument("--dry-run", "-n", action="store_true", help="check and show what would happen; change nothing")
     p.add_argument("--force", action="store_true", help="promote again a cell already recorded with the same digest")
+    p.add_argument("--json", action="store_true",
+                   help="print one {cell, name, stack, outcome, digest, reference, attestation, steps, reasons} per "
+                   "cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
     p.set_defaults(func=run)
 
 
@@ -73,6 +80,17 @@ def run(args: argparse.Namespace) -> int:
     catalogue = _catalogue(matrix.root)
 
     promoted = refused = 0
+    outcomes: list[dict[str, object]] = []
+    say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)
+
+    def outcome(cell: Cell, what: str, **fields: object) -> None:
+        outcomes.append({"cell": cell.id, "name": cell.name, "stack": cell.stack, "outcome": what, "digest": None,
+                         "reference": None, "attestation": None, "steps": [], "reasons": [], **fields})
+
+    def emit() -> None:
+        if args.json:
+            print(json.dumps(outcomes, indent=2))
+
     for cell in cells:
         policy = policy_for(matrix, cell.stack)
         records = store.query(cell_id=cell.id) if store else []
@@ -82,24 +100,31 @@ def run(args: argparse.Namespace) -> int:
             plan = plan_promotion(cell, policy, records, source=source, registry_prefix=prefix, registry=registry,
                                   stack_gpus=stack_gpus, catalogue=catalogue)
         except PromotionRefused as err:
+            outcome(cell, "refused", reasons=str(err).split(": ", 1)[1].split("; "))
             if single:
+                emit()
                 raise
             refused += 1
-            print(f"refused  {cell.id} {cell.name}: {str(err).split(': ', 1)[1]}")
+            say(f"refused  {cell.id} {cell.name}: {str(err).split(': ', 1)[1]}")
             continue
         if (cell.id, plan.digest) in already and not args.force:
             promoted += 1
-            print(f"already promoted {cell.id} {cell.name} ({plan.digest})")
+            outcome(cell, "already-promoted", digest=plan.digest)
+            say(f"already promoted {cell.id} {cell.name} ({plan.digest})")
             continue
         if args.dry_run:
             promoted += 1
-            print(f"would promote {cell.id} {cell.name}:")
+            outcome(cell, "would-promote", digest=plan.digest, steps=plan.describe())
+            say(f"would promote {cell.id} {cell.name}:")
             for step in plan.describe():
-                print(f"  - {step}")
+                say(f"  - {step}")
             continue
         result = execute(plan, registry, records, known_good)
         promoted += 1
-        print(f"promoted {cell.id} {cell.name}: {result.reference} (attestation {result.attestation})")
+        outcome(cell, "promoted", digest=result.digest, reference=result.reference,
+                attestation=result.attestation)
+        say(f"promoted {cell.id} {cell.name}: {result.reference} (attestation {result.attestation})")
+    emit()
     if not promoted:
         raise PromotionRefused(f"no cell promoted ({refused} refused)")
     return 0

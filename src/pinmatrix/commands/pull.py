@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="judge for the host described in FILE (a HostFingerprint as JSON; - reads stdin) instead of "
                    "this one")
     p.add_argument("--quiet", "-q", action="store_true", help="do not list the cells passed over")
+    p.add_argument("--json", action="store_true",
+                   help="print {reference, digest, stack, cell, pulled, engine, host, passed_over} as JSON on stdout")
     p.set_defaults(func=run)
 
 
@@ -80,10 +82,18 @@ def run(args: argparse.Namespace) -> int:
         ref = reference_of(chosen.entry)
     except ValueError as err:
         raise PinmatrixError(f"{args.known_good}: {err}") from None
+    engine = None
     if not args.print_only:
         engine = _engine(args.engine)
         engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
         if not args.quiet:
             print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.reasons)})", file=sys.stderr)
+    if args.json:
+        passed_over = [{"label": v.label, "reasons": list(v.reasons)} for v in verdicts[:verdicts.index(chosen)]]
+        print(json.dumps({"reference": str(ref), "digest": chosen.entry["digest"], "stack": chosen.entry["stack"],
+                          "cell": chosen.entry["cell_id"], "pulled": engine is not None,
+                          "engine": engine.name if engine else None, "host": host.to_dict(),
+                          "passed_over": passed_over}, indent=2))
+        return 0
     print(ref)
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
@@ -44,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshot-at", default="", metavar="SUFFIX",
                    help="appended to the page's URL for the screenshot: '?a=ID&b=ID' preselects the diff view, "
                         "'#cell-ID' opens a cell's smoke details")
+    p.add_argument("--json", action="store_true",
+                   help="also print the report (report.json's content) on stdout; the file list goes to stderr")
     p.add_argument("--fail-on", choices=SEVERITY_ORDER[1:], metavar="STATUS",
                    help="exit 1 when any cell's worst status is STATUS or worse "
                         f"(order: {' < '.join(SEVERITY_ORDER)})")
@@ -77,11 +81,22 @@ def _catalogue(matrix_path: Path | None) -> list[str] | None:
         return None
 
 
+def _required_smokes(matrix: object, cells: list[Cell], catalogue: list[str] | None) -> dict[str, list[str]]:
+    """Per cell: the smokes its stack's promotion policy requires (a cell whose required smokes all pass is
+    reported as passing, however many optional smokes skipped)."""
+    from pinmatrix.promote import policy_for, required_smoke_names
+
+    policies = {name: policy_for(matrix, name) for name in {c.stack for c in cells}}
+    return {c.id: required_smoke_names(c, policies[c.stack], catalogue)[0] for c in cells}
+
+
 def run(args: argparse.Namespace) -> int:
     from pinmatrix.report import build_report, write_reports
     from pinmatrix.report.model import SEVERITY, STATUS_LABELS
 
     cells: list[Cell] = []
+    required: dict[str, list[str]] | None = None
+    descriptions: dict[str, str] = {}
     title = args.title
     matrix_path = args.matrix
     if matrix_path is None and Path("matrix.toml").is_file():
@@ -93,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
                 raise PinmatrixError(f"{matrix.path.name}: unknown stack {name!r} (stacks: {', '.join(matrix.stacks)})")
         cells = list(expansion.cells)
         title = title or f"{matrix.settings.name} report"
+        required = _required_smokes(matrix, cells, _catalogue(matrix_path))
+        descriptions = {name: stack.description for name, stack in matrix.stacks.items() if stack.description}
     pivot = None
     if args.pivot:
         parts = [p.strip() for p in args.pivot.split(",")]
@@ -111,24 +128,29 @@ def run(args: argparse.Namespace) -> int:
 
     report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
                           log_roots=[Path.cwd(), args.results.parent, *(p.parent for p in args.from_json)],
-                          catalogue=_catalogue(matrix_path))
+                          catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions)
     formats = args.formats or list(FORMATS)
     paths = write_reports(report, args.out, formats)
+    say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)
     for fmt in formats:
-        print(f"{fmt:6} {paths[fmt]}")
+        say(f"{fmt:6} {paths[fmt]}")
     if args.screenshot:
         if "html" not in paths:
             raise PinmatrixError("--screenshot needs the html format")
         from pinmatrix.report.browser import screenshot_file
 
         w, h = screenshot_file(paths["html"], args.screenshot, suffix=args.screenshot_at)
-        print(f"png    {args.screenshot} ({w}x{h})")
+        say(f"png    {args.screenshot} ({w}x{h})")
     counts = report.counts
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))
-    print(f"{len(report.cells)} cells: {summary or 'none'}")
+    say(f"{len(report.cells)} cells: {summary or 'none'}")
+    if args.json:
+        from pinmatrix.report import report_to_dict
+
+        print(json.dumps(report_to_dict(report), indent=2, sort_keys=True))
     if args.fail_on:
         bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]]
         if bad:
-            print(f"{len(bad)} cells at or past {args.fail_on}: " + ", ".join(f"{c.id} ({c.status})" for c in bad))
+            say(f"{len(bad)} cells at or past {args.fail_on}: " + ", ".join(f"{c.id} ({c.status})" for c in bad))
             return 1
     return 0

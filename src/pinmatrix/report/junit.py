@@ -1,7 +1,12 @@
-"""JUnit XML: one test case per cell x smoke (worst latest status across hosts), one suite per stack.
+"""JUnit XML: one test case per cell x smoke (worst latest status across hosts), one suite per cell.
 
 Mapping: pass and xpass -> passed (xpass carries a system-out note), fail and degraded -> <failure> with
 the failure class as its type, xfail and skip -> <skipped>, no result -> <skipped message="no result">.
+
+The output follows the xunit2 schema (Jenkins xunit-plugin's junit-10.xsd, which pytest validates its own
+junit_family=xunit2 files against; tests/data/junit-10.xsd): a suite per cell, so that the cell's name and
+pins are the suite's <properties> (a <testcase> may not hold <properties>); ``skipped`` is counted on each
+<testsuite> only (<testsuites> has no such attribute).
 """
 
 from __future__ import annotations
@@ -13,21 +18,25 @@ from pinmatrix.report.model import Report, worst
 
 def render_junit(report: Report) -> str:
     root = ET.Element("testsuites", name=report.title)
-    totals = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+    totals = {"tests": 0, "failures": 0, "time": 0.0}
     for stack in report.stacks:
-        suite = ET.SubElement(root, "testsuite", name=stack.name, timestamp=report.generated_at)
-        counts = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
         for cell in stack.cells:
+            suite = ET.SubElement(root, "testsuite", name=f"{stack.name}.{cell.id}", package=stack.name,
+                                  timestamp=report.generated_at)
+            counts = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+            props = ET.SubElement(suite, "properties")
+            ET.SubElement(props, "property", name="cell", value=cell.name)
+            ET.SubElement(props, "property", name="status", value=cell.status_label)
+            for axis, value in cell.pins.items():
+                ET.SubElement(props, "property", name=f"pin.{axis}", value=value)
+            for digest in cell.image_digests:
+                ET.SubElement(props, "property", name="image", value=digest)
             for smoke in cell.smokes:
                 results = [r for r in cell.results if r.smoke == smoke]
                 status = worst(r.status for r in results)
                 seconds = sum(r.duration_s for r in results)
                 case = ET.SubElement(suite, "testcase", classname=f"{stack.name}.{cell.id}", name=smoke,
                                      time=f"{seconds:.3f}")
-                props = ET.SubElement(case, "properties")
-                ET.SubElement(props, "property", name="cell", value=cell.name)
-                for axis, value in cell.pins.items():
-                    ET.SubElement(props, "property", name=f"pin.{axis}", value=value)
                 counts["tests"] += 1
                 counts["time"] += seconds
                 detail = "\n".join(
@@ -53,10 +62,11 @@ def render_junit(report: Report) -> str:
                 if detail and status not in ("fail", "degraded"):  # a failure already carries it
                     out = ET.SubElement(case, "system-out")
                     out.text = detail
-        for key, value in counts.items():
-            suite.set(key, f"{value:.3f}" if key == "time" else str(value))
-            totals[key] += value
-        suite.set("errors", "0")
+            for key, value in counts.items():
+                suite.set(key, f"{value:.3f}" if key == "time" else str(value))
+                if key in totals:
+                    totals[key] += value
+            suite.set("errors", "0")
     for key, value in totals.items():
         root.set(key, f"{value:.3f}" if key == "time" else str(value))
     root.set("errors", "0")

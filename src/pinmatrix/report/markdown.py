@@ -24,6 +24,9 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
     for stack in report.stacks:
         lines.append(f"## {ICONS[stack.status]} {stack.name}")
         lines.append("")
+        if stack.description:
+            lines.append(_cell(stack.description))
+            lines.append("")
         if stack.fixed:
             lines.append("Same in every cell: " + ", ".join(f"`{a} {v}`" for a, v in stack.fixed.items()))
             lines.append("")
@@ -33,7 +36,7 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
         for cell in stack.cells:
             per = cell.smoke_status
             smokes = " ".join(f"{ICONS[st]}&nbsp;{_cell(name)}" for name, st in per.items())
-            row = [f"{ICONS[cell.status]} {STATUS_LABELS[cell.status]}", f"`{cell.id}` {_cell(cell.name)}",
+            row = [f"{ICONS[cell.status]} {cell.status_label}", f"`{cell.id}` {_cell(cell.name)}",
                    *(_cell(cell.pins.get(a, "")) for a in stack.axes), smokes, _cell(cell.failure_class or "")]
             lines.append("| " + " | ".join(row) + " |")
         problems = [(c, r) for c in stack.cells for r in c.results if r.status in ("fail", "degraded", "xpass")]

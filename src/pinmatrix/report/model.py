@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -112,6 +112,7 @@ class CellRow:
     min_driver: str | None = None
     compute_capability: str | None = None
     gpu_required: bool = True
+    required: list[str] | None = None  # smokes the stack's promotion policy requires (None: every smoke)
 
     @property
     def smoke_status(self) -> dict[str, str]:
@@ -123,7 +124,26 @@ class CellRow:
 
     @property
     def status(self) -> str:
-        return worst(self.smoke_status.values()) if self.smokes else "missing"
+        """The worst status of the smokes that count: every required smoke, and the optional ones that ran
+        and did not skip. So a cell whose required smokes all pass is "pass" although optional smokes skipped
+        (NVFP4 smokes on sm_90); ``skipped`` says how many."""
+        from pinmatrix.smoke.catalogue import matches  # required entries may be group selectors
+
+        counted = [st for name, st in self.smoke_status.items()
+                   if self.required is None or st not in ("skip", "missing")
+                   or any(matches(r, name) for r in self.required)]
+        return worst(counted) if self.smokes else "missing"
+
+    @property
+    def skipped(self) -> int:
+        """How many of the cell's smokes were skipped (on their worst host)."""
+        return sum(st == "skip" for st in self.smoke_status.values())
+
+    @property
+    def status_label(self) -> str:
+        """The status in words, with the skip count when smokes skipped: "pass (2 skipped)"."""
+        label = STATUS_LABELS[self.status]
+        return f"{label} ({self.skipped} skipped)" if self.skipped and self.status != "skip" else label
 
     @property
     def failure_class(self) -> str | None:
@@ -155,6 +175,7 @@ class StackReport:
     smokes: list[str]
     cells: list[CellRow]
     pivot: tuple[str, str] | None  # default (row axis, column axis) for the pivot view; "" = no axis
+    description: str = ""  # the stack's description in matrix.toml
 
     @property
     def status(self) -> str:
@@ -244,11 +265,14 @@ def build_report(
     log_roots: Sequence[Path] = (),
     now: datetime | None = None,
     catalogue: Sequence[str] | None = None,
+    required: Mapping[str, Sequence[str]] | None = None,
+    descriptions: Mapping[str, str] | None = None,
 ) -> Report:
     """Join the latest result per (cell, host, smoke) with the matrix's cells.
 
     Cells with no results appear with status "missing"; results of cell ids that are no longer in the
-    matrix appear too (named by id), so nothing recorded is hidden."""
+    matrix appear too (named by id), so nothing recorded is hidden. ``required`` maps cell id -> the smokes
+    its promotion policy requires (see CellRow.status); ``descriptions`` maps stack -> its description."""
     stacks_wanted = None if stack is None else ({stack} if isinstance(stack, str) else set(stack))
     latest: dict[tuple[str, str, str], SmokeRecord] = {}
     for rec in records:  # records come oldest first: later ones replace earlier ones
@@ -274,6 +298,7 @@ def build_report(
             results=sorted((_result(r, log_roots) for r in recs), key=lambda r: (r.smoke, r.host_label)),
             min_driver=cell.min_driver, compute_capability=cell.compute_capability,
             gpu_required=cell.gpu_required,
+            required=list(required[cell.id]) if required is not None and cell.id in required else None,
         )
     for cell_id, recs in by_cell.items():
         if cell_id in rows:
@@ -302,7 +327,7 @@ def build_report(
             smokes += [s for s in r.smokes if s not in smokes]
         stacks.append(StackReport(
             name=name, axes=varying, fixed=fixed, smokes=smokes, cells=stack_rows,
-            pivot=choose_pivot(varying, stack_rows, pivot),
+            pivot=choose_pivot(varying, stack_rows, pivot), description=(descriptions or {}).get(name, ""),
         ))
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Report(title=title, generated_at=stamp, stacks=stacks)
@@ -320,6 +345,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
         "stacks": [
             {
                 "name": s.name,
+                "description": s.description,
                 "status": s.status,
                 "axes": s.axes,
                 "fixed": s.fixed,
@@ -329,7 +355,8 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
                 "cells": [
                     {
                         "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
-                        "status": c.status, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
+                        "status": c.status, "status_label": c.status_label, "skipped": c.skipped,
+                        "required_smokes": c.required, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
                         "min_driver": c.min_driver, "compute_capability": c.compute_capability,
                         "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
                         **({"results": [r.to_dict(with_log=with_logs) for r in c.results]} if with_results else {}),
