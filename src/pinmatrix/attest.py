@@ -1,26 +1,46 @@
-"""Evidence attached to a promoted image: an in-toto Statement (v1) with the test-result predicate (v0.1),
-stored in the registry next to the image as an OCI artifact whose ``subject`` is the image's manifest.
+"""Evidence attached to a promoted image, stored in the registry next to it as OCI artifacts whose
+``subject`` is the image's manifest:
 
-Registries with the OCI 1.1 referrers API index it themselves; for registries without it (Debian's
-docker-registry, distribution 2.8) the artifact is listed in the OCI 1.1 distribution spec's referrers tag
-schema fallback: an image index under the tag ``sha256-<hex of the image digest>``. ``fetch_statements``
-reads it back either way. The statement is not signed (cosign is not available on these machines).
+- an in-toto Statement (v1) with the test-result predicate (v0.1): what ran, where, with what result;
+- an in-toto Statement whose predicate is the cell's CycloneDX SBOM (``pinmatrix.sbom``, from its lock).
+
+Signed (``signer`` given), each is a DSSE envelope (``pinmatrix.signing``): artifactType and layer media type
+``application/vnd.dsse.envelope.v1+json``, the statement's predicate type in the manifest annotation
+``in-toto.io/predicate-type``. Unsigned (no key), the statement itself is the layer
+(``application/vnd.in-toto+json``): ``pinmatrix verify`` and ``pull`` never accept that.
+
+Registries with the OCI 1.1 referrers API index the artifacts themselves; for registries without it (Debian's
+docker-registry, distribution 2.8) they are listed in the OCI 1.1 distribution spec's referrers tag schema
+fallback: an image index under the tag ``sha256-<hex of the image digest>``. ``attachments`` reads them
+back either way. Checking them is ``pinmatrix.verify``'s job.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.distribution import ImageRef, Manifest, Registry, RegistryError
 from pinmatrix.results import SmokeRecord
+from pinmatrix.sbom import CYCLONEDX_PREDICATE
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import CryptoSigner
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
+SBOM_PREDICATE = CYCLONEDX_PREDICATE
 IN_TOTO_MEDIA_TYPE = "application/vnd.in-toto+json"
+DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
+EVIDENCE_TYPES = (DSSE_MEDIA_TYPE, IN_TOTO_MEDIA_TYPE)
+MAX_EVIDENCE_BYTES = 32 << 20  # an attestation larger than this is refused, not read
 
 PASSED = ("pass",)
 WARNED = ("xfail", "xpass", "degraded")
@@ -96,36 +116,122 @@ def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRe
     return statement
 
 
-def attach(registry: Registry, image: ImageRef, statement: dict[str, Any], *, now: datetime | None = None) -> str:
-    """Push ``statement`` as an artifact referring to ``image`` (same repository). Returns its digest."""
+def sbom_statement(image: ImageRef, bom: dict[str, Any]) -> dict[str, Any]:
+    """The in-toto statement carrying ``bom`` (a CycloneDX document) for ``image`` (with its digest)."""
+    if not image.digest:
+        raise RegistryError(f"{image}: an attestation subject needs a digest")
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": image.name, "digest": {"sha256": image.digest.split(":", 1)[1]}}],
+        "predicateType": SBOM_PREDICATE,
+        "predicate": bom,
+    }
+
+
+def canonical(statement: dict[str, Any]) -> bytes:
+    return json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+
+
+def attach(registry: Registry, image: ImageRef, statement: dict[str, Any], *, now: datetime | None = None,
+           signer: CryptoSigner | None = None) -> str:
+    """Push ``statement`` as an artifact referring to ``image`` (same repository): a DSSE envelope signed by
+    ``signer``, or the bare statement when there is none. Returns the artifact's digest."""
+    from pinmatrix.signing import sign_envelope
+
     if not image.digest:
         raise RegistryError(f"{image}: an attestation subject needs a digest")
     subject: Manifest | None = registry.get_manifest(image.repository, image.digest)
     if subject is None:
         raise RegistryError(f"{image}: no such image to attach an attestation to")
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+    payload = canonical(statement)
     created = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return registry.push_artifact(
-        image.repository, subject, artifact_type=IN_TOTO_MEDIA_TYPE, payload=payload,
-        payload_media_type=IN_TOTO_MEDIA_TYPE,
-        annotations={"org.opencontainers.image.created": created, "in-toto.io/predicate-type": TEST_RESULT_PREDICATE},
-    )
+    annotations = {"org.opencontainers.image.created": created,
+                   PREDICATE_ANNOTATION: str(statement.get("predicateType", ""))}
+    if signer is None:
+        return registry.push_artifact(image.repository, subject, artifact_type=IN_TOTO_MEDIA_TYPE, payload=payload,
+                                      payload_media_type=IN_TOTO_MEDIA_TYPE, annotations=annotations)
+    envelope = canonical(sign_envelope(payload, signer))
+    return registry.push_artifact(image.repository, subject, artifact_type=DSSE_MEDIA_TYPE, payload=envelope,
+                                  payload_media_type=DSSE_MEDIA_TYPE, annotations=annotations)
 
 
-def fetch_statements(registry: Registry, image: ImageRef) -> list[dict[str, Any]]:
-    """Every in-toto statement attached to ``image`` (by digest), each checked to name that digest."""
+@dataclass(frozen=True)
+class Published:
+    attestation: str  # digest of the test-result artifact
+    sbom: str | None  # digest of the SBOM artifact, when a lock was given
+    keyid: str | None  # the signing key's id (None: unsigned)
+
+
+def publish(registry: Registry, image: ImageRef, statement: dict[str, Any], *, bom: dict[str, Any] | None = None,
+            signer: CryptoSigner | None = None, now: datetime | None = None) -> Published:
+    """Attach the test-result statement and (given ``bom``) the SBOM statement to ``image``."""
+    attestation = attach(registry, image, statement, now=now, signer=signer)
+    sbom = attach(registry, image, sbom_statement(image, bom), now=now, signer=signer) if bom is not None else None
+    return Published(attestation, sbom, signer.public_key.keyid if signer is not None else None)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One evidence artifact found for an image: its manifest's digest, artifact type, predicate-type
+    annotation, subject digest and layer (a DSSE envelope, or a bare statement)."""
+
+    digest: str
+    artifact_type: str
+    predicate_type: str
+    subject: str | None
+    media_type: str
+    content: bytes
+
+
+def attachments(registry: Registry, image: ImageRef) -> list[Attachment]:
+    """Every evidence artifact (DSSE or bare in-toto) the registry lists as referring to ``image``'s digest.
+    The artifact manifests and their layers are fetched by digest (so checked against it); nothing else is
+    checked here."""
     if not image.digest:
         raise RegistryError(f"{image}: looking up attestations needs a digest")
-    statements = []
-    for desc in registry.referrers(image.repository, image.digest, artifact_type=IN_TOTO_MEDIA_TYPE):
+    found: list[Attachment] = []
+    for desc in registry.referrers(image.repository, image.digest):
+        if desc.get("artifactType") not in EVIDENCE_TYPES or not isinstance(desc.get("digest"), str):
+            continue
         manifest = registry.get_manifest(image.repository, desc["digest"])
         if manifest is None:
             continue
-        for layer in manifest.json.get("layers", []):
-            if layer.get("mediaType") != IN_TOTO_MEDIA_TYPE:
+        doc = manifest.json
+        subject = (doc.get("subject") or {}).get("digest")
+        predicate = str((doc.get("annotations") or {}).get(PREDICATE_ANNOTATION, ""))
+        for layer in doc.get("layers", []):
+            if layer.get("mediaType") not in EVIDENCE_TYPES:
                 continue
-            statement = json.loads(registry.get_blob(image.repository, layer["digest"]))
-            names = {s.get("digest", {}).get("sha256") for s in statement.get("subject", [])}
-            if image.digest.split(":", 1)[1] in names:
-                statements.append(statement)
+            content = registry.get_blob(image.repository, layer["digest"], max_bytes=MAX_EVIDENCE_BYTES)
+            found.append(Attachment(manifest.digest, str(doc.get("artifactType", "")), predicate, subject,
+                                    layer["mediaType"], content))
+    return found
+
+
+def statement_of(att: Attachment) -> dict[str, Any] | None:
+    """The statement an attachment carries, NOT verified (DSSE payload decoded, or the bare statement)."""
+    try:
+        if att.media_type == DSSE_MEDIA_TYPE:
+            return dict(json.loads(base64.b64decode(json.loads(att.content)["payload"], validate=True)))
+        return dict(json.loads(att.content))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None
+
+
+def fetch_statements(registry: Registry, image: ImageRef,
+                     predicate_type: str | None = TEST_RESULT_PREDICATE) -> list[dict[str, Any]]:
+    """Every in-toto statement attached to ``image`` (by digest) that names that digest, signed or not and
+    NOT verified: for reading. ``pinmatrix.verify`` is what decides whether to trust one."""
+    if not image.digest:
+        raise RegistryError(f"{image}: looking up attestations needs a digest")
+    statements = []
+    for att in attachments(registry, image):
+        statement = statement_of(att)
+        if statement is None:
+            continue
+        if predicate_type and statement.get("predicateType") != predicate_type:
+            continue
+        names = {s.get("digest", {}).get("sha256") for s in statement.get("subject", []) if isinstance(s, dict)}
+        if image.digest.split(":", 1)[1] in names:
+            statements.append(statement)
     return statements

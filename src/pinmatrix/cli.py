@@ -24,6 +24,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "report",
     "promote",
     "pull",
+    "verify",
+    "keygen",
     "ci",
     "registry",
 )

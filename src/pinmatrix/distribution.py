@@ -3,22 +3,31 @@ need and nothing more. Copy an image by digest between repositories (cross-repos
 the manifest under its digest and tags), push a small artifact, list referrers.
 
 Every manifest fetched by digest is checked against that digest here, so a registry (or a tag moved
-between two calls) cannot hand back other content than the digest names. Anonymous access only: the local
-registry (Debian's docker-registry) needs none; HTTP for loopback hosts, HTTPS elsewhere.
+between two calls) cannot hand back other content than the digest names; every blob is hashed as it streams.
+
+Authentication follows the registry's 401 challenge: Basic (htpasswd) or Bearer (token auth), with the
+credentials ``podman login`` / ``docker login`` keep (``pinmatrix.regauth``). The Authorization header is never
+sent on to a redirect target. Blobs stream in 1 MiB chunks: an upload, a download, or a cross-repository copy
+that the registry does not mount never holds a whole layer in memory. HTTP for loopback hosts, HTTPS elsewhere.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.regauth import AuthError, Credentials, auth_files, find_credentials, parse_challenge
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -34,6 +43,40 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 class RegistryError(PinmatrixError):
     """The registry refused a request, is unreachable, or served content that does not match its digest."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+CHUNK = 1 << 20
+_REPO_IN_PATH = re.compile(r"^/v2/(.+?)/(?:manifests|blobs|tags|referrers)/")
+# A request body: bytes, or a function that opens it afresh (stream, length), so it can be sent again after
+# an authentication round.
+Body = bytes | Callable[[], tuple[BinaryIO, int]] | None
+
+
+class VerifyingReader:
+    """A blob being read from the registry: hashed as it is read; reading past its end checks the digest."""
+
+    def __init__(self, raw: BinaryIO, digest: str, where: str, length: int | None) -> None:
+        self._raw, self._digest, self._where, self.length = raw, digest, where, length
+        self._hash = hashlib.sha256()
+        self.read_bytes = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._raw.read(CHUNK if size is None or size < 0 else size)
+        if chunk:
+            self._hash.update(chunk)
+            self.read_bytes += len(chunk)
+            return chunk
+        got = "sha256:" + self._hash.hexdigest()
+        if got != self._digest:
+            raise RegistryError(f"{self._where}: blob {self._digest} does not match its digest (got {got})")
+        return b""
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def sha256_digest(data: bytes) -> str:
@@ -101,38 +144,157 @@ class Manifest:
 
 
 class Registry:
-    """One registry host. ``insecure`` (plain HTTP) defaults to True for loopback hosts only."""
+    """One registry host. ``insecure`` (plain HTTP) defaults to True for loopback hosts only. ``credentials``:
+    None = found in the auth files on first use (``pinmatrix.regauth``), or given."""
 
-    def __init__(self, host: str, *, insecure: bool | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, host: str, *, insecure: bool | None = None, timeout: float = 60.0,
+                 credentials: Credentials | None = None) -> None:
         self.host = host
         if insecure is None:
             hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
             insecure = hostname in ("localhost", "::1", "[::1]") or hostname.startswith("127.")
         self.base = f"{'http' if insecure else 'https'}://{host}"
         self.timeout = timeout
+        self._given = credentials
+        self._found: dict[str, Credentials | None] = {}
+        self._basic = False  # the registry asked for Basic auth: send it with every request
+        self._tokens: dict[str, str] = {}  # repository ("" = registry-wide) -> "Bearer <token>"
 
-    # -- plumbing ------------------------------------------------------------------------------------
-    def _request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                 data: bytes | None = None, ok: tuple[int, ...] = (200,)) -> tuple[int, dict[str, str], bytes]:
-        if url.startswith("/"):
-            url = self.base + url
-        req = urllib.request.Request(url, method=method, data=data, headers=headers or {})
+    # -- authentication ------------------------------------------------------------------------------
+    def credentials(self, repository: str = "") -> Credentials | None:
+        """The credentials used for ``repository`` on this registry, if any."""
+        if self._given is not None:
+            return self._given
+        if repository not in self._found:
+            self._found[repository] = find_credentials(self.host, repository)
+        return self._found[repository]
+
+    def _no_credentials(self) -> AuthError:
+        looked = ", ".join(str(p) for p in auth_files())
+        return AuthError(f"registry {self.host} requires authentication and no credentials for it were found "
+                         f"(looked in {looked}): log in with `podman login {self.host}` or `docker login {self.host}`")
+
+    def _refused(self, creds: Credentials, detail: str = "") -> AuthError:
+        return AuthError(f"registry {self.host} refused the credentials of {creds.username!r} from {creds.source}"
+                         + (f": {detail}" if detail else ""))
+
+    def _authorization(self, repository: str) -> str | None:
+        if repository in self._tokens:
+            return self._tokens[repository]
+        if self._basic:
+            creds = self.credentials(repository)
+            return creds.basic() if creds else None
+        return None
+
+    def _authenticate(self, header: str | None, repository: str, sent: str | None) -> None:
+        """Answer a 401 challenge: remember Basic, or fetch a Bearer token for its scope."""
+        challenge = parse_challenge(header or "")
+        creds = self.credentials(repository)
+        if challenge is None:
+            raise RegistryError(f"registry {self.host} answered 401 without a challenge pinmatrix knows "
+                                f"({(header or 'none')[:80]})", 401)
+        if challenge.scheme == "basic":
+            if creds is None:
+                raise self._no_credentials()
+            if sent and sent.startswith("Basic"):
+                raise self._refused(creds)
+            self._basic = True
+            return
+        realm = challenge.params.get("realm")
+        if not realm:
+            raise RegistryError(f"registry {self.host}: Bearer challenge without a realm", 401)
+        query = [("service", challenge.params["service"])] if "service" in challenge.params else []
+        query += [("scope", scope) for scope in challenge.scopes]
+        url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
+        req = urllib.request.Request(url, method="GET")
+        if creds is not None:
+            req.add_unredirected_header("Authorization", creds.basic())
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                status, hdrs, body = resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+                body = resp.read()
         except urllib.error.HTTPError as err:
-            status, hdrs, body = err.code, {k.lower(): v for k, v in err.headers.items()}, err.read()
+            err.close()
+            if err.code in (401, 403):
+                raise (self._refused(creds, f"the token service answered HTTP {err.code}") if creds
+                       else self._no_credentials()) from None
+            raise RegistryError(f"registry {self.host}: token service {realm} answered HTTP {err.code}",
+                                err.code) from None
         except (urllib.error.URLError, OSError) as err:
-            raise RegistryError(f"registry {self.host} unreachable: {getattr(err, 'reason', err)}") from None
-        if status not in ok:
-            detail = ""
+            raise RegistryError(f"registry {self.host}: token service {realm} unreachable: "
+                                f"{getattr(err, 'reason', err)}") from None
+        try:
+            doc = json.loads(body)
+            token = doc.get("token") or doc.get("access_token")
+        except (ValueError, AttributeError):
+            token = None
+        if not isinstance(token, str) or not token:
+            raise RegistryError(f"registry {self.host}: token service {realm} returned no token")
+        self._tokens[repository] = f"Bearer {token}"
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _open(self, method: str, url: str, *, headers: dict[str, str] | None = None, body: Body = None,
+              ok: tuple[int, ...] = (200,)) -> Any:
+        """Send a request (answering an auth challenge once) and return the open response; the caller
+        closes it. A status outside ``ok`` raises RegistryError with the registry's error text."""
+        if url.startswith("/"):
+            url = self.base + url
+        path = urllib.parse.urlsplit(url).path
+        m = _REPO_IN_PATH.match(path)
+        repository = m.group(1) if m else ""
+        answered = False
+        while True:
+            data: Any = None
+            hdrs = dict(headers or {})
+            if isinstance(body, bytes):
+                data = body
+            elif body is not None:
+                data, length = body()
+                hdrs["Content-Length"] = str(length)
+            req = urllib.request.Request(url, method=method, data=data, headers=hdrs)
+            sent = self._authorization(repository)
+            if sent:
+                req.add_unredirected_header("Authorization", sent)
             try:
-                errors = json.loads(body).get("errors") or []
-                detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
-            except (ValueError, AttributeError):
-                detail = body[:200].decode("utf-8", "replace")
-            raise RegistryError(f"{method} {url.replace(self.base, self.host)}: HTTP {status} {detail}".rstrip())
-        return status, hdrs, body
+                resp = urllib.request.urlopen(req, timeout=self.timeout)
+                status = resp.status
+            except urllib.error.HTTPError as err:
+                resp, status = err, err.code
+            except (urllib.error.URLError, OSError) as err:
+                raise RegistryError(f"registry {self.host} unreachable: {getattr(err, 'reason', err)}") from None
+            finally:
+                if data is not None and not isinstance(data, bytes):
+                    data.close()
+            if status == 401 and not answered:
+                challenge = resp.headers.get("WWW-Authenticate")
+                resp.close()
+                self._authenticate(challenge, repository, sent)
+                answered = True
+                continue
+            if status not in ok:
+                raw = resp.read()
+                resp.close()
+                if status == 401:
+                    creds = self.credentials(repository)
+                    if creds is None:
+                        raise self._no_credentials()
+                    raise self._refused(creds, f"HTTP 401 on {method} {path}")
+                detail = ""
+                try:
+                    errors = json.loads(raw).get("errors") or []
+                    detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
+                except (ValueError, AttributeError):
+                    detail = raw[:200].decode("utf-8", "replace")
+                raise RegistryError(f"{method} {url.replace(self.base, self.host)}: HTTP {status} {detail}".rstrip(),
+                                    status)
+            return resp
+
+    def _request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
+                 data: Body = None, ok: tuple[int, ...] = (200,)) -> tuple[int, dict[str, str], bytes]:
+        """A request whose answer is small (manifests, lists): (status, lower-cased headers, body)."""
+        resp = self._open(method, url, headers=headers, body=data, ok=ok)
+        with resp:
+            return resp.status if hasattr(resp, "status") else resp.code, \
+                {k.lower(): v for k, v in resp.headers.items()}, resp.read()
 
     def ping(self) -> bool:
         try:
@@ -191,38 +353,94 @@ class Registry:
                 return False
             raise
 
-    def get_blob(self, repository: str, digest: str) -> bytes:
-        _, _, body = self._request("GET", f"/v2/{repository}/blobs/{digest}")
-        if sha256_digest(body) != digest:
-            raise RegistryError(f"{self.host}/{repository}: blob {digest} does not match its digest")
-        return body
+    @contextmanager
+    def open_blob(self, repository: str, digest: str) -> Iterator[VerifyingReader]:
+        """The blob as a stream that checks its digest when read to the end."""
+        resp = self._open("GET", f"/v2/{repository}/blobs/{digest}")
+        length = resp.headers.get("Content-Length")
+        reader = VerifyingReader(resp, digest, f"{self.host}/{repository}", int(length) if length else None)
+        try:
+            yield reader
+        finally:
+            reader.close()
+
+    def get_blob(self, repository: str, digest: str, *, max_bytes: int = 64 << 20) -> bytes:
+        """A small blob (a config, an attestation), read whole and checked against its digest; one larger
+        than ``max_bytes`` is refused rather than read into memory."""
+        parts: list[bytes] = []
+        with self.open_blob(repository, digest) as reader:
+            if reader.length is not None and reader.length > max_bytes:
+                raise RegistryError(f"{self.host}/{repository}: blob {digest} is {reader.length} bytes, more than "
+                                    f"the {max_bytes} expected here")
+            for chunk in iter(reader.read, b""):
+                parts.append(chunk)
+                if reader.read_bytes > max_bytes:
+                    raise RegistryError(f"{self.host}/{repository}: blob {digest} is larger than {max_bytes} bytes")
+        return b"".join(parts)
+
+    def download_blob(self, repository: str, digest: str, dest: Path) -> int:
+        """Stream a blob into ``dest`` (replaced only once its digest checked out). Returns its size."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        try:
+            with self.open_blob(repository, digest) as reader, open(tmp, "wb") as out:
+                for chunk in iter(reader.read, b""):
+                    out.write(chunk)
+                size = reader.read_bytes
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return size
+
+    def _upload(self, repository: str, digest: str, body: Body, *, mount_from: str | None = None) -> None:
+        """Start an upload session (or a cross-repository mount) and finish it with one PUT of ``body``."""
+        query = (f"?mount={urllib.parse.quote(digest)}&from={urllib.parse.quote(mount_from)}" if mount_from else "")
+        status, hdrs, _ = self._request("POST", f"/v2/{repository}/blobs/uploads/{query}", ok=(201, 202))
+        if status == 201:
+            return  # mounted
+        location = urllib.parse.urljoin(self.base + "/", hdrs["location"])
+        sep = "&" if "?" in location else "?"
+        self._request("PUT", f"{location}{sep}digest={urllib.parse.quote(digest)}", data=body,
+                      headers={"Content-Type": "application/octet-stream"}, ok=(201,))
 
     def push_blob(self, repository: str, data: bytes) -> str:
         digest = sha256_digest(data)
-        if self.has_blob(repository, digest):
-            return digest
-        _, hdrs, _ = self._request("POST", f"/v2/{repository}/blobs/uploads/", ok=(202,))
-        location = urllib.parse.urljoin(self.base + "/", hdrs["location"])
-        sep = "&" if "?" in location else "?"
-        self._request("PUT", f"{location}{sep}digest={urllib.parse.quote(digest)}", data=data,
-                      headers={"Content-Type": "application/octet-stream"}, ok=(201,))
+        if not self.has_blob(repository, digest):
+            self._upload(repository, digest, data)
         return digest
 
+    def push_blob_file(self, repository: str, path: Path) -> str:
+        """Upload a file as a blob, streamed (hashed first in 1 MiB chunks, then sent as it is read)."""
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(CHUNK), b""):
+                digest.update(chunk)
+                size += len(chunk)
+        name = "sha256:" + digest.hexdigest()
+        if not self.has_blob(repository, name):
+            self._upload(repository, name, lambda: (open(path, "rb"), size))
+        return name
+
+    def _blob_source(self, repository: str, digest: str) -> Callable[[], tuple[BinaryIO, int]]:
+        """A body that streams ``digest`` out of ``repository`` (checked as it goes): for copies."""
+
+        def open_source() -> tuple[BinaryIO, int]:
+            resp = self._open("GET", f"/v2/{repository}/blobs/{digest}")
+            length = resp.headers.get("Content-Length")
+            if length is None:
+                resp.close()
+                raise RegistryError(f"{self.host}/{repository}: blob {digest} served without a length")
+            return VerifyingReader(resp, digest, f"{self.host}/{repository}", int(length)), int(length)  # type: ignore[return-value]
+
+        return open_source
+
     def mount_blob(self, repository: str, digest: str, from_repository: str) -> None:
-        """Make ``digest`` available in ``repository``: a cross-repository mount, or a copy when the
-        registry answers the mount request with an upload session instead."""
+        """Make ``digest`` available in ``repository``: a cross-repository mount, or, when the registry
+        answers the mount with an upload session instead, a streamed copy (never whole in memory)."""
         if self.has_blob(repository, digest):
             return
-        status, hdrs, _ = self._request(
-            "POST", f"/v2/{repository}/blobs/uploads/?mount={urllib.parse.quote(digest)}&from={urllib.parse.quote(from_repository)}",
-            ok=(201, 202))
-        if status == 201:
-            return
-        data = self.get_blob(from_repository, digest)
-        location = urllib.parse.urljoin(self.base + "/", hdrs["location"])
-        sep = "&" if "?" in location else "?"
-        self._request("PUT", f"{location}{sep}digest={urllib.parse.quote(digest)}", data=data,
-                      headers={"Content-Type": "application/octet-stream"}, ok=(201,))
+        self._upload(repository, digest, self._blob_source(from_repository, digest), mount_from=from_repository)
 
     # -- copy ----------------------------------------------------------------------------------------
     def copy(self, src: ImageRef, dst_repository: str, tags: list[str]) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pinmatrix.attest import attach, latest_per_smoke_host, test_result_statement
+from pinmatrix.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.cell import Cell
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
@@ -238,7 +238,7 @@ class Plan:
         return [
             f"copy {ref} -> {self.target.name}@{self.digest} (by digest)",
             f"tag {self.target.name}:{self.tags[0]}",
-            f"attach in-toto test-result attestation to {self.target.name}@{self.digest}",
+            f"attach in-toto test-result attestation (and SBOM) to {self.target.name}@{self.digest}",
             f"move {self.target.name}:{self.policy.tag} -> {self.digest}",
             f"record {self.cell.stack} {self.cell.id} in known-good.toml",
         ]
@@ -284,20 +284,28 @@ class Promotion:
     reference: str  # name@digest to pull
     attestation: str
     promoted_at: str
+    sbom: str | None = None  # digest of the SBOM artifact
+    signed_by: str | None = None  # key id of the evidence's signature (None: unsigned)
 
 
 def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], known_good: Path, *,
-            now: datetime | None = None) -> Promotion:
+            now: datetime | None = None, signer: Any = None, lock_text: str | None = None) -> Promotion:
+    """``signer`` (a securesystemslib signer, ``pinmatrix.signing.load_signer``) signs the evidence as DSSE
+    envelopes; ``lock_text`` (the cell's lock) adds a CycloneDX SBOM to it."""
+    from pinmatrix.sbom import cell_bom
+
     cell, policy = plan.cell, plan.policy
     moment = now or datetime.now(timezone.utc)
     stamp = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    bom = cell_bom(cell, lock_text, moment=moment, lock_source=f"lock of cell {cell.id}") if lock_text else None
     digest = registry.copy(plan.source.with_digest(plan.digest), plan.target.repository, plan.tags)
     if digest != plan.digest:  # copy() verifies, this is the belt to its braces
         raise PromotionRefused(f"copied {digest}, expected {plan.digest}")
     promoted = plan.target.with_digest(digest)
     tested = [r for r in records if r.cell_id == cell.id and r.image_digest == digest]
     statement = test_result_statement(promoted, cell, tested, policy=policy.model_dump())
-    attestation = attach(registry, promoted, statement, now=moment)
+    published = publish(registry, promoted, statement, bom=bom, signer=signer, now=moment)
+    attestation = published.attestation
     registry.copy(promoted, plan.target.repository, [policy.tag])
     entry = {
         "stack": cell.stack,
@@ -308,6 +316,8 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
         "tag": f"{plan.target.name}:{policy.tag}",
         "source": str(plan.source.with_digest(digest)),
         "attestation": f"{plan.target.name}@{attestation}",
+        "sbom": f"{plan.target.name}@{published.sbom}" if published.sbom else None,
+        "signed_by": published.keyid,
         "promoted_at": stamp,
         "gpu_required": cell.gpu_required,
         "min_driver": cell.min_driver,
@@ -321,7 +331,7 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
     }
     record_promotion(known_good, entry)
     return Promotion(stack=cell.stack, cell_id=cell.id, digest=digest, reference=str(promoted),
-                     attestation=attestation, promoted_at=stamp)
+                     attestation=attestation, promoted_at=stamp, sbom=published.sbom, signed_by=published.keyid)
 
 
 # ------------------------------------------------------------------------------------- known-good.toml

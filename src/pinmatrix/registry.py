@@ -1,7 +1,7 @@
 """What building and benchmarks need from a registry, on top of the distribution API client
-(``pinmatrix.distribution``): image labels, the catalog, stored bytes against image sizes, and retagging by
-digest with skopeo. Pushing and pulling go through the engine (``OCIEngine.push`` returns the digest;
-``pull`` takes ``repo@sha256:...``)."""
+(``pinmatrix.distribution``, which also does the authentication): image labels, the catalog, stored bytes
+against image sizes, and retagging by digest with skopeo (credentials passed with ``--authfile``). Pushing and
+pulling go through the engine (``OCIEngine.push`` returns the digest; ``pull`` takes ``repo@sha256:...``)."""
 
 from __future__ import annotations
 
@@ -123,8 +123,12 @@ class Registry(DistributionRegistry):
         if skopeo is None:
             raise RegistryError("skopeo is not installed (apt-get install skopeo)")
         tls = str(self.tls_verify).lower()
+        _, repository, _ = split_ref(target)
+        creds = self.credentials(repository)
+        # credentials reach skopeo through the file they came from (--authfile), never as a command-line password
+        auth = ["--authfile", str(creds.source)] if creds is not None else []
         proc = subprocess.run(
-            [skopeo, "copy", "--preserve-digests", f"--src-tls-verify={tls}", f"--dest-tls-verify={tls}",
+            [skopeo, "copy", *auth, "--preserve-digests", f"--src-tls-verify={tls}", f"--dest-tls-verify={tls}",
              f"docker://{source}", f"docker://{target}"],
             capture_output=True, text=True, check=False,
         )

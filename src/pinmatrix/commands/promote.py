@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--registry", metavar="PREFIX", help="registry prefix (default: [matrix].registry)")
     p.add_argument("--dry-run", "-n", action="store_true", help="check and show what would happen; change nothing")
     p.add_argument("--force", action="store_true", help="promote again a cell already recorded with the same digest")
+    p.add_argument("--signing-key", type=Path, default=None, metavar="FILE.key",
+                   help="sign the evidence (test-result attestation and SBOM) as DSSE envelopes with this PEM private "
+                   "key (default: PINMATRIX_SIGNING_KEY; `pinmatrix keygen` makes one). Unsigned evidence is never "
+                   "accepted by `pinmatrix pull` or `verify`")
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, stack, outcome, digest, reference, attestation, steps, reasons} per "
                    "cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
@@ -78,6 +82,14 @@ def run(args: argparse.Namespace) -> int:
     already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
     single = len(cells) == 1
     catalogue = _catalogue(matrix.root)
+    from pinmatrix.lock import lock_path
+    from pinmatrix.signing import load_signer, signing_key_path
+
+    key_path = signing_key_path(args.signing_key)
+    signer = load_signer(key_path) if key_path is not None else None
+    if signer is None and not args.dry_run:
+        print("warning: no signing key (--signing-key or PINMATRIX_SIGNING_KEY): the evidence is unsigned, and "
+              "`pinmatrix pull` and `verify` will refuse these images", file=sys.stderr)
 
     promoted = refused = 0
     outcomes: list[dict[str, object]] = []
@@ -119,7 +131,11 @@ def run(args: argparse.Namespace) -> int:
             for step in plan.describe():
                 say(f"  - {step}")
             continue
-        result = execute(plan, registry, records, known_good)
+        lock_file = lock_path(cell, matrix.root)
+        if not lock_file.is_file():
+            print(f"note: {lock_file}: no lock for cell {cell.id}, so no SBOM is attached", file=sys.stderr)
+        result = execute(plan, registry, records, known_good, signer=signer,
+                         lock_text=lock_file.read_text() if lock_file.is_file() else None)
         promoted += 1
         outcome(cell, "promoted", digest=result.digest, reference=result.reference,
                 attestation=result.attestation)

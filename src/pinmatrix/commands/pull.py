@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.promote import KNOWN_GOOD_FILE, read_known_good
-from pinmatrix.pull import judge, pick, reference_of
+from pinmatrix.pull import judge, pick, verify_entry
 from pinmatrix.results import HostFingerprint
 
 
@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Probe this host (NVIDIA driver and GPU compute capability through nvidia-smi), pick the newest "
                     "cell in known-good.toml whose requirements it meets (driver >= the cell's minimum, GPU arch "
                     "covered; CPU-only cells fit anywhere), pull it by digest and print the reference. Cells passed "
-                    "over are listed on stderr with the reason.",
+                    "over are listed on stderr with the reason. The image is verified first, as `pinmatrix verify` "
+                    "does (a test-result attestation signed by a trusted key for that digest, repository and cell); "
+                    "one that does not verify is refused with the reason (exit status 2).",
     )
     p.add_argument("--stack", "-s", metavar="S", help="only cells of stack S")
     p.add_argument("--known-good", type=Path, default=KNOWN_GOOD_FILE, metavar="PATH",
@@ -31,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="judge for the host described in FILE (a HostFingerprint as JSON; - reads stdin) instead of "
                    "this one")
     p.add_argument("--quiet", "-q", action="store_true", help="do not list the cells passed over")
+    p.add_argument("--key", action="append", type=Path, default=[], metavar="FILE.pub",
+                   help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
+                   "separated by ':')")
     p.add_argument("--json", action="store_true",
                    help="print {reference, digest, stack, cell, pulled, engine, host, passed_over} as JSON on stdout")
     p.set_defaults(func=run)
@@ -78,14 +83,23 @@ def run(args: argparse.Namespace) -> int:
     if chosen is None:
         raise PinmatrixError(f"no known-good cell{' of stack ' + args.stack if args.stack else ''} runs on this host "
                              f"({host.label()}): {len(verdicts)} passed over")
-    try:
-        ref = reference_of(chosen.entry)
-    except ValueError as err:
-        raise PinmatrixError(f"{args.known_good}: {err}") from None
+    from pinmatrix.regauth import engine_auth_env
+    from pinmatrix.registry import Registry
+    from pinmatrix.signing import trusted_keys
+
+    registry = Registry(str(chosen.entry["reference"]).split("/", 1)[0])
+    ref, verified, notes = verify_entry(chosen.entry, registry, trusted_keys(args.key), str(args.known_good))
+    if not args.quiet:
+        print(f"verified {ref}: cell {verified.cell_id}, result {verified.result}, signed by "
+              f"{', '.join(k[:12] for k in verified.keyids)}", file=sys.stderr)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     engine = None
     if not args.print_only:
         engine = _engine(args.engine)
-        engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
+        with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
+            engine.env.update(auth_env)
+            engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
         if not args.quiet:
             print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.reasons)})", file=sys.stderr)
     if args.json:
@@ -93,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"reference": str(ref), "digest": chosen.entry["digest"], "stack": chosen.entry["stack"],
                           "cell": chosen.entry["cell_id"], "pulled": engine is not None,
                           "engine": engine.name if engine else None, "host": host.to_dict(),
-                          "passed_over": passed_over}, indent=2))
+                          "passed_over": passed_over, "verification": verified.model_dump()}, indent=2))
         return 0
     print(ref)
     return 0

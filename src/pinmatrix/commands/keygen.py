@@ -1,0 +1,29 @@
+"""``pinmatrix keygen``: make the ed25519 key pair that signs promotion evidence."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "keygen", help="make an ed25519 key pair for signing promotion evidence (PREFIX.key, PREFIX.pub)",
+        description="Write PREFIX.key (PKCS#8 PEM private key, mode 0600; encrypted with PINMATRIX_KEY_PASSWORD "
+                    "when that is set) and PREFIX.pub (the public key to give to whoever verifies). Sign with "
+                    "`pinmatrix promote --signing-key PREFIX.key` (or PINMATRIX_SIGNING_KEY); verify with "
+                    "`pinmatrix verify --key PREFIX.pub` / `pinmatrix pull --key PREFIX.pub` (or "
+                    "PINMATRIX_TRUSTED_KEYS). Keep the private key out of the repository.",
+    )
+    p.add_argument("--out", type=Path, default=Path("pinmatrix"), metavar="PREFIX",
+                   help="path prefix of the two files (default: ./pinmatrix -> pinmatrix.key, pinmatrix.pub)")
+    p.add_argument("--force", action="store_true", help="replace existing files")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinmatrix.signing import generate_keypair
+
+    private, public, keyid = generate_keypair(args.out, force=args.force)
+    print(f"wrote {private} (private, keep it secret) and {public} (public); key id {keyid}")
+    return 0

@@ -1,0 +1,59 @@
+"""``pinmatrix verify REF``: is the image REF names one that pinmatrix promoted, with evidence signed by a
+key you trust?"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pinmatrix.errors import PinmatrixError
+
+
+class NotVerified(PinmatrixError):
+    """The image does not verify (exit status 1); the message is the first reason."""
+
+    exit_code = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify", help="check an image's signed evidence: signature, subject digest, repository, cell labels",
+        description="Fetch the attestations attached to REF (registry/repository:tag or @sha256:...) and check: "
+                    "a test-result attestation's DSSE signature verifies with a trusted public key; the signed "
+                    "statement names the image's manifest digest and REF's repository; its cell equals the image's "
+                    "io.pinmatrix.cell.* and io.pinmatrix.pin.* labels; no attestation signed by a trusted key was "
+                    "tampered with; a signed SBOM, when present, names the same image and cell. Exit status: 0 "
+                    "verified, 1 does not verify (the reason on stderr), 2 bad input.",
+    )
+    p.add_argument("reference", metavar="REF", help="the image, e.g. 127.0.0.1:5000/pinmatrix/known-good/demo:known-good")
+    p.add_argument("--key", action="append", type=Path, default=[], metavar="FILE.pub",
+                   help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
+                   "separated by ':')")
+    p.add_argument("--json", action="store_true", help="print the verification as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pinmatrix.distribution import ImageRef
+    from pinmatrix.registry import Registry
+    from pinmatrix.signing import trusted_keys
+    from pinmatrix.verify import verify_image
+
+    ref = ImageRef.parse(args.reference)
+    keys = trusted_keys(args.key)
+    if not keys:
+        raise PinmatrixError("verify: no trusted public key: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
+    result = verify_image(Registry(ref.registry), ref, keys)
+    if args.json:
+        print(result.to_json())
+    if not result.ok:
+        raise NotVerified(f"{ref} does not verify: {result.reason}")
+    if not args.json:
+        sources = {e.keyid: e.key_source for e in result.evidence if e.keyid}
+        signers = ", ".join(f"{k[:12]} ({sources.get(k)})" for k in result.keyids)
+        sbom = (f"SBOM verified ({result.sbom_components} components)" if result.sbom == "verified"
+                else "no SBOM attached")
+        print(f"verified {ref.name}@{result.digest}: cell {result.cell_id} {result.cell_name or ''} "
+              f"(stack {result.stack}), result {result.result}, signed by {signers}; {sbom}")
+    return 0

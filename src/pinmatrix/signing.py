@@ -1,0 +1,204 @@
+"""Keys the user holds, and DSSE envelopes signed and verified with them (securesystemslib, offline).
+
+- ``pinmatrix keygen`` writes an ed25519 key pair: ``NAME.key`` (PKCS#8 PEM, mode 0600, encrypted when
+  ``PINMATRIX_KEY_PASSWORD`` is set) and ``NAME.pub`` (SubjectPublicKeyInfo PEM, the file to hand to
+  whoever verifies). ECDSA P-256 and RSA PEM keys made elsewhere (``openssl``, ``cosign generate-key-pair``
+  after ``cosign`` export to PKCS#8) work too.
+- The signing key comes from ``--signing-key`` or ``PINMATRIX_SIGNING_KEY``; trusted public keys from
+  ``--key`` (repeatable) or ``PINMATRIX_TRUSTED_KEYS`` (paths separated by ``os.pathsep``).
+- A key id is securesystemslib's default: the sha256 of the public key's canonical form, so signer and
+  verifier agree without exchanging ids.
+
+Keyless signing (sigstore: Fulcio certificates from a CI's OIDC token, Rekor transparency log) needs those
+services, which these machines cannot reach: it is not implemented.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
+
+from pinmatrix.errors import PinmatrixError
+
+SIGNING_KEY_ENV = "PINMATRIX_SIGNING_KEY"
+TRUSTED_KEYS_ENV = "PINMATRIX_TRUSTED_KEYS"
+PASSWORD_ENV = "PINMATRIX_KEY_PASSWORD"
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+class SigningKeyError(PinmatrixError):
+    """A key file is missing, unreadable or not a key of a supported type."""
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    key: SSlibKey
+    source: str  # the file it came from
+
+    @property
+    def keyid(self) -> str:
+        return self.key.keyid
+
+
+def _password() -> bytes | None:
+    value = os.environ.get(PASSWORD_ENV)
+    return value.encode() if value else None
+
+
+def generate_keypair(prefix: Path, *, force: bool = False) -> tuple[Path, Path, str]:
+    """Write ``prefix.key`` and ``prefix.pub`` (ed25519). Returns (private path, public path, key id)."""
+    private, public = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
+    for path in (private, public):
+        if path.exists() and not force:
+            raise SigningKeyError(f"{path}: exists; pass --force to replace it")
+    key = Ed25519PrivateKey.generate()
+    password = _password()
+    encryption = (serialization.BestAvailableEncryption(password) if password
+                  else serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    private.parent.mkdir(parents=True, exist_ok=True)
+    tmp = private.with_name(f".{private.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+    os.replace(tmp, private)
+    public.write_bytes(pub)
+    return private, public, SSlibKey.from_crypto(key.public_key()).keyid
+
+
+def load_signer(path: Path) -> CryptoSigner:
+    """The signer for the PEM private key at ``path`` (decrypted with ``PINMATRIX_KEY_PASSWORD`` if set)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SigningKeyError(f"{path}: cannot read the signing key: {err.strerror or err}") from None
+    try:
+        key = serialization.load_pem_private_key(data, _password())
+    except TypeError:
+        raise SigningKeyError(f"{path}: the key is encrypted: set {PASSWORD_ENV}") from None
+    except ValueError as err:
+        raise SigningKeyError(f"{path}: not a PEM private key (or a wrong {PASSWORD_ENV}): {err}") from None
+    try:
+        return CryptoSigner(key)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise SigningKeyError(f"{path}: unsupported key type: {err}") from None
+
+
+def signing_key_path(option: Path | None) -> Path | None:
+    """``--signing-key``, else ``PINMATRIX_SIGNING_KEY``, else None (unsigned)."""
+    if option is not None:
+        return option
+    env = os.environ.get(SIGNING_KEY_ENV)
+    return Path(env) if env else None
+
+
+def load_public_key(path: Path) -> TrustedKey:
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SigningKeyError(f"{path}: cannot read the public key: {err.strerror or err}") from None
+    try:
+        public = serialization.load_pem_public_key(data)
+    except ValueError:
+        try:  # a private key given where the public one is expected: use its public half
+            public = serialization.load_pem_private_key(data, _password()).public_key()
+        except (TypeError, ValueError):
+            raise SigningKeyError(f"{path}: not a PEM public key") from None
+    try:
+        return TrustedKey(SSlibKey.from_crypto(public), str(path))  # type: ignore[arg-type]
+    except ValueError as err:
+        raise SigningKeyError(f"{path}: unsupported key type: {err}") from None
+
+
+def trusted_keys(options: Sequence[Path] = ()) -> list[TrustedKey]:
+    """``--key`` files, else the files in ``PINMATRIX_TRUSTED_KEYS``. Empty when neither names one."""
+    paths = list(options)
+    if not paths:
+        paths = [Path(p) for p in os.environ.get(TRUSTED_KEYS_ENV, "").split(os.pathsep) if p.strip()]
+    return [load_public_key(p) for p in paths]
+
+
+# ------------------------------------------------------------------------------------------------ DSSE
+
+
+def sign_envelope(payload: bytes, signer: CryptoSigner, payload_type: str = IN_TOTO_PAYLOAD_TYPE) -> dict[str, Any]:
+    """A DSSE envelope (JSON form) over ``payload``, signed by ``signer``."""
+    envelope = Envelope(payload=payload, payload_type=payload_type, signatures={})
+    envelope.sign(signer)
+    return envelope.to_dict()
+
+
+@dataclass(frozen=True)
+class EnvelopeCheck:
+    """What one envelope turned out to be. ``verified_by`` is the trusted key that verified it (None when no
+    trusted key did); ``problem`` says why not."""
+
+    payload: bytes
+    payload_type: str
+    keyids: tuple[str, ...]
+    verified_by: TrustedKey | None
+    problem: str | None
+
+
+def parse_envelope(data: bytes) -> tuple[bytes, str, list[dict[str, Any]]]:
+    """(payload, payloadType, signatures) of a DSSE envelope's JSON; ValueError names what is wrong."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise ValueError("not JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("payload"), str) \
+            or not isinstance(doc.get("payloadType"), str) or not isinstance(doc.get("signatures"), list):
+        raise ValueError("not a DSSE envelope (payload, payloadType, signatures)")
+    try:
+        payload = base64.b64decode(doc["payload"], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("payload is not base64") from None
+    return payload, doc["payloadType"], [s for s in doc["signatures"] if isinstance(s, dict)]
+
+
+def check_envelope(data: bytes, keys: Sequence[TrustedKey]) -> EnvelopeCheck:
+    """Verify a DSSE envelope against ``keys``: a signature by a trusted key id must verify over the
+    envelope's PAE. A signature by a trusted key id that does not verify is reported as such (tampering);
+    signatures by other keys are not trusted, and say so."""
+    try:
+        payload, payload_type, signatures = parse_envelope(data)
+    except ValueError as err:
+        return EnvelopeCheck(b"", "", (), None, str(err))
+    keyids = tuple(str(s.get("keyid", "")) for s in signatures)
+    envelope = Envelope(payload=payload, payload_type=payload_type, signatures={})
+    pae = envelope.pae()
+    by_id = {k.keyid: k for k in keys}
+    failed: list[str] = []
+    for sig in signatures:
+        trusted = by_id.get(str(sig.get("keyid", "")))
+        if trusted is None:
+            continue
+        try:
+            raw = base64.b64decode(str(sig.get("sig", "")), validate=True)
+        except (binascii.Error, ValueError):
+            failed.append(f"the signature by key {trusted.keyid[:12]} is not base64")
+            continue
+        try:
+            trusted.key.verify_signature(Signature(keyid=trusted.keyid, sig=raw.hex()), pae)
+        except Exception:  # securesystemslib raises UnverifiedSignatureError / VerificationError
+            failed.append(f"the signature by trusted key {trusted.keyid[:12]} ({trusted.source}) does not verify")
+            continue
+        return EnvelopeCheck(payload, payload_type, keyids, trusted, None)
+    if failed:
+        return EnvelopeCheck(payload, payload_type, keyids, None, failed[0])
+    if not signatures:
+        return EnvelopeCheck(payload, payload_type, keyids, None, "the envelope carries no signature")
+    named = ", ".join(k[:12] or "(none)" for k in keyids)
+    return EnvelopeCheck(payload, payload_type, keyids, None, f"signed only by untrusted key(s) {named}")

@@ -1,0 +1,258 @@
+"""Whether an image in a registry is what pinmatrix promoted: ``pinmatrix verify REF`` and every ``pull``.
+
+An image verifies when ALL of these hold:
+1. its manifest (fetched by digest, so checked against the digest) is one image with a config;
+2. at least one test-result attestation refers to it whose DSSE signature verifies with a trusted public key;
+3. that signed statement names the image's manifest digest as its subject, and the same repository as the
+   reference (the registry host may differ: a mirror serves the same digests);
+4. its result is not FAILED, and its cell (``pinmatrix-cell/<id>`` with stack, name, python, platform and
+   pins) equals the image's ``io.pinmatrix.cell.*`` / ``io.pinmatrix.pin.*`` labels;
+5. no attestation of the image carries a signature by a trusted key that does NOT verify (tampering is
+   refused, not skipped), and every signed SBOM names the same digest, repository and cell (and the lock the
+   image was built from, when the image has the ``io.pinmatrix.lock.sha256`` label).
+
+Evidence signed only by keys that are not trusted, or unsigned evidence, is listed and ignored. The first
+problem found is the one-line reason ``pull`` gives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from pinmatrix.attest import (
+    DSSE_MEDIA_TYPE, SBOM_PREDICATE, STATEMENT_TYPE, TEST_RESULT_PREDICATE, Attachment, attachments,
+)
+from pinmatrix.distribution import INDEX_TYPES, ImageRef, Registry
+from pinmatrix.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope
+
+CELL_LABEL = "io.pinmatrix.cell."
+PIN_LABEL = "io.pinmatrix.pin."
+LOCK_LABEL = "io.pinmatrix.lock.sha256"
+CELL_FIELDS = ("stack", "name", "python", "platform")
+
+
+class EvidenceReport(BaseModel):
+    """One attached artifact as verification saw it."""
+
+    digest: str
+    predicate_type: str
+    signed: bool
+    verified: bool
+    keyid: str | None = None
+    key_source: str | None = None
+    note: str | None = None
+
+
+class Verification(BaseModel):
+    """The outcome of verifying one reference. ``ok`` is True only when ``problems`` is empty."""
+
+    reference: str
+    digest: str | None = None
+    ok: bool = False
+    problems: list[str] = Field(default_factory=list)
+    cell_id: str | None = None
+    stack: str | None = None
+    cell_name: str | None = None
+    result: str | None = None
+    keyids: list[str] = Field(default_factory=list)
+    sbom: Literal["verified", "absent"] | None = None
+    sbom_components: int | None = None
+    evidence: list[EvidenceReport] = Field(default_factory=list)
+    trusted_keys: list[str] = Field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return self.problems[0] if self.problems else ""
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(), indent=2)
+
+
+def _repo_path(name: str) -> str:
+    """registry/host:port/repo/path -> repo/path (the part after the registry host)."""
+    host, _, path = name.partition("/")
+    return path if ("." in host or ":" in host or host == "localhost") else name
+
+
+def _subject_problem(statement: dict[str, Any], digest: str, ref: ImageRef, what: str) -> str | None:
+    if statement.get("_type") != STATEMENT_TYPE:
+        return f"{what} is not an in-toto v1 statement"
+    subjects = [s for s in statement.get("subject") or [] if isinstance(s, dict)]
+    hexes = {str((s.get("digest") or {}).get("sha256", "")) for s in subjects}
+    if digest.split(":", 1)[1] not in hexes:
+        named = ", ".join(sorted(f"sha256:{h}" for h in hexes if h)) or "no digest"
+        return f"{what} is for {named}, not for the image's digest {digest}"
+    names = {_repo_path(str(s.get("name", ""))) for s in subjects
+             if str((s.get("digest") or {}).get("sha256", "")) == digest.split(":", 1)[1]}
+    if ref.repository not in names:
+        return f"{what} names repository {', '.join(sorted(names)) or '(none)'}, not {ref.repository}"
+    return None
+
+
+def statement_cell(statement: dict[str, Any]) -> dict[str, str] | None:
+    """The cell a test-result statement describes: {"id", "stack", "name", "python", "platform", "pin.*"}."""
+    for item in (statement.get("predicate") or {}).get("configuration") or []:
+        if isinstance(item, dict) and str(item.get("name", "")).startswith("pinmatrix-cell/"):
+            annotations = {k: str(v) for k, v in (item.get("annotations") or {}).items()}
+            return {"id": str(item["name"]).split("/", 1)[1], **annotations}
+    return None
+
+
+def label_problems(cell: dict[str, str], labels: dict[str, str]) -> list[str]:
+    """Differences between the statement's cell and the image's labels, as sentences."""
+    problems: list[str] = []
+    image_id = labels.get(CELL_LABEL + "id")
+    if image_id is None:
+        return [f"the image carries no {CELL_LABEL}id label: it is not a pinmatrix cell image"]
+    if image_id != cell["id"]:
+        return [f"the attestation is for cell {cell['id']}, but the image's {CELL_LABEL}id label is {image_id}"]
+    for key in CELL_FIELDS:
+        if key in cell and labels.get(CELL_LABEL + key) != cell[key]:
+            problems.append(f"cell {cell['id']}: the attestation says {key} {cell[key]!r}, the image's label "
+                            f"{CELL_LABEL}{key} says {labels.get(CELL_LABEL + key)!r}")
+    pins = {k[4:]: v for k, v in cell.items() if k.startswith("pin.")}
+    image_pins = {k[len(PIN_LABEL):]: v for k, v in labels.items() if k.startswith(PIN_LABEL)}
+    for axis in sorted(set(pins) | set(image_pins)):
+        if pins.get(axis) != image_pins.get(axis):
+            problems.append(f"cell {cell['id']}: pin {axis} is {pins.get(axis)!r} in the attestation, "
+                            f"{image_pins.get(axis)!r} in the image's labels")
+    return problems
+
+
+def _sbom_problems(bom: Any, cell: dict[str, str] | None, labels: dict[str, str]) -> list[str]:
+    if not isinstance(bom, dict) or bom.get("bomFormat") != "CycloneDX":
+        return ["the signed SBOM is not a CycloneDX document"]
+    root = (bom.get("metadata") or {}).get("component") or {}
+    problems: list[str] = []
+    if cell is not None and root.get("name") != f"pinmatrix-cell/{cell['id']}":
+        problems.append(f"the signed SBOM describes {root.get('name')!r}, not pinmatrix-cell/{cell['id']}")
+    props = {p.get("name"): p.get("value") for p in root.get("properties") or [] if isinstance(p, dict)}
+    if LOCK_LABEL in labels and props.get("pinmatrix:lock.sha256") not in (None, labels[LOCK_LABEL]):
+        problems.append(f"the signed SBOM was made from lock sha256 {props.get('pinmatrix:lock.sha256')}, the image "
+                        f"was built from {labels[LOCK_LABEL]}")
+    return problems
+
+
+def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], *,
+                 expect_digest: str | None = None, expect_cell: str | None = None,
+                 expect_stack: str | None = None) -> Verification:
+    """Verify the image ``ref`` names (by tag or digest) against ``keys``. ``expect_*``: what a known-good
+    record says it must be (its digest, cell id and stack)."""
+    out = Verification(reference=str(ref), trusted_keys=[k.keyid for k in keys])
+    if not keys:
+        out.problems.append("no trusted public key to verify with: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
+        return out
+    manifest = registry.get_manifest(ref.repository, ref.reference)
+    if manifest is None:
+        out.problems.append(f"{ref} is not in the registry")
+        return out
+    digest = manifest.digest
+    out.digest = digest
+    if ref.digest and ref.tag:
+        tagged = registry.resolve(ref.with_tag(ref.tag))
+        if tagged != ref.digest:
+            out.problems.append(f"tag {ref.name}:{ref.tag} names {tagged or 'nothing'}, not {ref.digest}")
+    if expect_digest and digest != expect_digest:
+        out.problems.append(f"{ref} is {digest}, not the recorded {expect_digest}")
+        return out
+    if manifest.media_type in INDEX_TYPES or "config" not in manifest.json:
+        out.problems.append(f"{ref} is an image index, not one image: pinmatrix promotes single images")
+        return out
+    config = json.loads(registry.get_blob(ref.repository, manifest.json["config"]["digest"]))
+    labels = {str(k): str(v) for k, v in ((config.get("config") or {}).get("Labels") or {}).items()}
+    image = ref.with_digest(digest)
+
+    verified_results: list[tuple[dict[str, Any], TrustedKey]] = []
+    signed_sboms: list[dict[str, Any]] = []
+    for att in attachments(registry, image):
+        report = EvidenceReport(digest=att.digest, predicate_type=att.predicate_type,
+                                signed=att.media_type == DSSE_MEDIA_TYPE, verified=False)
+        out.evidence.append(report)
+        if att.subject != digest:
+            report.note = f"its manifest's subject is {att.subject}, not {digest}"
+            out.problems.append(f"attestation {att.digest} is listed for {digest} but its subject is {att.subject}")
+            continue
+        if att.media_type != DSSE_MEDIA_TYPE:
+            report.note = "unsigned: ignored"
+            continue
+        check = check_envelope(att.content, keys)
+        if check.verified_by is None:
+            report.note = check.problem
+            if check.problem and check.problem.startswith("signed only by untrusted"):
+                continue  # another signer's evidence: not ours to judge
+            out.problems.append(f"attestation {att.digest}: {check.problem} (tampered?)")
+            continue
+        report.verified, report.keyid, report.key_source = True, check.verified_by.keyid, check.verified_by.source
+        if check.payload_type != IN_TOTO_PAYLOAD_TYPE:
+            out.problems.append(f"attestation {att.digest}: signed payload type is {check.payload_type!r}, "
+                                f"not {IN_TOTO_PAYLOAD_TYPE}")
+            continue
+        try:
+            statement = json.loads(check.payload)
+            if not isinstance(statement, dict):
+                raise ValueError
+        except ValueError:
+            out.problems.append(f"attestation {att.digest}: the signed payload is not a JSON statement")
+            continue
+        predicate = statement.get("predicateType")
+        if att.predicate_type and predicate != att.predicate_type:
+            out.problems.append(f"attestation {att.digest}: annotated as {att.predicate_type} but the signed "
+                                f"statement is {predicate}")
+            continue
+        problem = _subject_problem(statement, digest, ref, f"the signed attestation {att.digest}")
+        if problem:
+            out.problems.append(problem)
+            continue
+        if predicate == TEST_RESULT_PREDICATE:
+            verified_results.append((statement, check.verified_by))
+        elif predicate == SBOM_PREDICATE:
+            signed_sboms.append(statement)
+
+    if not verified_results:
+        found = len(out.evidence)
+        detail = "; ".join(f"{e.digest[:19]}: {e.note}" for e in out.evidence if e.note) or "none attached"
+        out.problems.append(f"no test-result attestation signed by a trusted key "
+                            f"({found} attestation(s) found: {detail})")
+        return _finish(out)
+    cells: list[dict[str, str]] = []
+    for statement, key in verified_results:
+        cell = statement_cell(statement)
+        result = str((statement.get("predicate") or {}).get("result", ""))
+        out.result = out.result or result
+        if key.keyid not in out.keyids:
+            out.keyids.append(key.keyid)
+        if result not in ("PASSED", "WARNED"):
+            out.problems.append(f"the signed test result for {digest} is {result or 'missing'}, not PASSED")
+        if cell is None:
+            out.problems.append("the signed test-result statement names no pinmatrix cell")
+            continue
+        cells.append(cell)
+        out.problems.extend(label_problems(cell, labels))
+    if cells:
+        first = cells[0]
+        out.cell_id, out.stack, out.cell_name = first["id"], first.get("stack"), first.get("name")
+        if any(c["id"] != first["id"] for c in cells):
+            out.problems.append(f"the signed attestations of {digest} name different cells: "
+                                f"{', '.join(sorted({c['id'] for c in cells}))}")
+        if expect_cell and first["id"] != expect_cell:
+            out.problems.append(f"the recorded cell is {expect_cell}, but the signed attestation of {digest} is for "
+                                f"cell {first['id']}")
+        if expect_stack and first.get("stack") != expect_stack:
+            out.problems.append(f"the recorded stack is {expect_stack}, but the signed attestation of {digest} is "
+                                f"for stack {first.get('stack')}")
+    out.sbom = "verified" if signed_sboms else "absent"
+    for statement in signed_sboms:
+        bom = statement.get("predicate")
+        out.problems.extend(_sbom_problems(bom, cells[0] if cells else None, labels))
+        if isinstance(bom, dict):
+            out.sbom_components = len(bom.get("components") or [])
+    return _finish(out)
+
+
+def _finish(out: Verification) -> Verification:
+    out.ok = not out.problems
+    return out

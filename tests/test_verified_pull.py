@@ -1,0 +1,281 @@
+"""Signed evidence end to end, through the CLI, against Debian's docker-registry (no referrers API: the
+referrers tag schema fallback): `keygen` -> `promote --signing-key` (DSSE-signed test-result attestation and
+CycloneDX SBOM) -> `verify` and `pull` accept the untampered promotion and pull it with podman; then
+known-good.toml, the tag, the attestation and the signature are tampered with in turn, and `verify` (exit 1)
+and `pull` (exit 2) refuse each with a one-line reason.
+
+The image is a tiny one assembled here and pushed with skopeo (tests/oci_layout.py): what is checked is the
+evidence, not the build."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from conftest import require_binaries
+from oci_layout import cell_labels, push_cell_image
+from pinmatrix.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
+from pinmatrix.cli import main
+from pinmatrix.distribution import OCI_INDEX, OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
+from pinmatrix.results import HostFingerprint, ResultsStore
+from pinmatrix.signing import generate_keypair, load_signer, sign_envelope
+from test_promote import _matrix_for, oci_registry, record  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.registry]
+CPU = HostFingerprint.make(hostname="ci")
+
+
+@dataclass
+class Promoted:
+    registry: Registry
+    prefix: str
+    matrix: Path
+    known_good: Path
+    host_json: Path
+    pub: Path
+    cell_id: str
+    digest: str
+    target: ImageRef  # the promoted repository (no tag)
+
+    def pull(self, *extra: str) -> list[str]:
+        return ["pull", "--known-good", str(self.known_good), "--stack", "demo", "--host-json", str(self.host_json),
+                "--key", str(self.pub), *extra]
+
+    def verify(self, ref: str, *extra: str) -> list[str]:
+        return ["verify", ref, "--key", str(self.pub), *extra]
+
+
+def _lock_text(cell) -> str:  # noqa: ANN001
+    """A lock for the demo cell, in uv's format (the hashes are made up: nothing is installed from it)."""
+    lines = [f"# pinmatrix lock for cell {cell.id}: {cell.name}"]
+    for name in ("idna", "six"):
+        version = cell.pins[name]
+        h = hashlib.sha256(f"{name}-{version}".encode()).hexdigest()
+        lines += [f"{name}=={version} \\", f"    --hash=sha256:{h}", "    # via -r requirements.in"]
+    return "\n".join(lines) + "\n"
+
+
+def promote_signed(host: str, tmp_path: Path, capsys, name: str,  # noqa: ANN001
+                   authfile: Path | None = None) -> Promoted:
+    """keygen, an image for the first demo cell (pushed by skopeo, with ``authfile`` if given), passing results
+    for it, then `promote --signing-key`. The registry client finds credentials the usual way."""
+    from pinmatrix.commands._common import load
+
+    require_binaries("skopeo")
+    prefix = f"{host}/{name}"
+    matrix = _matrix_for(tmp_path, prefix)
+    _, expansion = load(matrix)
+    cell = next(c for c in expansion.cells if c.stack == "demo")
+    lock = _lock_text(cell)
+    (tmp_path / "locks").mkdir(exist_ok=True)
+    (tmp_path / "locks" / f"{cell.id}.txt").write_text(lock)
+    labels = {**cell_labels(cell), "io.pinmatrix.lock.sha256": hashlib.sha256(lock.encode()).hexdigest()}
+    digest = push_cell_image(tmp_path / "layout", f"{prefix}/{cell.stack}:{cell.id}", labels, f"{name} demo image",
+                             authfile=authfile)
+
+    assert main(["keygen", "--out", str(tmp_path / "keys" / "signer")]) == 0
+    capsys.readouterr()
+    store = ResultsStore(tmp_path / "results.sqlite")
+    for smoke in cell.smokes:
+        store.record(record(cell, smoke, "pass", digest, host=CPU))
+    known_good = tmp_path / "known-good.toml"
+    rc = main(["promote", str(matrix), "--cell", cell.id, "--results", str(store.path), "--known-good",
+               str(known_good), "--signing-key", str(tmp_path / "keys" / "signer.key")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert f"promoted {cell.id}" in out and "warning" not in err
+    host_json = tmp_path / "host.json"
+    host_json.write_text(json.dumps(CPU.to_dict()))
+    return Promoted(Registry(host), prefix, matrix, known_good, host_json, tmp_path / "keys" / "signer.pub", cell.id,
+                    digest, ImageRef.parse(f"{prefix}/known-good/demo"))
+
+
+def _one_line_error(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("pinmatrix: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _set_entry(known_good: Path, **changes: str) -> str:
+    """Edit the (only) [[promoted]] entry of known-good.toml; returns the original text."""
+    original = known_good.read_text()
+    doc = tomlkit.parse(original)
+    for key, value in changes.items():
+        doc["promoted"][0][key] = value
+    known_good.write_text(tomlkit.dumps(doc))
+    return original
+
+
+def _referrers_index(p: Promoted) -> Manifest:
+    index = p.registry.get_manifest(p.target.repository, referrers_tag(p.digest))
+    assert index is not None
+    return index
+
+
+def _replace_referrer(p: Promoted, old: str, envelope: bytes, predicate: str) -> None:
+    """What an attacker with push access does: push another artifact for the image and make the referrers
+    index list it instead of ``old``."""
+    reg, repo = p.registry, p.target.repository
+    subject = reg.get_manifest(repo, p.digest)
+    new = reg.push_artifact(repo, subject, artifact_type=DSSE_MEDIA_TYPE, payload=envelope,
+                            payload_media_type=DSSE_MEDIA_TYPE, annotations={"in-toto.io/predicate-type": predicate})
+    index = _referrers_index(p)
+    doc = index.json
+    doc["manifests"] = [m for m in doc["manifests"] if m["digest"] not in (old, new)] + \
+        [next(m for m in doc["manifests"] if m["digest"] == new)]
+    body = json.dumps(doc).encode()
+    reg.put_manifest(repo, referrers_tag(p.digest), Manifest(body, OCI_INDEX, sha256_digest(body)))
+
+
+def _envelope_of(p: Promoted, predicate: str) -> tuple[str, dict]:
+    att = next(a for a in attachments(p.registry, p.target.with_digest(p.digest)) if a.predicate_type == predicate)
+    return att.digest, json.loads(att.content)
+
+
+def test_untampered_promotion_verifies_and_pulls(oci_registry: str, podman_env, tmp_path: Path, capsys,  # noqa: F811
+                                                 monkeypatch) -> None:
+    p = promote_signed(oci_registry, tmp_path, capsys, "vp-ok")
+    entry = tomlkit.parse(p.known_good.read_text())["promoted"][0]
+    assert entry["signed_by"] and entry["sbom"].startswith(f"{p.target.name}@sha256:")
+
+    # the layout: two DSSE artifacts in the referrers tag schema fallback, predicate types annotated
+    found = attachments(p.registry, p.target.with_digest(p.digest))
+    assert sorted(a.predicate_type for a in found) == sorted([TEST_RESULT_PREDICATE, SBOM_PREDICATE])
+    assert {a.artifact_type for a in found} == {DSSE_MEDIA_TYPE} and {a.subject for a in found} == {p.digest}
+
+    rc = main(p.verify(f"{p.target.name}:known-good"))
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.startswith(f"verified {p.target.name}@{p.digest}: cell {p.cell_id}") and "SBOM verified (2 components)" in out
+    rc = main(p.verify(f"{p.target.name}@{p.digest}", "--json"))
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["ok"] is True and doc["problems"] == []
+    assert (doc["cell_id"], doc["stack"], doc["result"], doc["sbom"]) == (p.cell_id, "demo", "PASSED", "verified")
+    assert doc["keyids"] == [entry["signed_by"]]
+
+    # a real pull with podman (private storage), by digest, after verification
+    for key, value in podman_env.env.items():
+        monkeypatch.setenv(key, value)
+    rc = main(p.pull("--engine", "podman"))
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.strip() == f"{p.target.name}@{p.digest}"
+    assert f"verified {p.target.name}@{p.digest}: cell {p.cell_id}, result PASSED" in err
+    listed = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert p.digest in listed
+
+    # without a trusted key nothing is accepted
+    monkeypatch.delenv("PINMATRIX_TRUSTED_KEYS", raising=False)
+    rc = main(["verify", f"{p.target.name}:known-good"])
+    assert rc == 2 and "no trusted public key" in _one_line_error(capsys.readouterr().err)
+    other = generate_keypair(tmp_path / "other")[1]
+    monkeypatch.setenv("PINMATRIX_TRUSTED_KEYS", str(other))
+    rc = main(["verify", f"{p.target.name}:known-good"])
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 1 and "no test-result attestation signed by a trusted key" in line
+    assert "signed only by untrusted key(s)" in line
+
+
+def test_each_tampering_is_refused_by_verify_and_pull(oci_registry: str, tmp_path: Path, capsys) -> None:  # noqa: F811
+    p = promote_signed(oci_registry, tmp_path, capsys, "vp-tamper")
+    good = f"{p.target.name}@{p.digest}"
+    assert main(p.pull("--print")) == 0 and capsys.readouterr().out.strip() == good
+
+    # an image that was never promoted, pushed into the promoted repository (same labels, no evidence)
+    from pinmatrix.commands._common import load
+
+    cell = next(c for c in load(p.matrix)[1].cells if c.id == p.cell_id)
+    evil = push_cell_image(tmp_path / "evil", f"{p.target.name}:evil", cell_labels(cell), "never promoted")
+
+    # 1. known-good.toml edited to name a digest that was never promoted
+    original = _set_entry(p.known_good, digest=evil, reference=f"{p.target.name}@{evil}")
+    rc = main(p.pull("--print"))
+    out, err = capsys.readouterr()
+    line = _one_line_error(err)
+    assert rc == 2 and out == ""
+    assert line.endswith(f"cell {p.cell_id}: will not pull {p.target.name}@{evil}: no test-result attestation signed "
+                         "by a trusted key (0 attestation(s) found: none attached)")
+    rc = main(p.verify(f"{p.target.name}@{evil}"))
+    assert rc == 1 and "no test-result attestation signed by a trusted key" in _one_line_error(capsys.readouterr().err)
+    p.known_good.write_text(original)
+
+    # 2. a reference that does not carry the recorded digest
+    _set_entry(p.known_good, reference=f"{p.target.name}:known-good")
+    rc = main(p.pull("--print"))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 2 and "does not carry the recorded digest" in line
+    p.known_good.write_text(original)
+
+    # 3. the known-good tag moved (outside promote) to the never-promoted image
+    reg, repo = p.registry, p.target.repository
+    reg.put_manifest(repo, "known-good", reg.get_manifest(repo, evil))
+    rc = main(p.verify(f"{p.target.name}:known-good"))
+    assert rc == 1 and "no test-result attestation signed by a trusted key" in _one_line_error(capsys.readouterr().err)
+    rc = main(p.pull("--print"))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 2 and f"tag {p.target.name}:known-good was moved to {evil}, which does not verify" in line
+    reg.put_manifest(repo, "known-good", reg.get_manifest(repo, p.digest))
+    assert main(p.pull("--print")) == 0
+    capsys.readouterr()
+
+    index_before = _referrers_index(p)
+    att_digest, envelope = _envelope_of(p, TEST_RESULT_PREDICATE)
+
+    # 4. the attestation tampered with: the statement changed (FAILED made PASSED is the same act), signature kept
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["predicate"]["failedTests"] = ["slipped in"]
+    forged = dict(envelope, payload=base64.b64encode(json.dumps(statement).encode()).decode())
+    _replace_referrer(p, att_digest, json.dumps(forged).encode(), TEST_RESULT_PREDICATE)
+    rc = main(p.verify(good))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 1 and "does not verify: attestation sha256:" in line
+    assert "the signature by trusted key" in line and "does not verify (tampered?)" in line
+    rc = main(p.pull("--print"))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 2 and f"will not pull {good}: attestation sha256:" in line and "(tampered?)" in line
+    reg.put_manifest(repo, referrers_tag(p.digest), index_before)
+
+    # 5a. a bad signature: the trusted key id, a signature made by another key
+    intruder = load_signer(generate_keypair(tmp_path / "intruder")[0])
+    resigned = sign_envelope(base64.b64decode(envelope["payload"]), intruder)
+    bad = dict(envelope, signatures=[{"keyid": envelope["signatures"][0]["keyid"],
+                                      "sig": resigned["signatures"][0]["sig"]}])
+    _replace_referrer(p, att_digest, json.dumps(bad).encode(), TEST_RESULT_PREDICATE)
+    rc = main(p.verify(good))
+    assert rc == 1 and "does not verify (tampered?)" in _one_line_error(capsys.readouterr().err)
+    rc = main(p.pull("--print"))
+    assert rc == 2 and "does not verify (tampered?)" in _one_line_error(capsys.readouterr().err)
+    reg.put_manifest(repo, referrers_tag(p.digest), index_before)
+
+    # 5b. the attestation re-signed by someone else's key: not trusted, so there is no valid one left
+    _replace_referrer(p, att_digest, json.dumps(resigned).encode(), TEST_RESULT_PREDICATE)
+    rc = main(p.pull("--print"))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 2 and "no test-result attestation signed by a trusted key" in line
+    assert f"signed only by untrusted key(s) {intruder.public_key.keyid[:12]}" in line
+    reg.put_manifest(repo, referrers_tag(p.digest), index_before)
+
+    # 6. a signed SBOM of another image listed for this one (a valid signature, the wrong subject)
+    sbom_digest, sbom_env = _envelope_of(p, SBOM_PREDICATE)
+    other = json.loads(base64.b64decode(sbom_env["payload"]))
+    other["subject"][0]["digest"]["sha256"] = evil.split(":")[1]
+    signer = load_signer(p.pub.with_suffix(".key"))
+    _replace_referrer(p, sbom_digest, json.dumps(sign_envelope(json.dumps(other).encode(), signer)).encode(),
+                      SBOM_PREDICATE)
+    rc = main(p.verify(good))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 1 and f"is for {evil}, not for the image's digest {p.digest}" in line
+    reg.put_manifest(repo, referrers_tag(p.digest), index_before)
+
+    # restored: verifies again
+    assert main(p.verify(good)) == 0 and main(p.pull("--print")) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == good
