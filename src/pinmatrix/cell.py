@@ -59,6 +59,7 @@ class BaseSpec:
     mirror: str | None = None  # Debian mirror URL; None = the host's apt sources
     source_date_epoch: int | None = None
     packages: tuple[str, ...] = ()  # extra Debian packages in the rootfs
+    variant: Literal["minbase", "extract"] = "minbase"  # mmdebstrap variant; extract runs no maintainer script
 
 
 @dataclass(frozen=True)

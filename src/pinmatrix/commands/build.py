@@ -1,11 +1,12 @@
-"""``pinmatrix build``: build one OCI image per selected cell, tagged with the cell id."""
+"""``pinmatrix build``: assemble one OCI image per selected cell (tag = cell id) as data, load it into the
+engine's store, push it by digest. The work lives in ``pinmatrix.image``; this module is the command line."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
@@ -13,11 +14,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine, detect_engines, get_engine
 from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.imagebuild import BuildSettings, CellBuildResult, build_cell, image_ref
+from pinmatrix.image.assemble import describe
+from pinmatrix.image.build import BuildSettings, CellBuilder, CellBuildResult, build_all, image_ref, needs_containerfile
 from pinmatrix.lock import lock_cells, lock_path
 from pinmatrix.registry import Registry
 
@@ -25,34 +28,43 @@ from pinmatrix.registry import Registry
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "build",
-        help="build one OCI image per cell (tag = cell id), skipping cells already built",
+        help="assemble one OCI image per cell (tag = cell id), skipping cells already built",
         description=(
-            "Render images/Containerfile.j2 for each selected cell (layers from images/layers.toml, packages "
-            "from locks/<cell-id>.txt with hashes, patches, smoke harness) and build it with docker or "
-            "podman/buildah. A cell whose tag already exists with the same inputs, in the local store or the "
-            "registry, is not rebuilt, so an interrupted run resumes where it stopped. One failed cell does "
-            "not stop the others; the exit code is 1 when any cell failed. Cells without a lock are locked "
-            "first. Per-cell build logs go to --logs-dir."
+            "Assemble each selected cell's image without running a container: a Debian base made by mmdebstrap "
+            "(or a base image pinned by digest), one layer per locked wheel (fetched for the cell's platform and "
+            "Python, checked against the lock's sha256, installed without running package code), installed-tree "
+            "patches, the smoke harness, and a config written as data. Images go to an OCI layout "
+            "(.pinmatrix/oci), then into the engine's store and, with --push, to the registry with the same "
+            "digest. A cell whose image already has the same inputs is not rebuilt, so an interrupted run "
+            "resumes. Cells with a source patch are compiled through images/Containerfile.j2 with the engine. "
+            "One failed cell does not stop the others; the exit code is 1 when any cell failed."
         ),
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
-    p.add_argument("--engine", "-e", choices=("auto", *ENGINE_NAMES), default=None,
-                   help="container engine (default: matrix.engine; auto = podman if usable, else docker)")
+    p.add_argument("--engine", "-e", choices=("auto", "none", *ENGINE_NAMES), default=None,
+                   help="engine whose store receives the images (default: matrix.engine; auto = podman if usable, "
+                        "else docker; none = the OCI layout only)")
     p.add_argument("--jobs", "-j", type=int, default=2, help="cells built at once (default 2)")
-    p.add_argument("--push", action="store_true", help="push each image to the registry and record its digest")
+    p.add_argument("--push", action="store_true", help="push each image to the registry by digest")
     p.add_argument("--registry", metavar="HOST/PREFIX",
                    help="image prefix and registry (default: matrix.registry, e.g. 127.0.0.1:5000/pinmatrix)")
-    p.add_argument("--no-registry-check", action="store_true",
-                   help="do not count an image found in the registry as built")
-    p.add_argument("--cache-dir", type=Path, default=None, help="cache for base rootfs, patches, contexts "
-                   "(default: .pinmatrix/cache next to the matrix)")
+    p.add_argument("--print", dest="print_plan", action="store_true",
+                   help="print the plan (cells, layers, what is cached) as JSON and build nothing")
+    p.add_argument("--metadata-file", type=Path, metavar="FILE",
+                   help="write what was built (refs, manifest digests, layers) as JSON to FILE")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="wheels, layer records, rootfs (default: .pinmatrix/cache next to the matrix)")
+    p.add_argument("--layout", type=Path, default=None, help="the OCI layout (default: .pinmatrix/oci)")
     p.add_argument("--logs-dir", type=Path, default=None,
                    help="per-cell build logs (default: .pinmatrix/logs/build next to the matrix)")
     p.set_defaults(func=run)
 
 
-def choose_engine(name: str) -> OCIEngine:
+def choose_engine(name: str) -> OCIEngine | None:
+    if name == "none":
+        return None
     if name != "auto":
         engine = get_engine(name)
         engine.ensure_running()
@@ -61,7 +73,7 @@ def choose_engine(name: str) -> OCIEngine:
     for candidate in ("podman", "docker"):
         if status[candidate] == "ok":
             return get_engine(candidate)
-    raise EngineError("no container engine is usable: " + "; ".join(status.values()))
+    raise EngineError("no container engine is usable: " + "; ".join(status.values()) + " (or pass --engine none)")
 
 
 def _ensure_locks(cells: list[Cell], root: Path, exclude_newer: str | None, console: Console) -> dict[str, str]:
@@ -76,6 +88,40 @@ def _ensure_locks(cells: list[Cell], root: Path, exclude_newer: str | None, cons
     return problems
 
 
+def settings_for(args: argparse.Namespace, matrix_root: Path, registry: str | None, ca: list[str],
+                 ca_in_images: bool) -> BuildSettings:
+    cache = args.cache_dir or matrix_root / ".pinmatrix" / "cache"
+    return BuildSettings(
+        root=matrix_root, cache_dir=cache, logs_dir=args.logs_dir or matrix_root / ".pinmatrix" / "logs" / "build",
+        registry=registry, ca_certificates=tuple(Path(p) for p in ca), ca_in_images=ca_in_images,
+        push=args.push, layout_dir=args.layout or matrix_root / ".pinmatrix" / "oci",
+    )
+
+
+def _print_plan(cells: list[Cell], settings: BuildSettings, lock_problems: dict[str, str]) -> int:
+    builder = CellBuilder(settings, None, None)
+    plan: list[dict[str, object]] = []
+    for cell in cells:
+        entry: dict[str, object] = {"cell": cell.id, "name": cell.name, "ref": image_ref(cell, settings.registry)}
+        if cell.id in lock_problems:
+            entry["error"] = lock_problems[cell.id]
+        elif needs_containerfile(cell):
+            entry["path"] = "containerfile (source patch)"
+        else:
+            try:
+                image, _ = builder.assembler.plan(cell, lock_path(cell, settings.root).read_text(encoding="utf-8"),
+                                                  settings.logs_dir / f"{cell.id}.plan.log")
+                image.ref = entry["ref"]  # type: ignore[assignment]
+                stored = builder.assembler.layout.image(image.ref)
+                image.cached = bool(stored and stored.annotations.get("io.pinmatrix.inputs") == image.inputs)
+                entry.update(describe([image])[0])
+            except PinmatrixError as err:
+                entry["error"] = str(err)
+        plan.append(entry)
+    print(json.dumps(plan, indent=1))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
@@ -85,115 +131,79 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("--jobs must be at least 1")
     root = Path(matrix.root)
     console = Console(stderr=True, highlight=False, markup=False)
-    engine = choose_engine(args.engine or matrix.settings.engine)
     registry_setting = args.registry or matrix.settings.registry or None
+    settings = settings_for(args, root, registry_setting, list(matrix.settings.ca_certificates),
+                            bool(getattr(matrix.settings, "ca_certificates_in_images", False)))
+    lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
+    if args.print_plan:
+        return _print_plan(cells, settings, lock_problems)
+    engine = choose_engine(args.engine or matrix.settings.engine)
     registry = Registry.from_setting(registry_setting) if registry_setting else None
     if args.push and registry is None:
         raise PinmatrixError("--push needs a registry: set matrix.registry or pass --registry")
     if args.push and registry is not None and not registry.ping():
         raise PinmatrixError(f"registry {registry.host} is not reachable; start it or drop --push")
-    settings = BuildSettings(
-        root=root,
-        cache_dir=args.cache_dir or root / ".pinmatrix" / "cache",
-        logs_dir=args.logs_dir or root / ".pinmatrix" / "logs" / "build",
-        registry=registry_setting,
-        ca_certificates=tuple(Path(p) for p in matrix.settings.ca_certificates),
-        push=args.push,
-        check_registry=not args.no_registry_check and registry is not None and registry.ping(),
-    )
-    lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
-    console.print(f"building {len(cells)} cell(s) with {engine.name}, {args.jobs} at once; logs in {settings.logs_dir}")
-    results = build_all(cells, engine, settings, registry, args.jobs, console, lock_problems)
+    where = f"into {engine.name}" if engine else "into the OCI layout only"
+    console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once; logs in {settings.logs_dir}")
+    results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems)
     console.print(summary_table(results))
     failed = [r for r in results if not r.ok]
     built = sum(r.status == "built" for r in results)
     cached = sum(r.status == "cached" for r in results)
     print(f"{built} built, {cached} cached, {len(failed)} failed", file=sys.stderr)
+    data = [r.to_json() for r in results]
+    if args.metadata_file:
+        atomic_write_text(args.metadata_file, json.dumps(data, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(data, indent=1))
     return 1 if failed else 0
 
 
-def build_all(
-    cells: list[Cell],
-    engine: OCIEngine,
-    settings: BuildSettings,
-    registry: Registry | None,
-    jobs: int,
-    console: Console,
-    lock_problems: dict[str, str] | None = None,
-) -> list[CellBuildResult]:
-    """Build every cell with a progress display: cells done / cached / failed and each running cell's layer."""
-    lock_problems = lock_problems or {}
+def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,
+                   jobs: int, console: Console, lock_problems: dict[str, str]) -> list[CellBuildResult]:
+    """``build_all`` with a progress display: cells done / cached / failed and what each running cell does."""
     counts = {"built": 0, "cached": 0, "failed": 0}
     guard = threading.Lock()
-    progress = Progress(
-        SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=console, transient=False
-    )
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
+                        console=console, transient=False)
     overall = progress.add_task("", total=len(cells))
+    tasks: dict[str, int] = {}
 
     def headline() -> str:
-        return f"cells {sum(counts.values())}/{len(cells)}: {counts['built']} built, {counts['cached']} cached, {counts['failed']} failed"
+        return (f"cells {sum(counts.values())}/{len(cells)}: {counts['built']} built, {counts['cached']} cached, "
+                f"{counts['failed']} failed")
+
+    def on_step(cell: Cell, what: str) -> None:
+        with guard:
+            if cell.id not in tasks:
+                tasks[cell.id] = progress.add_task("", total=None)
+        progress.update(tasks[cell.id], description=f"  {cell.id} {cell.name}: {what}")
+
+    def on_result(result: CellBuildResult) -> None:
+        with guard:
+            task = tasks.pop(result.cell.id, None)
+            counts[result.status] += 1
+        if task is not None:
+            progress.remove_task(task)
+        progress.update(overall, advance=1, description=headline())
+        mark = {"built": "built ", "cached": "cached", "failed": "FAILED"}[result.status]
+        progress.console.print(f"{mark} {result.cell.id} {result.cell.name} ({result.seconds:.1f}s)"
+                               + (f": {result.reason}" if result.reason else ""))
 
     progress.update(overall, description=headline())
-
-    def one(cell: Cell) -> CellBuildResult:
-        task = progress.add_task(f"  {cell.id} {cell.name}: queued", total=None)
-        settings.logs_dir.mkdir(parents=True, exist_ok=True)
-        if cell.id in lock_problems:
-            log = settings.logs_dir / f"{cell.id}.log"
-            log.write_text(f"# FAILED: {lock_problems[cell.id]}\n", encoding="utf-8")
-            result = CellBuildResult(cell, image_ref(cell, settings.registry), "failed", log, reason=lock_problems[cell.id])
-        else:
-            lock_text = lock_path(cell, settings.root).read_text(encoding="utf-8")
-            result = build_cell(
-                cell, lock_text, engine, settings, registry=registry,
-                on_step=lambda layer: progress.update(task, description=f"  {cell.id} {cell.name}: {layer}"),
-            )
-        progress.remove_task(task)
-        with guard:
-            counts[result.status] += 1
-            progress.update(overall, advance=1, description=headline())
-        mark = {"built": "built ", "cached": "cached", "failed": "FAILED"}[result.status]
-        progress.console.print(f"{mark} {cell.id} {cell.name} ({result.seconds:.1f}s)"
-                               + (f": {result.reason}" if result.reason else ""))
-        return result
-
-    # Cells with the same base, Python and indexes share the first layers. Build one of each such group
-    # first, so the others find those layers cached instead of building them again at the same time
-    # (docker's builder would make them differ, and the images would no longer share them).
-    leaders: dict[tuple[object, ...], Cell] = {}
-    for cell in cells:
-        leaders.setdefault((cell.base, cell.python, cell.indexes), cell)
-    leader_ids = {c.id for c in leaders.values()}
-    first = [c for c in cells if c.id in leader_ids]
-    pool = ThreadPoolExecutor(max_workers=jobs)
     with progress:
-        try:
-            done = {cell.id: future.result() for cell, future in [(c, pool.submit(one, c)) for c in first]}
-            rest = [(c, pool.submit(one, c)) for c in cells if c.id not in done]
-            done.update({cell.id: future.result() for cell, future in rest})
-            results = [done[cell.id] for cell in cells]
-        except BaseException:
-            # Ctrl-C: queued cells never start; running builds die with the same SIGINT (same process
-            # group). Finished cells are tagged, so the next run finds them cached and resumes.
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-    pool.shutdown()
-    return results
+        return build_all(cells, engine, settings, registry, jobs, console, lock_problems,
+                         on_result=on_result, on_step=on_step)
 
 
 def summary_table(results: list[CellBuildResult]) -> Table:
     table = Table(title=f"{len(results)} cells")
-    table.add_column("cell", no_wrap=True)
-    table.add_column("name", overflow="fold")
-    table.add_column("status", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("image / reason", overflow="fold")
+    for name, kw in (("cell", {"no_wrap": True}), ("name", {"overflow": "fold"}), ("status", {"no_wrap": True}),
+                     ("time", {"justify": "right", "no_wrap": True}), ("image / reason", {"overflow": "fold"})):
+        table.add_column(name, **kw)  # type: ignore[arg-type]
     for r in results:
         status = r.status + (f" ({r.cached_in})" if r.cached_in else "")
-        if r.reason:
-            detail = f"{r.reason} (log: {r.log})"
-        else:
-            detail = (r.digest or r.image_id or "")[:19]
+        detail = f"{r.reason} (log: {r.log})" if r.reason else (r.digest or r.image_id or "")[:19]
         style = "red" if r.status == "failed" else ("green" if r.status == "built" else None)
         table.add_row(*(Text(v) for v in (r.cell.id, r.cell.name, status, f"{r.seconds:.1f}s", detail)), style=style)
     return table

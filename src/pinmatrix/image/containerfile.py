@@ -1,4 +1,5 @@
-"""Render and build the image of one cell.
+"""The Containerfile path, kept for cells that must compile (a source patch built against the locked sdist):
+every other cell is assembled as data by ``pinmatrix.image.assemble``.
 
 The build context is rendered from ``images/Containerfile.j2`` and the layer plan (``images/layers.toml``):
 the lock is split into package layers, patches and the smoke harness are copied in, labels and env go last.
@@ -24,63 +25,28 @@ from typing import Literal
 
 import jinja2
 
-from pinmatrix.base import DEFAULT_PATH, DEFAULT_SOURCE_DATE_EPOCH, ensure_base_image
+from pinmatrix.image.containerfile_base import DEFAULT_PATH, DEFAULT_SOURCE_DATE_EPOCH, ensure_base_image
 from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.layerplan import load_layer_specs, parse_lock, plan_layers
 from pinmatrix.patch_sources import resolve_patch
+from pinmatrix.image.build import BuildSettings, CellBuildResult, image_ref
+from pinmatrix.image.config import cell_env, cell_labels, nvidia_require_cuda  # noqa: F401 - nvidia_require_cuda re-used by tests
+from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
 from pinmatrix.registry import Registry, split_ref
 
 IMAGES_DIR = Path("images")
 CONTAINERFILE_TEMPLATE = "Containerfile.j2"
 LAYER_PLAN = "layers.toml"
 PATCH_HELPER = "apply_patches.py"
-DEFAULT_REPOSITORY = "localhost/pinmatrix"
-# Python of the Debian suites a mmdebstrap base can come from.
-DEBIAN_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "forky": "3.13"}
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
-Status = Literal["built", "cached", "failed"]
 
 
 class BuildError(PinmatrixError):
     """A cell cannot be built; the message names the cell and the reason."""
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    root: Path = Path(".")  # the project: images/, patches/, smoke/, locks/
-    cache_dir: Path = Path(".pinmatrix/cache")
-    logs_dir: Path = Path(".pinmatrix/logs")
-    registry: str | None = None  # "127.0.0.1:5000/pinmatrix": image refs are <registry>/<stack>:<cell id>
-    ca_certificates: tuple[Path, ...] = ()  # files, or directories of *.crt
-    push: bool = False
-    check_registry: bool = True  # a tag with the same inputs in the registry counts as built
-    smoke_dir: Path | None = None  # default: <root>/smoke
-
-    @property
-    def images_dir(self) -> Path:
-        return self.root / IMAGES_DIR
-
-
-@dataclass
-class CellBuildResult:
-    cell: Cell
-    ref: str
-    status: Status
-    log: Path
-    image_id: str | None = None
-    digest: str | None = None  # registry manifest digest, when pushed or found there
-    cached_in: str | None = None  # "local" or "registry"
-    seconds: float = 0.0
-    reason: str = ""
-    layers: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "failed"
 
 
 @dataclass(frozen=True)
@@ -91,11 +57,6 @@ class RenderedCell:
     inputs: str
     labels: dict[str, str]
     layers: tuple[str, ...]
-
-
-def image_ref(cell: Cell, registry: str | None) -> str:
-    """The image reference of a cell: the tag is the cell id (a content address)."""
-    return f"{(registry or DEFAULT_REPOSITORY).rstrip('/')}/{cell.stack}:{cell.id}"
 
 
 def _iso(epoch: int) -> str:
@@ -146,78 +107,6 @@ def pip_conf(cell: Cell) -> str:
     return "\n".join(lines) + "\n"
 
 
-def nvidia_require_cuda(cell: Cell) -> str | None:
-    """NVIDIA_REQUIRE_CUDA for the container toolkit: the cell's CUDA and the minimum driver it needs."""
-    cuda = cell.pins.get("cuda")
-    if not cuda:
-        return None
-    parts = [f"cuda>={cuda}"]
-    if cell.min_driver:
-        parts.append(f"driver>={cell.min_driver}")
-    return " ".join(parts)
-
-
-def cell_labels(cell: Cell, base_ref: str, lock_sha: str, layers: Sequence[str], epoch: int) -> dict[str, str]:
-    labels: dict[str, str] = {
-        "org.opencontainers.image.title": cell.name,
-        "org.opencontainers.image.description": f"pinmatrix cell {cell.id} of stack {cell.stack}",
-        "org.opencontainers.image.version": cell.id,
-        "org.opencontainers.image.ref.name": cell.id,
-        "org.opencontainers.image.created": _iso(epoch),
-        "org.opencontainers.image.base.name": base_ref,
-        "io.pinmatrix.cell.id": cell.id,
-        "io.pinmatrix.cell.stack": cell.stack,
-        "io.pinmatrix.cell.name": cell.name,
-        "io.pinmatrix.cell.python": cell.python,
-        "io.pinmatrix.cell.platform": cell.platform,
-        "io.pinmatrix.cell.gpu_required": str(cell.gpu_required).lower(),
-        "io.pinmatrix.lock.sha256": lock_sha,
-        "io.pinmatrix.layers": ",".join(layers),
-    }
-    for axis, value in sorted(cell.pins.items()):
-        labels[f"io.pinmatrix.pin.{axis}"] = str(value)
-    for patch in cell.patches:
-        if patch.status == "apply":
-            labels[f"io.pinmatrix.patch.{patch.id}"] = f"sha256:{patch.sha256} {patch.kind} {patch.package}=={patch.version}"
-        else:
-            contained = f" (contained in {patch.contained_in})" if patch.contained_in else ""
-            labels[f"io.pinmatrix.patch.{patch.id}"] = f"already-upstream{contained}"
-    if cell.arch_flags:
-        labels["io.pinmatrix.arch.flags"] = " ".join(cell.arch_flags)
-    if cell.torch_cuda_arch_list:
-        labels["io.pinmatrix.arch.torch_cuda_arch_list"] = cell.torch_cuda_arch_list
-    if cell.flashinfer_cuda_arch_list:
-        labels["io.pinmatrix.arch.flashinfer_cuda_arch_list"] = cell.flashinfer_cuda_arch_list
-    if cell.compute_capability:
-        labels["io.pinmatrix.compute_capability"] = cell.compute_capability
-    if cell.min_driver:
-        labels["io.pinmatrix.min_driver"] = cell.min_driver
-    require = nvidia_require_cuda(cell)
-    if require:
-        labels["io.pinmatrix.nvidia_require_cuda"] = require
-    return labels
-
-
-def cell_env(cell: Cell) -> dict[str, str]:
-    env = {
-        "PATH": "/opt/venv/bin:" + DEFAULT_PATH.split("=", 1)[1],
-        "VIRTUAL_ENV": "/opt/venv",
-        "PINMATRIX_CELL": cell.id,
-    }
-    require = nvidia_require_cuda(cell)
-    if require:
-        env["NVIDIA_REQUIRE_CUDA"] = require
-    if cell.gpu_required:
-        env["NVIDIA_VISIBLE_DEVICES"] = "all"
-        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
-    if cell.torch_cuda_arch_list:
-        env["TORCH_CUDA_ARCH_LIST"] = cell.torch_cuda_arch_list
-    if cell.flashinfer_cuda_arch_list:
-        env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
-    env.update(cell.env)
-    return env
-
-
 def _hash_tree(directory: Path, digest: "hashlib._Hash") -> None:
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         rel = path.relative_to(directory).as_posix()
@@ -233,7 +122,7 @@ def _write(path: Path, data: bytes, epoch: int) -> None:
 def check_python(cell: Cell) -> None:
     if cell.base.kind != "mmdebstrap":
         return
-    suite = cell.base.suite or "bookworm"
+    suite = cell.base.suite or DEFAULT_SUITE
     have = DEBIAN_PYTHON.get(suite)
     if have and have != cell.python:
         raise BuildError(
@@ -305,7 +194,7 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
     if smoke:
         layer_names.append("smoke")
     lock_sha = hashlib.sha256(lock_text.encode()).hexdigest()
-    labels = cell_labels(cell, base_ref, lock_sha, layer_names, epoch)
+    labels = cell_labels(cell, base=base_ref, lock_sha=lock_sha, layers=layer_names, epoch=epoch)
     template = _environment(images).get_template(CONTAINERFILE_TEMPLATE)
 
     def render(label_map: dict[str, str]) -> str:

@@ -1,4 +1,4 @@
-"""The base root filesystem of every image: a Debian tree made by mmdebstrap with SOURCE_DATE_EPOCH (the same
+"""The base image of the Containerfile path (source-patch cells): a Debian tree made by mmdebstrap with SOURCE_DATE_EPOCH (the same
 inputs give a byte-identical tarball), cached under the cache dir by a hash of its inputs, and loaded into
 the engine as a one-layer image whose config is fixed too, so the base image id is the same on every
 engine and machine. Alternatively a pinned ``name@sha256:...`` image is pulled by digest."""
@@ -24,8 +24,8 @@ from pathlib import Path
 from pinmatrix.cell import BaseSpec
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.rootfs import DEFAULT_SUITE, BaseImageError, host_debian_mirror
 
-DEFAULT_SUITE = "bookworm"
 DEFAULT_SOURCE_DATE_EPOCH = 1_700_000_000
 # What every image needs on top of Debian's minbase: Python (3.11 on bookworm) with venv and the pip wheel
 # it bundles, CA certificates (extra ones are added per matrix), GNU patch for installed-tree patches.
@@ -40,10 +40,6 @@ PATH_EXCLUDES: tuple[str, ...] = (
 )
 BASE_REPOSITORY = "localhost/pinmatrix-base"
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class BaseImageError(PinmatrixError):
-    """The base root filesystem could not be made or loaded."""
 
 
 @dataclass(frozen=True)
@@ -80,38 +76,6 @@ def rootfs_inputs(spec: BaseSpec) -> RootfsInputs:
     )
 
 
-def host_debian_mirror(
-    sources_dir: Path = Path("/etc/apt/sources.list.d"), sources_list: Path = Path("/etc/apt/sources.list")
-) -> str:
-    """The Debian archive URL the host's apt sources name (deb822 ``.sources`` first, then sources.list),
-    skipping security and updates suites."""
-    candidates: list[tuple[str, list[str]]] = []
-    for path in sorted(sources_dir.glob("*.sources")) if sources_dir.is_dir() else []:
-        for stanza in path.read_text(errors="replace").split("\n\n"):
-            fields: dict[str, str] = {}
-            for line in stanza.splitlines():
-                if ":" in line and not line.startswith(("#", " ")):
-                    key, _, value = line.partition(":")
-                    fields[key.strip().lower()] = value.strip()
-            if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes") != "no":
-                for uri in fields.get("uris", "").split():
-                    candidates.append((uri, fields.get("suites", "").split()))
-    if sources_list.is_file():
-        for line in sources_list.read_text(errors="replace").splitlines():
-            parts = line.split("#", 1)[0].split()
-            if len(parts) >= 3 and parts[0] == "deb":
-                rest = [p for p in parts[1:] if not p.startswith("[")]
-                if len(rest) >= 2:
-                    candidates.append((rest[0], [rest[1]]))
-    for uri, suites in candidates:
-        if any("-" not in s for s in suites) and "security" not in uri:
-            return uri.rstrip("/")
-    raise BaseImageError(
-        f"no Debian mirror in the host's apt sources ({sources_dir}/*.sources, {sources_list}); "
-        "set base.mirror in matrix.toml"
-    )
-
-
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,6 +106,7 @@ def build_rootfs(inputs: RootfsInputs, cache_dir: Path, *, log: io.TextIOBase | 
             f"--include={','.join(inputs.packages)}",
             *[f"--dpkgopt=path-exclude={pattern}" for pattern in inputs.excludes],
             "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+            "--customize-hook=rm -f \"$1/etc/hostname\" \"$1/etc/resolv.conf\"",
             inputs.suite,
             str(tmp),
             mirror,

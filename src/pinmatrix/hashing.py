@@ -1,0 +1,38 @@
+"""sha256 helpers: the one place pinmatrix hashes files, bytes and streams."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import BinaryIO
+
+CHUNK = 1 << 20
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_stream(stream: BinaryIO) -> tuple[str, int]:
+    """(hex sha256, size) of what is left in ``stream``."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in iter(lambda: stream.read(CHUNK), b""):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def oci_digest(hexdigest: str) -> str:
+    """``sha256:<hex>``, the form OCI descriptors use."""
+    return f"sha256:{hexdigest}"

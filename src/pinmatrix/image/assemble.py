@@ -1,0 +1,416 @@
+"""Assemble one cell's image as data, without running a container (the way Nix dockerTools, apko and ko do):
+
+    lock check -> base layers -> venv layer -> one layer per locked wheel -> patch layer -> smoke layer
+    -> (CA layer) -> config -> manifest, all into the OCI layout.
+
+Every layer is keyed by what it contains (a wheel's layer by the wheel's sha256, the Python and the layout
+format), so any two cells that hold the same wheel share that layer whatever else differs. The image's
+``io.pinmatrix.inputs`` is the hash of every layer key and the config: when the layout already holds the cell's
+image with the same inputs, nothing is done."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pinmatrix.atomic import atomic_write_text
+from pinmatrix.cell import Cell, CellPatch
+from pinmatrix.errors import PatchError, PinmatrixError
+from pinmatrix.hashing import sha256_bytes, sha256_file
+from pinmatrix.image.config import cell_env, cell_labels, image_config
+from pinmatrix.image.install import VenvLayout, install_wheel
+from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL, LayerDescriptor, LayerWriter
+from pinmatrix.image.lockcheck import checked_lock
+from pinmatrix.image.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
+from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
+from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target
+from pinmatrix.lockfile import LockEntry
+from pinmatrix.patch_sources import resolve_patch
+
+LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
+MAX_LAYERS = 100  # like buildLayeredImage: the smallest wheels share one layer past this many
+SMOKE_DIR = "pinmatrix/smoke"
+INPUTS = "io.pinmatrix.inputs"
+
+
+class AssemblyError(PinmatrixError):
+    """A cell's image cannot be assembled; the message names the cell and the reason."""
+
+
+@dataclass(frozen=True)
+class AssemblySettings:
+    root: Path  # the project: smoke/, patches/
+    cache_dir: Path  # wheels, layer records, rootfs records
+    layout_dir: Path  # the OCI layout all images go to
+    smoke_dir: Path | None = None
+    extra_ca: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
+    ca_in_images: bool = False
+    gzip_level: int | None = DEFAULT_GZIP_LEVEL
+    jobs: int = 4  # wheels fetched and laid out at once
+    max_layers: int = MAX_LAYERS
+    registry_authfile: Path | None = None
+
+    def layout(self) -> OCILayout:
+        return OCILayout(self.layout_dir).init()
+
+
+@dataclass
+class PlannedLayer:
+    """One layer of a cell's image: what it holds, its cache key, and (once known) its descriptor."""
+
+    name: str  # "base", "venv", "wheel:torch==2.11.0", "patch:ID", "smoke", "ca"
+    key: str
+    descriptor: LayerDescriptor | None = None
+    cached: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class AssembledImage:
+    cell: Cell
+    ref: str
+    digest: str = ""  # manifest digest
+    config_digest: str = ""
+    inputs: str = ""
+    cached: bool = False
+    layers: list[PlannedLayer] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return sum(layer.descriptor.size for layer in self.layers if layer.descriptor)
+
+
+def _key(*parts: object) -> str:
+    return sha256_bytes(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
+
+
+class LayerCache:
+    """layer key -> descriptor records under ``<cache>/layers``; a record counts only while its blob exists."""
+
+    def __init__(self, cache_dir: Path, layout: OCILayout) -> None:
+        self.dir = cache_dir / "layers"
+        self.layout = layout
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, key: str) -> LayerDescriptor | None:
+        path = self.dir / f"{key}.json"
+        if not path.is_file():
+            return None
+        try:
+            desc = LayerDescriptor.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError):
+            return None
+        return desc if self.layout.has_blob(desc.digest) else None
+
+    def put(self, key: str, desc: LayerDescriptor, what: str) -> None:
+        atomic_write_text(self.dir / f"{key}.json", json.dumps({**desc.to_json(), "what": what}, sort_keys=True))
+
+    def lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
+class WheelChoices:
+    """Which of a lock line's hashes is the wheel for a target: remembered, so a warm build asks no index."""
+
+    def __init__(self, cache_dir: Path, fetcher: WheelFetcher) -> None:
+        self.dir = cache_dir / "wheel-choices"
+        self.fetcher = fetcher
+
+    def choose(self, entry: LockEntry, target: Target, cell: Cell) -> WheelFile:
+        key = _key("choice", entry.text, target.python, target.platform, [i.url for i in cell.indexes])
+        path = self.dir / f"{key}.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            return WheelFile(**data)
+        wheel = self.fetcher.choose(entry, target, cell.indexes)
+        atomic_write_text(path, json.dumps(wheel.__dict__, sort_keys=True))
+        return wheel
+
+
+def smoke_files(smoke_dir: Path) -> list[Path]:
+    if not smoke_dir.is_dir():
+        return []
+    return sorted(p for p in smoke_dir.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+class Assembler:
+    """Assembles cells into one OCI layout; shares the wheel cache, layer cache and layout between cells."""
+
+    def __init__(self, settings: AssemblySettings) -> None:
+        self.settings = settings
+        self.layout = settings.layout()
+        from pinmatrix.image.wheels import ssl_context
+
+        self.fetcher = WheelFetcher(settings.cache_dir / "wheels", context=ssl_context(settings.extra_ca))
+        self.choices = WheelChoices(settings.cache_dir, self.fetcher)
+        self.layers = LayerCache(settings.cache_dir, self.layout)
+        self.smoke_dir = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
+
+    # -- the parts of an image -------------------------------------------------------------------------------
+
+    def base(self, cell: Cell, log: Path) -> BaseLayers:
+        if cell.base.kind == "image":
+            base = pinned_base(cell.base, cell.platform, self.layout, authfile=self.settings.registry_authfile)
+        else:
+            base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log)
+        if base.python is None:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): its base {base.name} has no /usr/bin/python3")
+        if base.python != cell.python:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): the cell wants Python {cell.python} but its base "
+                                f"{base.name} has {base.python}")
+        return base
+
+    def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int) -> None:
+        start = time.monotonic()
+        with self.layers.lock(planned.key):
+            found = self.layers.get(planned.key)
+            if found is not None:
+                planned.descriptor, planned.cached = found, True
+                return
+            writer = LayerWriter(self.layout.blobs, epoch=epoch, gzip_level=self.settings.gzip_level)
+            try:
+                build(writer)
+            except BaseException:
+                writer.abort()
+                raise
+            planned.descriptor = writer.close()
+            self.layers.put(planned.key, planned.descriptor, planned.name)
+        planned.seconds = time.monotonic() - start
+
+    def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
+        """The files an installed-tree patch changes, patched (no fuzz) in a scratch copy of just those files."""
+        from pinmatrix.patching import apply_patch, parse_patch
+
+        resolved = resolve_patch(patch, self.settings.root, self.settings.cache_dir)
+        targets = [fp.target(1) for fp in parse_patch(resolved.path.read_text(encoding="utf-8"), patch.id)]
+        import zipfile
+
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-patch-") as tmp, zipfile.ZipFile(wheel) as zf:
+            scratch = Path(tmp)
+            names = set(zf.namelist())
+            for rel in targets:
+                if rel in names:
+                    out = scratch / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(zf.read(rel))
+            before = {rel: sha256_file(scratch / rel) for rel in targets if (scratch / rel).is_file()}
+            try:
+                result = apply_patch(resolved.path, scratch, strip=1, expected_sha256=patch.sha256)
+            except PatchError as err:
+                raise AssemblyError(f"cell {cell.id} ({cell.name}): patch {patch.id} does not apply to "
+                                    f"{patch.package} {patch.version}: {err}") from None
+            if result.outcome == "already-applied":
+                raise AssemblyError(f"cell {cell.id}: patch {patch.id} is already in {patch.package} {patch.version}; "
+                                    "declare contained_in instead")
+            for rel in sorted(targets):
+                path = scratch / rel
+                dest = f"{venv.site_packages}/{rel}"
+                if path.is_file():
+                    if before.get(rel) != sha256_file(path):
+                        data = path.read_bytes()
+                        writer.add_bytes(dest, data, executable=bool(path.stat().st_mode & 0o111))
+                elif rel in before:
+                    parent, _, name = dest.rpartition("/")
+                    writer.add_bytes(f"{parent}/.wh.{name}", b"")
+
+    def _ca_layer(self, base: BaseLayers, writer: LayerWriter) -> None:
+        """The base's CA bundle with the extra certificates appended, and the certificates themselves."""
+        bundle = b""
+        for layer in base.layers:
+            mode = "r|gz" if layer.media_type.endswith("gzip") else "r|"
+            with tarfile.open(self.layout.blob_path(layer.digest), mode) as tar:
+                for member in tar:
+                    if member.name.removeprefix("./") == "etc/ssl/certs/ca-certificates.crt" and member.isreg():
+                        handle = tar.extractfile(member)
+                        bundle = handle.read() if handle else bundle
+        extra = []
+        for path in self.settings.extra_ca:
+            extra.extend(sorted(path.glob("*.crt")) if path.is_dir() else [path])
+        for cert in extra:
+            data = cert.read_bytes()
+            writer.add_bytes(f"usr/local/share/ca-certificates/pinmatrix/{cert.name}", data)
+            bundle += (b"" if bundle.endswith(b"\n") or not bundle else b"\n") + data
+        writer.add_bytes("etc/ssl/certs/ca-certificates.crt", bundle)
+
+    # -- one cell --------------------------------------------------------------------------------------------
+
+    def plan(self, cell: Cell, lock_text: str, log: Path) -> tuple[AssembledImage, dict[str, object]]:
+        """Everything about the cell's image that needs no download: layer keys, config inputs, cache state."""
+        lock = checked_lock(cell, lock_text, f"locks/{cell.id}.txt")
+        if any(p.kind == "source" for p in cell.patches_to_apply):
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): a source patch must be compiled; "
+                                "it builds through the Containerfile path (pinmatrix build routes it there)")
+        base = self.base(cell, log)
+        venv = VenvLayout(cell.python)
+        target = cell_target(cell)
+        epoch = cell.base.source_date_epoch or 0
+        level = self.settings.gzip_level
+        image = AssembledImage(cell=cell, ref="")
+        image.layers.append(PlannedLayer("base", base.key, cached=True))
+        image.layers.append(PlannedLayer("venv", _key("venv", LAYOUT_FORMAT, cell.python, epoch, level)))
+        wheels: dict[str, WheelFile] = {}
+        for entry in sorted(lock.entries, key=lambda e: e.name):
+            wheel = self.choices.choose(entry, target, cell)
+            wheels[entry.name] = wheel
+            image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
+                                             _key("wheel", LAYOUT_FORMAT, wheel.sha256, cell.python, epoch, level)))
+        for patch in cell.patches_to_apply:
+            wheel = wheels.get(_canonical(patch.package))
+            if wheel is None:
+                raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
+            image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, patch.sha256,
+                                                                        wheel.sha256, cell.python, epoch, level)))
+        smoke = smoke_files(self.smoke_dir)
+        if smoke:
+            tree = [(p.relative_to(self.smoke_dir).as_posix(), sha256_file(p)) for p in smoke]
+            image.layers.append(PlannedLayer("smoke", _key("smoke", LAYOUT_FORMAT, tree, epoch, level)))
+        if self.settings.ca_in_images:
+            certs = [sha256_file(p) for p in self.settings.extra_ca if p.is_file()]
+            certs += [sha256_file(p) for d in self.settings.extra_ca if d.is_dir() for p in sorted(d.glob("*.crt"))]
+            image.layers.append(PlannedLayer("ca", _key("ca", LAYOUT_FORMAT, base.key, certs, epoch, level)))
+        for planned in image.layers[1:]:
+            found = self.layers.get(planned.key)
+            if found is not None:
+                planned.descriptor, planned.cached = found, True
+        lock_sha = sha256_bytes(lock_text.encode())
+        labels = cell_labels(cell, base=base.name, lock_sha=lock_sha,
+                             layers=[p.name for p in image.layers], epoch=epoch)
+        env = cell_env(cell)
+        image.inputs = _key("image", LAYOUT_FORMAT, [p.key for p in image.layers], labels, env, list(base.env),
+                            [d.digest for d in base.layers])
+        labels[INPUTS] = image.inputs
+        context: dict[str, object] = {"base": base, "venv": venv, "wheels": wheels, "labels": labels, "env": env,
+                                      "epoch": epoch, "smoke": smoke}
+        return image, context
+
+    def assemble(self, cell: Cell, lock_text: str, ref: str, log: Path,
+                 on_step: Callable[[str], None] = lambda what: None) -> AssembledImage:
+        start = time.monotonic()
+        on_step("plan")
+        image, ctx = self.plan(cell, lock_text, log)
+        image.ref = ref
+        stored = self.layout.image(ref)
+        if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
+            image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
+            image.seconds = time.monotonic() - start
+            return image
+        base: BaseLayers = ctx["base"]  # type: ignore[assignment]
+        venv: VenvLayout = ctx["venv"]  # type: ignore[assignment]
+        wheels: dict[str, WheelFile] = ctx["wheels"]  # type: ignore[assignment]
+        epoch: int = ctx["epoch"]  # type: ignore[assignment]
+        by_name = {p.name: p for p in image.layers}
+
+        def wheel_layer(planned: PlannedLayer) -> None:
+            name = planned.name.split(":", 1)[1].split("==", 1)[0]
+            wheel = wheels[name]
+
+            def build(writer: LayerWriter) -> None:
+                on_step(f"fetch {wheel.filename}")
+                path = self.fetcher.fetch(wheel)
+                on_step(f"layer {wheel.filename}")
+                install_wheel(path, writer, venv)
+
+            self._cached_or_build(planned, build, epoch)
+
+        todo = [p for p in image.layers if p.name.startswith("wheel:") and p.descriptor is None]
+        self._cached_or_build(by_name["venv"], venv.write_venv, epoch)
+        if todo:
+            with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+                for future in [pool.submit(wheel_layer, p) for p in sorted(todo, key=lambda p: -_size(wheels, p))]:
+                    future.result()
+        for patch in cell.patches_to_apply:
+            planned = by_name[f"patch:{patch.id}"]
+            wheel_path = self.fetcher.fetch(wheels[_canonical(patch.package)])
+            on_step(f"patch {patch.id}")
+            self._cached_or_build(planned, lambda w, p=patch, wp=wheel_path: self._patch_layer(cell, p, wp, venv, w), epoch)
+        if "smoke" in by_name:
+            files: list[Path] = ctx["smoke"]  # type: ignore[assignment]
+
+            def smoke_layer(writer: LayerWriter) -> None:
+                for path in files:
+                    with open(path, "rb") as handle:
+                        writer.add_file(f"{SMOKE_DIR}/{path.relative_to(self.smoke_dir).as_posix()}", handle,
+                                        path.stat().st_size)
+
+            self._cached_or_build(by_name["smoke"], smoke_layer, epoch)
+        if "ca" in by_name:
+            self._cached_or_build(by_name["ca"], lambda w: self._ca_layer(base, w), epoch)
+        on_step("config")
+        image.layers = _merge_small(image.layers, self.settings.max_layers, self, epoch)
+        descriptors = [*base.layers, *(p.descriptor for p in image.layers[1:] if p.descriptor)]
+        history = [f"base {base.name}"] * len(base.layers) + [p.name for p in image.layers[1:]]
+        config = image_config(platform=cell.platform, env=ctx["env"], labels=ctx["labels"],  # type: ignore[arg-type]
+                              diff_ids=[d.diff_id for d in descriptors], history=history, epoch=epoch,
+                              base_env=base.env)
+        config_bytes = canonical_json(config)
+        config_digest = self.layout.put_blob(config_bytes)
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": MEDIA_TYPE_MANIFEST,
+            "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": config_digest, "size": len(config_bytes)},
+            "layers": [d.as_oci() for d in descriptors],
+        }
+        image.digest = self.layout.put_image(ref, manifest, {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id})
+        image.config_digest = config_digest
+        image.seconds = time.monotonic() - start
+        return image
+
+
+def _canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+def _size(wheels: dict[str, WheelFile], planned: PlannedLayer) -> int:
+    name = planned.name.split(":", 1)[1].split("==", 1)[0]
+    return wheels[name].size or 0
+
+
+def _merge_small(layers: list[PlannedLayer], max_layers: int, assembler: Assembler, epoch: int) -> list[PlannedLayer]:
+    """Past ``max_layers``, the smallest wheel layers are replaced by one layer holding all of them (its key is
+    made of theirs, so it is shared too)."""
+    if len(layers) <= max_layers:
+        return layers
+    wheel_layers = [p for p in layers if p.name.startswith("wheel:")]
+    keep = len(wheel_layers) - (len(layers) - max_layers) - 1
+    by_size = sorted(wheel_layers, key=lambda p: (-(p.descriptor.size if p.descriptor else 0), p.name))
+    small = sorted(by_size[max(keep, 0):], key=lambda p: p.name)
+    merged = PlannedLayer("wheels:" + ",".join(p.name.split(":", 1)[1] for p in small),
+                          _key("merged", LAYOUT_FORMAT, [p.key for p in small]))
+
+    def build(writer: LayerWriter) -> None:
+        for part in small:
+            assert part.descriptor is not None
+            with tarfile.open(assembler.layout.blob_path(part.descriptor.digest), "r|*") as tar:
+                for member in tar:
+                    writer.add_member(member, tar.extractfile(member) if member.isreg() else None)
+
+    assembler._cached_or_build(merged, build, epoch)
+    small_names = {p.name for p in small}
+    out = [p for p in layers if p.name not in small_names]
+    insert_at = next((i for i, p in enumerate(out) if p.name.startswith(("patch:", "smoke", "ca"))), len(out))
+    out.insert(insert_at, merged)
+    return out
+
+
+def describe(images: Sequence[AssembledImage]) -> list[dict[str, object]]:
+    """The build plan / metadata as JSON-ready data."""
+    return [{
+        "cell": img.cell.id, "name": img.cell.name, "ref": img.ref, "digest": img.digest or None,
+        "config": img.config_digest or None, "inputs": img.inputs, "cached": img.cached,
+        "layers": [{"name": p.name, "key": p.key, "cached": p.cached,
+                    "digest": p.descriptor.digest if p.descriptor else None,
+                    "size": p.descriptor.size if p.descriptor else None} for p in img.layers],
+    } for img in images]

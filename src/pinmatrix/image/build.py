@@ -1,0 +1,215 @@
+"""Build every selected cell's image: assembled as data into the OCI layout (``assemble``), loaded into the
+engine's store and pushed to the registry by digest (``publish``). Cells that must compile (a source patch)
+go through the Containerfile path. One failed cell never stops the others; results say why, in one line."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pinmatrix.cell import Cell
+from pinmatrix.engine import OCIEngine
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.assemble import AssembledImage, Assembler, AssemblySettings
+from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL
+from pinmatrix.image.publish import load_into_engine, push
+from pinmatrix.image.wheels import IndexUnreachable
+from pinmatrix.registry import Registry
+
+Status = Literal["built", "cached", "failed"]
+DEFAULT_REPOSITORY = "localhost/pinmatrix"
+
+
+def image_ref(cell: Cell, registry: str | None) -> str:
+    """The image reference of a cell: the tag is the cell id (a content address)."""
+    return f"{(registry or DEFAULT_REPOSITORY).rstrip('/')}/{cell.stack}:{cell.id}"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    root: Path = Path(".")  # the project: smoke/, patches/, locks/, images/ (Containerfile path)
+    cache_dir: Path = Path(".pinmatrix/cache")
+    logs_dir: Path = Path(".pinmatrix/logs")
+    registry: str | None = None  # "127.0.0.1:5000/pinmatrix": image refs are <registry>/<stack>:<cell id>
+    ca_certificates: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
+    ca_in_images: bool = False
+    push: bool = False
+    check_registry: bool = True  # a tag with the same inputs in the registry counts as built
+    smoke_dir: Path | None = None  # default: <root>/smoke
+    layout_dir: Path | None = None  # default: <cache_dir>/../oci
+    gzip_level: int | None = DEFAULT_GZIP_LEVEL
+    load: bool = True  # load each image into the engine's store
+    authfile: Path | None = None
+
+    @property
+    def images_dir(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def layout(self) -> Path:
+        return self.layout_dir or self.cache_dir.parent / "oci"
+
+    def assembly(self, jobs: int = 4) -> AssemblySettings:
+        return AssemblySettings(root=self.root, cache_dir=self.cache_dir, layout_dir=self.layout,
+                                smoke_dir=self.smoke_dir, extra_ca=self.ca_certificates,
+                                ca_in_images=self.ca_in_images, gzip_level=self.gzip_level, jobs=jobs,
+                                registry_authfile=self.authfile)
+
+
+@dataclass
+class CellBuildResult:
+    cell: Cell
+    ref: str
+    status: Status
+    log: Path
+    image_id: str | None = None  # the config digest (what engines call the image id)
+    digest: str | None = None  # manifest digest (the same in the layout and in the registry)
+    cached_in: str | None = None  # "layout", "local" or "registry"
+    seconds: float = 0.0
+    reason: str = ""
+    layers: list[str] = field(default_factory=list)
+    assembled: AssembledImage | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    def to_json(self) -> dict[str, object]:
+        return {"cell": self.cell.id, "name": self.cell.name, "ref": self.ref, "status": self.status,
+                "digest": self.digest, "image_id": self.image_id, "cached_in": self.cached_in,
+                "seconds": round(self.seconds, 3), "reason": self.reason or None, "log": str(self.log),
+                "layers": self.layers}
+
+
+def needs_containerfile(cell: Cell) -> bool:
+    return any(p.kind == "source" for p in cell.patches_to_apply)
+
+
+class CellBuilder:
+    """Builds cells with one shared assembler (wheel cache, layer cache, layout)."""
+
+    def __init__(self, settings: BuildSettings, engine: OCIEngine | None, registry: Registry | None,
+                 jobs: int = 2) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.registry = registry
+        self.assembler = Assembler(settings.assembly(jobs=max(2, jobs * 2)))
+        self.unreachable: dict[str, list[str]] = {}  # index URL -> cell ids it failed
+        self._guard = threading.Lock()
+
+    def build(self, cell: Cell, lock_text: str, on_step: Callable[[str], None] = lambda s: None) -> CellBuildResult:
+        if needs_containerfile(cell):
+            if self.engine is None:
+                raise PinmatrixError(f"cell {cell.id}: a source patch is compiled in a container: choose an --engine")
+            from pinmatrix.image.containerfile import build_cell as containerfile_build
+
+            return containerfile_build(cell, lock_text, self.engine, self.settings, registry=self.registry,  # type: ignore[arg-type, return-value]
+                                       on_step=on_step)
+        settings = self.settings
+        settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        log = settings.logs_dir / f"{cell.id}.log"
+        ref = image_ref(cell, settings.registry)
+        result = CellBuildResult(cell=cell, ref=ref, status="failed", log=log)
+        start = time.monotonic()
+        with open(log, "w", encoding="utf-8") as handle:
+
+            def note(line: str) -> None:
+                handle.write(line + "\n")
+                handle.flush()
+
+            def step(what: str) -> None:
+                note(f"# {what}")
+                on_step(what)
+
+            note(f"# pinmatrix assembly of cell {cell.id} ({cell.name}): {ref}")
+            try:
+                image = self.assembler.assemble(cell, lock_text, ref, log, on_step=step)
+                result.assembled = image
+                result.digest, result.image_id = image.digest, image.config_digest
+                result.layers = [p.name for p in image.layers]
+                result.status = "cached" if image.cached else "built"
+                result.cached_in = "layout" if image.cached else None
+                for p in image.layers:
+                    size = f"{p.descriptor.size / 1e6:.1f} MB" if p.descriptor else "-"
+                    note(f"#   layer {p.name}: {'cached' if p.cached else f'built in {p.seconds:.1f}s'}, {size}")
+                note(f"# image {ref}@{image.digest} (config {image.config_digest})")
+                stored = self.assembler.layout.image(ref)
+                assert stored is not None
+                if self.engine is not None and settings.load:
+                    step(f"load into {self.engine.name}")
+                    load_into_engine(self.assembler.layout, stored, self.engine)
+                if settings.push and self.registry is not None:
+                    step("push")
+                    pushed = push(self.assembler.layout, stored, ref, tls_verify=self.registry.tls_verify,
+                                  authfile=settings.authfile)
+                    note(f"# pushed {ref}@{pushed}")
+            except IndexUnreachable as err:
+                with self._guard:
+                    self.unreachable.setdefault(err.url, []).append(cell.id)
+                result.status, result.reason = "failed", str(err)
+                note(f"# FAILED: {err}")
+            except PinmatrixError as err:
+                result.status, result.reason = "failed", str(err)
+                note(f"# FAILED: {err}")
+            except OSError as err:
+                result.status, result.reason = "failed", f"{type(err).__name__}: {err}"
+                note(f"# FAILED: {result.reason}")
+        result.seconds = time.monotonic() - start
+        return result
+
+
+def free_disk_bytes(path: Path) -> int:
+    path.mkdir(parents=True, exist_ok=True)
+    return shutil.disk_usage(path).free
+
+
+def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,
+              jobs: int, console: object | None = None, lock_problems: dict[str, str] | None = None,
+              *, on_result: Callable[[CellBuildResult], None] = lambda r: None,
+              on_step: Callable[[Cell, str], None] = lambda c, s: None,
+              builder: CellBuilder | None = None) -> list[CellBuildResult]:
+    """Build every cell, ``jobs`` at a time; cells that cannot be locked fail with the lock's reason."""
+    from pinmatrix.lock import lock_path
+
+    lock_problems = lock_problems or {}
+    builder = builder or CellBuilder(settings, engine, registry, jobs)
+
+    def one(cell: Cell) -> CellBuildResult:
+        if cell.id in lock_problems:
+            settings.logs_dir.mkdir(parents=True, exist_ok=True)
+            log = settings.logs_dir / f"{cell.id}.log"
+            log.write_text(f"# FAILED: {lock_problems[cell.id]}\n", encoding="utf-8")
+            result = CellBuildResult(cell, image_ref(cell, settings.registry), "failed", log,
+                                     reason=lock_problems[cell.id])
+        else:
+            lock_text = lock_path(cell, settings.root).read_text(encoding="utf-8")
+            result = builder.build(cell, lock_text, on_step=lambda s: on_step(cell, s))
+        on_result(result)
+        return result
+
+    # Cells that share a base go one per base first, so the others find the base layer made.
+    leaders: dict[object, Cell] = {}
+    for cell in cells:
+        leaders.setdefault((cell.base, cell.platform), cell)
+    first = list(leaders.values())
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        try:
+            done = {c.id: f.result() for c, f in [(c, pool.submit(one, c)) for c in first]}
+            rest = [(c, pool.submit(one, c)) for c in cells if c.id not in done]
+            done.update({c.id: f.result() for c, f in rest})
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    builder_unreachable = builder.unreachable
+    results = [done[c.id] for c in cells]
+    for r in results:
+        for url, ids in builder_unreachable.items():
+            if r.cell.id in ids:
+                r.reason = f"index {url} unreachable (affects {len(ids)} cell(s))"
+    return results

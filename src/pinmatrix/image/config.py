@@ -1,0 +1,121 @@
+"""A cell image's configuration as data: environment, labels and the OCI image config document.
+
+Nothing here becomes an instruction or a shell word: values from the matrix are JSON strings in the config,
+which engines hand to processes as environment entries and to users as labels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pinmatrix.cell import Cell
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+VENV_PATH = "/opt/venv"
+
+
+def iso_time(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def oci_arch(platform: str) -> tuple[str, str | None]:
+    """(architecture, variant) of a uv platform such as ``aarch64-manylinux_2_28``."""
+    machine = platform.split("-", 1)[0]
+    return {"x86_64": ("amd64", None), "aarch64": ("arm64", "v8")}.get(machine, (machine, None))
+
+
+def nvidia_require_cuda(cell: Cell) -> str | None:
+    """NVIDIA_REQUIRE_CUDA for the container toolkit: the cell's CUDA and the minimum driver it needs."""
+    cuda = cell.pins.get("cuda")
+    if not cuda:
+        return None
+    parts = [f"cuda>={cuda}"]
+    if cell.min_driver:
+        parts.append(f"driver>={cell.min_driver}")
+    return " ".join(parts)
+
+
+def cell_env(cell: Cell) -> dict[str, str]:
+    """The image's environment; the cell's env-flag variant is applied last and wins."""
+    env = {"PATH": f"{VENV_PATH}/bin:{DEFAULT_PATH}", "VIRTUAL_ENV": VENV_PATH, "PINMATRIX_CELL": cell.id,
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    require = nvidia_require_cuda(cell)
+    if require:
+        env["NVIDIA_REQUIRE_CUDA"] = require
+    if cell.gpu_required:
+        env["NVIDIA_VISIBLE_DEVICES"] = "all"
+        env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+    if cell.torch_cuda_arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = cell.torch_cuda_arch_list
+    if cell.flashinfer_cuda_arch_list:
+        env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
+    env.update(cell.env)
+    return env
+
+
+def cell_labels(cell: Cell, *, base: str, lock_sha: str, layers: Sequence[str], epoch: int) -> dict[str, str]:
+    labels: dict[str, str] = {
+        "org.opencontainers.image.title": cell.name,
+        "org.opencontainers.image.description": f"pinmatrix cell {cell.id} of stack {cell.stack}",
+        "org.opencontainers.image.version": cell.id,
+        "org.opencontainers.image.ref.name": cell.id,
+        "org.opencontainers.image.created": iso_time(epoch),
+        "org.opencontainers.image.base.name": base,
+        "io.pinmatrix.cell.id": cell.id,
+        "io.pinmatrix.cell.stack": cell.stack,
+        "io.pinmatrix.cell.name": cell.name,
+        "io.pinmatrix.cell.python": cell.python,
+        "io.pinmatrix.cell.platform": cell.platform,
+        "io.pinmatrix.cell.gpu_required": str(cell.gpu_required).lower(),
+        "io.pinmatrix.lock.sha256": lock_sha,
+        "io.pinmatrix.layers": ",".join(layers),
+    }
+    for axis, value in sorted(cell.pins.items()):
+        labels[f"io.pinmatrix.pin.{axis}"] = str(value)
+    for patch in cell.patches:
+        if patch.status == "apply":
+            labels[f"io.pinmatrix.patch.{patch.id}"] = f"sha256:{patch.sha256} {patch.kind} {patch.package}=={patch.version}"
+        else:
+            contained = f" (contained in {patch.contained_in})" if patch.contained_in else ""
+            labels[f"io.pinmatrix.patch.{patch.id}"] = f"already-upstream{contained}"
+    if cell.arch_flags:
+        labels["io.pinmatrix.arch.flags"] = " ".join(cell.arch_flags)
+    if cell.torch_cuda_arch_list:
+        labels["io.pinmatrix.arch.torch_cuda_arch_list"] = cell.torch_cuda_arch_list
+    if cell.flashinfer_cuda_arch_list:
+        labels["io.pinmatrix.arch.flashinfer_cuda_arch_list"] = cell.flashinfer_cuda_arch_list
+    if cell.compute_capability:
+        labels["io.pinmatrix.compute_capability"] = cell.compute_capability
+    if cell.min_driver:
+        labels["io.pinmatrix.min_driver"] = cell.min_driver
+    require = nvidia_require_cuda(cell)
+    if require:
+        labels["io.pinmatrix.nvidia_require_cuda"] = require
+    return labels
+
+
+def image_config(*, platform: str, env: dict[str, str], labels: dict[str, str], diff_ids: Sequence[str],
+                 history: Sequence[str], epoch: int, base_env: Sequence[str] = ()) -> dict[str, Any]:
+    """The OCI image config: architecture from the cell's platform, fixed creation time, env and labels as
+    data, one history entry per layer naming what made it."""
+    arch, variant = oci_arch(platform)
+    created = iso_time(epoch)
+    merged = {k: v for k, _, v in (e.partition("=") for e in base_env)}
+    merged.update(env)
+    config: dict[str, Any] = {
+        "architecture": arch,
+        "os": "linux",
+        "created": created,
+        "config": {
+            "Env": [f"{k}={v}" for k, v in merged.items()],
+            "Labels": dict(sorted(labels.items())),
+            "Cmd": [f"{VENV_PATH}/bin/python"],
+            "WorkingDir": "/",
+        },
+        "rootfs": {"type": "layers", "diff_ids": list(diff_ids)},
+        "history": [{"created": created, "created_by": f"pinmatrix: {what}"} for what in history],
+    }
+    if variant:
+        config["variant"] = variant
+    return config

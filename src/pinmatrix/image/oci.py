@@ -1,0 +1,183 @@
+"""An OCI image layout on disk (``oci-layout``, ``index.json``, ``blobs/sha256/``): the builder's store.
+
+Every cell image is written here first, as data: blobs under their digests, a manifest per image, and an
+``index.json`` entry whose ``org.opencontainers.image.ref.name`` annotation is the image reference. Engines load
+images from it (``oci-archive`` streamed to ``docker load`` / ``podman load``) and skopeo pushes from it, so the
+manifest digest a registry serves is the one computed here."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import tarfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pinmatrix.atomic import atomic_write_bytes
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import oci_digest, sha256_bytes
+
+MEDIA_TYPE_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MEDIA_TYPE_CONFIG = "application/vnd.oci.image.config.v1+json"
+MEDIA_TYPE_INDEX = "application/vnd.oci.image.index.v1+json"
+REF_NAME = "org.opencontainers.image.ref.name"
+CONTAINERD_NAME = "io.containerd.image.name"  # what `docker load` reads to tag an OCI archive's image
+
+
+class LayoutError(PinmatrixError):
+    """The OCI layout is missing a blob or an image, or cannot be read."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """The bytes pinmatrix writes for a JSON document: sorted keys, no spaces, so the digest is stable."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    ref: str
+    digest: str  # manifest digest
+    manifest: dict[str, Any]
+    annotations: dict[str, str]
+
+    @property
+    def config_digest(self) -> str:
+        return str(self.manifest["config"]["digest"])
+
+
+class OCILayout:
+    """A shared, content-addressed store of blobs plus a name -> manifest index, safe for concurrent writers."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.blobs = root / "blobs" / "sha256"
+
+    def init(self) -> OCILayout:
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        marker = self.root / "oci-layout"
+        if not marker.exists():
+            atomic_write_bytes(marker, canonical_json({"imageLayoutVersion": "1.0.0"}))
+        if not (self.root / "index.json").exists():
+            atomic_write_bytes(self.root / "index.json", canonical_json(self._empty_index()))
+        return self
+
+    @staticmethod
+    def _empty_index() -> dict[str, Any]:
+        return {"schemaVersion": 2, "mediaType": MEDIA_TYPE_INDEX, "manifests": []}
+
+    def blob_path(self, digest: str) -> Path:
+        algo, _, hexd = digest.partition(":")
+        if algo != "sha256" or len(hexd) != 64 or not all(c in "0123456789abcdef" for c in hexd):
+            raise LayoutError(f"not a sha256 digest: {digest!r}")
+        return self.blobs / hexd
+
+    def has_blob(self, digest: str) -> bool:
+        return self.blob_path(digest).is_file()
+
+    def put_blob(self, data: bytes) -> str:
+        digest = oci_digest(sha256_bytes(data))
+        path = self.blob_path(digest)
+        if not path.exists():
+            atomic_write_bytes(path, data)
+        return digest
+
+    def read_blob(self, digest: str) -> bytes:
+        try:
+            return self.blob_path(digest).read_bytes()
+        except FileNotFoundError:
+            raise LayoutError(f"{self.root}: blob {digest} is missing") from None
+
+    @contextmanager
+    def _index_lock(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".index.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _read_index(self) -> dict[str, Any]:
+        path = self.root / "index.json"
+        if not path.exists():
+            return self._empty_index()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise LayoutError(f"{path}: not a readable OCI index ({err})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("manifests"), list):
+            raise LayoutError(f"{path}: not an OCI image index")
+        return data
+
+    def put_image(self, ref: str, manifest: dict[str, Any], annotations: dict[str, str] | None = None) -> str:
+        """Store ``manifest`` and name it ``ref`` (replacing what had that name); return the manifest digest."""
+        body = canonical_json(manifest)
+        digest = self.put_blob(body)
+        descriptor = {
+            "mediaType": MEDIA_TYPE_MANIFEST, "digest": digest, "size": len(body),
+            "annotations": {**(annotations or {}), REF_NAME: ref},
+        }
+        with self._index_lock():
+            index = self._read_index()
+            index["manifests"] = [m for m in index["manifests"]
+                                  if m.get("annotations", {}).get(REF_NAME) != ref] + [descriptor]
+            index["manifests"].sort(key=lambda m: m.get("annotations", {}).get(REF_NAME, ""))
+            atomic_write_bytes(self.root / "index.json", canonical_json(index))
+        return digest
+
+    def images(self) -> list[StoredImage]:
+        out = []
+        for entry in self._read_index()["manifests"]:
+            annotations = dict(entry.get("annotations", {}))
+            ref = annotations.get(REF_NAME)
+            if not ref or not self.has_blob(entry["digest"]):
+                continue
+            manifest = json.loads(self.read_blob(entry["digest"]))
+            out.append(StoredImage(ref=ref, digest=entry["digest"], manifest=manifest, annotations=annotations))
+        return out
+
+    def image(self, ref: str) -> StoredImage | None:
+        return next((i for i in self.images() if i.ref == ref), None)
+
+    def config(self, image: StoredImage) -> dict[str, Any]:
+        return json.loads(self.read_blob(image.config_digest))
+
+    def blobs_of(self, image: StoredImage) -> list[str]:
+        """Every blob the image needs: config, layers, and the manifest itself."""
+        return [image.config_digest, *(layer["digest"] for layer in image.manifest["layers"]), image.digest]
+
+    def missing_blobs(self, image: StoredImage) -> list[str]:
+        return [d for d in self.blobs_of(image) if not self.has_blob(d)]
+
+    def write_archive(self, images: Iterable[StoredImage], out: BinaryIO) -> None:
+        """An ``oci-archive`` of ``images`` (a tar of a layout holding only them) written to ``out``: what
+        ``docker load`` and ``podman load`` read from standard input."""
+        images = list(images)
+        index = self._empty_index()
+        index["manifests"] = [{
+            "mediaType": MEDIA_TYPE_MANIFEST, "digest": img.digest,
+            "size": self.blob_path(img.digest).stat().st_size,
+            "annotations": {REF_NAME: img.ref, CONTAINERD_NAME: img.ref},
+        } for img in images]
+        seen: set[str] = set()
+        with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in (("oci-layout", canonical_json({"imageLayoutVersion": "1.0.0"})),
+                               ("index.json", canonical_json(index))):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            for img in images:
+                for digest in self.blobs_of(img):
+                    if digest in seen:
+                        continue
+                    seen.add(digest)
+                    path = self.blob_path(digest)
+                    info = tarfile.TarInfo(f"blobs/sha256/{path.name}")
+                    info.size = path.stat().st_size
+                    with open(path, "rb") as handle:
+                        tar.addfile(info, handle)
+

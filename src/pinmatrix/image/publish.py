@@ -1,0 +1,79 @@
+"""Where assembled images go from the OCI layout: into an engine's store (an ``oci-archive`` streamed to
+``docker load`` / ``podman load``, then tagged by image id) and to a registry (``skopeo copy
+--preserve-digests`` from the layout, so the registry serves the manifest digest computed by the assembler)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from pinmatrix.engine import OCIEngine
+from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.image.oci import OCILayout, StoredImage
+
+
+class PublishError(PinmatrixError):
+    """An image could not be loaded into an engine or pushed to a registry."""
+
+
+def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> str:
+    """Make ``image.ref`` name the image in ``engine``'s store; return the engine's image id (the config
+    digest). Nothing is loaded when the engine already has that id under that name."""
+    image_id = image.config_digest
+    have = engine.inspect(image.ref)
+    if have is not None and have.id == image_id:
+        return image_id
+    argv = engine._argv(["load"])  # noqa: SLF001 - the engine's own argv (binary, connection flags)
+    with tempfile.TemporaryFile() as output:
+        with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
+                              env=engine.env) as proc:
+            assert proc.stdin is not None
+            try:
+                layout.write_archive([image], proc.stdin)
+            except BrokenPipeError:
+                pass
+            finally:
+                try:
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+            code = proc.wait()
+        if code != 0:
+            output.seek(0)
+            text = output.read().decode("utf-8", "replace")
+            last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["no output"]
+            raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {code}): {last[0]}")
+    try:
+        engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
+    except EngineError as err:
+        raise PublishError(f"engine {engine.name}: loaded {image.ref} but cannot tag it: {err}") from None
+    loaded = engine.inspect(image.ref)
+    if loaded is None or loaded.id != image_id:
+        raise PublishError(f"engine {engine.name}: after loading, {image.ref} is {loaded.id if loaded else 'absent'}, "
+                           f"not {image_id}")
+    return image_id
+
+
+def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool,
+         authfile: Path | None = None) -> str:
+    """Copy ``image`` from the layout to ``target`` (a registry reference) keeping its digest; return it."""
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        raise PublishError("skopeo is not installed (apt-get install skopeo): it pushes images from the layout")
+    with tempfile.TemporaryDirectory(prefix="pinmatrix-push-") as tmp:
+        digest_file = Path(tmp) / "digest"
+        argv = [skopeo, "copy", "--quiet", "--preserve-digests", f"--dest-tls-verify={'true' if tls_verify else 'false'}",
+                f"--digestfile={digest_file}"]
+        if authfile is not None:
+            argv.append(f"--authfile={authfile}")
+        argv += ["--", f"oci:{layout.root.resolve()}:{image.ref}", f"docker://{target}"]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
+            raise PublishError(f"push of {image.ref} to {target} failed: {last[0]}")
+        pushed = digest_file.read_text().strip()
+    if pushed != image.digest:
+        raise PublishError(f"push of {image.ref}: the registry has {pushed}, the layout {image.digest}")
+    return pushed

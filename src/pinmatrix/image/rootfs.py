@@ -1,0 +1,262 @@
+"""The base of every cell image, as layers in the OCI layout:
+
+- ``mmdebstrap``: a Debian root filesystem that is a pure function of its declared inputs (suite, packages,
+  variant, architecture, mirror, SOURCE_DATE_EPOCH). The mirror is resolved first (the host's apt sources
+  unless the matrix names one) and is part of the cache key; host state (``/etc/hostname``,
+  ``/etc/resolv.conf``, ``/etc/machine-id``) and device nodes are left out of the layer. ``variant =
+  "extract"`` only unpacks packages (no maintainer script runs), which is how a foreign architecture (arm64 on
+  x86_64) is made without emulation.
+- ``image``: an image pinned by digest (``name@sha256:...``), copied into the layout by skopeo for the cell's
+  architecture; its layers are used as they are.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pinmatrix.atomic import atomic_write_text
+from pinmatrix.cell import BaseSpec
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.config import oci_arch
+from pinmatrix.image.layer import LayerDescriptor, LayerWriter
+from pinmatrix.image.oci import OCILayout
+
+DEFAULT_SUITE = "trixie"
+DEFAULT_SOURCE_DATE_EPOCH = 1_735_689_600
+# The Python each Debian suite ships as python3: a cell's Python must be its base's.
+DEBIAN_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "forky": "3.13"}
+REQUIRED_PACKAGES: tuple[str, ...] = ("python3",)
+PATH_EXCLUDES: tuple[str, ...] = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*",
+                                  "/usr/share/locale/*", "/usr/share/lintian/*")
+# Host state mmdebstrap copies in, and what the container runtime provides at run time instead.
+HOST_STATE = frozenset({"etc/hostname", "etc/resolv.conf", "etc/machine-id", "var/lib/dbus/machine-id"})
+ROOTFS_FORMAT = 2  # bump when the way a rootfs becomes a layer changes
+
+
+class BaseImageError(PinmatrixError):
+    """The base root filesystem could not be made, fetched or checked."""
+
+
+@dataclass(frozen=True)
+class RootfsInputs:
+    """Everything that determines the Debian base layer (the mirror included, once resolved)."""
+
+    suite: str
+    packages: tuple[str, ...]
+    source_date_epoch: int
+    arch: str  # Debian architecture: amd64, arm64
+    mirror: str
+    variant: str = "minbase"
+    excludes: tuple[str, ...] = PATH_EXCLUDES
+    format: int = ROOTFS_FORMAT
+
+    def key(self) -> str:
+        return sha256_bytes(json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode())[:20]
+
+
+@dataclass(frozen=True)
+class BaseLayers:
+    """The base as the assembler uses it: its layers, the Env of its config, and what to call it."""
+
+    layers: tuple[LayerDescriptor, ...]
+    env: tuple[str, ...]
+    name: str  # for the org.opencontainers.image.base.name label
+    key: str  # part of every cell image's inputs
+    python: str | None  # the X.Y of /usr/bin/python3 in it, when known
+
+
+def debian_arch(platform: str) -> str:
+    arch, _ = oci_arch(platform)
+    return arch
+
+
+def suite_python(spec: BaseSpec) -> str | None:
+    """The Python a mmdebstrap base provides (None for an image base: checked when it is fetched)."""
+    if spec.kind != "mmdebstrap":
+        return None
+    return DEBIAN_PYTHON.get(spec.suite or DEFAULT_SUITE)
+
+
+def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"),
+                       sources_list: Path = Path("/etc/apt/sources.list")) -> str:
+    """The Debian archive URL the host's apt sources name (deb822 ``.sources`` first, then sources.list),
+    skipping security and updates suites."""
+    candidates: list[tuple[str, list[str]]] = []
+    for path in sorted(sources_dir.glob("*.sources")) if sources_dir.is_dir() else []:
+        for stanza in path.read_text(errors="replace").split("\n\n"):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if ":" in line and not line.startswith(("#", " ")):
+                    key, _, value = line.partition(":")
+                    fields[key.strip().lower()] = value.strip()
+            if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes") != "no":
+                for uri in fields.get("uris", "").split():
+                    candidates.append((uri, fields.get("suites", "").split()))
+    if sources_list.is_file():
+        for line in sources_list.read_text(errors="replace").splitlines():
+            parts = line.split("#", 1)[0].split()
+            if len(parts) >= 3 and parts[0] == "deb":
+                rest = [p for p in parts[1:] if not p.startswith("[")]
+                if len(rest) >= 2:
+                    candidates.append((rest[0], [rest[1]]))
+    for uri, suites in candidates:
+        if any("-" not in s for s in suites) and "security" not in uri:
+            return uri.rstrip("/")
+    raise BaseImageError(f"no Debian mirror in the host's apt sources ({sources_dir}/*.sources, {sources_list}); "
+                         "set base.mirror in matrix.toml")
+
+
+def rootfs_inputs(spec: BaseSpec, platform: str) -> RootfsInputs:
+    return RootfsInputs(
+        suite=spec.suite or DEFAULT_SUITE,
+        packages=tuple(sorted(set(REQUIRED_PACKAGES) | set(spec.packages))),
+        source_date_epoch=spec.source_date_epoch if spec.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH,
+        arch=debian_arch(platform),
+        mirror=(spec.mirror or host_debian_mirror()).rstrip("/"),
+        variant=spec.variant,
+    )
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _host_arch() -> str:
+    proc = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=False)
+    return proc.stdout.strip()
+
+
+def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
+    if shutil.which("mmdebstrap") is None:
+        raise BaseImageError("mmdebstrap is not installed: apt-get install mmdebstrap, or pin base.image by digest")
+    if inputs.variant != "extract" and inputs.arch != _host_arch():
+        raise BaseImageError(f"base variant {inputs.variant} for {inputs.arch} runs {inputs.arch} maintainer scripts, "
+                             f"which this {_host_arch()} host cannot without emulation: set the stack's "
+                             "base.variant = \"extract\" or pin base.image")
+    argv = ["mmdebstrap", f"--variant={inputs.variant}", "--mode=root", "--format=tar",
+            f"--architectures={inputs.arch}", f"--include={','.join(inputs.packages)}",
+            *[f"--dpkgopt=path-exclude={p}" for p in inputs.excludes],
+            "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+            "--customize-hook=rm -f \"$1/etc/hostname\" \"$1/etc/resolv.conf\"",
+            "--", inputs.suite, str(out), inputs.mirror]
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch)}
+    with open(log, "a", encoding="utf-8") as handle:
+        proc = subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
+        raise BaseImageError(f"mmdebstrap {inputs.suite} ({inputs.arch}) failed (exit {proc.returncode}): {tail[0]}")
+
+
+def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int) -> tuple[LayerDescriptor, str | None]:
+    """The Debian tree as a layer (host state and device nodes left out); also the python3 X.Y it holds."""
+    writer = LayerWriter(layout.blobs, epoch=epoch)
+    python: str | None = None
+    try:
+        with tarfile.open(tar_path, "r:") as src:
+            for member in src:
+                name = member.name.removeprefix("./").rstrip("/")
+                if name in HOST_STATE or (name.startswith("dev/") and not member.isdir()):
+                    continue
+                if name == "usr/bin/python3" and member.issym():
+                    python = member.linkname.removeprefix("python")
+                writer.add_member(member, src.extractfile(member) if member.isreg() else None)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close(), python
+
+
+def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Path, log: Path) -> BaseLayers:
+    inputs = rootfs_inputs(spec, platform)
+    record = cache_dir / "rootfs" / f"{inputs.key()}.json"
+    with _locked(cache_dir / "rootfs" / f"{inputs.key()}.lock"):
+        if record.is_file():
+            data = json.loads(record.read_text())
+            layer = LayerDescriptor.from_json(data["layer"])
+            if layout.has_blob(layer.digest):
+                return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})",
+                                  inputs.key(), data.get("python"))
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-rootfs-", dir=cache_dir) as tmp:
+            tar_path = Path(tmp) / "rootfs.tar"
+            _mmdebstrap(inputs, tar_path, log)
+            layer, python = _rootfs_layer(tar_path, layout, inputs.source_date_epoch)
+        atomic_write_text(record, json.dumps({"inputs": asdict(inputs), "layer": layer.to_json(), "python": python},
+                                             indent=1, sort_keys=True))
+    return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})", inputs.key(), python)
+
+
+def pinned_base(spec: BaseSpec, platform: str, layout: OCILayout, *, authfile: Path | None = None,
+                tls_verify: bool = True) -> BaseLayers:
+    """Copy ``spec.image`` (pinned by digest) into the layout with skopeo and use its layers as they are."""
+    image = spec.image or ""
+    if "@sha256:" not in image:
+        raise BaseImageError(f"base.image must be pinned by digest (name@sha256:...), got {image!r}")
+    digest = image.rsplit("@", 1)[1]
+    ref = f"pinmatrix-base/{digest.replace(':', '-')}/{debian_arch(platform)}"
+    stored = layout.image(ref)
+    if stored is None or layout.missing_blobs(stored):
+        if shutil.which("skopeo") is None:
+            raise BaseImageError("skopeo is not installed (apt-get install skopeo): it fetches pinned base images")
+        arch, variant = oci_arch(platform)
+        argv = ["skopeo", "copy", "--quiet", "--override-os=linux", f"--override-arch={arch}",
+                f"--src-tls-verify={'true' if tls_verify else 'false'}"]
+        if variant:
+            argv.append(f"--override-variant={variant}")
+        if authfile is not None:
+            argv.append(f"--authfile={authfile}")
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-base-") as tmp:
+            argv += ["--", f"docker://{image}", f"oci:{tmp}:base"]
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
+                raise BaseImageError(f"base image {image}: skopeo could not fetch it: {tail[0]}")
+            fetched = OCILayout(Path(tmp))
+            found = fetched.image("base")
+            if found is None:
+                raise BaseImageError(f"base image {image}: skopeo wrote no image")
+            for blob in fetched.blobs_of(found):
+                target = layout.blob_path(blob)
+                if not target.exists():
+                    shutil.copyfile(fetched.blob_path(blob), target)
+            layout.put_image(ref, found.manifest)
+        stored = layout.image(ref)
+        assert stored is not None
+    config = layout.config(stored)
+    layers = tuple(LayerDescriptor(digest=d["digest"], size=int(d["size"]), diff_id=diff, media_type=d["mediaType"])
+                   for d, diff in zip(stored.manifest["layers"], config["rootfs"]["diff_ids"], strict=True))
+    python = _python_in_layers(layout, layers)
+    return BaseLayers(layers, tuple((config.get("config") or {}).get("Env") or ()), image, f"image:{stored.digest}",
+                      python)
+
+
+def _python_in_layers(layout: OCILayout, layers: tuple[LayerDescriptor, ...]) -> str | None:
+    """The X.Y that ``/usr/bin/python3`` points to in the top-most layer that has it."""
+    found: str | None = None
+    for layer in layers:
+        mode = "r|gz" if layer.media_type.endswith("gzip") else "r|"
+        try:
+            with tarfile.open(layout.blob_path(layer.digest), mode) as tar:
+                for member in tar:
+                    if member.name.removeprefix("./").removeprefix("/") == "usr/bin/python3" and member.issym():
+                        found = member.linkname.rsplit("/", 1)[-1].removeprefix("python")
+        except tarfile.TarError as err:
+            raise BaseImageError(f"base layer {layer.digest} cannot be read: {err}") from None
+    return found

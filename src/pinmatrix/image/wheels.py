@@ -1,0 +1,212 @@
+"""The wheels of a cell's lock, for the cell's platform and Python (not the host's): found on the cell's indexes
+through the JSON simple API (PEP 691), chosen by the lock's sha256 hashes and the target's wheel tags, fetched
+once into a content-addressed cache and checked against the lock before anything uses them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from pinmatrix.cell import Cell, IndexSpec
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import CHUNK
+from pinmatrix.lockfile import LockEntry
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+_PLATFORM = re.compile(r"^(x86_64|aarch64)-manylinux_2_(\d+)$")
+
+
+class WheelError(PinmatrixError):
+    """A locked distribution has no usable wheel, or its download does not match the lock."""
+
+
+class IndexUnreachable(WheelError):
+    """An index could not be reached at all (reported once per index, with the cells it affects)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"index {url} unreachable: {reason}")
+        self.url = url
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a wheel must be built for: CPython ``python`` on ``platform`` (uv's ``x86_64-manylinux_2_28``)."""
+
+    python: str
+    platform: str
+
+    @property
+    def arch(self) -> str:
+        m = _PLATFORM.match(self.platform)
+        if not m:
+            raise WheelError(f"platform {self.platform!r} is not ARCH-manylinux_2_N (x86_64 or aarch64)")
+        return m.group(1)
+
+    def tags(self) -> list[Tag]:
+        """Supported tags, most preferred first (the order pip and uv use)."""
+        m = _PLATFORM.match(self.platform)
+        if not m:
+            raise WheelError(f"platform {self.platform!r} is not ARCH-manylinux_2_N (x86_64 or aarch64)")
+        arch, glibc = m.group(1), int(m.group(2))
+        platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(glibc, 16, -1)]
+        platforms.append(f"manylinux2014_{arch}")
+        if arch == "x86_64":
+            platforms += [f"manylinux_2_{m}_{arch}" for m in (12, 5)] + [f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+        major, minor = (int(x) for x in self.python.split(".")[:2])
+        tags = list(cpython_tags((major, minor), platforms=platforms))
+        tags += list(compatible_tags((major, minor), interpreter=f"cp{major}{minor}", platforms=platforms))
+        return tags
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    name: str  # canonical distribution name
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int | None = None
+
+
+def ssl_context(extra_ca_files: Sequence[Path] = ()) -> ssl.SSLContext:
+    """The system's trust store plus the matrix's extra CA certificates (used by the builder only)."""
+    context = ssl.create_default_context()
+    for path in extra_ca_files:
+        files = sorted(path.glob("*.crt")) if path.is_dir() else [path]
+        for cert in files:
+            try:
+                context.load_verify_locations(cafile=str(cert))
+            except (OSError, ssl.SSLError) as err:
+                raise WheelError(f"matrix.ca_certificates: {cert}: {err}") from None
+    return context
+
+
+def _indexes_for(entry: LockEntry, indexes: Sequence[IndexSpec]) -> list[str]:
+    """The index URLs a distribution may come from, as uv resolved it: an explicit index only for the packages
+    that name it; otherwise the default index, then the extra ones."""
+    pinned = [i.url for i in indexes if entry.name in {canonicalize_name(p) for p in i.packages}]
+    if pinned:
+        return pinned
+    default = [i.url for i in indexes if i.default] or [DEFAULT_INDEX]
+    return default + [i.url for i in indexes if not i.default and not i.explicit]
+
+
+class WheelFetcher:
+    """Find and fetch the wheels of lock entries; the cache is keyed by sha256, so every cell shares it."""
+
+    def __init__(self, cache_dir: Path, *, context: ssl.SSLContext | None = None, timeout: float = 120.0) -> None:
+        self.cache_dir = cache_dir
+        self.context = context or ssl_context()
+        self.timeout = timeout
+        self._pages: dict[tuple[str, str], list[dict[str, object]]] = {}
+
+    def _open(self, url: str, accept: str | None = None):  # noqa: ANN202 - an http response
+        request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        handlers: list[urllib.request.BaseHandler] = []
+        if url.startswith("https:"):
+            handlers.append(urllib.request.HTTPSHandler(context=self.context))
+        return urllib.request.build_opener(*handlers).open(request, timeout=self.timeout)
+
+    def files(self, index: str, name: str) -> list[dict[str, object]]:
+        key = (index, name)
+        if key not in self._pages:
+            url = f"{index.rstrip('/')}/{name}/"
+            try:
+                with self._open(url, SIMPLE_JSON) as response:
+                    data = json.loads(response.read())
+            except urllib.error.HTTPError as err:
+                if err.code == 404:
+                    self._pages[key] = []
+                    return []
+                raise IndexUnreachable(index, f"HTTP {err.code} for {name}") from None
+            except (urllib.error.URLError, TimeoutError, OSError) as err:
+                reason = getattr(err, "reason", err)
+                raise IndexUnreachable(index, str(reason)) from None
+            except json.JSONDecodeError:
+                raise WheelError(f"index {index} does not speak the JSON simple API (PEP 691) for {name}") from None
+            files = data.get("files", []) if isinstance(data, dict) else []
+            for f in files:
+                f["url"] = urllib.parse.urljoin(url, str(f.get("url", "")))
+            self._pages[key] = files
+        return self._pages[key]
+
+    def choose(self, entry: LockEntry, target: Target, indexes: Sequence[IndexSpec]) -> WheelFile:
+        """The wheel of ``entry`` for ``target`` whose sha256 the lock lists; the most preferred tag wins."""
+        if not entry.pinned or not entry.hashes:
+            raise WheelError(f"{entry.name}: the lock line is not pinned with hashes: {entry.text[:80]!r}")
+        allowed = {h.split(":", 1)[1] for h in entry.hashes}
+        rank = {tag: i for i, tag in enumerate(target.tags())}
+        best: tuple[int, WheelFile] | None = None
+        seen_other = False
+        for index in _indexes_for(entry, indexes):
+            for f in self.files(index, entry.name):
+                filename = str(f.get("filename", ""))
+                sha = (f.get("hashes") or {}).get("sha256")  # type: ignore[union-attr]
+                if not filename.endswith(".whl") or sha not in allowed:
+                    continue
+                try:
+                    _, version, _, tags = parse_wheel_filename(filename)
+                except InvalidWheelFilename:
+                    continue
+                if str(version) != entry.version and version.public != entry.version:
+                    continue
+                score = min((rank[t] for t in tags if t in rank), default=None)
+                if score is None:
+                    seen_other = True
+                    continue
+                size = f.get("size")
+                wheel = WheelFile(entry.name, entry.version, filename, str(f["url"]), str(sha),
+                                  int(size) if isinstance(size, int) else None)
+                if best is None or score < best[0]:
+                    best = (score, wheel)
+            if best is not None:
+                break
+        if best is None:
+            why = ("its locked wheels are for other platforms or Pythons" if seen_other
+                   else "no wheel with a locked hash on the index (an sdist only cannot be installed without "
+                        "building it)")
+            raise WheelError(f"{entry.name}=={entry.version}: no wheel for cp{target.python.replace('.', '')} "
+                             f"{target.platform}: {why}")
+        return best[1]
+
+    def path(self, wheel: WheelFile) -> Path:
+        return self.cache_dir / wheel.sha256[:2] / wheel.sha256 / wheel.filename
+
+    def fetch(self, wheel: WheelFile) -> Path:
+        """The cached wheel file, downloaded now if absent; its sha256 is checked before it is kept."""
+        target = self.path(wheel)
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+        digest = hashlib.sha256()
+        try:
+            with self._open(wheel.url) as response, open(tmp, "wb") as out:
+                for chunk in iter(lambda: response.read(CHUNK), b""):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            tmp.unlink(missing_ok=True)
+            raise WheelError(f"{wheel.filename}: download failed: {getattr(err, 'reason', err)}") from None
+        if digest.hexdigest() != wheel.sha256:
+            tmp.unlink(missing_ok=True)
+            raise WheelError(f"{wheel.filename}: sha256 {digest.hexdigest()} does not match the lock's {wheel.sha256}")
+        os.replace(tmp, target)
+        return target
+
+
+def cell_target(cell: Cell) -> Target:
+    return Target(python=cell.python, platform=cell.platform)
