@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
+from contextvars import ContextVar
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from pydantic import ValidationError
 
 from pinmatrix.cell import (
     AXIS_DISTRIBUTION,
@@ -24,12 +30,17 @@ from pinmatrix.cell import (
 )
 from pinmatrix.compat import ArchFlag, S, V, CompatRules, UnknownVersion, capability_string
 from pinmatrix.errors import MatrixError
+from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
 from pinmatrix.keyword import compile_keyword
-from pinmatrix.matrix import AxisValue, EnvVariant, Matrix, Stack, sha256_file, split_arch
+from pinmatrix.matrix import Axes, AxisValue, EnvVariant, Matrix, Stack, sha256_file, split_arch
+from pinmatrix.names import shown
 
 Value = str | AxisValue | EnvVariant
 Assignment = dict[str, Value]
 PACKAGE_AXES = ("torch", "triton", "xformers", "flashinfer", "vllm")
+MAX_RULES = 1000  # include + exclude entries of one stack: each exclude is matched against every combination
+# Set by the CLI's --max-combinations; wins over [matrix].max_combinations (default 100 000).
+MAX_COMBINATIONS_OVERRIDE: ContextVar[int | None] = ContextVar("max_combinations", default=None)
 
 
 @dataclass(frozen=True)
@@ -93,9 +104,38 @@ class _StackExpander:
             mirror=base.mirror,
             source_date_epoch=base.source_date_epoch,
             packages=tuple(base.packages),
+            variant=base.variant,
         )
         self.python = stack.python or self.settings.python
         self.platform = stack.platform or self.settings.platform
+        self._check_base_python(stack)
+
+    def image_ca_identity(self) -> list[tuple[str, str]]:
+        """Extra CA certificates are part of a cell only when they go into its image, and then by content."""
+        if not self.settings.ca_certificates_in_images:
+            return []
+        out: list[tuple[str, str]] = []
+        for entry in self.settings.ca_certificates:
+            path = (self.matrix.root / entry) if not entry.startswith("/") else Path(entry)
+            files = sorted(path.glob("*.crt")) if path.is_dir() else [path] if path.is_file() else []
+            out.extend((f.name, sha256_file(f)) for f in files)
+        return sorted(out)
+
+    def _check_base_python(self, stack: Stack) -> None:
+        """A cell's Python comes from its base: refuse, before anything is built, a Python the base lacks."""
+        if self.base.kind != "mmdebstrap":
+            return
+        suite = self.base.suite or DEFAULT_SUITE
+        have = DEBIAN_PYTHON.get(suite)
+        base_path = ("stacks", self.name, "base", "suite") if stack.base else ("matrix", "base", "suite")
+        if have is None:
+            known = ", ".join(f"{s} ({p})" for s, p in DEBIAN_PYTHON.items())
+            self.problems.append(self.matrix.where(base_path, f"unknown Debian suite {suite!r} (known: {known})"))
+        elif have != self.python:
+            path = ("stacks", self.name, "python") if stack.python else ("matrix", "python")
+            self.problems.append(self.matrix.where(
+                path, f"stack {self.name} wants Python {self.python} but its Debian {suite} base has {have}: "
+                      f"set python = \"{have}\" or a base with {self.python} (another suite or a pinned image)"))
 
     def where(self, path: tuple[str | int, ...], message: str) -> None:
         self.problems.append(self.matrix.where(("stacks", self.name, *path), message))
@@ -139,8 +179,13 @@ class _StackExpander:
                 return AxisValue.model_validate({"version": raw} if isinstance(raw, str) else raw)
             if not isinstance(raw, str):
                 raise ValueError("must be a string")
+            Axes.model_validate({axis: [raw]})  # the axis's own grammar (version, sm_NN, arch flags)
             return raw
-        except Exception as exc:  # pydantic ValidationError or ValueError: one line for the user
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            self.where(path, f"bad value for axis {axis!r}: {msg}")
+            return None
+        except Exception as exc:  # ValueError: one line for the user
             msg = str(exc).splitlines()[-1].strip() if str(exc) else type(exc).__name__
             self.where(path, f"bad value for axis {axis!r}: {msg}")
             return None
@@ -150,8 +195,23 @@ class _StackExpander:
             return wanted in (display(value), version_of(value))
         return display(value) == display(wanted) if not isinstance(wanted, dict) else False
 
-    def assignments(self) -> list[Assignment]:
-        groups = self.groups()
+    def count(self, groups: list[list[str]]) -> tuple[int, str]:
+        """How many combinations ``assignments`` would make (before excludes), without making any, and the
+        arithmetic behind the number ('driver 3 x torch+triton 2 + 1 from include')."""
+        sizes = [(("+".join(g)), len(self.axes[g[0]])) for g in groups if g]
+        total = math.prod(n for _, n in sizes)
+        words = " x ".join(f"{name} {n}" for name, n in sizes) or "1"
+        extra = 0
+        for rule in self.stack.include:
+            fixed = {a for a in rule if a in self.axes}
+            frees = ([a for a in g if a not in fixed] for g in groups)
+            extra += math.prod(len(self.axes[free[0]]) for free in frees if free)  # as assignments() zips them
+        if extra:
+            words += f" + {extra} from include"
+        return total + extra, words
+
+    def assignments(self, groups: list[list[str]] | None = None) -> list[Assignment]:
+        groups = self.groups() if groups is None else groups
         if self.problems:
             return []
         result = list(self.product(self.axes, groups))
@@ -288,7 +348,7 @@ class _StackExpander:
             "requirements": sorted(requirements), "arch": flags, "env": env,
             "patches": [(p.id, p.sha256, p.status) for p in patches],
             "base": asdict(self.base), "indexes": [asdict(i) for i in indexes],
-            "exclude_newer": self.settings.exclude_newer, "ca": sorted(self.settings.ca_certificates),
+            "exclude_newer": self.settings.exclude_newer, "ca": self.image_ca_identity(),
         }
         return Cell(
             id=cell_identity(identity), stack=self.name, name=name, python=self.python, platform=self.platform,
@@ -359,6 +419,7 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
             problems.append(matrix.where(("patches", pid, "sha256"),
                                          f"sha256 mismatch for {spec.source}: the file has {actual}"))
     problems.extend(_check_smoke_names(matrix))
+    problems.extend(_check_requirement_urls(matrix))
     for i, issue in enumerate(matrix.known_issues):
         for axis in issue.when:
             if axis not in KNOWN_AXES and not any(axis in s.packages for s in matrix.stacks.values()):
@@ -366,6 +427,27 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
         for pid in issue.without_patches:
             if pid not in matrix.patches:
                 problems.append(matrix.where(("known_issues", i, "without_patches"), f"unknown patch id {pid!r}"))
+    return problems
+
+
+def _under(url: str, index: str) -> bool:
+    """Whether ``url`` lies under the index URL ``index``: same scheme and host, path below the index's."""
+    u, i = urlsplit(url), urlsplit(index)
+    base = i.path.rstrip("/") + "/"
+    return (u.scheme, u.netloc) == (i.scheme, i.netloc) and (u.path + "/").startswith(base) and "/../" not in u.path + "/"
+
+
+def _check_requirement_urls(matrix: Matrix) -> list[str]:
+    """A requirement in ``extra`` may name a URL (``name @ URL``) only under a declared [[matrix.indexes]] url."""
+    declared = [i.url for i in matrix.settings.indexes]
+    problems = []
+    for sname, stack in matrix.stacks.items():
+        for i, text in enumerate(stack.extra):
+            url = Requirement(text.strip()).url
+            if url is not None and not any(_under(url, index) for index in declared):
+                problems.append(matrix.where(("stacks", sname, "extra", i),
+                                             f"{shown(text)} names the URL {shown(url)}, which is under no "
+                                             "declared index ([[matrix.indexes]] url)"))
     return problems
 
 
@@ -396,17 +478,57 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
     return problems
 
 
-def expand_matrix(matrix: Matrix, rules: CompatRules | None = None) -> Expansion:
-    """Every stack's cells and pruned combinations. Raises MatrixError on structural problems."""
+def combination_limit(matrix: Matrix, override: int | None = None) -> int:
+    """The most combinations expansion makes: ``override`` (or --max-combinations), else [matrix].max_combinations."""
+    return override or MAX_COMBINATIONS_OVERRIDE.get() or matrix.settings.max_combinations
+
+
+def _bounded(matrix: Matrix, rules: CompatRules, limit: int) -> tuple[dict[str, tuple[_StackExpander, list[list[str]]]], list[str]]:
+    """Each stack's expander and axis groups, after counting every stack's combinations arithmetically: a
+    matrix above ``limit`` is refused with its count before a single combination is made."""
+    out: dict[str, tuple[_StackExpander, list[list[str]]]] = {}
+    problems: list[str] = []
+    counts: dict[str, int] = {}
+    for sname, stack in matrix.stacks.items():
+        rules_n = len(stack.include) + len(stack.exclude)
+        if rules_n > MAX_RULES:
+            problems.append(matrix.where(("stacks", sname), f"{rules_n} include/exclude entries are more than "
+                                         f"the {MAX_RULES} a stack may have"))
+            continue
+        ex = _StackExpander(matrix, sname, stack, rules)
+        groups = ex.groups()
+        if ex.problems:
+            problems.extend(ex.problems)
+            continue
+        counts[sname], words = ex.count(groups)
+        if counts[sname] > limit:
+            problems.append(matrix.where(("stacks", sname), f"{counts[sname]} combinations ({words}) are more "
+                                         f"than the limit of {limit}; raise it with [matrix] max_combinations or "
+                                         "--max-combinations"))
+        out[sname] = (ex, groups)
+    total = sum(counts.values())
+    if not problems and total > limit:
+        each = ", ".join(f"{s} {n}" for s, n in counts.items())
+        problems.append(matrix.where(("stacks",), f"{total} combinations in all ({each}) are more than the limit "
+                                     f"of {limit}; raise it with [matrix] max_combinations or --max-combinations"))
+    return out, problems
+
+
+def expand_matrix(matrix: Matrix, rules: CompatRules | None = None, *,
+                  max_combinations: int | None = None) -> Expansion:
+    """Every stack's cells and pruned combinations. Raises MatrixError on structural problems, and on a
+    matrix whose combinations (counted first, never made) pass ``combination_limit``."""
     rules = rules or CompatRules.default()
     problems = check_static(matrix, rules)
     if problems:
         raise MatrixError(problems)
+    expanders, problems = _bounded(matrix, rules, combination_limit(matrix, max_combinations))
+    if problems:
+        raise MatrixError(problems)
     cells: list[Cell] = []
     pruned: list[PrunedCell] = []
-    for sname, stack in matrix.stacks.items():
-        ex = _StackExpander(matrix, sname, stack, rules)
-        assignments = ex.assignments()
+    for sname, (ex, groups) in expanders.items():
+        assignments = ex.assignments(groups)
         if ex.problems:
             problems.extend(ex.problems)
             continue

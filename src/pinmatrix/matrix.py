@@ -15,14 +15,24 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pinmatrix import names
 from pinmatrix.errors import MatrixError
-from pinmatrix.tomlpos import TomlLocator
+from pinmatrix.names import (
+    EnvValue,
+    FreeText,
+    HttpUrl,
+    Name,
+    OneLine,
+    PackageName,
+    RequirementText,
+    SmokeSelector,
+    shown,
+)
+from pinmatrix.tomlpos import TomlLocator, nesting_problem
 
 DEFAULT_MATRIX = Path("matrix.toml")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GPU = re.compile(r"^sm_(\d+)(\d)$")
 _ARCH_FLAG = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -31,15 +41,14 @@ class Strict(BaseModel):
 
 
 def _check_version(value: str) -> str:
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a valid version") from None
-    return value
+    return names.check_version(value)
 
 
 def _check_specifier(value: str) -> str:
+    names.check_single_line(value)
     try:
+        if not value.isascii():
+            raise InvalidSpecifier(value)
         SpecifierSet(value)
     except InvalidSpecifier:
         raise ValueError(f"{value!r} is not a valid version specifier (e.g. '>=0.0.28,<=0.0.35')") from None
@@ -50,7 +59,7 @@ class AxisValue(Strict):
     """A version on a package axis, optionally with patches, a label and a source build."""
 
     version: str
-    patches: tuple[str, ...] = ()
+    patches: tuple[Name, ...] = ()
     label: str | None = None
     source_build: bool = False
 
@@ -59,9 +68,7 @@ class AxisValue(Strict):
     @field_validator("label")
     @classmethod
     def _label(cls, v: str | None) -> str | None:
-        if v is not None and not _NAME.match(v):
-            raise ValueError(f"label {v!r} must be letters, digits, '.', '_' or '-'")
-        return v
+        return None if v is None else names.check_name(v, "label")
 
     @property
     def display(self) -> str:
@@ -74,14 +81,18 @@ class AxisValue(Strict):
 
 class EnvVariant(Strict):
     label: str | None = None
-    vars: dict[str, str] = Field(default_factory=dict)
+    vars: dict[str, EnvValue] = Field(default_factory=dict)
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, v: str | None) -> str | None:
+        return None if v is None else names.check_name(v, "label")
 
     @field_validator("vars")
     @classmethod
     def _names(cls, v: dict[str, str]) -> dict[str, str]:
         for name in v:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
+            names.check_env_name(name)
         return v
 
     @property
@@ -169,15 +180,15 @@ def split_arch(value: str) -> list[str]:
 
 
 class Stack(Strict):
-    description: str = ""
+    description: FreeText = ""
     python: str | None = None
     platform: str | None = None
     gpu_required: bool = True
-    smokes: list[str] = Field(default_factory=list)
-    extra: list[str] = Field(default_factory=list)  # fixed PEP 508 requirements in every cell
+    smokes: list[SmokeSelector] = Field(default_factory=list)
+    extra: list[RequirementText] = Field(default_factory=list)  # fixed PEP 508 requirements in every cell
     axes: Axes = Field(default_factory=Axes)
-    packages: dict[str, NonEmpty] = Field(default_factory=dict)
-    zip: list[list[str]] = Field(default_factory=list)
+    packages: dict[PackageName, NonEmpty] = Field(default_factory=dict)
+    zip: list[list[Name]] = Field(default_factory=list)
     include: list[dict[str, Any]] = Field(default_factory=list)
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     promotion: dict[str, Any] | None = None
@@ -186,17 +197,34 @@ class Stack(Strict):
     _pkgs = field_validator("packages", mode="before")(
         classmethod(lambda cls, v: {k: _as_axis_values(x) for k, x in v.items()} if isinstance(v, dict) else v)
     )
+    _py = field_validator("python")(classmethod(lambda cls, v: v if v is None else _check_python(v)))
+    _platform = field_validator("platform")(classmethod(lambda cls, v: v if v is None else _check_platform(v)))
+
+
+def _check_python(value: str) -> str:
+    if not re.fullmatch(r"3\.\d+", value):
+        raise ValueError(f"python {shown(value)} must look like 3.12")
+    return value
+
+
+def _check_platform(value: str) -> str:
+    return names.check_name(value, "platform")
 
 
 class Patch(Strict):
-    package: str
+    package: PackageName
     applies_to: str
-    upstream: str
+    upstream: OneLine
     kind: Literal["installed-tree", "source"] = "installed-tree"
     source: str | None = None  # path under patches/ or an http(s) URL
     sha256: str | None = None
     contained_in: str | None = None  # first upstream release that contains it
-    note: str = ""
+    note: FreeText = ""
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str | None) -> str | None:
+        return None if v is None else names.check_repo_path_or_url(v)
 
     _spec = field_validator("applies_to")(classmethod(lambda cls, v: _check_specifier(v)))
 
@@ -221,26 +249,42 @@ class Patch(Strict):
         return self
 
 
+class Boundary(Strict):
+    """Where a known issue starts along one parameter of a smoke (or one axis of its stack): the first failing
+    value a bisect should find. ``pinmatrix bisect`` confirms it or flags it as moved."""
+
+    param: Name  # a smoke parameter ("M") or a stack axis ("xformers")
+    expect_first_fail: int | float | str
+    smoke: SmokeSelector | None = None  # default: every smoke of the issue that has this parameter
+
+
 class KnownIssueSpec(Strict):
-    id: str
-    when: dict[str, str]  # axis -> exact value, or a version specifier ('>=0.0.28,<=0.0.35')
-    without_patches: list[str] = Field(default_factory=list)
-    smokes: list[str] = Field(min_length=1)
+    id: Name
+    when: dict[str, OneLine]  # axis -> exact value, or a version specifier ('>=0.0.28,<=0.0.35')
+    without_patches: list[Name] = Field(default_factory=list)
+    smokes: list[SmokeSelector] = Field(min_length=1)
     expect: Literal["fail", "degraded", "skip"] = "fail"
-    failure_class: str | None = Field(default=None, alias="class")
-    note: str
-    source: str = ""
+    failure_class: Name | None = Field(default=None, alias="class")
+    note: FreeText
+    source: OneLine = ""
+    boundary: Boundary | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class Base(Strict):
     kind: Literal["mmdebstrap", "image"] = "mmdebstrap"
-    image: str | None = None
-    suite: str = "bookworm"
-    mirror: str | None = None
+    image: OneLine | None = None
+    suite: str = "trixie"
+    mirror: HttpUrl | None = None
     source_date_epoch: int = 1735689600
     packages: list[str] = Field(default_factory=list)
+    variant: Literal["minbase", "extract"] = "minbase"  # extract: unpack only, no maintainer script runs
+
+    _suite = field_validator("suite")(classmethod(lambda cls, v: names.check_debian_name(v, "suite")))
+    _debs = field_validator("packages")(
+        classmethod(lambda cls, v: [names.check_debian_name(p, "Debian package") for p in v])
+    )
 
     @model_validator(mode="after")
     def _image_pinned(self) -> Base:
@@ -251,38 +295,42 @@ class Base(Strict):
 
 
 class Index(Strict):
-    name: str
-    url: str
+    name: Name
+    url: HttpUrl
     default: bool = False
     explicit: bool = False
-    packages: list[str] = Field(default_factory=list)
+    packages: list[PackageName] = Field(default_factory=list)
 
 
 class Settings(Strict):
-    name: str = "pinmatrix"
-    python: str = "3.12"
+    name: Name = "pinmatrix"
+    python: str = "3.13"
     platform: str = "x86_64-manylinux_2_28"
     registry: str = "127.0.0.1:5000/pinmatrix"
     engine: Literal["auto", "docker", "podman"] = "auto"
-    exclude_newer: str | None = None  # ISO 8601; makes locks reproducible as the index grows
-    torch_index: str | None = None  # URL template with {cuda_nodot}, for non-default CUDA variants of torch
-    ca_certificates: list[str] = Field(default_factory=list)
+    exclude_newer: OneLine | None = None  # ISO 8601; makes locks reproducible as the index grows
+    torch_index: HttpUrl | None = None  # URL template with {cuda_nodot}, for non-default CUDA variants of torch
+    ca_certificates: list[OneLine] = Field(default_factory=list)  # trusted by the builder's downloads
+    ca_certificates_in_images: bool = False  # also installed in every image (their content joins the cell id)
     indexes: list[Index] = Field(default_factory=list)
     base: Base = Field(default_factory=Base)
     promotion: dict[str, Any] | None = None
+    # Expansion refuses a matrix with more combinations than this before making any (docs/matrix.md).
+    max_combinations: int = Field(default=100_000, ge=1)
+
+    _platform = field_validator("platform")(classmethod(lambda cls, v: _check_platform(v)))
+    _registry = field_validator("registry")(classmethod(lambda cls, v: names.check_registry(v)))
 
     @field_validator("python")
     @classmethod
     def _py(cls, v: str) -> str:
-        if not re.match(r"^3\.\d+$", v):
-            raise ValueError(f"python {v!r} must look like 3.12")
-        return v
+        return _check_python(v)
 
 
 class MatrixDoc(Strict):
     matrix: Settings = Field(default_factory=Settings)
-    stacks: dict[str, Stack] = Field(min_length=1)
-    patches: dict[str, Patch] = Field(default_factory=dict)
+    stacks: dict[Name, Stack] = Field(min_length=1)
+    patches: dict[Name, Patch] = Field(default_factory=dict)
     known_issues: list[KnownIssueSpec] = Field(default_factory=list)
 
 
@@ -313,8 +361,16 @@ class Matrix:
         return self.doc.known_issues
 
     def where(self, path: tuple[str | int, ...], message: str) -> str:
-        key = ".".join(str(p) for p in path)
-        return f"{self.path.name}:{self.locator.line_of(path)}: {key}: {message}"
+        return f"{self.path.name}:{self.locator.line_of(path)}: {key_path(path)}: {message}"
+
+
+def key_path(path: tuple[str | int, ...]) -> str:
+    """``stacks.demo.packages.six``; a key holding an unsafe or non-ASCII character is shown escaped."""
+    parts = []
+    for p in path:
+        text = str(p)
+        parts.append(text if text.isascii() and names.text_problem(text) is None else shown(text))
+    return ".".join(parts) or "(top)"
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -386,17 +442,67 @@ def _friendly(err: dict[str, Any], model: type[BaseModel]) -> str:
     return msg
 
 
+MAX_MATRIX_BYTES = 2 * 1024 * 1024  # a matrix is a few kB; this bounds what parsing may cost
+MAX_NESTING = 32  # arrays and inline tables inside each other; the shipped matrix needs 4
+FREE_TEXT_KEYS = frozenset({"description", "note"})  # the only values that may hold newlines and tabs
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    """UTF-8 text; a UTF-8 byte-order mark is accepted and dropped, anything else that is not UTF-8 is named."""
+    if len(raw) > MAX_MATRIX_BYTES:
+        raise MatrixError([f"{path}: {len(raw)} bytes is more than a matrix may have ({MAX_MATRIX_BYTES} bytes)"])
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise MatrixError([f"{path}: starts with a UTF-16 byte-order mark: save it as UTF-8"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise MatrixError([f"{path.name}:{line}: not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"]) from None
+    return text.removeprefix("\ufeff")
+
+
+def _text_problems(data: Any, name: str, locator: TomlLocator) -> list[str]:
+    """Every key and string value holding a control, bidi or invisible character (newlines and tabs only in
+    free text), as located lines. Runs before the schema, so no such text reaches any other check."""
+    problems: list[str] = []
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                bad = names.text_problem(key)
+                if bad:
+                    problems.append(f"{name}:{locator.line_of((*path, key))}: {key_path((*path, key))}: key {bad}")
+                    continue
+                stack.append(((*path, key), item))
+        elif isinstance(value, list):
+            stack.extend(((*path, i), item) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            free = bool(path) and path[-1] in FREE_TEXT_KEYS
+            bad = names.text_problem(value, newlines=free)
+            if bad:
+                problems.append(f"{name}:{locator.line_of(path)}: {key_path(path)}: {shown(value)} {bad}")
+    return sorted(problems, key=lambda line: int(line.split(":")[1]))
+
+
 def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
     """Read and schema-check matrix.toml. Raises MatrixError with one located line per problem. With ``text``
-    (a matrix read from stdin), ``path`` only names it in messages and its folder is the project root."""
+    (a matrix read from stdin), ``path`` only names it in messages and its folder is the project root.
+
+    Before TOML parsing: at most MAX_MATRIX_BYTES, UTF-8 (a byte-order mark is accepted), arrays and inline
+    tables nested at most MAX_NESTING deep. Before the schema: no control, bidi or invisible character in
+    any key or value (names.py has the grammar the schema then applies)."""
     path = Path(path) if path is not None else DEFAULT_MATRIX
     name = path.name
     try:
-        text = path.read_text(encoding="utf-8") if text is None else text
+        text = _decode(path, path.read_bytes() if text is None else text.encode("utf-8", "surrogatepass"))
     except FileNotFoundError:
         raise MatrixError([f"{path}: no such file (pass the matrix path, or run where matrix.toml is)"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise MatrixError([f"{path}: cannot read: {exc}"]) from None
+    deep = nesting_problem(text, MAX_NESTING)
+    if deep is not None:
+        raise MatrixError([f"{name}:{deep}: arrays and inline tables nest more than {MAX_NESTING} deep"])
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -405,14 +511,18 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise MatrixError([f"{name}:{line}: syntax error: {detail}"]) from None
     locator = TomlLocator(text)
+    unsafe = _text_problems(data, name, locator)
+    if unsafe:
+        raise MatrixError(unsafe)
     try:
         doc = MatrixDoc.model_validate(data)
     except ValidationError as exc:
         problems = []
         seen: set[str] = set()
         for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            line = f"{name}:{locator.line_of(loc)}: {'.'.join(map(str, loc)) or '(top)'}: {_friendly(err, MatrixDoc)}"
+            loc = tuple(p for p in err["loc"]
+                        if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
+            line = f"{name}:{locator.line_of(loc)}: {key_path(loc)}: {_friendly(err, MatrixDoc)}"
             if line not in seen:
                 seen.add(line)
                 problems.append(line)
