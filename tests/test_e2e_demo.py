@@ -1,7 +1,7 @@
 """End to end on the demo stack, in one test, through the CLI:
 build (podman/buildah, mmdebstrap base) -> push -> smoke in the image -> (the cell's Kubernetes Job command,
-run in the image, then `ci collect`) -> report -> promote by digest (with attestation) -> drop the local
-image -> pull by digest from the local registry -> run the pulled image.
+run in the image, then `ci collect`) -> report -> promote by digest (signed attestation and SBOM) -> drop the
+local image -> verified pull by digest from the local registry -> run the pulled image.
 
 Real components only: the session's docker-registry and private podman storage (tests/conftest.py), the
 shared base root filesystem cache, the package index for the demo's two wheels.
@@ -118,9 +118,10 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     assert row["status"] == "pass" and row["image_digests"] == [digest]
     assert "🟢 pass" in (tmp_path / "report" / "summary.md").read_text()
 
-    # promote by digest
+    # promote by digest, the evidence signed with a key made here
+    assert main(["keygen", "--out", str(tmp_path / "signing")]) == 0
     rc = main(["promote", matrix, "--cell", cell.id, "--results", str(results), "--registry", prefix,
-               "--known-good", str(known_good)])
+               "--known-good", str(known_good), "--signing-key", str(tmp_path / "signing.key")])
     out = capsys.readouterr()
     assert rc == 0, out.err
     entry = read_known_good(known_good)[0]
@@ -139,7 +140,8 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     for image_id in {line.split()[0] for line in listing if line.strip().endswith(digest)}:
         podman("rmi", "--force", image_id)
     assert digest not in podman("images", "--digests", "--format", "{{.Digest}}").stdout
-    rc = main(["pull", "--known-good", str(known_good), "--stack", "demo", "--engine", "podman"])
+    rc = main(["pull", "--known-good", str(known_good), "--stack", "demo", "--engine", "podman",
+               "--key", str(tmp_path / "signing.pub")])
     out = capsys.readouterr()
     assert rc == 0, out.err
     reference = out.out.strip()

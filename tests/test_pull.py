@@ -88,18 +88,24 @@ def _write(path: Path, entries: list[dict]) -> None:
         record_promotion(path, e)
 
 
-def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys) -> None:
+def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The choice and the reasons; the chosen entry is then verified before anything is printed, and with no
+    trusted key nothing verifies (the signed path is tests/test_verified_pull.py)."""
+    monkeypatch.delenv("PINMATRIX_TRUSTED_KEYS", raising=False)
+    remote = [dict(e, reference=e["reference"].replace("127.0.0.1:5000", "registry.example:5000")) for e in ENTRIES]
     kg = tmp_path / "known-good.toml"
-    _write(kg, ENTRIES)
+    _write(kg, remote)
     assert len(read_known_good(kg)) == 4
     host = tmp_path / "host.json"
     host.write_text(json.dumps(GB10_OLD.to_dict()))
     rc = main(["pull", "--known-good", str(kg), "--stack", "gb10", "--print", "--host-json", str(host)])
     out, err = capsys.readouterr()
-    assert rc == 0
-    assert out.strip() == ENTRIES[0]["reference"]
+    assert rc == 2 and out == ""
     assert "passed over cccccccccccc gb10[cccccccccccc] (promoted 2026-11-20T00:00:00Z): built for 9.0a" in err
     assert "passed over bbbbbbbbbbbb" in err and "needs driver >= 590.44.01, the host has 580.142" in err
+    assert err.strip().splitlines()[-1] == (
+        f"pinmatrix: error: {kg}: cell aaaaaaaaaaaa: will not pull {remote[0]['reference']}: no trusted public key "
+        "to verify with: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
 
     host.write_text(json.dumps(CPU.to_dict()))
     rc = main(["pull", "--known-good", str(kg), "--stack", "gb10", "--print", "--host-json", str(host)])
@@ -111,21 +117,27 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys) -> None
     assert rc == 2
 
 
-def test_pull_by_digest_with_podman(oci_registry: str, podman_env, tmp_path: Path, capsys,  # noqa: F811
-                                   monkeypatch) -> None:
+def test_pull_refuses_an_image_without_signed_evidence(oci_registry: str, podman_env, tmp_path: Path,  # noqa: F811
+                                                      capsys, monkeypatch) -> None:
+    """An image pushed into a known-good repository and named by digest in known-good.toml, but never
+    promoted (no attestation): pull refuses it with one line, exit 2, and podman pulls nothing. The signed
+    path, tag moves and tampering are tests/test_verified_pull.py."""
+    from pinmatrix.signing import generate_keypair
+
     for key, value in podman_env.env.items():  # conftest's private podman storage
         monkeypatch.setenv(key, value)
-    digest = push_image(oci_registry, "pulltest/known-good/demo", "known-good", "demo known good")
-    # the tag moves afterwards: pull must still get the recorded digest
-    push_image(oci_registry, "pulltest/known-good/demo", "known-good", "something newer")
+    digest = push_image(oci_registry, "pulltest/known-good/demo", "known-good", "demo, never promoted")
     kg = tmp_path / "known-good.toml"
     e = entry("eeeeeeeeeeee", "2026-11-29T00:00:00Z", stack="demo", gpu=False, digest=digest)
     e["reference"] = f"{oci_registry}/pulltest/known-good/demo@{digest}"
     _write(kg, [e])
-    rc = main(["pull", "--known-good", str(kg), "--stack", "demo", "--engine", "podman"])
+    pub = generate_keypair(tmp_path / "k")[1]
+    rc = main(["pull", "--known-good", str(kg), "--stack", "demo", "--engine", "podman", "--key", str(pub)])
     out, err = capsys.readouterr()
-    assert rc == 0, err
-    assert out.strip() == e["reference"]
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"pinmatrix: error: {kg}: cell eeeeeeeeeeee: will not pull {e['reference']}: no test-result attestation "
+        "signed by a trusted key (0 attestation(s) found: none attached)")
     listed = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"], capture_output=True,
                             text=True, check=True).stdout.split()
-    assert digest in listed
+    assert digest not in listed

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sys
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,7 @@ def _lock_text(cell) -> str:  # noqa: ANN001
 
 
 def promote_signed(host: str, tmp_path: Path, capsys, name: str,  # noqa: ANN001
-                   authfile: Path | None = None) -> Promoted:
+                   authfile: Path | None = None, built_from_lock: str | None = None, sign: bool = True) -> Promoted:
     """keygen, an image for the first demo cell (pushed by skopeo, with ``authfile`` if given), passing results
     for it, then `promote --signing-key`. The registry client finds credentials the usual way."""
     from pinmatrix.commands._common import load
@@ -76,7 +77,8 @@ def promote_signed(host: str, tmp_path: Path, capsys, name: str,  # noqa: ANN001
     lock = _lock_text(cell)
     (tmp_path / "locks").mkdir(exist_ok=True)
     (tmp_path / "locks" / f"{cell.id}.txt").write_text(lock)
-    labels = {**cell_labels(cell), "io.pinmatrix.lock.sha256": hashlib.sha256(lock.encode()).hexdigest()}
+    built = built_from_lock if built_from_lock is not None else lock
+    labels = {**cell_labels(cell), "io.pinmatrix.lock.sha256": hashlib.sha256(built.encode()).hexdigest()}
     digest = push_cell_image(tmp_path / "layout", f"{prefix}/{cell.stack}:{cell.id}", labels, f"{name} demo image",
                              authfile=authfile)
 
@@ -86,11 +88,13 @@ def promote_signed(host: str, tmp_path: Path, capsys, name: str,  # noqa: ANN001
     for smoke in cell.smokes:
         store.record(record(cell, smoke, "pass", digest, host=CPU))
     known_good = tmp_path / "known-good.toml"
+    signing = ["--signing-key", str(tmp_path / "keys" / "signer.key")] if sign else []
     rc = main(["promote", str(matrix), "--cell", cell.id, "--results", str(store.path), "--known-good",
-               str(known_good), "--signing-key", str(tmp_path / "keys" / "signer.key")])
+               str(known_good), *signing])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert f"promoted {cell.id}" in out and "warning" not in err
+    assert f"promoted {cell.id}" in out and ("warning: no signing key" in err) != sign
+    print(err, end="", file=sys.stderr)  # the notes, for the caller's capsys
     host_json = tmp_path / "host.json"
     host_json.write_text(json.dumps(CPU.to_dict()))
     return Promoted(Registry(host), prefix, matrix, known_good, host_json, tmp_path / "keys" / "signer.pub", cell.id,
@@ -279,3 +283,39 @@ def test_each_tampering_is_refused_by_verify_and_pull(oci_registry: str, tmp_pat
     # restored: verifies again
     assert main(p.verify(good)) == 0 and main(p.pull("--print")) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == good
+
+
+def test_a_lock_changed_since_the_build_gives_no_sbom(oci_registry: str, tmp_path: Path, capsys) -> None:  # noqa: F811
+    p = promote_signed(oci_registry, tmp_path, capsys, "vp-stale", built_from_lock="# another lock\n")
+    err = capsys.readouterr().err
+    assert f"note: cell {p.cell_id}: " in err and "changed since" in err and "no SBOM is attached" in err
+    assert "sbom" not in tomlkit.parse(p.known_good.read_text())["promoted"][0]
+    rc = main(p.verify(f"{p.target.name}@{p.digest}"))
+    assert rc == 0 and capsys.readouterr().out.rstrip().endswith("no SBOM attached")
+
+
+def test_evidence_copied_to_another_repository_does_not_verify_there(oci_registry: str, tmp_path: Path,  # noqa: F811
+                                                                     capsys) -> None:
+    """The image and its signed evidence copied whole into another repository: the signature still verifies,
+    but the statement names the repository it was promoted to."""
+    p = promote_signed(oci_registry, tmp_path, capsys, "vp-moved")
+    reg, other = p.registry, f"{p.prefix.split('/', 1)[1]}/elsewhere/demo"
+    reg.copy(p.target.with_digest(p.digest), other, ["x"])
+    index = _referrers_index(p)
+    for desc in index.json["manifests"]:
+        reg.copy(p.target.with_digest(desc["digest"]), other, [])
+    reg.put_manifest(other, referrers_tag(p.digest), index)
+    rc = main(p.verify(f"{oci_registry}/{other}:x"))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 1 and f"names repository {p.target.repository}, not {other}" in line
+
+
+def test_unsigned_evidence_is_never_accepted(oci_registry: str, tmp_path: Path, capsys) -> None:  # noqa: F811
+    p = promote_signed(oci_registry, tmp_path, capsys, "vp-unsigned", sign=False)
+    assert "signed_by" not in tomlkit.parse(p.known_good.read_text())["promoted"][0]
+    rc = main(p.verify(f"{p.target.name}:known-good"))
+    line = _one_line_error(capsys.readouterr().err)
+    assert rc == 1 and "no test-result attestation signed by a trusted key (2 attestation(s) found: " in line
+    assert line.count("unsigned: ignored") == 2
+    rc = main(p.pull("--print"))
+    assert rc == 2 and "no test-result attestation signed by a trusted key" in _one_line_error(capsys.readouterr().err)

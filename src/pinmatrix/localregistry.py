@@ -256,8 +256,10 @@ def needed_by(args: argparse.Namespace) -> tuple[Path, str] | None:
         return _matrix_registry(args, getattr(args, "registry", None))
     if command == "ci" and getattr(args, "ci_command", None) == "k8s":
         return _matrix_registry(args, getattr(args, "registry", None))
-    if command == "pull" and not getattr(args, "print_only", False):
+    if command == "pull":  # --print too: the image is verified in the registry before its reference is printed
         return _known_good_registry(args)
+    if command == "verify" and loopback_endpoint(str(getattr(args, "reference", ""))):
+        return Path.cwd(), str(args.reference)
     return None
 
 

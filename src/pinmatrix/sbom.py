@@ -82,12 +82,12 @@ def cell_bom(cell: Cell, lock_text: str, *, moment: datetime, lock_source: str =
         )
         components[pkg.name] = component
         bom.components.add(component)
-    required = {name for pkg in packages for name in pkg.via}
     for pkg in packages:
         for parent in pkg.via:
             if parent in components:
                 bom.register_dependency(components[parent], [components[pkg.name]])
-    top = [components[p.name] for p in packages if p.name not in required]
+    # the cell depends on what no other locked package requires (the direct requirements reach the rest)
+    top = [components[p.name] for p in packages if not any(parent in components for parent in p.via)]
     bom.register_dependency(root, top)
     for pkg in packages:  # leaves appear in the graph too
         bom.register_dependency(components[pkg.name], [])

@@ -137,6 +137,12 @@ def _sbom_problems(bom: Any, cell: dict[str, str] | None, labels: dict[str, str]
     return problems
 
 
+def image_labels(registry: Registry, repository: str, manifest: dict[str, Any]) -> dict[str, str]:
+    """The labels in an image's config (fetched by digest, so checked against it)."""
+    config = json.loads(registry.get_blob(repository, manifest["config"]["digest"]))
+    return {str(k): str(v) for k, v in ((config.get("config") or {}).get("Labels") or {}).items()}
+
+
 def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], *,
                  expect_digest: str | None = None, expect_cell: str | None = None,
                  expect_stack: str | None = None) -> Verification:
@@ -162,8 +168,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
     if manifest.media_type in INDEX_TYPES or "config" not in manifest.json:
         out.problems.append(f"{ref} is an image index, not one image: pinmatrix promotes single images")
         return out
-    config = json.loads(registry.get_blob(ref.repository, manifest.json["config"]["digest"]))
-    labels = {str(k): str(v) for k, v in ((config.get("config") or {}).get("Labels") or {}).items()}
+    labels = image_labels(registry, ref.repository, manifest.json)
     image = ref.with_digest(digest)
 
     verified_results: list[tuple[dict[str, Any], TrustedKey]] = []

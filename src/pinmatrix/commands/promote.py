@@ -13,7 +13,7 @@ from pinmatrix.commands._common import add_matrix_argument, load
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.expand import select_cells
-from pinmatrix.imagebuild import image_ref
+from pinmatrix.image.build import image_ref
 from pinmatrix.promote import (
     KNOWN_GOOD_FILE, PromotionRefused, execute, plan_promotion, policy_for, read_known_good,
 )
@@ -82,14 +82,13 @@ def run(args: argparse.Namespace) -> int:
     already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
     single = len(cells) == 1
     catalogue = _catalogue(matrix.root)
+    from pinmatrix.attest import lock_for_sbom
     from pinmatrix.lock import lock_path
     from pinmatrix.signing import load_signer, signing_key_path
 
     key_path = signing_key_path(args.signing_key)
     signer = load_signer(key_path) if key_path is not None else None
-    if signer is None and not args.dry_run:
-        print("warning: no signing key (--signing-key or PINMATRIX_SIGNING_KEY): the evidence is unsigned, and "
-              "`pinmatrix pull` and `verify` will refuse these images", file=sys.stderr)
+    unsigned_warning = signer is None
 
     promoted = refused = 0
     outcomes: list[dict[str, object]] = []
@@ -131,11 +130,14 @@ def run(args: argparse.Namespace) -> int:
             for step in plan.describe():
                 say(f"  - {step}")
             continue
-        lock_file = lock_path(cell, matrix.root)
-        if not lock_file.is_file():
-            print(f"note: {lock_file}: no lock for cell {cell.id}, so no SBOM is attached", file=sys.stderr)
-        result = execute(plan, registry, records, known_good, signer=signer,
-                         lock_text=lock_file.read_text() if lock_file.is_file() else None)
+        if unsigned_warning:
+            unsigned_warning = False
+            print("warning: no signing key (--signing-key or PINMATRIX_SIGNING_KEY): the evidence is unsigned, and "
+                  "`pinmatrix pull` and `verify` will refuse these images", file=sys.stderr)
+        lock_text, why_not = lock_for_sbom(registry, plan.source.with_digest(plan.digest), lock_path(cell, matrix.root))
+        if lock_text is None:
+            print(f"note: cell {cell.id}: {why_not}", file=sys.stderr)
+        result = execute(plan, registry, records, known_good, signer=signer, lock_text=lock_text)
         promoted += 1
         outcome(cell, "promoted", digest=result.digest, reference=result.reference,
                 attestation=result.attestation)
