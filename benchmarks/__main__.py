@@ -13,6 +13,7 @@ from pathlib import Path
 BENCHMARKS: dict[str, str] = {
     "expansion": "benchmarks.expansion",
     "build": "benchmarks.build",
+    "assembly": "benchmarks.assembly",
     "report": "benchmarks.report",
 }
 

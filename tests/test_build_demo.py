@@ -16,9 +16,8 @@ import pytest
 from rich.console import Console
 
 from conftest import REPO, engine_for
-from pinmatrix.commands.build import build_all
+from pinmatrix.image.build import BuildSettings, build_all
 from pinmatrix.expand import expand_matrix, select_cells
-from pinmatrix.imagebuild import BuildSettings
 from pinmatrix.lock import lock_path
 from pinmatrix.matrix import load_matrix
 from pinmatrix.registry import Registry, split_ref
@@ -74,8 +73,14 @@ def test_demo_stack_builds_and_is_pushed_by_digest(demo) -> None:  # noqa: ANN00
         assert registry.labels(repo, res.digest)["io.pinmatrix.inputs"] == info.labels["io.pinmatrix.inputs"]
         assert f"PINMATRIX_CELL={cell.id}" in info.env
         layers.append(info.layers)
-    # every cell shares the base and the python layer: the most shared prefix of the layer plan
+    # every cell shares the base and the venv layer, and each wheel's layer with every cell that holds it
     assert len({layer[:2] for layer in layers}) == 1
+    by_pin = {}
+    for cell, res in zip(cells, results):
+        assert res.layers[:2] == ["base", "venv"]
+        for name, diff in zip(res.layers, engine.inspect(res.ref).layers):
+            by_pin.setdefault(name, set()).add(diff)
+    assert all(len(diffs) == 1 for diffs in by_pin.values()), by_pin
     assert len({layer for layer in layers}) == len(cells)
 
 
@@ -96,7 +101,7 @@ def test_rebuilding_unchanged_cells_builds_nothing(demo) -> None:  # noqa: ANN00
     again = build_all(cells, engine, settings, registry, jobs=2, console=Console(stderr=True))
     assert [r.status for r in again] == ["cached"] * len(cells)
     # the first cell was removed locally by the pull test (if it ran): the registry counts as built
-    assert {r.cached_in for r in again} <= {"local", "registry"}
+    assert {r.cached_in for r in again} == {"layout"}
 
 
 def _cli(args: list[str], env: dict[str, str], interrupt_after_built: bool = False) -> tuple[int, str]:
@@ -122,7 +127,7 @@ def test_changing_one_pin_rebuilds_only_the_cells_it_touches_and_an_interrupted_
     assert changed != text
     (root / "matrix.toml").write_text(changed)
     args = [str(root / "matrix.toml"), "--stack", "demo", "--engine", engine.name, "--jobs", "1",
-            "--registry", settings.registry, "--cache-dir", str(settings.cache_dir)]
+            "--registry", settings.registry, "--cache-dir", str(settings.cache_dir), "--layout", str(settings.layout)]
     untouched = {c.id for c in cells if c.pins["idna"] == "3.7"}
 
     rc, first = _cli(args, env, interrupt_after_built=True)

@@ -6,6 +6,7 @@ contained upstream is skipped with a note."""
 from __future__ import annotations
 
 import hashlib
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from rich.console import Console
 
 from conftest import engine_for, host_ca_certificates, make_cell, project_copy
 from pinmatrix.cell import CellPatch
-from pinmatrix.commands.build import build_all
-from pinmatrix.imagebuild import BuildSettings
+from pinmatrix.image.build import BuildSettings, build_all
+from pinmatrix.image.oci import OCILayout
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.network]
 
@@ -77,8 +78,9 @@ def test_xformers_patch_in_image_broken_patch_fails_only_its_cell(request, build
     ok = by_cell[good.id]
     assert ok.status == "built", ok.reason
     log = ok.log.read_text()
-    assert "pinmatrix: patch xformers-tiled-matmul-int64 applied to xformers 0.0.35" in log
-    assert "pinmatrix: patch flashinfer-pr2520 skipped: contained upstream" in log
+    assert "layer patch:xformers-tiled-matmul-int64: built" in log
+    assert "patch flashinfer-pr2520 skipped: contained upstream in 0.6.7" in log
+    assert ok.layers[-2:] == ["patch:xformers-tiled-matmul-int64", "smoke"]
     site = "/opt/venv/lib/python3.11/site-packages"
     proc = engine.run(ok.ref, ["grep", "-c", "INT64_OFFSETS", f"{site}/{KERNEL}"])
     assert int(proc.stdout.decode().strip()) > 0
@@ -88,21 +90,24 @@ def test_xformers_patch_in_image_broken_patch_fails_only_its_cell(request, build
     assert info.labels["io.pinmatrix.patch.flashinfer-pr2520"] == "already-upstream (contained in 0.6.7)"
     assert "NVIDIA_REQUIRE_CUDA=cuda>=13.0 driver>=580.65.06" in info.env
     assert info.labels["io.pinmatrix.arch.flags"] == "9.0a"
-    # the patch really changed the installed file: reversing it restores the wheel's text
-    proc = engine.run(ok.ref, ["patch", "-p1", "--reverse", "--dry-run", "-d", site, "-i",
-                               "/pinmatrix/patches/xformers-tiled-matmul-int64.patch"])
-    assert proc.returncode == 0
+    # the patch layer holds exactly the patched file
+    layout = OCILayout(settings.layout)
+    stored = layout.image(ok.ref)
+    assert stored is not None
+    with tarfile.open(layout.blob_path(stored.manifest["layers"][-2]["digest"]), "r|gz") as tar:
+        files = [m.name for m in tar if m.isreg()]
+    assert files == [f"opt/venv/lib/python3.11/site-packages/{KERNEL}"]
 
     bad = by_cell[broken.id]
     assert bad.status == "failed"
-    assert "pinmatrix: patch broken does not apply to xformers 0.0.35" in bad.reason
-    assert f"{KERNEL}: Hunk #1 FAILED" in bad.reason
+    assert "patch broken does not apply to xformers 0.0.35" in bad.reason
+    assert f"{KERNEL}: hunk #1" in bad.reason
     assert not engine.exists(bad.ref)
 
     refused = by_cell[mismatch.id]
     assert refused.status == "failed"
     assert "refused" in refused.reason and "0" * 64 in refused.reason
-    assert "STEP" not in refused.log.read_text()  # refused before anything was built
+    assert "layer" not in refused.log.read_text()  # refused before any layer was written
 
 
 SIX_LOCK = """\

@@ -1,43 +1,67 @@
-"""Two clean builds of a demo cell (fresh podman/buildah stores, nothing cached but the base rootfs
-tarball) give the same image id and, pushed, the same manifest digest: buildah --timestamp clamps every
-time, pip writes no bytecode, the base comes from a fixed archive."""
+"""The same demo cell assembled twice from clean gives one manifest digest, whatever the machine's state:
+another hostname (a new UTS namespace), TMPDIR, umask, user-visible cache paths and engine (podman vs docker).
+The engines' image ids are the config digest, and a registry serves the digest computed by the assembler."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, host_ca_certificates, require_binaries
-from pinmatrix.engine import get_engine
+from conftest import REPO, engine_for, require_binaries
 from pinmatrix.expand import expand_matrix, select_cells
-from pinmatrix.imagebuild import BuildSettings, build_cell
-from pinmatrix.lock import read_lock
+from pinmatrix.image.oci import OCILayout
 from pinmatrix.matrix import load_matrix
-from pinmatrix.registry import Registry
-from pinmatrix.services import podman_config
+from pinmatrix.registry import Registry, split_ref
 
-pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.network]
+pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.docker, pytest.mark.network]
 
 
-def test_two_clean_podman_builds_give_the_same_digest(build_cache, docker_registry, tmp_path: Path) -> None:  # noqa: ANN001
-    require_binaries("podman", "buildah")
-    matrix = load_matrix(REPO / "matrix.toml")
-    cell = select_cells(expand_matrix(matrix).cells, stack="demo")[0]
-    lock = read_lock(cell, REPO)
-    registry = Registry(docker_registry.address)
-    outcomes = []
-    for run in ("a", "b"):
-        store = podman_config(tmp_path / f"store-{run}")
-        try:
-            engine = get_engine("podman", store.env)
-            settings = BuildSettings(root=REPO, cache_dir=build_cache, logs_dir=tmp_path / f"logs-{run}",
-                                     registry=f"{docker_registry.address}/repro-{run}", ca_certificates=host_ca_certificates(),
-                                     push=True, check_registry=False)
-            result = build_cell(cell, lock, engine, settings, registry=registry)
-            assert result.status == "built", result.reason
-            outcomes.append((result.image_id, result.digest))
-        finally:
-            store.stop()
-    assert outcomes[0][0] == outcomes[1][0], "image ids differ between two clean builds"
-    assert outcomes[0][1] == outcomes[1][1], "pushed manifest digests differ between two clean builds"
+def _build(tmp: Path, engine_env: dict[str, str], engine: str, hostname: str, umask: str, registry: str,
+           cell_id: str) -> dict[str, object]:
+    (tmp / "tmp").mkdir(parents=True)
+    script = (f'hostname {hostname} && umask {umask} && exec "$@"')
+    argv = ["unshare", "--uts", "sh", "-c", script, "build",
+            sys.executable, "-m", "pinmatrix", "build", str(REPO / "matrix.toml"), "-k", cell_id,
+            "--engine", engine, "--cache-dir", str(tmp / "cache"), "--layout", str(tmp / "oci"),
+            "--logs-dir", str(tmp / "logs"), "--registry", registry, "--push",
+            "--metadata-file", str(tmp / "built.json")]
+    env = {**os.environ, **engine_env, "TMPDIR": str(tmp / "tmp")}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (entry,) = json.loads((tmp / "built.json").read_text())
+    assert entry["status"] == "built", entry
+    return entry
+
+
+def test_two_clean_builds_on_different_hosts_give_one_digest(docker_registry, request, tmp_path: Path) -> None:  # noqa: ANN001
+    require_binaries("unshare", "mmdebstrap", "skopeo")
+    cell = select_cells(expand_matrix(load_matrix(REPO / "matrix.toml")).cells, stack="demo")[0]
+    podman = engine_for("podman", request)
+    docker = engine_for("docker", request)
+    registry = f"{docker_registry.address}/repro"
+    a = _build(tmp_path / "a", podman.env, "podman", "builder-one", "0022", registry, cell.id)
+    b = _build(tmp_path / "b", docker.env, "docker", "another-host", "0077", registry, cell.id)
+    assert a["digest"] == b["digest"], "manifest digests differ between two clean builds"
+    assert a["image_id"] == b["image_id"]
+    # the engines name the image by its config digest; the registry serves the assembler's manifest digest
+    assert podman.inspect(str(a["ref"])).id == a["image_id"]
+    assert docker.inspect(str(b["ref"])).id == b["image_id"]
+    _, repo, tag = split_ref(str(a["ref"]))
+    assert Registry(docker_registry.address).manifest_digest(repo, tag) == a["digest"]
+    # no host state in the base layer
+    layout = OCILayout(tmp_path / "a" / "oci")
+    image = layout.image(str(a["ref"]))
+    assert image is not None
+    base = image.manifest["layers"][0]["digest"]
+    with tarfile.open(layout.blob_path(base), "r|gz") as tar:
+        names = {m.name for m in tar}
+    assert "etc/hostname" not in names and "etc/resolv.conf" not in names and "etc/machine-id" not in names
+    assert "usr/bin/python3.13" in names
+    shutil.rmtree(tmp_path / "a" / "cache", ignore_errors=True)

@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--push", action="store_true", help="push each image to the registry by digest")
     p.add_argument("--registry", metavar="HOST/PREFIX",
                    help="image prefix and registry (default: matrix.registry, e.g. 127.0.0.1:5000/pinmatrix)")
+    p.add_argument("--no-lock", action="store_true",
+                   help="do not lock cells that have no lock; they fail with 'no lock' (fast for large matrices)")
     p.add_argument("--print", dest="print_plan", action="store_true",
                    help="print the plan (cells, layers, what is cached) as JSON and build nothing")
     p.add_argument("--metadata-file", type=Path, metavar="FILE",
@@ -134,7 +136,11 @@ def run(args: argparse.Namespace) -> int:
     registry_setting = args.registry or matrix.settings.registry or None
     settings = settings_for(args, root, registry_setting, list(matrix.settings.ca_certificates),
                             bool(getattr(matrix.settings, "ca_certificates_in_images", False)))
-    lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
+    if args.no_lock:
+        lock_problems = {c.id: f"no lock: run `pinmatrix lock -k {c.id}`" for c in cells
+                         if not lock_path(c, root).is_file()}
+    else:
+        lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
     if args.print_plan:
         return _print_plan(cells, settings, lock_problems)
     engine = choose_engine(args.engine or matrix.settings.engine)

@@ -266,6 +266,7 @@ class Assembler:
             image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
                                              _key("wheel", LAYOUT_FORMAT, wheel.sha256, cell.python, epoch, level)))
         for patch in cell.patches_to_apply:
+            resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
             wheel = wheels.get(_canonical(patch.package))
             if wheel is None:
                 raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")

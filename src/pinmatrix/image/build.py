@@ -138,6 +138,10 @@ class CellBuilder:
                 for p in image.layers:
                     size = f"{p.descriptor.size / 1e6:.1f} MB" if p.descriptor else "-"
                     note(f"#   layer {p.name}: {'cached' if p.cached else f'built in {p.seconds:.1f}s'}, {size}")
+                for patch in cell.patches:
+                    if patch.status != "apply":
+                        note(f"# patch {patch.id} skipped: contained upstream"
+                             + (f" in {patch.contained_in}" if patch.contained_in else ""))
                 note(f"# image {ref}@{image.digest} (config {image.config_digest})")
                 stored = self.assembler.layout.image(ref)
                 assert stored is not None

@@ -34,6 +34,7 @@ class LayerDescriptor:
     diff_id: str
     media_type: str
     entries: int = 0
+    unpacked: int = 0  # bytes of tar (what the layer takes once unpacked, roughly)
 
     def as_oci(self, annotations: dict[str, str] | None = None) -> dict[str, object]:
         out: dict[str, object] = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
@@ -43,12 +44,13 @@ class LayerDescriptor:
 
     def to_json(self) -> dict[str, object]:
         return {"digest": self.digest, "size": self.size, "diff_id": self.diff_id,
-                "media_type": self.media_type, "entries": self.entries}
+                "media_type": self.media_type, "entries": self.entries, "unpacked": self.unpacked}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> LayerDescriptor:
         return cls(digest=str(data["digest"]), size=int(data["size"]), diff_id=str(data["diff_id"]),  # type: ignore[call-overload]
-                   media_type=str(data["media_type"]), entries=int(data.get("entries", 0)))  # type: ignore[call-overload]
+                   media_type=str(data["media_type"]), entries=int(data.get("entries", 0)),  # type: ignore[call-overload]
+                   unpacked=int(data.get("unpacked", 0)))  # type: ignore[call-overload]
 
 
 class _CompressingSink(io.RawIOBase):
@@ -59,11 +61,17 @@ class _CompressingSink(io.RawIOBase):
         self.diff = hashlib.sha256()
         self.blob = hashlib.sha256()
         self.size = 0
+        self.raw = 0
         # wbits=31: a gzip member whose header has mtime 0 and no file name, so the bytes depend on the data alone.
         self.zobj = zlib.compressobj(level, zlib.DEFLATED, 31) if level is not None else None
 
     def writable(self) -> bool:
         return True
+
+    def tell(self) -> int:
+        """Bytes of tar written so far (tarfile asks once, at the start)."""
+        return self.raw
+
 
     def _emit(self, data: bytes) -> None:
         if data:
@@ -73,6 +81,7 @@ class _CompressingSink(io.RawIOBase):
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
         view = bytes(data)
+        self.raw += len(view)
         self.diff.update(view)
         self._emit(self.zobj.compress(view) if self.zobj else view)
         return len(view)
@@ -93,7 +102,7 @@ class LayerWriter:
         self._tmp = blobs_dir / f".layer-{os.getpid()}-{id(self):x}.tmp"
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
         self._sink = _CompressingSink(self._file, gzip_level)
-        self._tar = tarfile.open(fileobj=self._sink, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_BUF)  # noqa: SIM115
+        self._tar = tarfile.open(fileobj=self._sink, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_BUF)  # noqa: SIM115
         self._dirs: set[str] = set()
         self.media_type = MEDIA_TYPE_GZIP if gzip_level is not None else MEDIA_TYPE_TAR
         self.entries = 0
@@ -182,7 +191,7 @@ class LayerWriter:
             os.replace(self._tmp, target)
         return LayerDescriptor(digest=oci_digest(digest), size=self._sink.size,
                                diff_id=oci_digest(self._sink.diff.hexdigest()),
-                               media_type=self.media_type, entries=self.entries)
+                               media_type=self.media_type, entries=self.entries, unpacked=self._sink.raw)
 
     def abort(self) -> None:
         try:

@@ -188,9 +188,12 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
     inputs = rootfs_inputs(spec, platform)
     record = cache_dir / "rootfs" / f"{inputs.key()}.json"
     with _locked(cache_dir / "rootfs" / f"{inputs.key()}.lock"):
+        kept = cache_dir / "rootfs" / f"{inputs.key()}.layer"
         if record.is_file():
             data = json.loads(record.read_text())
             layer = LayerDescriptor.from_json(data["layer"])
+            if not layout.has_blob(layer.digest) and kept.is_file():
+                _link_or_copy(kept, layout.blob_path(layer.digest))
             if layout.has_blob(layer.digest):
                 return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})",
                                   inputs.key(), data.get("python"))
@@ -198,9 +201,20 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
             tar_path = Path(tmp) / "rootfs.tar"
             _mmdebstrap(inputs, tar_path, log)
             layer, python = _rootfs_layer(tar_path, layout, inputs.source_date_epoch)
+        _link_or_copy(layout.blob_path(layer.digest), kept)  # another layout on this machine reuses it
         atomic_write_text(record, json.dumps({"inputs": asdict(inputs), "layer": layer.to_json(), "python": python},
                                              indent=1, sort_keys=True))
     return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})", inputs.key(), python)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
 
 
 def pinned_base(spec: BaseSpec, platform: str, layout: OCILayout, *, authfile: Path | None = None,

@@ -1,0 +1,179 @@
+"""Assembly of the real GPU cells (stack h200: torch 2.11.0 cu130, triton 3.6.0, xformers 0.0.35 plain and
+with the int64 patch, flashinfer-python 0.6.8.post1), side by side with a floor measured in the same run.
+
+- floor: fetch the plain cell's wheels into an empty cache and write ONE plain tar of the unpacked tree,
+  compressed the way the layers are (gzip level 1): the bytes any builder must download and write;
+- cold: assemble the plain cell from an empty wheel cache and layer store (the Debian base is made first and
+  timed on its own), then the int64 cell (only its patch layer is new);
+- peak disk of the cache + layout during the cold build, against the image's unpacked size;
+- push to a private docker-registry and pull back by digest with podman (image id = config digest);
+- a warm no-op `pinmatrix build --engine none --no-lock` over the whole shipped matrix;
+- a second clean build of the plain cell (fresh cache and layout): the same manifest digest.
+Target: cold <= 1.5x floor; peak disk <= 1.5x image size; warm no-op < 2 s."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.expand import expand_matrix, select_cells
+from pinmatrix.image.assemble import Assembler, AssemblySettings
+from pinmatrix.image.build import image_ref
+from pinmatrix.image.layer import LayerWriter
+from pinmatrix.image.oci import OCILayout
+from pinmatrix.image.publish import push
+from pinmatrix.image.rootfs import debian_base
+from pinmatrix.image.wheels import WheelFetcher, cell_target, ssl_context
+from pinmatrix.lock import lock_path
+from pinmatrix.lockfile import parse_lock
+from pinmatrix.matrix import load_matrix
+from pinmatrix.services import directory_bytes, podman_config, start_registry
+
+STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
+JOBS = 4
+
+
+class DiskPeak:
+    """Samples the bytes under some directories every half second; ``peak`` is the largest sum seen."""
+
+    def __init__(self, *dirs: Path) -> None:
+        self.dirs, self.peak, self._stop = dirs, 0, threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, sum(directory_bytes(d) for d in self.dirs if d.exists()))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> DiskPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, sum(directory_bytes(d) for d in self.dirs if d.exists()))
+
+
+def floor(cell, lock_text: str, work: Path, extra_ca: tuple[Path, ...]) -> dict[str, Any]:  # noqa: ANN001
+    """Download the cell's wheels and write one gzip tar of the unpacked tree."""
+    lock = parse_lock(lock_text)
+    fetcher = WheelFetcher(work / "wheels", context=ssl_context(extra_ca))
+    target = cell_target(cell)
+    t0 = time.perf_counter()
+    wheels = [fetcher.choose(e, target, cell.indexes) for e in lock.entries]
+    with ThreadPoolExecutor(JOBS) as pool:
+        paths = list(pool.map(fetcher.fetch, wheels))
+    fetched = time.perf_counter() - t0
+    tree = work / "tree"
+    for path in paths:
+        with zipfile.ZipFile(path) as zf:
+            zf.extractall(tree)
+    unpacked = time.perf_counter() - t0
+    writer = LayerWriter(work / "blobs", epoch=0)
+    for file in sorted(p for p in tree.rglob("*") if p.is_file()):
+        with open(file, "rb") as handle:
+            writer.add_file(file.relative_to(tree).as_posix(), handle, file.stat().st_size)
+    desc = writer.close()
+    return {"floor_s": round(time.perf_counter() - t0, 1), "floor_fetch_s": round(fetched, 1),
+            "floor_unpack_s": round(unpacked - fetched, 1), "floor_blob_bytes": desc.size,
+            "wheel_bytes": sum(p.stat().st_size for p in paths)}
+
+
+def run() -> dict[str, Any]:
+    root = Path(".").resolve()
+    matrix = load_matrix(root / "matrix.toml")
+    cells = select_cells(expand_matrix(matrix).cells, stack=STACK)
+    plain = next(c for c in cells if not c.patches_to_apply)
+    patched = [c for c in cells if c.patches_to_apply]
+    extra_ca = tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists())
+    figures: dict[str, Any] = {"stack": STACK, "cells": [c.name for c in cells]}
+    work_root = root / ".pinmatrix" / "bench"
+    work_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="assembly-", dir=work_root) as tmp:
+        work = Path(tmp)
+        figures.update(floor(plain, lock_path(plain, root).read_text(), work / "floor", extra_ca))
+        shutil.rmtree(work / "floor")
+
+        def assembler(name: str) -> Assembler:
+            return Assembler(AssemblySettings(root=root, cache_dir=work / name / "cache", layout_dir=work / name / "oci",
+                                              extra_ca=extra_ca, jobs=JOBS))
+
+        cold = assembler("cold")
+        t0 = time.perf_counter()
+        debian_base(plain.base, plain.platform, cold.layout, cold.settings.cache_dir, work / "base.log")
+        figures["base_s"] = round(time.perf_counter() - t0, 1)
+        with DiskPeak(work / "cold") as disk:
+            t0 = time.perf_counter()
+            image = cold.assemble(plain, lock_path(plain, root).read_text(), image_ref(plain, "bench"), work / "a.log")
+            figures["cold_plain_s"] = round(time.perf_counter() - t0, 1)
+            for cell in patched:
+                t0 = time.perf_counter()
+                other = cold.assemble(cell, lock_path(cell, root).read_text(), image_ref(cell, "bench"), work / "b.log")
+                figures[f"cold_{cell.name}_s"] = round(time.perf_counter() - t0, 1)
+                own = {p.descriptor.digest for p in other.layers if p.descriptor} - {
+                    p.descriptor.digest for p in image.layers if p.descriptor}
+                total = other.size + sum(d.size for d in [])  # noqa: C416
+                new_bytes = sum(p.descriptor.size for p in other.layers if p.descriptor and p.descriptor.digest in own)
+                figures[f"{cell.name}_new_layers"] = [p.name for p in other.layers
+                                                      if p.descriptor and p.descriptor.digest in own]
+                figures[f"{cell.name}_bytes_shared_of_total"] = f"{total - new_bytes}/{total}"
+        unpacked = sum(p.descriptor.unpacked for p in image.layers if p.descriptor)
+        base_unpacked = 0
+        figures.update({
+            "ratio_cold_to_floor": round(figures["cold_plain_s"] / figures["floor_s"], 2),
+            "image_blob_bytes": image.size, "image_unpacked_bytes_without_base": unpacked + base_unpacked,
+            "peak_disk_bytes": disk.peak, "peak_disk_to_unpacked": round(disk.peak / max(1, unpacked), 2),
+            "layers": len(image.layers), "digest": image.digest,
+        })
+        # push, pull back by digest
+        registry = start_registry(work / "registry")
+        store = podman_config(work / "podman")
+        try:
+            stored = cold.layout.image(image.ref)
+            ref = f"{registry.address}/bench/{STACK}:{plain.id}"
+            t0 = time.perf_counter()
+            pushed = push(cold.layout, stored, ref, tls_verify=False)
+            figures["push_s"] = round(time.perf_counter() - t0, 1)
+            t0 = time.perf_counter()
+            by_digest = f"{registry.address}/bench/{STACK}@{pushed}"
+            env = {**os.environ, **store.env}
+            subprocess.run(["podman", "pull", "--tls-verify=false", "-q", by_digest], env=env, check=True,
+                           capture_output=True)
+            figures["pull_s"] = round(time.perf_counter() - t0, 1)
+            out = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}} {{.Size}}", by_digest], env=env,
+                                 check=True, capture_output=True, text=True).stdout.split()
+            figures["pulled_id_is_config_digest"] = f"sha256:{out[0]}" == stored.config_digest
+            figures["pulled_image_size_bytes"] = int(out[1])
+            figures["peak_disk_to_image_size"] = round(disk.peak / int(out[1]), 2)
+            figures["registry_digest_matches"] = pushed == image.digest
+        finally:
+            store.stop()
+            registry.stop()
+        # warm no-op over the whole shipped matrix
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pinmatrix", "build", "--engine", "none", "--no-lock",
+                               "--cache-dir", str(work / "cold" / "cache"), "--layout", str(work / "cold" / "oci"),
+                               "--logs-dir", str(work / "logs"), "--registry", "bench"],
+                              capture_output=True, text=True, cwd=root)
+        figures["warm_noop_whole_matrix_s"] = round(time.perf_counter() - t0, 2)
+        figures["warm_noop_summary"] = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+        shutil.rmtree(work / "cold", ignore_errors=True)
+        second = assembler("second")
+        t0 = time.perf_counter()
+        again = second.assemble(plain, lock_path(plain, root).read_text(), image_ref(plain, "bench"), work / "c.log")
+        figures["second_clean_s"] = round(time.perf_counter() - t0, 1)
+        figures["second_clean_same_digest"] = again.digest == image.digest
+    figures["target"] = "cold <= 1.5x floor, peak disk <= 1.5x image size, warm no-op < 2 s, same digest"
+    figures["target_met"] = bool(figures["ratio_cold_to_floor"] <= 1.5 and figures["peak_disk_to_image_size"] <= 1.5
+                                 and figures["warm_noop_whole_matrix_s"] < 2 and figures["second_clean_same_digest"])
+    return figures

@@ -1,0 +1,170 @@
+"""The hermetic builder on real inputs: locks are checked against their cell before any layer is written, a
+wheel whose bytes differ from the lock is refused, an aarch64 cell is assembled on this machine with the right
+platform, a Python the base cannot provide is refused by validate, and every layer is a deterministic tar."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import shutil
+import tarfile
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make_cell
+from pinmatrix.cell import BaseSpec
+from pinmatrix.commands._common import load
+from pinmatrix.errors import MatrixError
+from pinmatrix.expand import select_cells
+from pinmatrix.image.assemble import Assembler, AssemblySettings
+from pinmatrix.image.build import BuildSettings, build_all, image_ref
+from pinmatrix.image.layer import LayerWriter
+from pinmatrix.image.lockcheck import LockMismatch, checked_lock
+from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
+from pinmatrix.lock import lock_cell, lock_path
+from pinmatrix.lockfile import parse_lock
+from pinmatrix.matrix import load_matrix
+
+TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600,
+                  packages=("ca-certificates", "python3"))
+
+
+def demo_cells():  # noqa: ANN201
+    matrix, expansion = load(REPO / "matrix.toml")
+    return select_cells(expansion.cells, stack="demo")
+
+
+def test_a_lock_whose_body_is_another_cells_is_refused_naming_the_package() -> None:
+    a, b = [c for c in demo_cells() if c.pins["idna"] == "3.7"][:1] + [c for c in demo_cells() if c.pins["idna"] == "3.10"][:1]
+    lock_a, lock_b = lock_path(a, REPO).read_text(), lock_path(b, REPO).read_text()
+    header = "".join(line for line in lock_a.splitlines(keepends=True) if line.startswith("#"))
+    body = "".join(line for line in lock_b.splitlines(keepends=True) if not line.startswith("# pinmatrix")
+                   and not line.startswith("# python"))
+    with pytest.raises(LockMismatch, match=r"idna is 3\.10 in the lock, the cell pins idna==3\.7"):
+        checked_lock(a, header + body, "locks/x.txt")
+    with pytest.raises(LockMismatch, match=f"the lock was made for cell {b.id}"):
+        checked_lock(a, lock_b, "locks/x.txt")
+    checked_lock(a, lock_a, "locks/x.txt")  # its own lock passes
+
+
+def test_a_lock_line_without_hashes_or_pin_is_refused() -> None:
+    cell = demo_cells()[0]
+    text = lock_path(cell, REPO).read_text()
+    unhashed = "\n".join(line for line in text.splitlines() if "--hash" not in line).replace(" \\", "")
+    with pytest.raises(LockMismatch, match=r"has no --hash"):
+        checked_lock(cell, unhashed, "locks/x.txt")
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A JSON simple index (PEP 691) serving one wheel whose bytes are swapped after the lock was made."""
+
+    pages: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = self.pages.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _wheel(name: str, version: str, text: str) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(f"{name}.py", text)
+        zf.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        zf.writestr(f"{name}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{name}-{version}.dist-info/RECORD", "")
+    return buf.getvalue()
+
+
+def test_a_wheel_whose_bytes_differ_from_the_lock_is_refused_and_not_cached(tmp_path: Path) -> None:
+    good, evil = _wheel("tiny", "1.0", "x = 1\n"), _wheel("tiny", "1.0", "import os; os.system('touch /tmp/x')\n")
+    locked = hashlib.sha256(good).hexdigest()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    url = f"http://127.0.0.1:{server.server_port}"
+    _Index.pages = {
+        "/simple/tiny/": json.dumps({"files": [{"filename": "tiny-1.0-py3-none-any.whl", "url": "/files/tiny.whl",
+                                                "hashes": {"sha256": locked}}]}).encode(),
+        "/files/tiny.whl": evil,
+    }
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        entry = parse_lock(f"tiny==1.0 --hash=sha256:{locked}\n").entries[0]
+        from pinmatrix.cell import IndexSpec
+
+        fetcher = WheelFetcher(tmp_path / "wheels")
+        wheel = fetcher.choose(entry, Target("3.13", "x86_64-manylinux_2_28"),
+                               [IndexSpec(name="test", url=f"{url}/simple", default=True)])
+        with pytest.raises(WheelError, match="does not match the lock"):
+            fetcher.fetch(wheel)
+        assert not list((tmp_path / "wheels").rglob("*.whl"))
+        other = parse_lock(f"tiny==1.0 --hash=sha256:{'0' * 64}\n").entries[0]
+        with pytest.raises(WheelError, match="no wheel with a locked hash"):
+            fetcher.choose(other, Target("3.13", "x86_64-manylinux_2_28"),
+                           [IndexSpec(name="test", url=f"{url}/simple", default=True)])
+    finally:
+        server.shutdown()
+
+
+def test_layers_are_deterministic_tars(tmp_path: Path) -> None:
+    digests = set()
+    for run in range(2):
+        writer = LayerWriter(tmp_path / f"blobs{run}", epoch=1735689600)
+        writer.add_bytes("opt/a/b.txt", b"hello")
+        writer.add_symlink("opt/a/c", "b.txt")
+        digests.add(writer.close().digest)
+    assert len(digests) == 1
+    blob = next((tmp_path / "blobs0").iterdir())
+    with tarfile.open(blob, "r:gz") as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == ["opt", "opt/a", "opt/a/b.txt", "opt/a/c"]
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", 1735689600)}
+    writer = LayerWriter(tmp_path / "blobs2", epoch=0)
+    with pytest.raises(ValueError, match="outside the image root"):
+        writer.add_bytes("opt/../../etc/passwd", b"x")
+    writer.abort()
+
+
+def test_validate_refuses_a_python_the_base_cannot_provide(tmp_path: Path) -> None:
+    text = (REPO / "matrix.toml").read_text().replace('python = "3.13"\nplatform', 'python = "3.12"\nplatform', 1)
+    (tmp_path / "matrix.toml").write_text(text)
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    with pytest.raises(MatrixError) as err:
+        load(tmp_path / "matrix.toml")
+    lines = err.value.lines()
+    assert any("matrix.toml:" in ln and "matrix.python" in ln and "wants Python 3.12 but its Debian trixie base has 3.13"
+               in ln for ln in lines), lines
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_an_aarch64_cell_is_assembled_here_with_the_arm64_platform(build_cache: Path, tmp_path: Path) -> None:
+    base = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600, packages=("python3",),
+                    variant="extract")
+    cell = make_cell("arm-demo", ("six==1.17.0",), pins={"six": "1.17.0"}, python="3.13", base=base)
+    cell = type(cell)(**{**cell.__dict__, "platform": "aarch64-manylinux_2_28"})
+    (tmp_path / "locks").mkdir()
+    result = lock_cell(cell, tmp_path, None)
+    assert result.ok, result.reason
+    settings = BuildSettings(root=tmp_path, cache_dir=build_cache, logs_dir=tmp_path / "logs", registry="test")
+    (built,) = build_all([cell], None, settings, None, jobs=1)
+    assert built.status == "built", built.reason
+    assembler = Assembler(AssemblySettings(root=tmp_path, cache_dir=build_cache, layout_dir=settings.layout))
+    stored = assembler.layout.image(image_ref(cell, "test"))
+    config = assembler.layout.config(stored)
+    assert (config["architecture"], config["variant"], config["os"]) == ("arm64", "v8", "linux")
+    with tarfile.open(assembler.layout.blob_path(stored.manifest["layers"][0]["digest"]), "r|gz") as tar:
+        names = {m.name for m in tar}
+    assert "usr/lib/aarch64-linux-gnu/libc.so.6" in names and "usr/bin/python3.13" in names
+    assert "etc/hostname" not in names and "etc/resolv.conf" not in names
+    with tarfile.open(assembler.layout.blob_path(stored.manifest["layers"][2]["digest"]), "r|gz") as tar:
+        assert "opt/venv/lib/python3.13/site-packages/six.py" in {m.name for m in tar}
