@@ -9,13 +9,17 @@ Python stack into the log), then SIGKILL to the whole group.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
+import math
 import os
 import re
 import secrets
+import select as io_select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,12 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
-from pinmatrix.smoke.catalogue import Smoke, SmokeError, load_catalogue, select
+from pinmatrix.sanitize import terminal_text
+from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
+from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, start_guard
 from pinmatrix.smoke.known import apply_known_issues
+from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
+from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.overlay import Overlay, build_overlay
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
+MAX_TIMEOUT_S = 6 * 3600  # no smoke runs longer than this, whatever its catalogue entry says
 PARAMS_ENV = "PINMATRIX_PARAMS"
 HOST_CELL_ID = "host"
 
@@ -69,6 +78,7 @@ class RunOptions:
     image_digest: str | None = None
     container: Any = None  # callable(cell, smoke, argv, env, log_path, timeout) for image runtimes
     kill_grace_s: float = 3.0
+    log_cap: int = DEFAULT_LOG_CAP  # bytes of log kept per smoke (head and tail), --log-cap
 
 
 def new_run_id() -> str:
@@ -127,18 +137,43 @@ class ProcessResult:
     seconds: float
 
 
+def effective_timeout(timeout_s: float | None) -> float:
+    """Every smoke gets a timeout: a missing, zero, negative or infinite one becomes the catalogue default,
+    and none is longer than MAX_TIMEOUT_S."""
+    if timeout_s is None or not math.isfinite(timeout_s) or timeout_s <= 0:
+        return float(DEFAULT_TIMEOUT_S)
+    return float(min(timeout_s, MAX_TIMEOUT_S))
+
+
 def run_process(argv: Sequence[str], env: dict[str, str], log_path: Path, result_path: Path, timeout_s: float,
-                cwd: Path, kill_grace_s: float = 3.0) -> ProcessResult:
-    """Start ``argv`` in its own session, logging to ``log_path``; enforce ``timeout_s``."""
+                cwd: Path, kill_grace_s: float = 3.0, *, log_cap: int = DEFAULT_LOG_CAP,
+                cleanup: Sequence[str] | None = None) -> ProcessResult:
+    """Start ``argv`` in its own session, logging to ``log_path`` (capped at ``log_cap`` bytes, head and tail
+    kept); enforce ``timeout_s``. The smoke dies with the runner, even on ``kill -9`` of the runner (guard.py);
+    ``cleanup`` is run after it either way (e.g. removing its container)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     result_path.unlink(missing_ok=True)
+    timeout_s = effective_timeout(timeout_s)
+    token = secrets.token_hex(16)
+    env = {**env, TOKEN_ENV: token}
     t0 = time.monotonic()
     timed_out = False
-    with open(log_path, "wb") as log:
+    with CappedLog(log_path, log_cap) as log:
         log.write(f"$ {' '.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
+        read_end, write_end = os.pipe()
+        try:
+            proc = subprocess.Popen(list(argv), stdout=write_end, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=cwd, start_new_session=True,
+                                    preexec_fn=functools.partial(die_with_parent, os.getpid()))
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        guard, guard_fd = start_guard(proc.pid, token, list(cleanup) if cleanup else None)
+        stop = threading.Event()
+        pump = threading.Thread(target=_pump, args=(read_end, log, stop), daemon=True)
+        pump.start()
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -147,13 +182,36 @@ def run_process(argv: Sequence[str], env: dict[str, str], log_path: Path, result
         finally:
             if proc.poll() is None:
                 _stop_group(proc, kill_grace_s)
-        # The smoke's own children (spawned ranks, compilers) go with its group.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            # The smoke's own children (spawned ranks, compilers) go with its group; the guard sweeps what left it.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            os.close(guard_fd)
+            try:
+                guard.wait(timeout=150)
+            except subprocess.TimeoutExpired:
+                guard.kill()
+            pump.join(timeout=5)
+            stop.set()
+            pump.join()
+            os.close(read_end)
     seconds = time.monotonic() - t0
     return ProcessResult(proc.returncode, timed_out, _read_result(result_path, log_path), seconds)
+
+
+def _pump(fd: int, log: CappedLog, stop: threading.Event) -> None:
+    """Copy the smoke's output into the log until end-of-file, or until told to stop (a process that left
+    the group may hold the pipe open after the smoke is gone)."""
+    while True:
+        ready, _, _ = io_select.select([fd], [], [], 0.2)
+        if ready:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                return
+            log.write(data)
+        elif stop.is_set():
+            return
 
 
 def _stop_group(proc: subprocess.Popen[bytes], grace: float) -> None:
@@ -250,19 +308,30 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
                                     repo_root=options.repo_root, python=options.python, log=echo)
     work = (options.logs_dir / run_id / _slug(cell.id)).resolve()  # smokes run with cwd=work
     work.mkdir(parents=True, exist_ok=True)
+    host_vs_lock = None
+    if options.runtime == "host" and getattr(cell, "id", "host") != "host":
+        lock_file = options.repo_root / "locks" / f"{cell.id}.txt"
+        seen = environment_of(options.python, out.overlay.site if out.overlay else None)
+        host_vs_lock = differences(cell, lock_file.read_text(encoding="utf-8") if lock_file.is_file() else None, seen)
+        if not host_vs_lock["identical"]:
+            n = len(host_vs_lock["packages"])
+            echo(f"  host runtime differs from the cell: python {host_vs_lock['host_python']} (cell "
+                 f"{host_vs_lock['cell_python']}), {n} locked package(s) at another version or absent")
     for smoke in todo:
         rec = run_one(cell, smoke, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
+        if host_vs_lock is not None:
+            rec.environment["host_vs_lock"] = host_vs_lock
         store.record(rec)
         out.records.append(rec)
         cls = f" [{rec.failure_class}]" if rec.failure_class else ""
-        echo(f"  {rec.status.upper():9} {smoke.name} {rec.duration_s:.1f}s{cls} {rec.reason}".rstrip())
+        echo(terminal_text(f"  {rec.status.upper():9} {smoke.name} {rec.duration_s:.1f}s{cls} {rec.reason}".rstrip()))
     return out
 
 
 def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
             overlay: Overlay | None, params: dict[str, Any] | None = None) -> SmokeRecord:
     """Run ``smoke`` once; ``params`` (a bisect probe's parameter values) reach it as $PINMATRIX_PARAMS."""
-    timeout = float(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
+    timeout = effective_timeout(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
     label = smoke.name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + "]" if params else "")
     log_path = work / f"{_slug(label)}.log"
     result_path = work / f".{_slug(label)}.result.json"
@@ -272,7 +341,8 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
     if options.container is not None:
         proc = options.container(cell, smoke, env, log_path, result_path, timeout)
     else:
-        proc = run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s)
+        proc = run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s,
+                           log_cap=options.log_cap)
     finished = now()
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     outcome: Outcome = classify(result=proc.result, returncode=proc.returncode, timed_out=proc.timed_out,
