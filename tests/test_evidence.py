@@ -78,7 +78,8 @@ def test_an_encrypted_key_needs_its_password(tmp_path: Path, monkeypatch) -> Non
     with pytest.raises(SigningKeyError, match=rf"^{private}: the key is encrypted: set PINMATRIX_KEY_PASSWORD$"):
         load_signer(private)
     monkeypatch.setenv("PINMATRIX_KEY_PASSWORD", "wrong")
-    with pytest.raises(SigningKeyError, match=rf"^{private}: not a PEM private key \(or a wrong PINMATRIX_KEY_PASSWORD\)"):
+    wrong = rf"^{private}: not a PEM private key \(or a wrong PINMATRIX_KEY_PASSWORD\)"
+    with pytest.raises(SigningKeyError, match=wrong):
         load_signer(private)
     with pytest.raises(SigningKeyError, match=rf"^{tmp_path / 'missing.key'}: cannot read the signing key"):
         load_signer(tmp_path / "missing.key")
@@ -125,8 +126,10 @@ def test_envelopes_verify_only_untouched_and_only_with_a_trusted_key(tmp_path: P
     unsigned = check_envelope(json.dumps(dict(envelope, signatures=[])).encode(), [trusted])
     assert unsigned.problem == "the envelope carries no signature"
     assert check_envelope(b"{", [trusted]).problem == "not JSON"
-    assert check_envelope(b'{"payload": 1}', [trusted]).problem == "not a DSSE envelope (payload, payloadType, signatures)"
-    assert check_envelope(json.dumps(dict(envelope, payload="%%%")).encode(), [trusted]).problem == "payload is not base64"
+    assert check_envelope(b'{"payload": 1}', [trusted]).problem == \
+        "not a DSSE envelope (payload, payloadType, signatures)"
+    not_base64 = json.dumps(dict(envelope, payload="%%%")).encode()
+    assert check_envelope(not_base64, [trusted]).problem == "payload is not base64"
 
 
 # ------------------------------------------------------------------------------------------------ SBOM

@@ -72,7 +72,8 @@ def test_credentials_come_from_the_tools_files_in_their_order(tmp_path: Path) ->
     # docker's config.json, with a https://host/v1/ style key
     write_auth_file(docker / "config.json", "", "dock", "pw1", key="https://reg.example:5000/v1/")
     found = find_credentials("reg.example:5000", "team/app", env)
-    assert found is not None and (found.username, found.password, found.source) == ("dock", "pw1", docker / "config.json")
+    assert found is not None
+    assert (found.username, found.password, found.source) == ("dock", "pw1", docker / "config.json")
     # containers' auth.json in ~/.config wins over docker's, and a namespaced key wins for its repositories
     conf = home / ".config" / "containers" / "auth.json"
     conf.parent.mkdir(parents=True)

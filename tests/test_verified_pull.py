@@ -24,7 +24,7 @@ from conftest import require_binaries
 from oci_layout import cell_labels, push_cell_image
 from pinmatrix.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
 from pinmatrix.cli import main
-from pinmatrix.distribution import OCI_INDEX, OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
+from pinmatrix.distribution import OCI_INDEX, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
 from pinmatrix.results import HostFingerprint, ResultsStore
 from pinmatrix.signing import generate_keypair, load_signer, sign_envelope
 from test_promote import _matrix_for, oci_registry, record  # noqa: F401 - the fixture
@@ -158,7 +158,8 @@ def test_untampered_promotion_verifies_and_pulls(oci_registry: str, podman_env, 
     rc = main(p.verify(f"{p.target.name}:known-good"))
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert out.startswith(f"verified {p.target.name}@{p.digest}: cell {p.cell_id}") and "SBOM verified (2 components)" in out
+    assert out.startswith(f"verified {p.target.name}@{p.digest}: cell {p.cell_id}")
+    assert "SBOM verified (2 components)" in out
     rc = main(p.verify(f"{p.target.name}@{p.digest}", "--json"))
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["ok"] is True and doc["problems"] == []

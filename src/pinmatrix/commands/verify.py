@@ -4,7 +4,6 @@ key you trust?"""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
@@ -26,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "tampered with; a signed SBOM, when present, names the same image and cell. Exit status: 0 "
                     "verified, 1 does not verify (the reason on stderr), 2 bad input.",
     )
-    p.add_argument("reference", metavar="REF", help="the image, e.g. 127.0.0.1:5000/pinmatrix/known-good/demo:known-good")
+    p.add_argument("reference", metavar="REF",
+                   help="the image, e.g. 127.0.0.1:5000/pinmatrix/known-good/demo:known-good")
     p.add_argument("--key", action="append", type=Path, default=[], metavar="FILE.pub",
                    help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
                    "separated by ':')")
