@@ -149,8 +149,13 @@ def nvidia_smi() -> list[dict[str, str]]:
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
+    return parse_nvidia_smi(out.stdout)
+
+
+def parse_nvidia_smi(text: str) -> list[dict[str, str]]:
+    """Rows of ``--query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader``."""
     rows = []
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 4:
             rows.append({"name": parts[0], "driver": parts[1], "capability": parts[2], "memory": parts[3]})
@@ -289,6 +294,8 @@ def main(smokes: dict[str, dict[str, Any]], namespace: dict[str, Any]) -> None:
     started, t0 = now(), time.monotonic()
     status, reason, failure_class = "pass", "", None
     log(f"[{name}] start {started}")
+    if os.environ.get("PINMATRIX_FAULT"):  # a deliberately broken variant (see _oracles.py): never a real result
+        ctx.metric("fault", os.environ["PINMATRIX_FAULT"])
     try:
         check_needs(spec)
         func(ctx)

@@ -1,4 +1,9 @@
-"""Host-level smokes: what the machine and the environment are, before any kernel runs."""
+"""Host-level smokes: what the machine and the environment are, before any kernel runs.
+
+Oracles (two lines each; host-probe, python-imports and arch-coverage compare facts, not kernel results):
+- unified-memory-leak: process RSS, GPU memory in use and the system's MemAvailable, sampled around allocate /
+  touch / free cycles of 32 MiB managed buffers, may not grow by half a buffer; fault leak keeps one per round.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from _oracles import MemorySample, fault, leak_problems
 from _smokelib import Context, Fail, Skip, cuda_driver, main, nvidia_smi, version_of
 
 SMOKES = {
@@ -33,8 +39,9 @@ SMOKES = {
     },
     "unified-memory-leak": {
         "func": "um_leak",
-        "description": "repeated small managed allocations (cuMemAllocManaged, 1 MiB each) must not grow "
-        "host memory use (the driver 590.48.01 class of fault).",
+        "description": "allocate / touch on host and device / free cycles of 32 MiB managed buffers "
+        "(cuMemAllocManaged) must not grow RSS, GPU memory in use or MemAvailable by half a buffer (the driver "
+        "590.48.01 class of fault).",
         "needs": {"gpu": True},
         "timeout_s": 300,
     },
@@ -205,7 +212,22 @@ def _rss() -> int:
     return 0
 
 
+def _gpu_used(drv) -> int:  # noqa: ANN001
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    drv.check(drv.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo")
+    return total.value - free.value
+
+
+def _memory(drv) -> MemorySample:  # noqa: ANN001
+    return MemorySample(rss=_rss(), gpu_used=_gpu_used(drv), mem_available=_meminfo().get("MemAvailable", 0))
+
+
+UM_BUFFER = 32 << 20  # each managed allocation; a leak of one is 32 MiB, twice the 16 MiB limit
+UM_PER_ROUND, UM_ROUNDS = 2, 6
+
+
 def um_leak(ctx: Context) -> None:
+    injected = fault(("leak",))
     drv = cuda_driver()
     lib = drv.lib
     ctxh = ctypes.c_void_p()
@@ -213,50 +235,52 @@ def um_leak(ctx: Context) -> None:
     drv.check(lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
     drv.check(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctxh), dev), "cuDevicePrimaryCtxRetain")
     drv.check(lib.cuCtxSetCurrent(ctxh), "cuCtxSetCurrent")
-    size = 1 << 20  # 1 MiB: always far below the card's free memory
-    rounds, per_round = 8, 64  # 512 allocations, 64 MiB live at most
+    size = UM_BUFFER
+    kept: list[int] = []  # what the leak fault did not free
 
-    def one_round() -> None:
+    def one_round(leak: bool) -> None:
         ptrs = []
-        for _ in range(per_round):
+        for _ in range(UM_PER_ROUND):
             p = ctypes.c_uint64()
             drv.check(lib.cuMemAllocManaged(ctypes.byref(p), ctypes.c_size_t(size), 1), "cuMemAllocManaged")
-            ptrs.append(p)
+            ptrs.append(p.value)
         for p in ptrs:
-            ctypes.memset(p.value, 0x5A, size)  # touch on the host
-            drv.check(lib.cuMemsetD8_v2(ctypes.c_uint64(p.value), 0xA5, ctypes.c_size_t(size)), "cuMemsetD8")
+            ctypes.memset(p, 0x5A, size)  # touch on the host
+            drv.check(lib.cuMemsetD8_v2(ctypes.c_uint64(p), 0xA5, ctypes.c_size_t(size)), "cuMemsetD8")
         drv.check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
-        for p in ptrs:  # read back on the host: the device write must be visible
-            if ctypes.c_ubyte.from_address(p.value + size - 1).value != 0xA5:
-                raise Fail("managed memory: device write not visible on the host", "wrong-result")
-        for p in ptrs:
-            drv.check(lib.cuMemFree_v2(ctypes.c_uint64(p.value)), "cuMemFree")
+        chunk = 1 << 20  # read it all back on the host in 1 MiB pieces (no large Python buffer to skew RSS):
+        for p in ptrs:   # every page migrates back, and the device write must show in every byte
+            for off in range(0, size, chunk):
+                if ctypes.string_at(p + off, chunk).count(0xA5) != chunk:
+                    raise Fail("managed memory: the device write is not visible on the host", "wrong-result")
+        for i, p in enumerate(ptrs):
+            if leak and i == 0:
+                kept.append(p)
+                continue
+            drv.check(lib.cuMemFree_v2(ctypes.c_uint64(p)), "cuMemFree")
 
-    one_round()  # warm-up: the driver's own pools settle here
-    base_rss, base_avail = _rss(), _meminfo().get("MemAvailable", 0)
-    growth = []
-    for _ in range(rounds):
-        one_round()
-        growth.append(_rss() - base_rss)
-    avail_drop = base_avail - _meminfo().get("MemAvailable", 0)
-    total = rounds * per_round * size
-    ctx.metric("allocations", rounds * per_round)
-    ctx.metric("allocated_mib_total", total // 2**20)
-    ctx.metric("rss_growth_mib", growth[-1] / 2**20)
-    ctx.metric("mem_available_drop_mib", avail_drop / 2**20)
-    limit = 32 * 2**20
-    # A leak grows with every round; noise does not. Require growth both in the process and system-wide.
-    if growth[-1] > limit and growth[-1] > growth[len(growth) // 2] > 0:
-        raise Fail(
-            f"unified memory leak: host RSS grew {growth[-1] / 2**20:.0f} MiB over "
-            f"{rounds * per_round} freed 1 MiB managed allocations", "memory-leak",
-        )
-    if avail_drop > 4 * total:
-        raise Fail(
-            f"unified memory leak: MemAvailable fell {avail_drop / 2**20:.0f} MiB over "
-            f"{total // 2**20} MiB of freed managed allocations (invisible in the process RSS)", "memory-leak",
-        )
-    ctx.summary = f"{rounds * per_round} managed allocations freed; RSS growth {growth[-1] / 2**20:.1f} MiB"
+    one_round(False)  # warm-up: the driver's own pools settle here
+    before = _memory(drv)
+    for _ in range(UM_ROUNDS):
+        one_round(injected == "leak")
+    after = _memory(drv)
+    for p in kept:
+        drv.check(lib.cuMemFree_v2(ctypes.c_uint64(p)), "cuMemFree")
+    ctx.metric("allocations", UM_ROUNDS * UM_PER_ROUND)
+    ctx.metric("allocation_mib", size // 2**20)
+    ctx.metric("allocated_mib_total", UM_ROUNDS * UM_PER_ROUND * size // 2**20)
+    ctx.metric("rss_growth_mib", (after.rss - before.rss) / 2**20)
+    ctx.metric("gpu_used_growth_mib", (after.gpu_used - before.gpu_used) / 2**20)
+    ctx.metric("mem_available_drop_mib", (before.mem_available - after.mem_available) / 2**20)
+    if kept:
+        ctx.metric("leaked_by_fault_mib", len(kept) * size // 2**20)
+    problems = leak_problems(before, after, size)
+    if problems:
+        raise Fail(f"unified memory leak over {UM_ROUNDS * UM_PER_ROUND} freed {size >> 20} MiB managed "
+                   f"allocations: " + "; ".join(problems), "memory-leak")
+    ctx.summary = (f"{UM_ROUNDS * UM_PER_ROUND} managed {size >> 20} MiB allocations freed; RSS "
+                   f"{ctx.metrics['rss_growth_mib']:+.1f} MiB, GPU {ctx.metrics['gpu_used_growth_mib']:+.1f} MiB, "
+                   f"MemAvailable {-ctx.metrics['mem_available_drop_mib']:+.1f} MiB (limit 16 MiB each)")
 
 
 # --- arch coverage -------------------------------------------------------------------------------

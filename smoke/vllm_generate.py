@@ -1,5 +1,10 @@
 """vLLM smoke: an engine starts on a tiny randomly initialised Llama written to a temporary directory (no
-hub, no tokenizer download) and generates tokens, under the cell's env flags (the runner exports them)."""
+hub, no tokenizer download) and generates tokens, under the cell's env flags (the runner exports them).
+
+Oracles (two lines each; no PyPI package ships a tiny causal LM to pin golden token ids to):
+- vllm-generate: the same weights in transformers' eager float32 model, teacher-forced on vLLM's tokens; each
+  greedy token's logit must be within 5% of its row's standard deviation of the reference's maximum.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,21 @@ import os
 import tempfile
 import time
 
+from _oracles import greedy_mismatch
 from _smokelib import Context, Fail, main
 
 SMOKES = {
     "vllm-generate": {
         "func": "engine",
         "description": "LLM() on a local 2-layer random Llama (hidden 64, vocab 512), skip_tokenizer_init, "
-        "greedy generation of 8 tokens from token ids.",
+        "greedy generation of 8 tokens from token ids, checked against transformers' float32 model.",
         "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"], "min_capability": "7.0"},
         "timeout_s": 600,
     },
 }
+
+
+PROMPT = [1, 17, 42, 99]
 
 
 def _write_tiny_model(path: str) -> None:
@@ -48,13 +57,34 @@ def engine(ctx: Context) -> None:
         ctx.metric("engine_start_s", time.monotonic() - t0)
         params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, detokenize=False)
         t0 = time.monotonic()
-        outs = llm.generate([{"prompt_token_ids": [1, 17, 42, 99]}], params)
+        outs = llm.generate([{"prompt_token_ids": PROMPT}], params)
         ctx.metric("generate_s", time.monotonic() - t0)
         tokens = list(outs[0].outputs[0].token_ids)
         ctx.metric("tokens", len(tokens))
-        if len(tokens) != 8 or not all(0 <= t < 512 for t in tokens):
-            raise Fail(f"vLLM generated {tokens!r}, expected 8 token ids below 512", "wrong-result")
-    ctx.summary = f"engine started in {ctx.metrics['engine_start_s']} s and generated 8 tokens"
+        ctx.metric("token_ids", " ".join(map(str, tokens)))
+        if len(tokens) != 8:
+            raise Fail(f"vLLM generated {tokens!r}, expected 8 token ids", "wrong-result")
+        rows, tolerance = _reference_logits(model_dir, PROMPT, tokens)
+        wrong = greedy_mismatch(tokens, rows, tolerance)
+        if wrong:
+            raise Fail(f"vLLM's greedy tokens differ from the reference model's: {wrong}", "wrong-result")
+    ctx.summary = (f"engine started in {ctx.metrics['engine_start_s']} s; 8 greedy tokens agree with the "
+                   "transformers reference")
+
+
+def _reference_logits(model_dir: str, prompt: list[int], tokens: list[int]) -> tuple[list[list[float]], float]:
+    """Rows of reference logits (row t: after the prompt and tokens[:t]) and the tolerance: 5% of the rows'
+    smallest standard deviation."""
+    import statistics
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to("cuda").eval()
+    ids = torch.tensor([prompt + tokens[:-1]], device="cuda")
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:].double().cpu().tolist()
+    return logits, 0.05 * min(statistics.pstdev(row) for row in logits)
 
 
 if __name__ == "__main__":
