@@ -68,6 +68,17 @@ def smoke(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def bisect(session: nox.Session) -> None:
+    """Find where a smoke's verdict changes: `-- param SMOKE --param M [--cell ID --wheels DIR]` (the smallest failing
+    value of a declared parameter) or `-- version SMOKE --stack S --axis A --range SPEC [--runtime venv|podman|docker]`
+    (the first release/variant where it changes). Every probe is recorded in the results store; a rerun resumes.
+    Without arguments: the CPU demo, `param cpu-threshold --param n --timeout 5`."""
+    _install(session)
+    session.run("pinmatrix", "bisect", *(session.posargs or ["param", "cpu-threshold", "--param", "n", "--timeout", "5"]),
+                success_codes=[0, 1])
+
+
+@nox.session(python=PYTHON)
 def report(session: nox.Session) -> None:
     """Write index.html, summary.md, junit.xml and report.json from the results store (`-- --stack S`).
 
