@@ -7,6 +7,7 @@ the path that the text spells out."""
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Sequence
 
 _KEY = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
@@ -17,7 +18,64 @@ _PART = re.compile(_KEY)
 
 
 def _split(dotted: str) -> list[str]:
-    return [p.strip("\"'") for p in _PART.findall(dotted)]
+    return [_unquote(p) for p in _PART.findall(dotted)]
+
+
+def _unquote(part: str) -> str:
+    """A bare key as is; a quoted key as TOML reads it (escapes such as \\u202e decoded)."""
+    if part[:1] in "\"'":
+        try:
+            return str(tomllib.loads(f"k = {part}")["k"])
+        except tomllib.TOMLDecodeError:
+            return part.strip("\"'")
+    return part
+
+
+def nesting_problem(text: str, limit: int) -> int | None:
+    """The line where arrays and inline tables first nest deeper than ``limit``, or None. Scans the text
+    (strings and comments skipped) so that a hostile depth is refused before a recursive parser sees it."""
+    depth, line, i, n = 0, 1, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end == -1 else end
+            continue
+        elif ch in "\"'":
+            i, line = _skip_string(text, i, line)
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return line
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return None
+
+
+def _skip_string(text: str, i: int, line: int) -> tuple[int, int]:
+    """Index just past the string that starts at ``i``, and the line it ends on."""
+    quote = text[i]
+    triple = text.startswith(quote * 3, i)
+    j = i + (3 if triple else 1)
+    n = len(text)
+    while j < n:
+        ch = text[j]
+        if ch == "\\" and quote == '"':
+            line += text[j + 1: j + 2] == "\n"
+            j += 2
+            continue
+        if ch == "\n":
+            line += 1
+            if not triple:
+                return j, line - 1  # an unterminated one-line string: the parser will say so
+        if ch == quote and (not triple or text.startswith(quote * 3, j)):
+            return j + (3 if triple else 1), line
+        j += 1
+    return n, line
 
 
 class TomlLocator:
