@@ -178,3 +178,19 @@ def test_rebuild_then_smoke_then_promote(oci_registry: str, tmp_path: Path) -> N
     assert runs == {"b2"}
     (statement,) = fetch_statements(reg, target.with_digest(image_b))
     assert json.dumps(statement).count(image_a.split(":")[1]) == 0
+
+
+# ---------------------------------------------------------------------------------------------- pull
+
+
+@pytest.mark.parametrize("reference", [f"127.0.0.1:5000/pinmatrix/known-good/xf@{B}",
+                                       "127.0.0.1:5000/pinmatrix/known-good/xf:known-good",
+                                       f"127.0.0.1:5000/pinmatrix/known-good/xf:cell-1@{B}"])
+def test_pull_takes_only_a_reference_that_carries_the_recorded_digest(reference: str) -> None:
+    from pinmatrix.pull import reference_of
+
+    entry = {"cell_id": CELL.id, "digest": A, "reference": reference}
+    with pytest.raises(ValueError, match=f"does not carry the recorded digest {A}"):
+        reference_of(entry)
+    ok = reference_of({**entry, "reference": f"127.0.0.1:5000/pinmatrix/known-good/xf@{A}"})
+    assert (ok.digest, ok.repository, ok.tag) == (A, "pinmatrix/known-good/xf", None)
