@@ -15,12 +15,13 @@ import socket
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinmatrix import storefile
 from pinmatrix.errors import PinmatrixError
 
 STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded")
@@ -30,6 +31,12 @@ SCHEMA_VERSION = 1
 
 class ResultsError(PinmatrixError):
     """The results store is unreadable, or an imported row is malformed."""
+
+
+def _say_on_stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -251,12 +258,64 @@ class ResultsStore:
 
     BUSY_TIMEOUT_MS = 30_000
     RETRIES = 20
+    WRITE_WAIT_S = 120.0  # how long a writer waits for another one (saying for whom) before it gives up
 
-    def __init__(self, path: Path = DEFAULT_PATH) -> None:
+    def __init__(self, path: Path = DEFAULT_PATH, *, on_wait: Callable[[str], None] | None = None) -> None:
+        """Open the store at ``path``; a store that does not exist yet is made. An existing one is not
+        written to until a record is (readers of a store never write, so they never wait for a writer);
+        an empty or foreign file at ``path`` is named and left alone (storefile.py)."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as conn:
-            self._retry(lambda: self._init_schema(conn))
+        self.on_wait = on_wait or _say_on_stderr
+        self._ready = False
+        if not storefile.inspect_file(self.path):
+            storefile.create(self.path, self._init_schema)
+
+    def check(self) -> None:
+        """SQLite's quick_check, and that the file is a pinmatrix results store of a schema this pinmatrix
+        knows. Read-only; raises ResultsError with one line naming the file."""
+        if not storefile.inspect_file(self.path):
+            raise ResultsError(f"{self.path}: no results store")
+        conn = storefile.connect_read(self.path)
+        try:
+            storefile.quick_check(conn, self.path)
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            missing = sorted({"meta", "hosts", "results"} - tables)
+            row = None if missing else conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as err:
+            raise ResultsError(f"{self.path}: the results store is unreadable: {err}") from None
+        finally:
+            conn.close()
+        if missing or row is None:
+            what = f"no {', '.join(missing)} table" if missing else "no schema_version"
+            raise ResultsError(f"{self.path}: an SQLite database, but not a pinmatrix results store ({what}); "
+                               "left as it is")
+        if not str(row[0]).isdigit() or int(row[0]) > SCHEMA_VERSION:
+            raise ResultsError(f"{self.path}: results store schema {row[0]!r} is newer than this pinmatrix "
+                               f"knows ({SCHEMA_VERSION}); left as it is")
+
+    def prepare_write(self) -> None:
+        """Before the first write of this process: ``check`` an existing store, then make or migrate its
+        tables under the write lock. `pinmatrix smoke` calls it before running anything."""
+        if self._ready:
+            return
+        if storefile.inspect_file(self.path):
+            self.check()
+
+        def init() -> None:
+            with self._connect() as conn:
+                storefile.begin_write(conn, self.path, wait_s=self.WRITE_WAIT_S, on_wait=self.on_wait)
+                try:
+                    self._init_schema(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                finally:
+                    storefile.clear_owner(self.path)
+
+        self._retry(init)
+        self._ready = True
 
     # -- connection handling -------------------------------------------------------------------
     @contextmanager
@@ -275,6 +334,22 @@ class ResultsStore:
         except sqlite3.DatabaseError as err:
             if "locked" in str(err) or "busy" in str(err):
                 raise
+            raise ResultsError(f"{self.path}: results store is unreadable: {err}") from None
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A snapshot read: never waits behind a writer (storefile.connect_read)."""
+        conn = storefile.connect_read(self.path)
+        try:
+            yield conn
+        except sqlite3.DatabaseError as err:
+            if "locked" in str(err) or "busy" in str(err):
+                raise
+            if "no such table" in str(err):
+                raise ResultsError(f"{self.path}: an SQLite database, but not a pinmatrix results store ({err}); "
+                                   "left as it is") from None
             raise ResultsError(f"{self.path}: results store is unreadable: {err}") from None
         finally:
             conn.close()
@@ -312,9 +387,11 @@ class ResultsStore:
         if not recs:
             return 0
 
+        self.prepare_write()
+
         def write() -> int:
             with self._connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
+                storefile.begin_write(conn, self.path, wait_s=self.WRITE_WAIT_S, on_wait=self.on_wait)
                 try:
                     for rec in recs:
                         self._insert(conn, rec)
@@ -323,6 +400,8 @@ class ResultsStore:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
+                finally:
+                    storefile.clear_owner(self.path)
             return len(recs)
 
         return int(self._retry(write))
@@ -392,7 +471,7 @@ class ResultsStore:
         sql += " ORDER BY r.seq"
 
         def read() -> list[SmokeRecord]:
-            with self._connect() as conn:
+            with self._read() as conn:
                 return [self._row_to_record(row) for row in conn.execute(sql, params)]
 
         return list(self._retry(read))
@@ -419,7 +498,7 @@ class ResultsStore:
         """Whether ``smoke`` is recorded for this cell and host ON THIS IMAGE: results follow the image digest
         they ran on (None = run outside any image, on the host), so a rebuilt or pushed image is smoked again."""
         def read() -> bool:
-            with self._connect() as conn:
+            with self._read() as conn:
                 row = conn.execute(
                     "SELECT 1 FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ?"
                     " AND image_digest IS ? AND params = ? LIMIT 1",
@@ -431,7 +510,7 @@ class ResultsStore:
 
     def run_ids(self) -> list[str]:
         def read() -> list[str]:
-            with self._connect() as conn:
+            with self._read() as conn:
                 return [r[0] for r in conn.execute("SELECT run_id FROM results GROUP BY run_id ORDER BY MIN(seq)")]
 
         return list(self._retry(read))

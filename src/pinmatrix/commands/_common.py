@@ -15,6 +15,13 @@ from pinmatrix.matrix import Matrix, load_matrix
 def add_matrix_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
                         help="the matrix file (default: ./matrix.toml; - reads it from stdin)")
+    add_limit_argument(parser)
+
+
+def add_limit_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-combinations", type=int, metavar="N", default=None,
+                        help="refuse a matrix with more than N combinations before expanding it "
+                             "(default: [matrix].max_combinations, else 100000)")
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.commands._common import add_limit_argument
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
@@ -28,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
                    help="the matrix file (default: ./matrix.toml); read only with --cell/--stack")
+    add_limit_argument(p)
     p.add_argument("--cell", action="append", metavar="ID", help="a cell id or name (repeatable)")
     p.add_argument("--stack", "-s", metavar="S", help="every cell of stack S")
     p.add_argument("-k", dest="keyword", metavar="EXPR",
@@ -48,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
     p.add_argument("--logs", type=Path, default=Path(".pinmatrix/logs"), metavar="DIR", help="log directory")
+    p.add_argument("--log-cap", type=float, default=8.0, metavar="MIB",
+                   help="keep at most MIB MiB of each smoke's log: the first and the last half, with a line "
+                        "saying how much was left out between them (default 8)")
     p.add_argument("--smoke-dir", type=Path, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="print this run's records as JSON on stdout (progress goes to stderr), or write them "
@@ -100,10 +105,12 @@ def run(args: argparse.Namespace) -> int:
         smoke_dir=args.smoke_dir, keyword=args.keyword, rerun=args.rerun, timeout_s=args.timeout,
         python=args.python, logs_dir=args.logs, overlay_dir=args.overlay, wheels_dir=args.wheels,
         repo_root=(args.matrix.resolve().parent if matrix is not None else Path.cwd()), runtime=args.runtime,
+        log_cap=int(args.log_cap * 1024 * 1024),
     )
     if args.wheels is not None and not args.wheels.is_dir():
         raise PinmatrixError(f"--wheels {args.wheels}: not a directory")
     store = ResultsStore(args.results)
+    store.prepare_write()  # a damaged or foreign store is named now, before any smoke runs
     host = HostFingerprint.detect()
     run_id = new_run_id()
     to_stdout = args.json == "-"
@@ -160,7 +167,7 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
         if args.image:
             ref = args.image
         elif matrix is not None:
-            from pinmatrix.imagebuild import image_ref
+            from pinmatrix.image.build import image_ref
 
             ref = image_ref(cell, matrix.settings.registry)
         else:
@@ -172,6 +179,7 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
             echo(f"cell {cell.id} {getattr(cell, 'name', '')}: no image {ref} in the {args.runtime} store; "
                  "passed over")
             continue
-        opts = replace(options, image_digest=digest, container=ContainerSmokes(engine, ref, smoke_dir))
+        opts = replace(options, image_digest=digest, container=ContainerSmokes(engine, ref, smoke_dir,
+                                                                                    log_cap=options.log_cap))
         runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id, echo=echo))
     return runs

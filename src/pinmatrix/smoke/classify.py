@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.sanitize import strip_ansi, terminal_text
 
 SIGNATURES_PATH = Path(__file__).with_name("signatures.toml")
+RESULT_STATUSES = ("pass", "fail", "skip", "degraded")  # what a smoke itself may record
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,14 @@ def classify(
     - killed by a signal (negative return code): fail / crash, named by the signal;
     - no result JSON: fail, classed by the first failure signature in the log, else "error";
     - a result JSON: its status; a fail without a class takes the log's first failure signature;
-      a pass whose log shows a degrading signature (AutoTuner skipped tactics) becomes degraded.
+      a pass whose log shows a degrading signature (AutoTuner skipped tactics) becomes degraded;
+    - a result that is not a fail from a process that exited non-zero: fail / exit-status (the exit status
+      and the recorded result must agree: a smoke that records pass and exits 1 did not pass).
+
+    Terminal escape sequences are stripped from the log (and every other control character from the
+    result's reason) before anything is matched or kept.
     """
+    log_text = strip_ansi(log_text)
     matches = scan(log_text, signatures)
     metrics: dict[str, Any] = {}
     for m in matches:
@@ -129,8 +137,13 @@ def classify(
                        metrics)
 
     status = str(result.get("status", "fail"))
-    reason = str(result.get("reason", ""))
-    cls = result.get("failure_class")
+    reason = terminal_text(str(result.get("reason", "")))
+    if status not in RESULT_STATUSES:
+        return Outcome("fail", "error", f"recorded an unknown status {terminal_text(status)[:40]!r}", metrics)
+    if returncode is not None and returncode != 0 and status != "fail":
+        return Outcome("fail", "exit-status", f"recorded {status!r} but exited with status {returncode}"
+                       + (f" ({reason})" if reason else ""), metrics)
+    cls = terminal_text(str(result["failure_class"]))[:80] if result.get("failure_class") else None
     if status == "fail" and not cls:
         cls = faults[0].signature.failure_class if faults else "error"
     if status == "pass" and degrading:

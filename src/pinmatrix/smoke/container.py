@@ -11,10 +11,13 @@ from typing import Any
 from pinmatrix.engine import OCIEngine, host_has_gpus
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
 OUT_MOUNT = "/pinmatrix-out"
+LIB_MOUNT = "/opt/pinmatrix-lib"  # the pinmatrix package, for the arch-coverage smoke
+TOOL_MOUNT = "/opt/pinmatrix-cuda"  # cuobjdump from its wheel
 IMAGE_PYTHON = "/opt/venv/bin/python"
 # Variables that describe the host, not the cell: never copied into the container.
 _HOST_ONLY = {"PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME",
@@ -23,13 +26,14 @@ _HOST_ONLY = {"PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHE
 
 class ContainerSmokes:
     def __init__(self, engine: OCIEngine, image: str, smoke_dir: Path, *, python: str = IMAGE_PYTHON,
-                 gpus: bool | None = None, kill_grace_s: float = 3.0) -> None:
+                 gpus: bool | None = None, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP) -> None:
         self.engine = engine
         self.image = image
         self.smoke_dir = Path(smoke_dir).resolve()
         self.python = python
         self.gpus = host_has_gpus() if gpus is None else gpus
         self.kill_grace_s = kill_grace_s
+        self.log_cap = log_cap
 
     def __call__(self, cell: Any, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
                  timeout: float) -> ProcessResult:
@@ -46,16 +50,35 @@ class ContainerSmokes:
         passed["PINMATRIX_SMOKE_RESULT"] = f"{OUT_MOUNT}/{result_path.name}"
         passed.pop("PINMATRIX_OVERLAY", None)
         passed["PYTHONUNBUFFERED"] = "1"
+        args += _archscan_mounts(passed)
         for key, value in sorted(passed.items()):
             args += ["-e", f"{key}={value}"]
         module = f"{SMOKE_MOUNT}/{smoke.module.name}"
         args += [self.image, self.python, "-X", "faulthandler", "-u", module, smoke.name]
         argv = self.engine._argv(args)
         try:
+            # cleanup: the container goes too when the runner is killed (the guard runs it; guard.py)
             return run_process(argv, dict(self.engine.env), log_path, result_path, timeout, cwd=work,
-                               kill_grace_s=self.kill_grace_s)
+                               kill_grace_s=self.kill_grace_s, log_cap=self.log_cap,
+                               cleanup=self.engine._argv(["rm", "--force", name]))
         finally:
             self.engine.call(["rm", "--force", name], check=False, timeout=60)
+
+
+def _archscan_mounts(passed: dict[str, str]) -> list[str]:
+    """The arch-coverage smoke's pinmatrix package and cuobjdump, mounted read-only; ``passed`` is rewritten to
+    the paths inside the container."""
+    args: list[str] = []
+    lib = passed.pop("PINMATRIX_LIB", None)
+    if lib and (Path(lib) / "pinmatrix").is_dir():
+        args += ["-v", f"{(Path(lib) / 'pinmatrix').resolve()}:{LIB_MOUNT}/pinmatrix:ro"]
+        passed["PINMATRIX_LIB"] = LIB_MOUNT
+    tool = passed.pop("PINMATRIX_CUOBJDUMP", None)
+    if tool and Path(tool).is_file():
+        root = Path(tool).resolve().parent.parent  # .../nvidia/cu13
+        args += ["-v", f"{root}:{TOOL_MOUNT}:ro"]
+        passed["PINMATRIX_CUOBJDUMP"] = f"{TOOL_MOUNT}/bin/{Path(tool).name}"
+    return args
 
 
 def _registry_digest(ref: str, image_id: str) -> str | None:

@@ -123,6 +123,10 @@ def smoke_env(cell: Any, smoke: Smoke, result_path: Path, overlay: Overlay | Non
     env["PINMATRIX_SMOKE_RESULT"] = str(result_path)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSAFEPATH", None)  # the smoke imports _smokelib from its own directory
+    from pinmatrix.archscan.smokeenv import smoke_env_vars  # arch-coverage: pinmatrix.archscan and cuobjdump
+
+    for key, value in smoke_env_vars().items():
+        env.setdefault(key, value)
     if overlay is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.site), os.environ.get("PYTHONPATH")]))
         env["PINMATRIX_OVERLAY"] = str(overlay.site)
@@ -276,6 +280,7 @@ def run_cells(
     run_id: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> list[CellRun]:
+    store.prepare_write()  # checked (quick_check, schema) before any smoke runs, not after
     catalogue = load_catalogue(options.smoke_dir)
     host = host or HostFingerprint.detect()
     run_id = run_id or new_run_id()
