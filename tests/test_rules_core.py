@@ -299,3 +299,27 @@ def test_skip_or_fail_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception):
         skip_or_fail("the index is unreachable")
+
+
+# ------------------------------------------------------------------------------------ lock hashes (builder)
+
+
+def test_a_lock_hash_that_is_not_a_sha256_counts_as_no_hash() -> None:
+    """The builder's lock check (pinmatrix.image.lockcheck) before any layer: a package whose every hash is
+    mangled (wrong length, not hex) is refused like one without hashes; the untouched lock passes."""
+    import re
+
+    from pinmatrix.expand import select_cells
+    from pinmatrix.image.lockcheck import LockMismatch, checked_lock
+    from pinmatrix.lock import lock_path
+
+    _, expansion = load(ROOT / "matrix.toml")
+    cell = select_cells(expansion.cells, stack="demo")[0]
+    text = lock_path(cell, ROOT).read_text()
+    checked_lock(cell, text, "locks/x.txt")
+    six = re.search(r"^six==\S+ \\\n(?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+", text, re.MULTILINE)
+    assert six, "the demo lock pins six with hashes"
+    for bad in ("z" * 64, "ab" * 31):
+        mangled = text.replace(six.group(0), re.sub(r"sha256:[0-9a-f]{64}", f"sha256:{bad}", six.group(0)))
+        with pytest.raises(LockMismatch, match=r"six==\S+ has no --hash"):
+            checked_lock(cell, mangled, "locks/x.txt")
