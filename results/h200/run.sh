@@ -3,7 +3,7 @@
 # the two cells of the shipped matrix's `h200` stack (xformers 0.0.35 plain, and with the int64 patch).
 #
 # Run from the repository root with the wheels carried under .whl/ (ignored by git):
-#   .whl/cell/  xformers 0.0.35, flashinfer-python 0.6.8.post1, apache-tvm-ffi, cuda-tile: the cells' extra
+#   .whl/h200/  xformers 0.0.35, flashinfer-python 0.6.8.post1, apache-tvm-ffi, cuda-tile: the cells' extra
 #               wheels, installed per cell into .pinmatrix/overlay/<cell-id>/site (+ the cell's patches)
 #   .whl/pm/    pinmatrix's own pure-Python dependencies that machine lacks (pydantic, tomlkit, ...)
 # Everything is written under $OUT (default results/h200/out); BUDGET_S bounds the whole run.
@@ -26,7 +26,7 @@ smoke() {  # smoke CELL-NAME JSON-NAME [pinmatrix smoke args...]
   if (( t < 30 )); then echo "== skipped $name: budget spent"; return; fi
   echo "== $name ($cell), $t s left"
   timeout --signal=INT "$t" python3 -m pinmatrix.cli smoke matrix.toml --stack h200 --cell "$cell" \
-    --wheels .whl/cell --results "$STORE" --timeout 300 --json "$OUT/$name.json" "$@"
+    --wheels .whl/h200 --results "$STORE" --timeout 300 --json "$OUT/$name.json" "$@"
   echo "== $name: exit $?"
 }
 echo "== host: $(date -u)"
