@@ -87,9 +87,10 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 @pytest.fixture(scope="session")
 def docker_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """Debian's docker-registry on 127.0.0.1:5000 (or a free port if 5000 is taken); ``.address`` is host:port."""
+    """Debian's docker-registry on a free port of 127.0.0.1; ``.address`` is host:port. Never 5000: that is the
+    shipped matrix's registry, which pinmatrix's embedded registry serves for ./dev (pinmatrix.localregistry)."""
     require_binaries("docker-registry")
-    service = _start(start_registry, tmp_path_factory.mktemp("registry"))
+    service = _start(start_registry, tmp_path_factory.mktemp("registry"), None)
     yield service
     service.stop()
 
