@@ -47,8 +47,9 @@ SMOKES = {
     },
     "arch-coverage": {
         "func": "arch_coverage",
-        "description": "lists SASS/PTX targets of the environment's CUDA binaries (torch, flashinfer JIT cache, "
-        "vllm _C, xformers _C) and fails when the cell's target arch is missing; runs without a GPU.",
+        "description": "exact SASS/PTX targets of the environment's CUDA binaries (torch, flashinfer JIT cache, "
+        "vllm _C, xformers _C) per kernel group, judged for the cell's GPU (pinmatrix.archscan); fails when kernel "
+        "groups cannot run there or a cell-built module lacks the cell's arch flag; runs without a GPU.",
         "needs": {},
         "phase": 9,
         "timeout_s": 600,
@@ -284,74 +285,42 @@ def um_leak(ctx: Context) -> None:
 
 
 # --- arch coverage -------------------------------------------------------------------------------
-FATBIN_MAGIC = 0xBA55ED50
+# The analysis is pinmatrix's own (pinmatrix.archscan: exact targets with cuobjdump, per kernel group, the
+# cited rules of data/arch_rules.toml). The runner points PINMATRIX_LIB at a folder that holds only the
+# pinmatrix package (mounted read-only in containers) and PINMATRIX_CUOBJDUMP at cuobjdump from its wheel.
 
 
-def parse_fatbins(data: bytes) -> set[str]:
-    """Targets in every fatbin container of ``data``: ``sm_XY`` (SASS) and ``compute_XY`` (PTX).
-    Suffixes (a/f) live inside the compressed ELF and are not read here; cuobjdump reports them."""
-    import struct
-
-    found: set[str] = set()
-    magic = struct.pack("<I", FATBIN_MAGIC)
-    pos = data.find(magic)
-    while pos != -1 and pos + 16 <= len(data):
-        _, _ver, hdr, size = struct.unpack_from("<IHHQ", data, pos)
-        end = pos + hdr + size
-        if hdr != 16 or end > len(data):
-            pos = data.find(magic, pos + 4)
-            continue
-        entry = pos + hdr
-        while entry + 64 <= end:
-            kind, _u, esize, aligned = struct.unpack_from("<HHII", data, entry)
-            arch = struct.unpack_from("<I", data, entry + 28)[0]
-            if esize < 64 or esize > 4096:
-                break
-            if kind == 1:
-                found.add(f"compute_{arch}")
-            elif kind in (2, 0x10):
-                found.add(f"sm_{arch}")
-            entry += esize + aligned
-        pos = data.find(magic, end)
-    return found
+def _archscan():  # noqa: ANN202 - modules
+    lib = os.environ.get("PINMATRIX_LIB")
+    if lib and lib not in sys.path:
+        sys.path.append(lib)
+    try:
+        from pinmatrix.archflag import ArchFlag
+        from pinmatrix.archscan import binary, verdict
+    except ImportError as err:
+        raise Skip(f"pinmatrix's arch analysis is not importable here ({err}); the runner sets PINMATRIX_LIB") from None
+    return ArchFlag, binary, verdict
 
 
-def cuobjdump_targets(path: Path, exe: str) -> set[str] | None:
-    found: set[str] = set()
-    for flag, kind in (("--list-elf", "sm"), ("--list-ptx", "compute")):
-        try:
-            out = subprocess.run([exe, flag, str(path)], capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if out.returncode != 0 and "does not contain" not in (out.stderr + out.stdout):
-            return None
-        for m in re.finditer(r"\.(sm_\d+[a-z]?)\.(?:cubin|ptx)", out.stdout):
-            found.add(m.group(1) if kind == "sm" else m.group(1).replace("sm_", "compute_"))
-    return found
+def _cuobjdump() -> str | None:
+    given = os.environ.get("PINMATRIX_CUOBJDUMP")
+    if given is not None:  # "" turns the tool off: the fatbin header parser alone
+        return given if given and os.access(given, os.X_OK) else None
+    return shutil.which("cuobjdump") or (
+        "/usr/local/cuda/bin/cuobjdump" if os.path.exists("/usr/local/cuda/bin/cuobjdump") else None)
 
 
-def _normalise_target(flag: str) -> str:
-    """'12.1a' / 'sm_121a' / '9.0' -> 'sm_121a' / 'sm_90'."""
-    flag = flag.strip()
-    if flag.startswith(("sm_", "compute_")):
-        return "sm_" + flag.split("_", 1)[1]
-    m = re.match(r"^(\d+)\.(\d+)([af]?)$", flag)
-    if not m:
-        raise Fail(f"cannot read target arch {flag!r}", "bad-input")
-    return f"sm_{m.group(1)}{m.group(2)}{m.group(3)}"
-
-
-def _targets(ctx: Context) -> list[str]:
-    flags = [f for f in ctx.cell.get("arch_flags") or [] if f and not f.startswith("+")]
-    if flags:
-        return [_normalise_target(f) for f in flags]
+def _gpu(ctx: Context, flags: list) -> str:  # noqa: ANN001
+    """The capability the binaries must run on: the cell's GPU, else the device's, else the newest arch flag's."""
     cap = ctx.cell.get("compute_capability")
     if cap:
-        return [_normalise_target(cap)]
+        return str(cap)
     devs = nvidia_smi()
     if devs and devs[0]["capability"]:
-        return [_normalise_target(devs[0]["capability"])]
-    raise Skip("no target arch: no cell arch flags and no GPU to take it from")
+        return devs[0]["capability"]
+    if flags:
+        return max(flags, key=lambda f: f.capability).base
+    raise Skip("no target GPU: the cell names none, has no arch flags and no GPU is visible")
 
 
 def _cuda_binaries() -> list[tuple[str, Path]]:
@@ -385,85 +354,53 @@ def _cuda_binaries() -> list[tuple[str, Path]]:
     return out
 
 
-def _split(target: str) -> tuple[int, int, str]:
-    m = re.match(r"^(?:sm|compute)_(\d+?)(\d)([af]?)$", target)
-    if not m:
-        return (0, 0, "")
-    return int(m.group(1)), int(m.group(2)), m.group(3)
-
-
-def runnable(found: set[str], target: str) -> bool:
-    """Can the device of ``target`` run this module at all? SASS of the same major and a minor not
-    above the target's (arch-specific 'a' SASS only on its exact arch), or PTX of a lower arch to JIT."""
-    major, minor, _ = _split(target)
-    for t in found:
-        tmaj, tmin, suffix = _split(t)
-        if t.startswith("sm_"):
-            if suffix == "a" and (tmaj, tmin) != (major, minor):
-                continue
-            if tmaj == major and tmin <= minor:
-                return True
-        elif (tmaj, tmin) <= (major, minor) and suffix != "a":
-            return True
-    return False
-
-
-def carries(found: set[str], target: str, exact: bool) -> bool:
-    """Does a cell-built module carry SASS for ``target`` itself? sm_XYa needs sm_XYa; sm_XYf takes sm_XYf
-    or sm_XYa; a plain sm_XY takes any of the three. Without cuobjdump (``exact`` False) suffixes are not
-    known and the number decides."""
-    base = re.sub(r"[af]$", "", target)
-    if not exact:
-        return any(re.sub(r"[af]$", "", t) == base for t in found if t.startswith("sm_"))
-    accepted = {"a": {target}, "f": {target, base + "a"}}.get(target[-1], {base, base + "a", base + "f"})
-    return bool(accepted & found)
-
-
-# Modules built for the cell's own arch list (JIT caches, source builds): they must carry the exact target,
-# since a family or PTX fallback is the slow path (the GB10's compute_120f NVFP4 story).
+# Modules built for the cell's own arch list (JIT caches, source builds): they must carry the exact target of
+# each arch flag, since a family or PTX fallback is the slow path (the GB10's compute_120f NVFP4 story).
 CELL_BUILT = ("flashinfer-jit", "flashinfer-jit-cache", "vllm", "extra")
 
 
 def arch_coverage(ctx: Context) -> None:
-    targets = _targets(ctx)
+    ArchFlag, binary, verdict = _archscan()
+    flags = [ArchFlag.parse(f) for f in ctx.cell.get("arch_flags") or [] if f and not f.startswith("+")]
+    cap = verdict.parse_gpu(_gpu(ctx, flags))
+    if not flags:  # host mode without a cell: the device's own capability, plain
+        flags = [ArchFlag(cap[0], cap[1], "", False)]
     binaries = _cuda_binaries()
     if not binaries:
         raise Skip("no CUDA binaries in the environment (torch/vllm/xformers/flashinfer absent)")
-    exe = shutil.which("cuobjdump") or (
-        "/usr/local/cuda/bin/cuobjdump" if os.path.exists("/usr/local/cuda/bin/cuobjdump") else None
-    )
-    ctx.metric("tool", "cuobjdump + fatbin parser" if exe else "fatbin parser")
+    exe = _cuobjdump()
+    ctx.metric("tool", "cuobjdump" if exe else "fatbin parser")
+    ctx.metric("gpu", f"{cap[0]}.{cap[1]}")
     problems: list[str] = []
-    scanned = 0
+    scanned = jit_groups = 0
     for label, path in binaries:
-        cell_built = label.split(":", 1)[0] in CELL_BUILT
-        # cuobjdump reads arch suffixes (sm_90a) but is slow on GiB-sized libraries; the fatbin parser is
-        # fast and enough to decide whether a prebuilt library can run at all.
-        use_tool = exe is not None and (cell_built or path.stat().st_size < 256 * 2**20)
-        found = cuobjdump_targets(path, exe) if use_tool else None
-        exact = found is not None
+        found = binary.read_binary(path, exe, label=label)
         if found is None:
-            found = parse_fatbins(path.read_bytes())
-        if not found:
             continue  # no device code in this library
         scanned += 1
-        sass = sorted(t for t in found if t.startswith("sm_"))
-        ptx = sorted(t for t in found if t.startswith("compute_"))
-        print(f"{label}: SASS {' '.join(sass) or '-'} | PTX {' '.join(ptx) or '-'}")
-        ctx.metric(f"targets.{label}", " ".join(sass + ptx)[:500])
-        for t in targets:
-            if not runnable(found, t):
-                problems.append(f"{label} has no SASS or PTX for {t}")
-            elif cell_built and not carries(found, t, exact):
-                problems.append(f"{label} lacks {t} (has {' '.join(sass) or 'PTX only'})")
+        judged = verdict.binary_verdict(found, cap)
+        print(f"{label}: SASS {' '.join(found.sass) or '-'} | PTX {' '.join(found.ptx) or '-'} | {judged.summary}")
+        for note in found.notes:
+            print(f"  note: {note}")
+        ctx.metric(f"targets.{label}", " ".join(found.sass + found.ptx)[:500])
+        ctx.metric(f"verdict.{label}", judged.verdict)
+        jit_groups += judged.counts.get(verdict.JIT, 0)
+        if judged.verdict in (verdict.CANNOT, verdict.PARTIAL):
+            problems.append(f"{label}: {judged.summary}")
+        if label.split(":", 1)[0] in CELL_BUILT:
+            for flag in flags:
+                if verdict.honours(found, flag) is False:
+                    problems.append(f"{label} lacks {flag.sass_name} (has {' '.join(found.sass) or 'PTX only'})")
     ctx.metric("binaries_scanned", scanned)
+    ctx.metric("ptx_jit_groups", jit_groups)
     if scanned == 0:
         raise Skip("the environment's CUDA libraries hold no device code")
     if problems:
-        raise Fail(f"target arch missing in {len(problems)} module(s): " + "; ".join(problems[:8])
+        raise Fail(f"capability {cap[0]}.{cap[1]}: {len(problems)} problem(s): " + "; ".join(problems[:8])
                    + (" ..." if len(problems) > 8 else ""), "missing-arch")
-    ctx.summary = f"{', '.join(targets)} covered in all {scanned} CUDA binaries" + (
-        "" if exe else " (arch suffixes not read without cuobjdump)")
+    ctx.summary = (f"all {scanned} CUDA binaries run on {cap[0]}.{cap[1]}"
+                   + (f" ({jit_groups} kernel groups only via PTX JIT)" if jit_groups else "")
+                   + ("" if exe else " (arch suffixes not read without cuobjdump)"))
 
 
 if __name__ == "__main__":

@@ -149,21 +149,30 @@ def _fatbin(entries: list[tuple[int, int]]) -> bytes:
 
 
 def test_fatbin_parser_and_runnable_rules() -> None:
-    sys.path.insert(0, str(ROOT / "smoke"))
-    try:
-        import host as smoke_host
-    finally:
-        sys.path.remove(str(ROOT / "smoke"))
+    """The arch-coverage smoke's analysis lives in pinmatrix.archscan (tests/test_arch_scan.py reads real
+    nvcc output); here the header parser on hand-made containers and the rules it is judged by."""
+    from pinmatrix.archflag import ArchFlag
+    from pinmatrix.archscan.binary import BinaryTargets, fatbin_containers
+    from pinmatrix.archscan.verdict import honours
+
     blob = b"ELF junk" + _fatbin([(2, 80), (2, 90), (1, 90)]) + b"more" + _fatbin([(2, 120)])
-    assert smoke_host.parse_fatbins(blob) == {"sm_80", "sm_90", "compute_90", "sm_120"}
-    run = smoke_host.runnable
+    assert fatbin_containers(blob) == [[("sass", 80), ("sass", 90), ("ptx", 90)], [("sass", 120)]]
+
+    def run(targets: set[str], gpu: str) -> bool:
+        cap = ArchFlag.parse_target(gpu).capability
+        return any(ArchFlag.parse_target(t).runs_on(*cap) for t in targets)
+
     assert run({"sm_90"}, "sm_90a") and run({"sm_80"}, "sm_86") and not run({"sm_90"}, "sm_100a")
     assert run({"compute_80"}, "sm_121a") and not run({"sm_90a"}, "sm_91")
     assert not run({"sm_120f"}, "sm_100") and run({"sm_120"}, "sm_121a")
     # Cell-built modules must carry the target itself. On the H200 (host mode, target sm_90 from the device)
     # flashinfer's JIT modules carry sm_90a: that covers a plain sm_90 target.
-    carries = smoke_host.carries
-    assert carries({"sm_90a"}, "sm_90", True) and carries({"sm_90a"}, "sm_90a", True)
-    assert not carries({"sm_90"}, "sm_90a", True) and not carries({"sm_120f"}, "sm_121a", True)
-    assert carries({"sm_120a"}, "sm_120f", True) and not carries({"sm_120"}, "sm_120f", True)
-    assert carries({"sm_121"}, "sm_121a", False) and not carries({"sm_120"}, "sm_121a", False)
+
+    def carries(targets: set[str], flag: str, exact: bool) -> bool | None:
+        b = BinaryTargets("m.so", 0, [tuple(targets)], "cuobjdump" if exact else "fatbin-header", exact)
+        return honours(b, ArchFlag.parse(flag))
+
+    assert carries({"sm_90a"}, "9.0", True) and carries({"sm_90a"}, "9.0a", True)
+    assert not carries({"sm_90"}, "9.0a", True) and not carries({"sm_120f"}, "12.1a", True)
+    assert carries({"sm_120a"}, "12.0f", True) and not carries({"sm_120"}, "12.0f", True)
+    assert carries({"sm_121"}, "12.1a", False) is None and carries({"sm_120"}, "12.1a", False) is False

@@ -55,6 +55,7 @@ def test_arch_coverage_names_the_module_missing_the_target(tmp_path: Path, monke
     lib.write_bytes(b"\x7fELF" + b"\x00" * 100 + _fatbin(archs) + b"\x00" * 16)
     monkeypatch.setenv("PINMATRIX_ARCH_BINARIES", str(lib))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the fatbin parser, not a cuobjdump that may be around
+    monkeypatch.setenv("PINMATRIX_CUOBJDUMP", "")  # nor the one the runner would take from pinmatrix's cache
     cell = HostCell(id="aaaaaaaaaaa3", smokes=("arch-coverage",), arch_flags=("12.1a",))
     rec = run(tmp_path, cell)["arch-coverage"]
     assert rec.status == status, rec.reason

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "lock",
     "build",
     "smoke",
+    "arch-scan",
     "bisect",
     "results",
     "report",

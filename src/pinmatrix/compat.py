@@ -3,7 +3,6 @@ prune a combination with the rule's words, or attach a note where the combinatio
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -12,7 +11,7 @@ from importlib import resources
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-_FLAG = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
+from pinmatrix.archflag import ArchFlag  # re-exported: the one parser of arch flags and what runs where
 
 
 class UnknownVersion(Exception):
@@ -44,41 +43,6 @@ def gpu_capability(gpu: str) -> tuple[int, int]:
 def capability_string(gpu: str) -> str:
     major, minor = gpu_capability(gpu)
     return f"{major}.{minor}"
-
-
-@dataclass(frozen=True)
-class ArchFlag:
-    major: int
-    minor: int
-    suffix: str  # "", "a" or "f"
-    ptx: bool
-
-    @classmethod
-    def parse(cls, text: str) -> ArchFlag:
-        m = _FLAG.match(text)
-        if not m:
-            raise ValueError(f"bad arch flag {text!r}")
-        return cls(int(m.group(1)), int(m.group(2)), m.group(3), bool(m.group(4)))
-
-    @property
-    def base(self) -> str:
-        return f"{self.major}.{self.minor}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.base}{self.suffix}" + ("+PTX" if self.ptx else "")
-
-    def runs_on(self, major: int, minor: int) -> bool:
-        """Whether code built for this flag runs on a GPU of capability major.minor.
-
-        Plain SASS runs on the same major with an equal or higher minor; 'a' (arch-specific) only on the
-        exact capability; 'f' (family) on the same major with an equal or higher minor; +PTX of a plain or
-        family target is JIT-compiled for any higher capability."""
-        if self.suffix == "a":
-            return (major, minor) == (self.major, self.minor)
-        if self.ptx and (major, minor) >= (self.major, self.minor):
-            return True
-        return major == self.major and minor >= self.minor
 
 
 class CompatRules:

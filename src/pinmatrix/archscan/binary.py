@@ -1,0 +1,290 @@
+"""Read the GPU code targets of one binary (a shared library, a fatbin file or a bare cubin).
+
+A CUDA fat binary is a chain of containers (magic 0xBA55ED50), one per compiled unit; each holds entries of
+SASS (a cubin for one ``sm_XY``) or PTX (``compute_XY``). At launch the runtime picks, within the kernel's
+own container, the best entry for the GPU: so targets are kept per container ("kernel group") and a group
+whose entries all miss the GPU is a set of kernels that cannot run, even when the library as a whole has
+other groups that do.
+
+Exact targets (with the 'a' / 'f' suffix) come from ``cuobjdump -res-usage``, which prints each entry's
+``arch = sm_120f`` header in file order. cuobjdump reads only the ELF section .nv_fatbin, while some
+libraries (cuFFT, cuBLASLt) keep most of their kernels in containers elsewhere and load them themselves:
+so the header parser here finds every container by its magic, they are copied into one scratch ELF whose
+.nv_fatbin holds them all, and cuobjdump's entries for it are matched to the parser's, entry by entry.
+Without cuobjdump the parser alone reports numbers only and says so: it cannot see the suffixes.
+
+Standard library only (see the package docstring).
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+import struct
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
+ELF_MAGIC = b"\x7fELF"
+EM_CUDA = 190
+# Entry kinds in a fatbin entry header: 1 = PTX, 2 = ELF (SASS); 0x10 is taken as SASS too.
+_PTX_KINDS = {1}
+_SASS_KINDS = {2, 0x10}
+_ARCH_LINE = re.compile(r"^arch = (sm_\d+[af]?)\s*$")
+_KIND_LINE = re.compile(r"^Fatbin (elf|ptx) code:")
+_ELF_SM = re.compile(r"\bsm=(\d+[af]?)\b")
+
+TOOL_CUOBJDUMP = "cuobjdump"
+TOOL_HEADER = "fatbin-header"
+
+
+@dataclass
+class BinaryTargets:
+    """The targets of one binary. ``groups``: one tuple per fatbin container, its entries in file order,
+    as 'sm_121a' (SASS) / 'compute_120f' (PTX); numbers only ('sm_121') when ``exact`` is False."""
+
+    path: str
+    size: int
+    groups: list[tuple[str, ...]]
+    tool: str
+    exact: bool
+    grouped: bool = True  # False: the groups could not be told apart, ``groups`` is one union
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def targets(self) -> list[str]:
+        found = {t for g in self.groups for t in g}
+        return sorted(found, key=_target_key)
+
+    @property
+    def sass(self) -> list[str]:
+        return [t for t in self.targets if t.startswith("sm_")]
+
+    @property
+    def ptx(self) -> list[str]:
+        return [t for t in self.targets if t.startswith("compute_")]
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "size": self.size, "tool": self.tool, "exact": self.exact,
+                "grouped": self.grouped, "groups": [list(g) for g in self.groups], "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BinaryTargets:
+        return cls(path=data["path"], size=data["size"], groups=[tuple(g) for g in data["groups"]],
+                   tool=data["tool"], exact=data["exact"], grouped=data.get("grouped", True),
+                   notes=list(data.get("notes", [])))
+
+
+def _target_key(t: str) -> tuple[int, int, str, int]:
+    m = re.match(r"^(sm|compute)_(\d+?)(\d)([af]?)$", t)
+    if not m:
+        return (0, 0, t, 0)
+    return (int(m.group(2)), int(m.group(3)), m.group(4), 0 if m.group(1) == "sm" else 1)
+
+
+# --- the fatbin header parser ------------------------------------------------------------------------------
+def fatbin_containers(data: bytes | mmap.mmap) -> list[list[tuple[str, int]]]:
+    """Every fatbin container in ``data``: per container, its entries as ('sass' | 'ptx', arch number).
+    Reads headers only (the payloads may be compressed); arch suffixes are not read here."""
+    return [entries for _, _, entries in _containers(data)]
+
+
+def _containers(data: bytes | mmap.mmap) -> list[tuple[int, int, list[tuple[str, int]]]]:
+    """(start, end, entries) of every fatbin container: those the CUDA runtime registers (the ELF section
+    .nv_fatbin) and those a library keeps elsewhere and loads itself (cuFFT, cuBLASLt keep most kernels in
+    .data), found by their magic and checked header by header."""
+    found: list[tuple[int, int, list[tuple[str, int]]]] = []
+    pos = data.find(FATBIN_MAGIC)
+    size = len(data)
+    while pos != -1 and pos + 16 <= size:
+        _, _version, header, body = struct.unpack_from("<IHHQ", data, pos)
+        end = pos + header + body
+        if header != 16 or end > size or body == 0:
+            pos = data.find(FATBIN_MAGIC, pos + 4)
+            continue
+        entries: list[tuple[str, int]] = []
+        entry = pos + header
+        while entry + 32 <= end:
+            kind, _unknown, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
+            arch = struct.unpack_from("<I", data, entry + 28)[0]
+            if entry_header < 64 or entry_header > 4096 or entry + entry_header + payload > end:
+                break
+            if kind in _PTX_KINDS:
+                entries.append(("ptx", arch))
+            elif kind in _SASS_KINDS:
+                entries.append(("sass", arch))
+            entry += entry_header + payload
+        if entries:
+            found.append((pos, end, entries))
+        pos = data.find(FATBIN_MAGIC, max(end, pos + 4))
+    return found
+
+
+def wrap_containers(data: bytes | mmap.mmap, spans: list[tuple[int, int]], out: Path) -> None:
+    """Write the containers at ``spans`` into a minimal ELF file whose one .nv_fatbin section holds them, so
+    that cuobjdump, which reads only that section, lists every one of them in order."""
+    machine = struct.unpack_from("<H", data, 18)[0] if data[:4] == ELF_MAGIC else 62  # EM_X86_64
+    names = b"\0.nv_fatbin\0.shstrtab\0"
+    body_at = 0x100
+    with open(out, "wb") as fh:
+        fh.write(b"\0" * body_at)
+        for start, end in spans:
+            fh.write(data[start:end])
+            fh.write(b"\0" * (-(end - start) % 8))
+        names_at = fh.tell()
+        fh.write(names)
+        fh.write(b"\0" * (-fh.tell() % 8))
+        headers_at = fh.tell()
+        body = names_at - body_at
+        fh.write(b"\0" * 64)  # SHN_UNDEF
+        fh.write(struct.pack("<IIQQQQIIQQ", 1, 1, 2, body_at, body_at, body, 0, 0, 8, 0))  # .nv_fatbin
+        fh.write(struct.pack("<IIQQQQIIQQ", 12, 3, 0, 0, names_at, len(names), 0, 0, 1, 0))  # .shstrtab
+        fh.seek(0)
+        fh.write(b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+                 + struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, 0, headers_at, 0, 64, 0, 0, 64, 3, 2))
+
+
+def _cubin_number(data: bytes | mmap.mmap) -> int | None:
+    """The sm number of a bare cubin (an ELF for EM_CUDA) from its e_flags, or None for other files."""
+    if len(data) < 52 or data[:4] != ELF_MAGIC or data[4] != 2:  # 64-bit ELF only
+        return None
+    machine = struct.unpack_from("<H", data, 18)[0]
+    if machine != EM_CUDA:
+        return None
+    flags = struct.unpack_from("<I", data, 48)[0]
+    abi = data[8]
+    return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
+
+
+# --- cuobjdump ------------------------------------------------------------------------------------------------
+class ToolFailed(Exception):
+    """cuobjdump could not read a file it was given."""
+
+
+def _lines(argv: list[str], timeout_s: float) -> Iterator[str]:
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: obfuscated entries warn once each
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace")
+        except OSError as exc:  # not executable here (an x86_64 cuobjdump in an aarch64 image, say)
+            raise ToolFailed(f"{argv[0]}: {exc}") from None
+        try:
+            assert proc.stdout is not None
+            yield from proc.stdout
+            proc.wait(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        tail = err.read()[-2000:].decode("utf-8", "replace")
+    if proc.returncode not in (0, None) and "does not contain device code" not in tail:
+        last = [ln for ln in tail.splitlines() if ln.strip()][-1:] or [""]
+        raise ToolFailed(f"{Path(argv[0]).name} {' '.join(argv[1:-1])}: exit {proc.returncode}: {last[0][:300]}")
+
+
+def cuobjdump_entries(path: Path, exe: str, timeout_s: float = 900) -> list[tuple[str, str]]:
+    """('sass' | 'ptx', exact target) per fatbin entry of ``path``, in file order, from the ``arch =``
+    header cuobjdump prints for each entry (``-res-usage``: headers plus one line per function; the
+    ``--list-elf`` names drop the family suffix, sm_120f cubins list as sm_120)."""
+    out: list[tuple[str, str]] = []
+    kind: str | None = None
+    for line in _lines([exe, "-res-usage", str(path)], timeout_s):
+        m = _KIND_LINE.match(line)
+        if m:
+            kind = "sass" if m.group(1) == "elf" else "ptx"
+            continue
+        if kind is not None:
+            a = _ARCH_LINE.match(line)
+            if a:
+                name = a.group(1)
+                out.append((kind, name if kind == "sass" else name.replace("sm_", "compute_", 1)))
+                kind = None
+    return out
+
+
+def cuobjdump_cubin_target(path: Path, exe: str, timeout_s: float = 300) -> str | None:
+    """The exact target of a bare cubin: the ``sm=`` field of cuobjdump's ELF header line."""
+    for line in _lines([exe, "-elf", str(path)], timeout_s):
+        m = _ELF_SM.search(line)
+        if m:
+            return f"sm_{m.group(1)}"
+    return None
+
+
+# --- one binary -----------------------------------------------------------------------------------------------
+def _number(target: str) -> tuple[str, int]:
+    m = re.match(r"^(sm|compute)_(\d+)[af]?$", target)
+    assert m, target
+    return ("sass" if m.group(1) == "sm" else "ptx", int(m.group(2)))
+
+
+def _names(entries: list[tuple[str, int]]) -> tuple[str, ...]:
+    return tuple(f"{'sm' if k == 'sass' else 'compute'}_{n}" for k, n in entries)
+
+
+def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
+                scratch: Path | None = None) -> BinaryTargets | None:
+    """The GPU targets of ``path``; None when it holds no device code. ``label`` names it in the result
+    (e.g. the path inside a wheel); ``scratch`` is a folder for the re-wrapped containers (default: beside
+    ``path``)."""
+    path = Path(path)
+    size = path.stat().st_size
+    name = label or str(path)
+    if size < 64:
+        return None
+    fallback_note = _fallback_note()
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        found = _containers(data)
+        cubin = _cubin_number(data) if not found else None
+        containers = [entries for _, _, entries in found]
+        if cubin is not None:
+            if cuobjdump:
+                try:
+                    target = cuobjdump_cubin_target(path, cuobjdump)
+                except ToolFailed as err:
+                    target = None
+                    fallback_note = f"{err}; {fallback_note}"
+                if target:
+                    return BinaryTargets(name, size, [(target,)], TOOL_CUOBJDUMP, exact=True)
+            return BinaryTargets(name, size, [(f"sm_{cubin}",)], TOOL_HEADER, exact=False, notes=[fallback_note])
+        if not containers:
+            return None
+        entries: list[tuple[str, str]] | None = None
+        if cuobjdump:
+            wrapped = (scratch or path.parent) / f".{path.name}.fatbins.elf"
+            try:
+                wrap_containers(data, [(start, end) for start, end, _ in found], wrapped)
+                entries = cuobjdump_entries(wrapped, cuobjdump)
+            except (ToolFailed, OSError) as err:
+                fallback_note = f"{err}; {fallback_note}"
+            finally:
+                wrapped.unlink(missing_ok=True)
+    if entries is not None:
+        flat = [e for c in containers for e in c]
+        if [_number(t) for _, t in entries] == flat:
+            groups: list[tuple[str, ...]] = []
+            i = 0
+            for c in containers:
+                groups.append(tuple(t for _, t in entries[i:i + len(c)]))
+                i += len(c)
+            return BinaryTargets(name, size, groups, TOOL_CUOBJDUMP, exact=True)
+        if entries:
+            return BinaryTargets(
+                name, size, [tuple(dict.fromkeys(t for _, t in entries))], TOOL_CUOBJDUMP, exact=True,
+                grouped=False,
+                notes=[f"cuobjdump's {len(entries)} entries do not line up with the {len(flat)} fatbin "
+                       "headers found: targets are the union, not per kernel group"])
+    return BinaryTargets(name, size, [_names(c) for c in containers], TOOL_HEADER, exact=False,
+                         notes=[fallback_note])
+
+
+def _fallback_note() -> str:
+    try:
+        from pinmatrix.archflag import arch_rules
+
+        return str(arch_rules()["notes"]["fallback"])
+    except Exception:  # noqa: BLE001 - the note is words only
+        return "fatbin header parser: it cannot see the 'a' / 'f' suffixes"

@@ -1,0 +1,128 @@
+"""The arch scan as Markdown, from its JSON document (``pinmatrix-arch-scan/1``): per stack, cells with the
+same verdicts are one column, packages are rows; then the findings (known issues, arch flags) and, once per
+distinct wheel, each binary's exact targets and verdict."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+ICONS = {"native": "🟢", "ptx-jit": "🟡", "partial": "🟠", "cannot-run": "🔴", "missing": "⚫",
+         "no-device-code": "⚪", "no-gpu": "⚪"}
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _short(p: dict[str, Any]) -> str:
+    v = p["verdict"]
+    if v in ("partial", "cannot-run", "ptx-jit"):
+        groups = sum(b["groups"] for b in p["binaries"])
+        bad = sum(b["counts"].get("cannot-run", 0) for b in p["binaries"])
+        jit = sum(b["counts"].get("ptx-jit", 0) for b in p["binaries"])
+        detail = f" {bad}/{groups} groups cannot run" if bad else f" {jit}/{groups} groups JIT"
+        return f"{ICONS[v]} {v}{detail}"
+    return f"{ICONS.get(v, '')} {v}"
+
+
+def _interesting(packages: list[dict[str, Any]], stack_packages: tuple[str, ...]) -> list[str]:
+    return [p["name"] for p in packages if p["name"] in stack_packages or p["verdict"] != "no-device-code"]
+
+
+def render_markdown(doc: dict[str, Any], *, stack_packages: tuple[str, ...] = (
+        "torch", "triton", "xformers", "flashinfer-python", "vllm")) -> str:
+    lines = ["# pinmatrix arch-scan", ""]
+    lines.append(f"Generated {doc['generated_at']} with {doc['tool']}; rules: `{doc['rules']}`.")
+    if doc.get("command"):
+        lines.append(f"Command: `{doc['command']}`")
+    lines += ["", "Verdicts for the cell's GPU, per kernel group (one fatbin: the kernels the runtime picks "
+              "code from): 🟢 native, 🟡 PTX JIT, 🟠 partial (some groups of this GPU's generation cannot run), "
+              "🔴 cannot run, ⚫ not fetched, ⚪ no device code. Groups built only for other GPU generations "
+              "are listed, not counted.", ""]
+    by_stack: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for cell in doc["cells"]:
+        by_stack[cell["stack"]].append(cell)
+    for stack, cells in by_stack.items():
+        lines += _stack_section(stack, cells, stack_packages)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _stack_section(stack: str, cells: list[dict[str, Any]], stack_packages: tuple[str, ...]) -> list[str]:
+    gpus = sorted({c["gpu"] or "-" for c in cells})
+    lines = [f"## {stack} (GPU {', '.join(gpus)})", ""]
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for c in cells:
+        key = (tuple((p["name"], p["version"], _short(p)) for p in c["packages"]), tuple(c["arch_flags"]),
+               tuple((k["known_issue"], k["status"]) for k in c["known_issues"]))
+        groups[key].append(c)
+    ordered = list(groups.values())
+    names: list[str] = []
+    for members in ordered:
+        names += [n for n in _interesting(members[0]["packages"], stack_packages) if n not in names]
+    header = ["package"] + [f"G{i + 1}" for i in range(len(ordered))]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for name in names:
+        row = [f"`{name}`"]
+        for members in ordered:
+            p = next((p for p in members[0]["packages"] if p["name"] == name), None)
+            row.append(_cell(f"{p['version']}: {_short(p)}" if p else "-"))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    for i, members in enumerate(ordered):
+        first = members[0]
+        ids = ", ".join(f"`{c['id']}`" for c in members)
+        lines.append(f"**G{i + 1}** ({len(members)} cells, arch {' '.join(first['arch_flags']) or '-'}, "
+                     f"{first['platform']}, python {first['python']}, pins: {first['source']}): {ids}")
+        lines.append("")
+        for check in first["arch_flag_checks"]:
+            icon = "✅" if check["ok"] else "❗"
+            lines.append(f"- {icon} arch flag `{check['flag']}`: {_cell(check['message'])}")
+        for k in first["known_issues"]:
+            lines.append(f"- known issue `{k['known_issue']}`: **{k['status']}**: {_cell(k['message'])}")
+            for ev in k["evidence"][:6]:
+                lines.append(f"  - {_cell(ev)}")
+        for note in first["notes"]:
+            lines.append(f"- {_cell(note)}")
+        for p in first["packages"]:
+            for note in p["notes"]:
+                lines.append(f"- `{p['name']}`: {_cell(note)}")
+            if p["verdict"] == "missing":
+                lines.append(f"- `{p['name']}` {p['version']} not read: {_cell(p['summary'])}")
+        lines.append("")
+    seen: set[str] = set()
+    details: list[str] = []
+    for members in ordered:
+        for p in members[0]["packages"]:
+            if not p["binaries"] or p["wheel"] in seen:
+                continue
+            seen.add(p["wheel"])
+            details.append(f"**{p['name']} {p['version']}** (`{p['wheel']}`) on {members[0]['gpu']}: "
+                           f"{ICONS.get(p['verdict'], '')} {p['verdict']}")
+            details.append("")
+            details.append("| binary | SASS | PTX | verdict |")
+            details.append("|---|---|---|---|")
+            for b in p["binaries"]:
+                exact = "" if b["exact"] else " (suffixes not visible: fatbin header parser)"
+                details.append(f"| `{_cell(b['path'])}` | {' '.join(b['sass']) or '-'} | {' '.join(b['ptx']) or '-'} | "
+                               f"{ICONS.get(b['verdict'], '')} {_cell(_binary_words(b))}{exact} |")
+            details.append("")
+    if details:
+        lines += ["<details><summary>Binaries, exact targets and verdicts</summary>", "", *details, "</details>", ""]
+    return lines
+
+
+def _binary_words(b: dict[str, Any]) -> str:
+    parts = [b["verdict"]]
+    counts, n = b["counts"], b["groups"]
+    if counts.get("cannot-run"):
+        only = "; ".join(f"{k}" for k in sorted(b["cannot"], key=lambda k: -b["cannot"][k])[:3])
+        parts.append(f"{counts['cannot-run']}/{n} groups cannot run (only {only})")
+    if counts.get("ptx-jit"):
+        parts.append(f"{counts['ptx-jit']}/{n} via PTX JIT")
+    if counts.get("native"):
+        parts.append(f"{counts['native']}/{n} native via {' '.join(t for t in b['used'] if t.startswith('sm_'))}")
+    if counts.get("other-gpus"):
+        parts.append(f"{counts['other-gpus']}/{n} only for other GPUs")
+    return ": ".join([parts[0], ", ".join(parts[1:])]) if len(parts) > 1 else parts[0]

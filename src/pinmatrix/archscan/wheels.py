@@ -1,0 +1,79 @@
+"""Every CUDA binary inside one wheel: shared libraries (``*.so``, ``*.so.N``), ``*.cubin`` and ``*.fatbin``
+members are extracted one at a time to a scratch file and read with ``binary.read_binary``. The result is
+cached by the wheel's sha256 and the reader's version, so a wheel shared by many cells is read once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pinmatrix.archscan.binary import BinaryTargets, read_binary
+
+SCAN_VERSION = 1  # bump when what read_binary reports changes
+_CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
+
+
+@dataclass
+class WheelScan:
+    filename: str
+    sha256: str
+    binaries: list[BinaryTargets]  # only members with device code
+    candidates: int  # members opened
+    seconds: float
+    tool: str  # "cuobjdump <version>" or "fatbin-header"
+
+    def to_dict(self) -> dict:
+        return {"filename": self.filename, "sha256": self.sha256, "candidates": self.candidates,
+                "seconds": round(self.seconds, 2), "tool": self.tool,
+                "binaries": [b.to_dict() for b in self.binaries]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WheelScan:
+        return cls(data["filename"], data["sha256"], [BinaryTargets.from_dict(b) for b in data["binaries"]],
+                   data["candidates"], data["seconds"], data["tool"])
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path | None = None,
+               sha256: str | None = None) -> WheelScan:
+    digest = sha256 or _sha256(path)
+    key = hashlib.sha256(f"{SCAN_VERSION}|{tool_label}".encode()).hexdigest()[:8]
+    cached = cache / f"{digest}-{key}.json" if cache else None
+    if cached and cached.is_file():
+        return WheelScan.from_dict(json.loads(cached.read_text()))
+    t0 = time.monotonic()
+    binaries: list[BinaryTargets] = []
+    candidates = 0
+    with zipfile.ZipFile(path) as zf, tempfile.TemporaryDirectory(prefix="pinmatrix-wheel-") as tmp:
+        for info in zf.infolist():
+            if info.is_dir() or not _CANDIDATE.search(info.filename) or info.file_size < 64:
+                continue
+            candidates += 1
+            scratch = Path(tmp) / "member"
+            with zf.open(info) as src, open(scratch, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            found = read_binary(scratch, cuobjdump, label=info.filename)
+            if found is not None:
+                binaries.append(found)
+            scratch.unlink()
+    scan = WheelScan(path.name, digest, binaries, candidates, time.monotonic() - t0, tool_label)
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp_path = cached.with_suffix(".tmp")
+        tmp_path.write_text(json.dumps(scan.to_dict()))
+        tmp_path.replace(cached)
+    return scan
