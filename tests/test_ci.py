@@ -261,7 +261,7 @@ def test_workflow_example_uses_real_commands_and_matrix_keys(expansion) -> None:
     jobs = doc["jobs"]
     assert list(jobs) == ["cells", "build", "smoke", "report", "promote"]
     assert jobs["smoke"]["runs-on"] == "${{ matrix.runs-on }}"
-    assert jobs["promote"]["if"] == "github.ref == 'refs/heads/main'"
+    assert jobs["promote"]["if"] == "github.ref == 'refs/heads/main' && github.event_name != 'pull_request'"
     for name in ("build", "smoke"):
         assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.cells.outputs.matrix) }}"
 

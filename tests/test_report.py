@@ -210,10 +210,11 @@ def test_json_round_trips_the_model(sample) -> None:
 
 def test_html_escapes_and_embeds_data(sample, tmp_path: Path) -> None:
     cells, records = sample
-    log = tmp_path / "boundary.log"
+    log = tmp_path / "logs" / "r2" / "boundary.log"  # logs are read only from under ROOT/RUN_ID/
+    log.parent.mkdir(parents=True)
     log.write_text("".join(f"line {i}\n" for i in range(100)) + "RuntimeError: <script>alert(1)</script>\n")
     records.append(rec(cells[1], "boundary", "degraded", run="r2", reason="slow </script><b>", log_path=str(log)))
-    html = render(build_report(records, cells), "html")
+    html = render(build_report(records, cells, log_roots=[tmp_path / "logs"]), "html")
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # log excerpt, escaped
     assert "line 99" in html and "line 10\n" not in html  # only the tail of the log

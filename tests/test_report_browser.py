@@ -33,7 +33,7 @@ def page(tmp_path_factory: pytest.TempPathFactory):
             records.append(rec(c, "host-probe", "pass", host=H200))
             if driver == "595.58.03":
                 records.append(rec(c, "nvfp4-gemm", "fail", failure_class="illegal-memory-access",
-                                   reason="cuTensorMapEncodeTiled", log_path=str(tmp / "nvfp4.log")))
+                                   reason="cuTensorMapEncodeTiled", log_path=str(tmp / "logs" / "r1" / "nvfp4.log")))
             elif driver == "590.48.01":
                 records.append(rec(c, "nvfp4-gemm", "degraded", failure_class="memory-leak",
                                    metrics={"leak_mib": 812.5}))
@@ -41,8 +41,10 @@ def page(tmp_path_factory: pytest.TempPathFactory):
                 records.append(rec(c, "nvfp4-gemm", "pass", metrics={"tflops": 401.2}))
     other = make_cell("0000000000aa", "demo", {"six": "1.17.0"}, smokes=("python-imports",))
     cells.append(other)
-    (tmp / "nvfp4.log").write_text("loading\nRuntimeError: illegal memory access in cuTensorMapEncodeTiled\n")
-    paths = write_reports(build_report(records, cells, pivot=("driver", "torch")), tmp / "out", ["html"])
+    (tmp / "logs" / "r1").mkdir(parents=True)  # a report reads logs only from under ROOT/RUN_ID/
+    (tmp / "logs" / "r1" / "nvfp4.log").write_text("loading\nRuntimeError: illegal memory access in cuTensorMapEncodeTiled\n")
+    paths = write_reports(build_report(records, cells, pivot=("driver", "torch"), log_roots=[tmp / "logs"]),
+                          tmp / "out", ["html"])
     with Chromium(width=1300, height=900) as browser:
         browser.open(paths["html"].resolve().as_uri())
         yield browser, tmp

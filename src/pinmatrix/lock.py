@@ -5,12 +5,13 @@ the indexes stood at ``exclude_newer``. Relocking an unchanged cell rewrites no 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,57 @@ def lock_cells(cells: Sequence[Cell], root: Path = Path("."), exclude_newer: str
             if on_done:
                 on_done(res)
     return results
+
+
+OWNERS_FILE = "owners.json"
+
+
+def owners_path(root: Path) -> Path:
+    """``locks/owners.json``: which matrix file locked which cell ids, so that relocking one matrix never
+    removes a lock another matrix made (several matrices may share one locks/ folder)."""
+    return root / LOCK_DIR / OWNERS_FILE
+
+
+def read_owners(root: Path) -> dict[str, list[str]]:
+    path = owners_path(root)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, json.JSONDecodeError) as err:
+        raise LockError(f"{path}: cannot read the lock owners: {err}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise LockError(f"{path}: not a lock owners file (expected {{matrix file: [cell ids]}})")
+    return {str(k): [str(i) for i in v] for k, v in data.items()}
+
+
+def record_owner(root: Path, matrix_name: str, ids: Iterable[str], *, replace: bool) -> None:
+    """Note that ``matrix_name`` owns the locks ``ids``: exactly these after a full lock (``replace``), these
+    added to its earlier ones after a partial lock. Written only when it changes."""
+    owners = read_owners(root)
+    mine = set(ids) if replace else set(owners.get(matrix_name, [])) | set(ids)
+    if sorted(mine) == owners.get(matrix_name):
+        return
+    owners[matrix_name] = sorted(mine)
+    path = owners_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.write_text(json.dumps(dict(sorted(owners.items())), indent=1) + "\n", encoding="utf-8")
+    os.replace(staging, path)
+
+
+def stale_locks(root: Path, matrix_name: str, current: set[str]) -> tuple[list[Path], list[Path]]:
+    """Locks no cell of this matrix has any more: (those this matrix made and no other matrix claims, which
+    may be removed; the others, made by another matrix or by none on record, which are kept)."""
+    owners = read_owners(root)
+    mine = set(owners.get(matrix_name, []))
+    others = {i for name, ids in owners.items() if name != matrix_name for i in ids}
+    remove, keep = [], []
+    for path in sorted((root / LOCK_DIR).glob("*.txt")):
+        if path.stem in current:
+            continue
+        (remove if path.stem in mine and path.stem not in others else keep).append(path)
+    return remove, keep
 
 
 def read_lock(cell: Cell, root: Path = Path(".")) -> str:

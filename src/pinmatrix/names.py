@@ -56,9 +56,17 @@ _BIDI_CLASSES = frozenset({"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI
 _BIDI_MARKS = frozenset({0x200E, 0x200F, 0x061C})  # LRM, RLM, ARABIC LETTER MARK
 
 
+_CONTROL_NAMES = {
+    0x00: "NULL", 0x07: "BELL", 0x08: "BACKSPACE", 0x09: "CHARACTER TABULATION", 0x0A: "LINE FEED",
+    0x0B: "LINE TABULATION", 0x0C: "FORM FEED", 0x0D: "CARRIAGE RETURN", 0x1B: "ESCAPE", 0x7F: "DELETE",
+    0x85: "NEXT LINE", 0x9B: "CONTROL SEQUENCE INTRODUCER", 0x9D: "OPERATING SYSTEM COMMAND",
+}
+
+
 def char_name(ch: str) -> str:
-    """``U+202E RIGHT-TO-LEFT OVERRIDE``."""
-    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}"
+    """``U+202E RIGHT-TO-LEFT OVERRIDE``; control characters by their Unicode alias (``U+001B ESCAPE``)."""
+    name = unicodedata.name(ch, "") or _CONTROL_NAMES.get(ord(ch), "control")
+    return f"U+{ord(ch):04X} {name}"
 
 
 def char_kind(ch: str, *, newlines: bool = False) -> str | None:

@@ -3,6 +3,11 @@
 Runner labels come from the cell: GPU cells need a self-hosted runner labelled with the cell's GPU
 (``gpu-sm_90``) and, when the cell pins a driver, that driver (``nvidia-driver-580.159.04``); CPU-only
 cells run on ``--cpu-runner`` (default ``ubuntu-latest``). See docs/ci.md for labelling runners.
+
+A workflow must hand these values to its steps through ``env:`` and never paste ``${{ matrix.* }}`` into a
+``run:`` line (docs/workflows/pinmatrix.yml does so): the matrix grammar (names.py) already keeps shell
+syntax out of names, but env values and cell names made from them are free text. Every value is checked
+once more here for control, bidi and invisible characters.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.names import shown, text_problem
 
 # GitHub Actions: "A matrix can generate a maximum of 256 jobs per workflow run."
 MAX_JOBS = 256
@@ -48,7 +54,7 @@ def runner_labels(cell: Cell, *, cpu_runner: Sequence[str] = ("ubuntu-latest",))
 def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",),
                   registry: str | None = None) -> dict[str, Any]:
     """``registry``: the image prefix; each entry then names the cell's image (its build tag) as ``image``."""
-    from pinmatrix.imagebuild import image_ref
+    from pinmatrix.image.build import image_ref
 
     if not cells:
         raise PinmatrixError("ci github: no cells selected")
@@ -68,4 +74,10 @@ def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu
             "smokes": " ".join(cell.smokes),
             **({"image": image_ref(cell, registry)} if registry else {}),
         })
+    for entry in include:
+        for key, value in entry.items():
+            for text in value if isinstance(value, list) else [value]:
+                problem = text_problem(text) if isinstance(text, str) else None
+                if problem:
+                    raise PinmatrixError(f"ci github: cell {entry['cell']}: {key} {shown(text)} {problem}")
     return {"include": include}

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
-from pinmatrix.lock import LockResult, lock_cells
+from pinmatrix.lock import LockResult, lock_cells, lock_path, owners_path, record_owner, stale_locks
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Resolve each selected cell with `uv pip compile --generate-hashes` for the cell's Python and "
                     "target platform, against the matrix's indexes as they stood at matrix.exclude_newer. A cell "
                     "that cannot be resolved is reported with uv's reason; the others still lock. Exit 1 if any "
-                    "cell failed. Cells without pip requirements are skipped.",
+                    "cell failed. Cells without pip requirements are skipped. A full lock (no --stack/-k) removes "
+                    "the locks this matrix made for cells it no longer has; locks/owners.json records which matrix "
+                    "made which lock, so locks of another matrix in the same folder are never touched.",
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
@@ -46,12 +48,18 @@ def run(args: argparse.Namespace) -> int:
 
     results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
                          jobs=args.jobs, on_done=report)
-    if args.stack is None and args.keyword is None:
-        known = {c.id for c in expansion.cells}
-        for stale in sorted((Path(matrix.root) / "locks").glob("*.txt")):
-            if stale.stem not in known:
-                stale.unlink()
-                console.print(f"removed   {stale.name}: no cell of the matrix has this id any more")
+    root, owner = Path(matrix.root), matrix.path.name
+    full = args.stack is None and args.keyword is None
+    if full and owner != "<stdin>":  # a matrix read from stdin has no name to own locks by
+        remove, keep = stale_locks(root, owner, {c.id for c in expansion.cells})
+        for stale in remove:
+            stale.unlink()
+            console.print(f"removed   {stale.name}: {owner} made it and has no cell with this id any more")
+        if keep:
+            console.print(f"kept      {len(keep)} lock(s) that no cell of {owner} has but that {owner} did not make "
+                          f"(another matrix's, see {owners_path(root)}): {', '.join(p.stem for p in keep)}")
+    if owner != "<stdin>":
+        record_owner(root, owner, [c.id for c in cells if lock_path(c, root).is_file()], replace=full)
     failed = [r for r in results if not r.ok]
     if args.json:
         from pinmatrix.lock import uv_version

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import load
+from pinmatrix.commands._common import add_limit_argument, load
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.sanitize import terminal_text
 from pinmatrix.results import DEFAULT_PATH, ResultsStore, SmokeRecord
 
 # Kept here (not imported from pinmatrix.report) so that building the CLI parser does not import jinja2.
@@ -29,11 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("matrix", nargs="?", type=Path, default=None,
                    help="the matrix file (default: ./matrix.toml when it exists; without one, cells are named by id)")
+    add_limit_argument(p)
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
     p.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
                    help="also read exported result rows from FILE (a JSON list, as `pinmatrix ci k8s` jobs "
                         "write them; - reads stdin); repeatable; the store is not modified")
+    p.add_argument("--logs", type=Path, action="append", default=[], metavar="DIR",
+                   help="a folder of smoke logs (as `pinmatrix smoke --logs DIR` writes them: DIR/RUN/CELL/SMOKE.log); "
+                        "repeatable. A log is read into the report only from under DIR/RUN/ of its own run, for DIR "
+                        "one of these, ./.pinmatrix/logs, or logs/ beside the store or a --from-json file")
     p.add_argument("--out", "-o", type=Path, default=Path(".pinmatrix/report"), metavar="DIR",
                    help="output directory (default: .pinmatrix/report)")
     p.add_argument("--format", "-f", dest="formats", action="append", choices=FORMATS, default=None,
@@ -67,6 +73,14 @@ def _read_json_rows(path: Path) -> list[SmokeRecord]:
         return [SmokeRecord.from_dict(r) for r in rows]
     except PinmatrixError as err:
         raise PinmatrixError(f"{path}: {err}") from None
+
+
+def log_roots(args: argparse.Namespace) -> list[Path]:
+    """The folders whose RUN_ID/ subfolders a report may read logs from: --logs, ./.pinmatrix/logs (the
+    default of `pinmatrix smoke --logs`), and logs/ beside the store and beside each --from-json file."""
+    roots = [*args.logs, Path.cwd() / ".pinmatrix" / "logs", args.results.parent / "logs"]
+    roots += [p.parent / "logs" for p in args.from_json]
+    return list(dict.fromkeys(r.resolve() for r in roots))
 
 
 def _catalogue(matrix_path: Path | None) -> list[str] | None:
@@ -127,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         records += _read_json_rows(path)
 
     report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
-                          log_roots=[Path.cwd(), args.results.parent, *(p.parent for p in args.from_json)],
+                          log_roots=log_roots(args),
                           catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions)
     formats = args.formats or list(FORMATS)
     paths = write_reports(report, args.out, formats)
@@ -151,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fail_on:
         bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]]
         if bad:
-            say(f"{len(bad)} cells at or past {args.fail_on}: " + ", ".join(f"{c.id} ({c.status})" for c in bad))
+            say(terminal_text(f"{len(bad)} cells at or past {args.fail_on}: "
+                              + ", ".join(f"{c.id} ({c.status})" for c in bad)))
             return 1
     return 0

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.sanitize import terminal_text
 from pinmatrix.results import DEFAULT_PATH, STATUSES, ResultsError, ResultsStore
 
 
@@ -62,6 +63,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'status':8} {'smoke':40} {'cell':12} {'host':12} {'class':24} {'secs':>7}  reason")
     for r in records:
         reason = r.reason if len(r.reason) <= 100 else r.reason[:97] + "..."
-        print(f"{r.status:8} {r.smoke:40} {r.cell_id:12} {r.host.id:12} {r.failure_class or '-':24} "
-              f"{r.duration_s:7.1f}  {reason}")
+        print(terminal_text(f"{r.status:8} {r.smoke:40} {r.cell_id:12} {r.host.id:12} {r.failure_class or '-':24} "
+                            f"{r.duration_s:7.1f}  {reason}"))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pinmatrix.report.model import STATUS_LABELS, Report
+from pinmatrix.sanitize import markdown_code, markdown_text
 
 ICONS: dict[str, str] = {
     "pass": "🟢", "skip": "⚪", "missing": "◻️", "xfail": "🟡", "xpass": "🟣", "degraded": "🟠", "fail": "🔴",
@@ -10,33 +11,33 @@ ICONS: dict[str, str] = {
 
 
 def _cell(text: object) -> str:
-    """Escape a value for a Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """A value for a Markdown table cell or list item: HTML, markup and terminal escapes made inert."""
+    return markdown_text(text)
 
 
 def render_markdown(report: Report, *, max_reason: int = 120) -> str:
-    lines: list[str] = [f"# {report.title}", ""]
+    lines: list[str] = [f"# {_cell(report.title)}", ""]
     counts = report.counts
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in ICONS if counts.get(s))
     lines.append(f"{len(report.cells)} cells in {len(report.stacks)} stacks: {summary or 'no cells'} "
                  f"(generated {report.generated_at}).")
     lines.append("")
     for stack in report.stacks:
-        lines.append(f"## {ICONS[stack.status]} {stack.name}")
+        lines.append(f"## {ICONS[stack.status]} {_cell(stack.name)}")
         lines.append("")
         if stack.description:
             lines.append(_cell(stack.description))
             lines.append("")
         if stack.fixed:
-            lines.append("Same in every cell: " + ", ".join(f"`{a} {v}`" for a, v in stack.fixed.items()))
+            lines.append("Same in every cell: " + ", ".join(markdown_code(f"{a} {v}") for a, v in stack.fixed.items()))
             lines.append("")
-        header = ["status", "cell", *stack.axes, "smokes", "failure class"]
+        header = ["status", "cell", *(_cell(a) for a in stack.axes), "smokes", "failure class"]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for cell in stack.cells:
             per = cell.smoke_status
             smokes = " ".join(f"{ICONS[st]}&nbsp;{_cell(name)}" for name, st in per.items())
-            row = [f"{ICONS[cell.status]} {cell.status_label}", f"`{cell.id}` {_cell(cell.name)}",
+            row = [f"{ICONS[cell.status]} {cell.status_label}", f"{markdown_code(cell.id)} {_cell(cell.name)}",
                    *(_cell(cell.pins.get(a, "")) for a in stack.axes), smokes, _cell(cell.failure_class or "")]
             lines.append("| " + " | ".join(row) + " |")
         problems = [(c, r) for c in stack.cells for r in c.results if r.status in ("fail", "degraded", "xpass")]
@@ -46,8 +47,8 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
             lines.append("")
             for cell, r in problems:
                 reason = r.reason if len(r.reason) <= max_reason else r.reason[: max_reason - 1] + "…"
-                fc = f" `{r.failure_class}`" if r.failure_class else ""
-                lines.append(f"- {ICONS[r.status]} `{cell.id}` {_cell(cell.name)} / **{_cell(r.smoke)}** on "
+                fc = f" {markdown_code(r.failure_class)}" if r.failure_class else ""
+                lines.append(f"- {ICONS[r.status]} {markdown_code(cell.id)} {_cell(cell.name)} / **{_cell(r.smoke)}** on "
                              f"{_cell(r.host_label)}:{fc} {_cell(reason)}")
             lines.append("")
             lines.append("</details>")

@@ -15,6 +15,7 @@ from typing import Any
 
 from pinmatrix.cell import KNOWN_AXES, Cell
 from pinmatrix.results import SmokeRecord
+from pinmatrix.sanitize import terminal_text
 
 # Worst last. "missing" = a smoke selected for the cell that has no result on any host.
 SEVERITY: dict[str, int] = {
@@ -41,30 +42,55 @@ def worst(statuses: Iterable[str]) -> str:
     return max(found, key=lambda s: SEVERITY.get(s, SEVERITY["fail"]))
 
 
-def read_log_excerpt(log_path: str | None, roots: Sequence[Path] = ()) -> str | None:
-    """The last lines of a smoke's log, or None when the log is not reachable from here."""
+def log_file(log_path: str | None, run_id: str, roots: Sequence[Path]) -> Path | None:
+    """The file of a record's log, only if it lies under ``ROOT/RUN_ID/`` for one of the report's log roots
+    (the run's own log folder), after every symlink and '..' is resolved; else None.
+
+    A record says where its log was (``/x/.pinmatrix/logs/RUN/CELL/SMOKE.log``); the same tail is also
+    looked for under each root, for logs copied elsewhere (results/h200/logs/RUN/...). A path that names
+    anything else (/etc/passwd, ../../secret, a symlink out of the root) is never opened."""
+    from pinmatrix.names import check_name
+
     if not log_path:
         return None
+    try:
+        check_name(run_id, "run id")
+    except ValueError:
+        return None  # a run id such as '..' or 'a/b' could itself walk out of a root
     path = Path(log_path)
-    candidates = [path]
+    tails = [path.parts[i + 1:] for i, part in enumerate(path.parts) if part == run_id]
     for root in roots:
-        # the log as recorded, or its tail under a root where the logs were copied to (e.g. a committed
-        # results/<host>/logs/<run>/<cell>/<smoke>.log for a record that says /somewhere/.pinmatrix/logs/...)
-        candidates += [root / Path(*path.parts[i:]) for i in range(len(path.parts) - 1) if path.parts[i] != "/"]
-    for candidate in candidates:
         try:
-            if candidate.is_file():
-                with candidate.open("rb") as fh:
-                    fh.seek(0, 2)
-                    size = fh.tell()
-                    fh.seek(max(0, size - 64 * 1024))
-                    text = fh.read().decode("utf-8", "replace")
-                lines = text.splitlines()[-LOG_EXCERPT_LINES:]
-                excerpt = "\n".join(lines)
-                return excerpt[-LOG_EXCERPT_CHARS:]
-        except OSError:
+            base = (Path(root) / run_id).resolve()
+        except (OSError, RuntimeError):
             continue
+        candidates = ([path] if path.is_absolute() else []) + [base.joinpath(*tail) for tail in tails if tail]
+        for candidate in candidates:
+            try:
+                real = candidate.resolve()
+                if real.is_relative_to(base) and real != base and real.is_file():
+                    return real
+            except (OSError, RuntimeError, ValueError):
+                continue
     return None
+
+
+def read_log_excerpt(log_path: str | None, roots: Sequence[Path] = (), run_id: str = "") -> str | None:
+    """The last lines of a smoke's log, or None when the log is not under the run's own log folder
+    (``log_file``) or not reachable from here."""
+    path = log_file(log_path, run_id, roots)
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = terminal_text(text, newlines=True).splitlines()[-LOG_EXCERPT_LINES:]  # no escape sequences
+    return "\n".join(lines)[-LOG_EXCERPT_CHARS:]
 
 
 @dataclass(frozen=True)
@@ -235,7 +261,7 @@ def _result(rec: SmokeRecord, log_roots: Sequence[Path]) -> SmokeResult:
         host_id=rec.host.id, host_label=rec.host.label(), host=rec.host.to_dict(), run_id=rec.run_id,
         finished_at=rec.finished_at, duration_s=rec.duration_s, metrics=dict(rec.metrics),
         known_issue=rec.known_issue, image_digest=rec.image_digest, log_path=rec.log_path,
-        log_excerpt=read_log_excerpt(rec.log_path, log_roots),
+        log_excerpt=read_log_excerpt(rec.log_path, log_roots, rec.run_id),
     )
 
 
