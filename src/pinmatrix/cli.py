@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pinmatrix import __version__
 from pinmatrix.errors import MatrixError, PinmatrixError
+from pinmatrix.sanitize import terminal_text  # errors may quote smoke output or imported rows
 
 # Order is the order shown in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -63,6 +64,10 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "max_combinations", None) is not None:
+        from pinmatrix.expand import MAX_COMBINATIONS_OVERRIDE
+
+        MAX_COMBINATIONS_OVERRIDE.set(max(1, args.max_combinations))
     from pinmatrix.localregistry import for_command
 
     try:
@@ -74,10 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _quiet_broken_pipe()
     except MatrixError as err:
         for line in err.lines():
-            print(line, file=sys.stderr)
+            print(terminal_text(line), file=sys.stderr)
         return err.exit_code
     except PinmatrixError as err:
-        print(f"pinmatrix: error: {err}", file=sys.stderr)
+        print(terminal_text(f"pinmatrix: error: {err}"), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("pinmatrix: interrupted", file=sys.stderr)
