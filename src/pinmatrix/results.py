@@ -1,8 +1,11 @@
 """The results store: one SQLite file holding every smoke result, keyed by cell x host x smoke x run.
 
-SQLite in WAL mode with a busy timeout: two processes may record at once (each record is one short
-``BEGIN IMMEDIATE`` transaction, retried while the other writer holds the lock), and a process killed
-with SIGKILL mid-run loses at most the record it was writing, never the file.
+SQLite in WAL mode: two processes may record at once (each record is one short ``BEGIN IMMEDIATE``
+transaction; a writer that has to wait says which process holds the lock), and a process killed with
+SIGKILL mid-run loses at most the record it was writing, never the file. Readers open the file read-only
+and read a snapshot, so they never wait behind a writer. An existing store is checked (quick_check,
+schema) before this process first writes to it; an empty or foreign file is named, never reset
+(storefile.py has the file-level rules).
 """
 
 from __future__ import annotations
