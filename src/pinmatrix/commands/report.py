@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a folder of smoke logs (as `pinmatrix smoke --logs DIR` writes them: DIR/RUN/CELL/SMOKE.log); "
                         "repeatable. A log is read into the report only from under DIR/RUN/ of its own run, for DIR "
                         "one of these, ./.pinmatrix/logs, or logs/ beside the store or a --from-json file")
+    p.add_argument("--arch-scan", type=Path, action="append", default=[], metavar="FILE",
+                   help="add the cells x packages table of a `pinmatrix arch-scan --out DIR` run (DIR/arch-scan.json) "
+                        "to every format; repeatable")
     p.add_argument("--out", "-o", type=Path, default=Path(".pinmatrix/report"), metavar="DIR",
                    help="output directory (default: .pinmatrix/report)")
     p.add_argument("--format", "-f", dest="formats", action="append", choices=FORMATS, default=None,
@@ -143,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
                           log_roots=log_roots(args),
                           catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions)
+    if args.arch_scan:
+        from pinmatrix.report.archscan import arch_scan_tables, load_arch_scans
+
+        report.arch_scan = arch_scan_tables(load_arch_scans(args.arch_scan))
     formats = args.formats or list(FORMATS)
     paths = write_reports(report, args.out, formats)
     say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)

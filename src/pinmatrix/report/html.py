@@ -7,6 +7,7 @@ from typing import Any
 
 import jinja2
 
+from pinmatrix.report.archscan import arch_scan_html
 from pinmatrix.report.model import SEVERITY, STATUS_LABELS, Report, report_to_dict
 
 # Display order of the legend and the status filter: best first.
@@ -48,4 +49,5 @@ def render_html(report: Report) -> str:
         data_json=_script_json(report_to_dict(report, with_results=False)),
         labels_json=_script_json(STATUS_LABELS),
         severity_json=_script_json(SEVERITY),
+        arch_scan_html=arch_scan_html(report.arch_scan) if report.arch_scan else "",
     )

@@ -53,4 +53,8 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
             lines.append("")
             lines.append("</details>")
         lines.append("")
+    if report.arch_scan:
+        from pinmatrix.report.archscan import arch_scan_markdown
+
+        lines += arch_scan_markdown(report.arch_scan)
     return "\n".join(lines).rstrip() + "\n"

@@ -221,6 +221,7 @@ class Report:
     title: str
     generated_at: str
     stacks: list[StackReport] = field(default_factory=list)
+    arch_scan: list[dict[str, Any]] = field(default_factory=list)  # report.archscan.arch_scan_tables(...)
 
     @property
     def cells(self) -> list[CellRow]:
@@ -368,6 +369,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
         "generated_at": report.generated_at,
         "counts": report.counts,
         "smoke_counts": report.smoke_counts,
+        **({"arch_scan": report.arch_scan} if report.arch_scan else {}),
         "stacks": [
             {
                 "name": s.name,
