@@ -126,12 +126,15 @@ def podman_config(directory: Path) -> Service:
             raise EngineError(f"{tool} is not installed (apt-get install podman buildah)")
     directory.mkdir(parents=True, exist_ok=True)
     storage = directory / "storage.conf"
-    storage.write_text(
-        "[storage]\n"
-        'driver = "vfs"\n'
-        f'graphroot = "{directory / "graph"}"\n'
-        f'runroot = "{directory / "run"}"\n'
-    )
+
+    def write_storage(driver: str) -> None:
+        storage.write_text(
+            "[storage]\n"
+            f'driver = "{driver}"\n'
+            f'graphroot = "{directory / "graph"}"\n'
+            f'runroot = "{directory / "run"}"\n'
+        )
+
     (directory / "tmp").mkdir(exist_ok=True)
     containers = directory / "containers.conf"
     runtime = "runc" if shutil.which("runc") else "crun"
@@ -145,6 +148,15 @@ def podman_config(directory: Path) -> Service:
         f'tmp_dir = "{directory / "tmp"}"\n'
     )
     env = {"CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(containers)}
+    # Native overlay when the kernel and filesystem allow it (one copy of each layer); vfs copies every layer
+    # in full for every image above it, which a GPU image of dozens of layers cannot afford.
+    wanted = os.environ.get("PINMATRIX_PODMAN_DRIVER", "overlay")
+    write_storage(wanted)
+    if wanted != "vfs":
+        probe = subprocess.run(["podman", "info", "--format", "{{.Store.GraphDriverName}}"], capture_output=True,
+                               text=True, env={**os.environ, **env}, timeout=60, check=False)
+        if probe.returncode != 0 or probe.stdout.strip() != wanted:
+            write_storage("vfs")
     return Service("podman", 0, directory, env)
 
 
