@@ -246,3 +246,145 @@ def test_store_written_before_params_is_migrated(tmp_path: Path) -> None:
     assert rec.params == {} and store.has_result("c1", "h1", "ok")
     assert not store.has_result("c1", "h1", "ok", params={"n": 1})
     assert params_key({"b": 1, "a": 2}) == '{"a":2,"b":1}'
+
+
+# -------------------------------------------------------------------------------- known-issue boundaries
+BOUNDARY_MATRIX = """
+[matrix]
+exclude_newer = "2026-11-01T00:00:00Z"
+
+[[known_issues]]
+id = "buffer-capacity"
+when = {{ six = "1.17.0" }}
+smokes = ["cpu-threshold"]
+expect = "fail"
+class = "over-capacity"
+note = "the buffer holds 613 items"
+boundary = {{ param = "n", expect_first_fail = {expect} }}
+
+[stacks.cpu]
+description = "a CPU cell with a known issue that has a boundary"
+gpu_required = false
+smokes = ["cpu-threshold"]
+[stacks.cpu.packages]
+six = ["1.17.0"]
+"""
+
+
+def _project(tmp: Path, text: str) -> Path:
+    root = tmp / "project"
+    root.mkdir(exist_ok=True)
+    shutil.copytree(SMOKE_DIR, root / "smoke", ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    (root / "matrix.toml").write_text(text)
+    return root / "matrix.toml"
+
+
+def test_known_issue_boundary_confirmed_and_moved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    matrix = _project(tmp_path, BOUNDARY_MATRIX.format(expect=613))
+    assert main(["validate", str(matrix)]) == 0
+    base = ["bisect", "param", "cpu-threshold", str(matrix), "--cell", "cpu", "--param", "n", "--range", "0:699",
+            "--smoke-dir", str(SMOKE_DIR), "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "l")]
+    rep = _json(capsys, [*base, "--json"])
+    (check,) = rep["boundary"]
+    assert (check["status"], check["found_first_fail"], check["issue"]) == ("confirmed", 613, "buffer-capacity")
+    # below the boundary the issue does not apply (a pass is a pass, not an unexpected xpass); above it does
+    statuses = {p["value"]: p["status"] for p in rep["probes"]}
+    assert all(s == "pass" for v, s in statuses.items() if v < 613)
+    assert all(s == "xfail" for v, s in statuses.items() if v >= 613)
+    # the buffer shrinks: the first failure moves to 600, the bisect says so and exits 1
+    rep = _json(capsys, [*base, "--fix", "capacity=600", "--json"], code=1)
+    (check,) = rep["boundary"]
+    assert (check["status"], check["found_first_fail"]) == ("moved", 600)
+    assert "boundary moved: first failure at n=600, the matrix expects 613" in check["message"]
+    assert {p["status"] for p in rep["probes"] if 600 <= p["value"] < 613} == {"fail"}  # unexpected there
+    # nothing fails in the range: the expected boundary was not found
+    rep = _json(capsys, [*base, "--range", "0:500", "--json"], code=1)
+    assert rep["boundary"][0]["status"] == "not-found"
+
+
+# ------------------------------------------------------------------- version bisect over real PyPI releases
+SIX_MATRIX = """
+[matrix]
+exclude_newer = "2026-11-01T00:00:00Z"
+ca_certificates = ["/usr/local/share/ca-certificates"]
+
+[stacks.sixes]
+description = "six releases: assertNotRegex arrived in 1.14.0 (six's CHANGES)"
+gpu_required = false
+smokes = ["six-assert-not-regex"]
+[stacks.sixes.packages]
+six = ["1.16.0", "1.17.0"]
+"""
+
+
+def _version(tmp: Path, matrix: Path, *extra: str) -> list[str]:
+    return ["bisect", "version", "six-assert-not-regex", str(matrix), "--stack", "sixes", "--axis", "six",
+            "--smoke-dir", str(SMOKE_DIR), "--results", str(tmp / "r.sqlite"), "--logs", str(tmp / "logs"),
+            "--work", str(tmp / "work"), *extra]
+
+
+@pytest.mark.network
+def test_version_bisect_over_six_releases_in_uv_venvs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    matrix = _project(tmp_path, SIX_MATRIX)
+    argv = _version(tmp_path, matrix, "--range", ">=1.10,<=1.17", "--venv-python", sys.executable)
+    rep = _json(capsys, [*argv, "--json"])
+    assert rep["space"]["values"] == ["1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.15.0", "1.16.0", "1.17.0"]
+    assert (rep["outcome"], rep["before"], rep["after"]) == ("change", "1.13.0", "1.14.0")
+    assert (rep["changed_from"], rep["changed_to"], rep["failure_class"]) == ("fail", "pass", "missing-api")
+    assert rep["answer"].startswith("first passing six = 1.14.0")
+    probed = {p["value"] for p in rep["probes"]}
+    assert len(probed) == len(rep["probes"]) <= 5 and {"1.13.0", "1.14.0"} <= probed
+    # only the cells the search needed were made: one venv per probed cell, and the project gained no lock
+    assert len(list((tmp_path / "work" / "venvs").iterdir())) == len(probed)
+    assert not (matrix.parent / "locks").exists()
+    # each cell's result is in the store under the cell id the matrix gives that combination
+    store = ResultsStore(tmp_path / "r.sqlite")
+    cells = {c["name"]: c["id"] for c in rep["cells"]}
+    assert store.query(cell_id=cells["sixes[six=1.14.0]"])[0].metrics["six"] == "1.14.0"
+    capsys.readouterr()
+    assert main(["cells", str(matrix), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    rows = listed if isinstance(listed, list) else listed["cells"]
+    assert cells["sixes[six=1.17.0]"] in {c["id"] for c in rows}
+    # a rerun answers from the store alone
+    again = _json(capsys, [*argv, "--json"])
+    assert (again["after"], again["probes_run"], again["probes_reused"]) == ("1.14.0", 0, len(rep["probes"]))
+
+
+@pytest.mark.network
+def test_version_bisect_skips_a_point_that_does_not_resolve(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    matrix = _project(tmp_path, SIX_MATRIX)
+    values = "1.10.0,1.11.0,1.12.0,1.12.5,1.13.0,1.14.0,1.16.0"  # there is no six 1.12.5
+    rep = _json(capsys, [*_version(tmp_path, matrix, "--values", values, "--venv-python", sys.executable), "--json"])
+    assert (rep["outcome"], rep["after"]) == ("change", "1.14.0")
+    (skipped,) = [p for p in rep["probes"] if p["value"] == "1.12.5"]
+    assert skipped["verdict"] == "skip" and "does not resolve" in skipped["reason"] and not skipped["recorded"]
+    assert rep["probes_skipped"] == 1
+    # a stack's own values are searched when no --values/--range is given; both pass here
+    rep = _json(capsys, [*_version(tmp_path, matrix, "--venv-python", sys.executable), "--json"])
+    assert rep["outcome"] == "no-change" and rep["answer"].startswith("no change: six-assert-not-regex is pass")
+    # bad input
+    assert main(_version(tmp_path, matrix, "--values", "1.10.0,not-a-version")) == 2
+    assert "'not-a-version' is not a version of six" in capsys.readouterr().err
+    assert main(_version(tmp_path, matrix, "--range", "~=banana")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.podman
+@pytest.mark.network
+def test_version_bisect_in_images(tmp_path: Path, capsys: pytest.CaptureFixture[str], podman_env,  # noqa: ANN001
+                                  build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same search with each probe an image made by the project's builder and smoked in podman."""
+    for key, value in podman_env.env.items():
+        monkeypatch.setenv(key, value)
+    matrix = _project(tmp_path, SIX_MATRIX)
+    argv = _version(tmp_path, matrix, "--range", ">=1.12,<=1.15", "--runtime", "podman", "--cache-dir",
+                    str(build_cache))
+    rep = _json(capsys, [*argv, "--json"])
+    assert (rep["outcome"], rep["before"], rep["after"]) == ("change", "1.13.0", "1.14.0"), rep["answer"]
+    store = ResultsStore(tmp_path / "r.sqlite")
+    recs = store.query(smoke="six-assert-not-regex")
+    assert recs and all(r.image_digest and r.image_digest.startswith("sha256:") for r in recs)
+    assert {r.metrics["six"] for r in recs} == {p["value"] for p in rep["probes"]}
+    assert {r.environment["python"].rsplit(".", 1)[0] for r in recs} == {"3.13"}  # the cell's Python, in its image
