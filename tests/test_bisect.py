@@ -388,3 +388,24 @@ def test_version_bisect_in_images(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert recs and all(r.image_digest and r.image_digest.startswith("sha256:") for r in recs)
     assert {r.metrics["six"] for r in recs} == {p["value"] for p in rep["probes"]}
     assert {r.environment["python"].rsplit(".", 1)[0] for r in recs} == {"3.13"}  # the cell's Python, in its image
+
+
+def test_probes_do_not_stand_for_the_cells_verdict_in_reports(tmp_path: Path) -> None:
+    """A bisect's failing probes are part of a search: the report's cell status and promotion read plain runs."""
+    from dataclasses import replace
+
+    from pinmatrix.report.model import build_report
+    from pinmatrix.results import HostFingerprint, SmokeRecord
+
+    host = HostFingerprint.make(hostname="h", gpu_count=0)
+    plain = SmokeRecord(cell_id="c1", stack="s", host=host, smoke="cpu-threshold", run_id="r1", status="pass",
+                        failure_class=None, reason="10 items fit", metrics={}, log_path=None, started_at="2026-01-01T00:00:00Z",
+                        finished_at="2026-01-01T00:00:01Z", duration_s=1.0, known_issue=None, image_digest=None)
+    probe = replace(plain, run_id="bisect-r2.001", status="fail", failure_class="over-capacity",
+                    finished_at="2026-01-01T00:00:09Z", params={"n": 700, "capacity": 613})
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.record_many([plain, probe])
+    (row,) = build_report(store.query()).stacks[0].cells
+    assert row.status == "pass" and [r.status for r in row.results] == ["pass"]
+    assert [r.run_id for r in store.query(cell_id="c1", probe_params={})] == ["r1"]
+    assert [r.params["n"] for r in store.query(cell_id="c1", latest_only=True) if r.params] == [700]

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
     for cell in cells:
         policy = policy_for(matrix, cell.stack)
-        records = store.query(cell_id=cell.id) if store else []
+        records = store.query(cell_id=cell.id, probe_params={}) if store else []  # plain runs, no bisect probes
         stack_gpus = sorted({c.pins["gpu"] for c in expansion.cells if c.stack == cell.stack and "gpu" in c.pins})
         source = ImageRef.parse(image_ref(cell, prefix))  # the build tag, <registry>/<stack>:<cell id>
         try:

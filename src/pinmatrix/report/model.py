@@ -303,6 +303,8 @@ def build_report(
     stacks_wanted = None if stack is None else ({stack} if isinstance(stack, str) else set(stack))
     latest: dict[tuple[str, str, str], SmokeRecord] = {}
     for rec in records:  # records come oldest first: later ones replace earlier ones
+        if rec.params:  # a bisect probe (one parameter value of a search) is not the cell's verdict
+            continue
         if stacks_wanted is None or rec.stack in stacks_wanted:
             latest[(rec.cell_id, rec.host.id, rec.smoke)] = rec
     by_cell: dict[str, list[SmokeRecord]] = defaultdict(list)
