@@ -1,0 +1,177 @@
+"""Details of the core that mutation testing (nox -s mutation, docs/testing.md) found untested: reading the
+signature table, the last-line and signal rules of classification, known issues given as plain tables, the
+results store's JSON exchange (exact format, defaults, malformed rows), run order, and nvidia-smi failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.results import HostFingerprint, ResultsError, ResultsStore, SmokeRecord, write_json_atomic
+from pinmatrix.smoke.classify import classify, load_signatures, signal_name
+from pinmatrix.smoke.known import apply_known_issues
+
+SMI = Path(__file__).resolve().parent / "data" / "nvidia-smi"
+
+# ----------------------------------------------------------------------------------------- signatures
+
+
+def test_load_signatures_reads_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "sig.toml"
+    path.write_text(
+        '[[signature]]\nclass = "a"\npattern = "Boom (\\\\d+)"\nstatus = "degraded"\nmetric = "booms"\ncase = true\n'
+        'source = "here"\n\n[[signature]]\nclass = "b"\npattern = "quiet"\n')
+    a, b = load_signatures(path)
+    assert (a.failure_class, a.status, a.metric, a.source) == ("a", "degraded", "booms", "here")
+    assert a.pattern.search("Boom 3") and not a.pattern.search("boom 3")  # case = true: case-sensitive
+    assert (b.failure_class, b.status, b.metric, b.source) == ("b", None, None, "")
+    assert b.pattern.search("QUIET please")  # default: case-insensitive
+    path.write_text("")
+    assert load_signatures(path) == ()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[signature]\n", "cannot read log signatures"),
+    ('[[signature]]\nclass = "a"\npattern = "x"\n[[signature]]\nclass = "b"\n', "signature #2: 'pattern'"),
+    ('[[signature]]\npattern = "x"\n', "signature #1: 'class'"),
+    ('[[signature]]\nclass = "a"\npattern = "(unclosed"\n', "signature #1: missing ), unterminated subpattern"),
+])
+def test_load_signatures_errors_name_the_file_and_row(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "sig.toml"
+    path.write_text(text)
+    with pytest.raises(PinmatrixError) as err:
+        load_signatures(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+    with pytest.raises(PinmatrixError, match="cannot read log signatures"):
+        load_signatures(tmp_path / "absent.toml")
+
+
+def test_last_line_and_signal_names() -> None:
+    out = classify(result=None, returncode=2, timed_out=False, log_text="first\n\n   last words  \n\n\n", timeout_s=1)
+    assert out.reason == "exited with status 2 without a result: last words"
+    out = classify(result=None, returncode=2, timed_out=False, log_text="\n \n", timeout_s=1)
+    assert out.reason == "exited with status 2 without a result: no output"
+    out = classify(result=None, returncode=2, timed_out=False, log_text="x" * 500 + "\n", timeout_s=1)
+    assert out.reason.endswith(": " + "x" * 300)
+    assert signal_name(-9) == "SIGKILL" and signal_name(-11) == "SIGSEGV" and signal_name(-99) == "signal 99"
+    killed = classify(result=None, returncode=-9, timed_out=False, log_text="", timeout_s=1)
+    assert (killed.status, killed.failure_class, killed.reason) == ("fail", "crash", "killed by SIGKILL")
+
+
+def test_known_issues_given_as_plain_tables() -> None:
+    issue = {"id": "k", "smokes": ["boundary*"], "expect": "fail", "failure_class": "illegal-memory-access",
+             "note": "int32 offsets"}
+    v = apply_known_issues("boundary-a", "fail", "illegal-memory-access", "died", [issue])
+    assert (v.status, v.known_issue, v.failure_class) == ("xfail", "k", "illegal-memory-access")
+    assert v.reason == "known issue k: int32 offsets (died)"
+    v = apply_known_issues("boundary-a", "fail", "timeout", "hung", [issue])
+    assert (v.status, v.known_issue) == ("fail", None)
+    assert v.reason == "hung [known issue k expects illegal-memory-access, this is timeout]"
+    v = apply_known_issues("boundary-a", "pass", None, "", [issue])
+    assert v.status == "xpass" and v.reason == "expected fail by known issue k, but it passed: the issue may be gone " \
+                                               "(int32 offsets)"
+    # a fail without a class takes the issue's class; an issue without smokes matches nothing
+    assert apply_known_issues("boundary-a", "fail", None, "x", [issue]).failure_class == "illegal-memory-access"
+    assert apply_known_issues("boundary-a", "fail", None, "x", [{"id": "n", "expect": "fail"}]).status == "fail"
+    no_note = apply_known_issues("boundary-a", "fail", "illegal-memory-access", "x", [{**issue, "note": None}])
+    assert no_note.reason == "known issue k:  (x)"
+
+
+# -------------------------------------------------------------------------------------------- results
+
+
+def test_write_json_atomic_exact_text(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "out.json"
+    write_json_atomic(path, {"b": 1, "a": [1, "x"]})
+    assert path.read_text() == '{\n  "a": [\n    1,\n    "x"\n  ],\n  "b": 1\n}\n'
+    write_json_atomic(path, [])
+    assert path.read_text() == "[]\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["out.json"]
+
+
+ROW = {
+    "cell_id": "c1", "stack": "s", "smoke": "torch-gemm", "run_id": "r1", "status": "pass",
+    "started_at": "2026-11-29T10:00:00Z", "finished_at": "2026-11-29T10:00:01Z",
+    "host": {"id": "h1"},
+}
+
+
+def test_result_rows_take_defaults_and_name_what_is_missing() -> None:
+    rec = SmokeRecord.from_dict({**ROW, "reason": None, "metrics": None, "duration_s": None, "environment": None,
+                                 "params": None})
+    assert (rec.reason, rec.metrics, rec.duration_s, rec.environment, rec.params) == ("", {}, 0.0, {}, {})
+    assert (rec.failure_class, rec.log_path, rec.known_issue, rec.image_digest) == (None, None, None, None)
+    assert rec.host == HostFingerprint(id="h1", hostname="", gpu_name=None, gpu_count=0, driver=None,
+                                       capability=None, cuda_driver_api=None)
+    full = SmokeRecord.from_dict({**ROW, "reason": "ok", "metrics": {"x": 1}, "duration_s": "2.5",
+                                  "image_digest": "sha256:" + "a" * 64, "known_issue": "k", "log_path": "l",
+                                  "failure_class": None, "environment": {"driver": "580"}, "params": {"M": 3},
+                                  "host": {"id": "h2", "hostname": "gpu1", "gpu_count": "2", "gpu_name": "H200",
+                                           "driver": "580.159.04", "capability": "9.0", "cuda_driver_api": "13.0"}})
+    assert full.to_dict()["host"] == {"id": "h2", "hostname": "gpu1", "gpu_name": "H200", "gpu_count": 2,
+                                      "driver": "580.159.04", "capability": "9.0", "cuda_driver_api": "13.0"}
+    back = SmokeRecord.from_dict(full.to_dict())
+    assert back == full and back.duration_s == 2.5 and back.params == {"M": 3}
+    for key in ("cell_id", "stack", "smoke", "run_id", "status", "started_at", "finished_at", "host"):
+        row = {k: v for k, v in ROW.items() if k != key}
+        with pytest.raises(ResultsError, match=f"^malformed result row: missing or bad field '{key}'$"):
+            SmokeRecord.from_dict(row)
+    with pytest.raises(ResultsError, match="malformed result row"):
+        SmokeRecord.from_dict({**ROW, "duration_s": "fast"})
+    with pytest.raises(ResultsError, match="status 'great' is not one of pass, fail"):
+        SmokeRecord.from_dict({**ROW, "status": "great"})
+
+
+def test_import_counts_rows_and_run_ids_keep_first_seen_order(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.sqlite")
+    rows = [{**ROW, "run_id": run, "smoke": smoke} for run, smoke in
+            (("r9", "a"), ("r2", "a"), ("r9", "b"), ("r5", "a"))]
+    assert store.import_json(rows) == 4
+    assert store.import_json([]) == 0
+    assert store.run_ids() == ["r9", "r2", "r5"]
+    for bad in ({"rows": rows}, "r9", None):
+        with pytest.raises(ResultsError, match="^results import: expected a JSON list of result rows$"):
+            store.import_json(bad)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ nvidia-smi
+
+
+def _fake_smi(tmp_path: Path, query_rc: int, banner_rc: int) -> None:
+    exe = tmp_path / "bin" / "nvidia-smi"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"if sys.argv[1:]:\n    sys.stdout.write(open({str(SMI / 'h200-query.csv')!r}).read()); sys.exit({query_rc})\n"
+        f"sys.stdout.write(open({str(SMI / 'h200-banner.txt')!r}).read()); sys.exit({banner_rc})\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+
+
+def test_nvidia_smi_that_fails_is_no_gpu_but_its_banner_still_counts(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    _fake_smi(tmp_path, query_rc=9, banner_rc=0)
+    host = HostFingerprint.detect()
+    assert (host.gpu_count, host.is_cpu_only) == (0, True)  # a failing query: no GPU, no guess
+    assert host.label().endswith("(cpu-only)")
+    _fake_smi(tmp_path, query_rc=0, banner_rc=3)
+    host = HostFingerprint.detect()
+    assert (host.gpu_count, host.cuda_driver_api) == (1, "13.0")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert HostFingerprint.detect().gpu_count == 0
+
+
+def test_a_banner_without_a_version_and_a_query_without_capability() -> None:
+    from pinmatrix.results import parse_cuda_version, parse_gpu_query
+
+    assert parse_cuda_version("| NVIDIA-SMI 580 Driver Version: 580 CUDA Version: |\n") is None
+    assert parse_cuda_version("CUDA Version: 12.8|") == "12.8"
+    assert parse_gpu_query("A, 1, \nB, 2\n,3,4\n") == [{"name": "A", "driver": "1", "capability": ""}]
+    assert re.fullmatch(r"[0-9a-f]{12}", HostFingerprint.compute_id(None, None, None, 0))
