@@ -409,3 +409,18 @@ def test_probes_do_not_stand_for_the_cells_verdict_in_reports(tmp_path: Path) ->
     assert row.status == "pass" and [r.status for r in row.results] == ["pass"]
     assert [r.run_id for r in store.query(cell_id="c1", probe_params={})] == ["r1"]
     assert [r.params["n"] for r in store.query(cell_id="c1", latest_only=True) if r.params] == [700]
+
+
+def test_validate_names_a_boundary_that_fits_no_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = BOUNDARY_MATRIX.format(expect=613)
+    for old, new, words in (
+        ('param = "n"', 'param = "m"', "known_issues.0.boundary.param: 'm' is neither a parameter of the issue's "
+                                       "smokes (n) nor an axis"),
+        ("expect_first_fail = 613", 'expect_first_fail = "613"', "boundary.expect_first_fail: parameter 'n' is numeric"),
+        ('param = "n"', 'param = "n", smoke = "host-probe"', "boundary.smoke: 'host-probe' is not a smoke of this issue"),
+    ):
+        matrix = _project(tmp_path, good.replace(old, new))
+        capsys.readouterr()
+        assert main(["validate", str(matrix)]) == 2
+        err = capsys.readouterr().err
+        assert words in err, err

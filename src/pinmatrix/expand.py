@@ -457,10 +457,11 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
 
     local = matrix.root / "smoke"
     try:
-        names = [s.name for s in load_catalogue(local if local.is_dir() else None)]
+        catalogue = load_catalogue(local if local.is_dir() else None)
     except SmokeError:
         return []  # no catalogue next to the matrix or the package: nothing to check against
-    problems = []
+    names = [s.name for s in catalogue]
+    problems = _check_boundaries(matrix, catalogue)
     selectors = [(("stacks", sname, "smokes"), stack.smokes) for sname, stack in matrix.stacks.items()]
     selectors += [(("known_issues", i, "smokes"), issue.smokes) for i, issue in enumerate(matrix.known_issues)]
     promotions = [(("matrix", "promotion"), matrix.settings.promotion)]
@@ -475,6 +476,33 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
                 close = difflib.get_close_matches(sel, names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 problems.append(matrix.where(path, f"unknown smoke {sel!r}{hint}"))
+    return problems
+
+
+def _check_boundaries(matrix: Matrix, catalogue: list[Any]) -> list[str]:
+    """A known issue's boundary names one of the issue's smokes and a parameter it declares (the expected first
+    failure a number), or an axis of a stack."""
+    from pinmatrix.smoke.catalogue import matches
+
+    problems = []
+    axes = set(KNOWN_AXES) | {str(canonicalize_name(p)) for st in matrix.stacks.values() for p in st.packages}
+    for i, issue in enumerate(matrix.known_issues):
+        b = issue.boundary
+        if b is None:
+            continue
+        path = ("known_issues", i, "boundary")
+        own = [s for s in catalogue if any(matches(sel, s.name) for sel in issue.smokes)
+               and (b.smoke is None or matches(b.smoke, s.name))]
+        if b.smoke is not None and not own:
+            problems.append(matrix.where((*path, "smoke"), f"{b.smoke!r} is not a smoke of this issue"))
+            continue
+        declared = {p for s in own if s.parameters for p in s.parameters.params}
+        if b.param in declared:
+            if isinstance(b.expect_first_fail, str):
+                problems.append(matrix.where((*path, "expect_first_fail"), f"parameter {b.param!r} is numeric"))
+        elif str(canonicalize_name(b.param)) not in axes:
+            problems.append(matrix.where((*path, "param"), f"{b.param!r} is neither a parameter of the issue's "
+                                         f"smokes ({', '.join(sorted(declared)) or 'none declared'}) nor an axis"))
     return problems
 
 
