@@ -10,6 +10,7 @@ image with the same inputs, nothing is done."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import tarfile
 import tempfile
@@ -35,6 +36,8 @@ from pinmatrix.lockfile import LockEntry
 from pinmatrix.patch_sources import resolve_patch
 
 LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
+# The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
+INSTALLER_VERSION = importlib.metadata.version("installer")
 MAX_LAYERS = 100  # like buildLayeredImage: the smallest wheels share one layer past this many
 SMOKE_DIR = "pinmatrix/smoke"
 INPUTS = "io.pinmatrix.inputs"
@@ -264,7 +267,7 @@ class Assembler:
             wheel = self.choices.choose(entry, target, cell)
             wheels[entry.name] = wheel
             image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
-                                             _key("wheel", LAYOUT_FORMAT, wheel.sha256, cell.python, epoch, level)))
+                                             _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level)))
         for patch in cell.patches_to_apply:
             resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
             wheel = wheels.get(_canonical(patch.package))
@@ -277,8 +280,9 @@ class Assembler:
             tree = [(p.relative_to(self.smoke_dir).as_posix(), sha256_file(p)) for p in smoke]
             image.layers.append(PlannedLayer("smoke", _key("smoke", LAYOUT_FORMAT, tree, epoch, level)))
         if self.settings.ca_in_images:
-            certs = [sha256_file(p) for p in self.settings.extra_ca if p.is_file()]
-            certs += [sha256_file(p) for d in self.settings.extra_ca if d.is_dir() for p in sorted(d.glob("*.crt"))]
+            certs = [(p.name, sha256_file(p)) for p in self.settings.extra_ca if p.is_file()]
+            certs += [(p.name, sha256_file(p)) for d in self.settings.extra_ca if d.is_dir()
+                      for p in sorted(d.glob("*.crt"))]
             image.layers.append(PlannedLayer("ca", _key("ca", LAYOUT_FORMAT, base.key, certs, epoch, level)))
         for planned in image.layers[1:]:
             found = self.layers.get(planned.key)
