@@ -30,7 +30,7 @@ from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
-from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, start_guard
+from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
 from pinmatrix.smoke.hostdiff import differences, environment_of
@@ -159,11 +159,13 @@ def run_process(argv: Sequence[str], env: dict[str, str], log_path: Path, result
     result_path.unlink(missing_ok=True)
     timeout_s = effective_timeout(timeout_s)
     token = secrets.token_hex(16)
-    env = {**env, TOKEN_ENV: token}
+    guard_env, env = env, {**env, TOKEN_ENV: token}
     t0 = time.monotonic()
     timed_out = False
     with CappedLog(log_path, log_cap) as log:
         log.write(f"$ {' '.join(argv)}\n".encode())
+        # the guard first: whatever the smoke starts carries its token from the first instant
+        guard, guard_fd = start_guard(token, list(cleanup) if cleanup else None, env=guard_env)
         read_end, write_end = os.pipe()
         try:
             proc = subprocess.Popen(list(argv), stdout=write_end, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -171,14 +173,16 @@ def run_process(argv: Sequence[str], env: dict[str, str], log_path: Path, result
                                     preexec_fn=functools.partial(die_with_parent, os.getpid()))
         except BaseException:
             os.close(read_end)
+            os.close(guard_fd)
+            guard.wait()
             raise
         finally:
             os.close(write_end)
-        guard, guard_fd = start_guard(proc.pid, token, list(cleanup) if cleanup else None)
         stop = threading.Event()
         pump = threading.Thread(target=_pump, args=(read_end, log, stop), daemon=True)
         pump.start()
         try:
+            name_group(guard_fd, proc.pid)
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -191,7 +195,7 @@ def run_process(argv: Sequence[str], env: dict[str, str], log_path: Path, result
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            os.close(guard_fd)
+            os.close(guard_fd)  # the guard sweeps the group and the token now (and runs the clean-up)
             try:
                 guard.wait(timeout=150)
             except subprocess.TimeoutExpired:
@@ -214,7 +218,7 @@ def _pump(fd: int, log: CappedLog, stop: threading.Event) -> None:
             if not data:
                 return
             log.write(data)
-        elif stop.is_set():
+        if stop.is_set():  # also while something still writes: a runaway must not keep the runner here
             return
 
 
