@@ -31,6 +31,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def unreachable_index(res: LockResult) -> str | None:
+    """The cell's index that uv could not reach at all (connect or DNS failure), if that is why it failed."""
+    if not any(word in res.reason for word in ("dns error", "Connect", "connection refused", "timed out")):
+        return None
+    for index in res.cell.indexes:
+        if index.url.rstrip("/") in res.reason:
+            return index.url
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     cells = [c for c in selected(matrix, expansion, args) if c.requirements]
@@ -38,12 +48,18 @@ def run(args: argparse.Namespace) -> int:
     total = len(cells)
     done = 0
 
+    unreachable: dict[str, list[str]] = {}  # index URL -> cells that failed because it cannot be reached
+
     def report(res: LockResult) -> None:
         nonlocal done
         done += 1
         state = ("locked" if res.changed else "unchanged") if res.ok else "FAILED"
-        console.print(f"[{done}/{total}] {state:9} {res.cell.id} {res.cell.name}")
-        if not res.ok:
+        index = None if res.ok else unreachable_index(res)
+        suffix = f": index {index} unreachable (reported once below)" if index else ""
+        console.print(f"[{done}/{total}] {state:9} {res.cell.id} {res.cell.name}{suffix}")
+        if index:
+            unreachable.setdefault(index, []).append(res.cell.id)
+        elif not res.ok:
             console.print(f"          {res.reason}")
 
     results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
@@ -60,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
                           f"(another matrix's, see {owners_path(root)}): {', '.join(p.stem for p in keep)}")
     if owner != "<stdin>":
         record_owner(root, owner, [c.id for c in cells if lock_path(c, root).is_file()], replace=full)
+    for index, ids in unreachable.items():
+        console.print(f"index {index} is unreachable from here: {len(ids)} cell(s) cannot lock: {', '.join(ids)}")
     failed = [r for r in results if not r.ok]
     if args.json:
         from pinmatrix.lock import uv_version
