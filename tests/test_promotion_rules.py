@@ -194,3 +194,67 @@ def test_pull_takes_only_a_reference_that_carries_the_recorded_digest(reference:
         reference_of(entry)
     ok = reference_of({**entry, "reference": f"127.0.0.1:5000/pinmatrix/known-good/xf@{A}"})
     assert (ok.digest, ok.repository, ok.tag) == (A, "pinmatrix/known-good/xf", None)
+
+
+# --------------------------------------------------------------------------------------- known-good.toml
+
+
+def test_known_good_file_round_trip_header_and_errors(tmp_path: Path) -> None:
+    from pinmatrix.promote import HEADER, record_promotion
+
+    path = tmp_path / "sub" / "known-good.toml"
+    assert read_known_good(path) == []
+    entry = {"stack": "xf", "cell_id": "c1", "digest": A, "reference": f"r/x@{A}", "promoted_at": "2026-11-30T10:00:00Z",
+             "min_driver": None, "pins": {"gpu": "sm_90", "none": None}, "arch_flags": ["9.0a", None],
+             "evidence": [{"smoke": "boundary", "image_digest": None, "run_id": "r1"}]}
+    record_promotion(path, entry)
+    text = path.read_text()
+    assert text.startswith("".join(f"# {line}\n" for line in HEADER.splitlines()))
+    record_promotion(path, {**entry, "cell_id": "c2", "evidence": []})
+    assert text in path.read_text() and path.read_text().count("\n[[promoted]]\n") == 2
+    first, second = read_known_good(path)
+    assert "min_driver" not in first and first["pins"] == {"gpu": "sm_90"} and first["arch_flags"] == ["9.0a"]
+    assert first["evidence"] == [{"smoke": "boundary", "run_id": "r1"}] and second.get("evidence", []) == []
+    assert sorted(p.name for p in path.parent.iterdir()) == ["known-good.toml"]  # no temporary file left
+    for key in ("stack", "cell_id", "digest", "reference", "promoted_at"):
+        bad = tmp_path / f"bad-{key}.toml"
+        record_promotion(bad, {k: v for k, v in entry.items() if k != key})
+        record_promotion(bad, entry)
+        with pytest.raises(Exception, match=rf"^{bad}: promoted\[0\] lacks '{key}'$"):
+            read_known_good(bad)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[promoted]\n")
+    with pytest.raises(Exception, match=rf"^{broken}: not valid TOML: "):
+        read_known_good(broken)
+
+
+def test_pull_judges_newest_first_once_per_cell() -> None:
+    from pinmatrix.pull import judge, pick, requirements_of
+
+    def e(cell: str, when: str, stack: str = "xf", **kw) -> dict:  # noqa: ANN003
+        return {"stack": stack, "cell_id": cell, "cell_name": f"{stack}[{cell}]", "digest": A,
+                "reference": f"r/x@{A}", "promoted_at": when, **kw}
+
+    host = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
+                                capability="9.0")
+    entries = [e("old", "2026-11-01T00:00:00Z", min_driver="580.65.06", arch_flags=["9.0a"]),
+               e("new", "2026-11-20T00:00:00Z", min_driver="590.44.01", arch_flags=["9.0a"]),
+               e("old", "2026-11-10T00:00:00Z", min_driver="999.0", arch_flags=["9.0a"]),
+               e("cpu", "2026-11-05T00:00:00Z", stack="demo", gpu_required=False),
+               e("tie", "2026-11-01T00:00:00Z", min_driver="580.65.06", arch_flags=["9.0a"])]
+    verdicts = judge(entries, host)
+    assert [(v.entry["cell_id"], v.ok) for v in verdicts] == [("new", False), ("old", False), ("cpu", True),
+                                                               ("tie", True)]
+    assert verdicts[1].entry["min_driver"] == "999.0"  # a cell promoted twice is judged by its newest entry
+    assert any("590.44.01" in r for r in verdicts[0].reasons)
+    assert pick(verdicts).entry["cell_id"] == "cpu"
+    assert [v.entry["cell_id"] for v in judge(entries, host, stack="xf")] == ["new", "old", "tie"]
+    assert pick(judge(entries, host, stack="xf")).entry["cell_id"] == "tie"
+    assert pick([]) is None
+    assert verdicts[2].label == "cpu demo[cpu] (promoted 2026-11-05T00:00:00Z)"
+    assert e("x", "t", cell_name="").get("cell_name") == "" and \
+        judge([{**e("x", "t"), "cell_name": ""}], host)[0].label == "x (promoted t)"
+    req = requirements_of({})
+    assert (req.gpu_required, req.min_driver, req.compute_capability, req.arch_flags) == (True, None, None, ())
+    req = requirements_of({"gpu_required": 0, "arch_flags": None, "min_driver": "1", "compute_capability": "9.0"})
+    assert (req.gpu_required, req.arch_flags, req.min_driver, req.compute_capability) == (False, (), "1", "9.0")
