@@ -236,6 +236,7 @@ def test_store_written_before_params_is_migrated(tmp_path: Path) -> None:
             status TEXT NOT NULL, failure_class TEXT, reason TEXT NOT NULL, metrics TEXT NOT NULL, log_path TEXT,
             started_at TEXT NOT NULL, finished_at TEXT NOT NULL, duration_s REAL NOT NULL, known_issue TEXT,
             image_digest TEXT, environment TEXT NOT NULL DEFAULT '{}', UNIQUE (cell_id, host_id, smoke, run_id));
+        INSERT INTO meta VALUES ('schema_version', '1');
         INSERT INTO hosts VALUES ('h1', 'old', NULL, 0, NULL, NULL, NULL);
         INSERT INTO results (cell_id, stack, host_id, hostname, smoke, run_id, status, reason, metrics, started_at,
             finished_at, duration_s) VALUES ('c1', 's', 'h1', 'old', 'ok', 'r1', 'pass', '', '{}', 't', 't', 0.1);
@@ -246,6 +247,13 @@ def test_store_written_before_params_is_migrated(tmp_path: Path) -> None:
     assert rec.params == {} and store.has_result("c1", "h1", "ok")
     assert not store.has_result("c1", "h1", "ok", params={"n": 1})
     assert params_key({"b": 1, "a": 2}) == '{"a":2,"b":1}'
+    # the first write migrates the file: the column is added, the old run stays a plain one
+    from dataclasses import replace
+
+    store.record(replace(rec, run_id="r2", params={"n": 1}))
+    with sqlite3.connect(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT params FROM results ORDER BY seq")] == ["{}", '{"n":1}']
+    assert store.has_result("c1", "h1", "ok", params={"n": 1}) and store.has_result("c1", "h1", "ok")
 
 
 # -------------------------------------------------------------------------------- known-issue boundaries
@@ -424,3 +432,37 @@ def test_validate_names_a_boundary_that_fits_no_smoke(tmp_path: Path, capsys: py
         assert main(["validate", str(matrix)]) == 2
         err = capsys.readouterr().err
         assert words in err, err
+
+
+FLOAT_SMOKE = '''
+from _smokelib import Fail, main
+
+SMOKES = {
+    "ratio": {"func": "ratio", "params": {"x": {"type": "float", "range": [0, 1]}}, "fixed": {"edge": 0.3, "low": 0},
+              "timeout_s": 30},
+}
+
+def ratio(ctx):
+    x, edge = float(ctx.params["x"]), float(ctx.params["edge"])
+    if bool(ctx.params["low"]) == (x < edge):  # low=1: fails below the edge; low=0: fails from the edge on
+        raise Fail(f"x={x} on the failing side of {edge}", "ratio")
+    ctx.summary = f"x={x} fine"
+
+if __name__ == "__main__":
+    main(SMOKES, globals())
+'''
+
+
+def test_float_parameter_and_a_smoke_that_fails_below(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    shutil.copy(SMOKE_DIR / "_smokelib.py", cat)
+    (cat / "ratio.py").write_text(FLOAT_SMOKE)
+    base = ["bisect", "param", "ratio", "--param", "x", "--step", "0.01", "--smoke-dir", str(cat),
+            "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs"), "--json"]
+    rep = _json(capsys, base)
+    assert rep["space"] == {"param": "x", "type": "float", "lo": 0.0, "hi": 1.0, "step": 0.01} and rep["points"] == 101
+    assert (rep["last_pass"], rep["first_fail"], rep["inverted"]) == (0.29, 0.3, False)
+    rep = _json(capsys, [*base, "--fix", "low=1"])
+    assert (rep["first_fail"], rep["last_pass"], rep["inverted"]) == (0.29, 0.3, True)
+    assert rep["answer"] == "fails below: largest failing x = 0.29, smallest passing x = 0.3 (ratio)"

@@ -251,6 +251,14 @@ _COLUMNS = (
 )
 
 
+def _plain_params_view(conn: sqlite3.Connection) -> None:
+    """A store written before bisect probes (no ``params`` column, migrated on its next write): read its runs
+    as plain ones through a temporary view that shadows the table for this connection only."""
+    columns = {row[1] for row in conn.execute("PRAGMA main.table_info(results)")}
+    if columns and "params" not in columns:
+        conn.execute("CREATE TEMP VIEW results AS SELECT *, '{}' AS params FROM main.results")
+
+
 def params_key(params: Mapping[str, Any] | None) -> str:
     """The stored form of a probe's parameters: canonical JSON, '{}' for a plain run."""
     return json.dumps(dict(params or {}), sort_keys=True, separators=(",", ":"))
@@ -346,6 +354,7 @@ class ResultsStore:
         """A snapshot read: never waits behind a writer (storefile.connect_read)."""
         conn = storefile.connect_read(self.path)
         try:
+            _plain_params_view(conn)
             yield conn
         except sqlite3.DatabaseError as err:
             if "locked" in str(err) or "busy" in str(err):

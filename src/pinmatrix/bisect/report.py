@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -122,6 +121,3 @@ def failing_classes(probes: list[Probe]) -> dict[str, list[Any]]:
 def _order(v: Any) -> Any:
     return (0, v) if isinstance(v, (int, float)) else (1, str(v))
 
-
-def status_counts(probes: list[Probe]) -> dict[str, int]:
-    return dict(Counter(p.status for p in probes))
