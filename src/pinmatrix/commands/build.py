@@ -112,7 +112,7 @@ def _print_plan(cells: list[Cell], settings: BuildSettings, lock_problems: dict[
         else:
             try:
                 image, _ = builder.assembler.plan(cell, lock_path(cell, settings.root).read_text(encoding="utf-8"),
-                                                  settings.logs_dir / f"{cell.id}.plan.log")
+                                                  settings.logs_dir / f"{cell.id}.plan.log", dry=True)
                 image.ref = entry["ref"]  # type: ignore[assignment]
                 stored = builder.assembler.layout.image(image.ref)
                 image.cached = bool(stored and stored.annotations.get("io.pinmatrix.inputs") == image.inputs)

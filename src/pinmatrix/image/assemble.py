@@ -162,11 +162,13 @@ class Assembler:
 
     # -- the parts of an image -------------------------------------------------------------------------------
 
-    def base(self, cell: Cell, log: Path) -> BaseLayers:
+    def base(self, cell: Cell, log: Path, *, dry: bool = False) -> BaseLayers:
         if cell.base.kind == "image":
+            if dry:
+                return BaseLayers((), (), cell.base.image or "", f"image:{cell.base.image}", cell.python)
             base = pinned_base(cell.base, cell.platform, self.layout, authfile=self.settings.registry_authfile)
         else:
-            base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log)
+            base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log, dry=dry)
         if base.python is None:
             raise AssemblyError(f"cell {cell.id} ({cell.name}): its base {base.name} has no /usr/bin/python3")
         if base.python != cell.python:
@@ -248,19 +250,21 @@ class Assembler:
 
     # -- one cell --------------------------------------------------------------------------------------------
 
-    def plan(self, cell: Cell, lock_text: str, log: Path) -> tuple[AssembledImage, dict[str, object]]:
-        """Everything about the cell's image that needs no download: layer keys, config inputs, cache state."""
+    def plan(self, cell: Cell, lock_text: str, log: Path, *, dry: bool = False) -> tuple[AssembledImage, dict[str, object]]:
+        """Everything about the cell's image that needs no download: layer keys, config inputs, cache state.
+        ``dry``: make nothing, not even the base (the plan then says the base is not built yet)."""
         lock = checked_lock(cell, lock_text, f"locks/{cell.id}.txt")
         if any(p.kind == "source" for p in cell.patches_to_apply):
             raise AssemblyError(f"cell {cell.id} ({cell.name}): a source patch must be compiled; "
                                 "it builds through the Containerfile path (pinmatrix build routes it there)")
-        base = self.base(cell, log)
+        base = self.base(cell, log, dry=dry)
         venv = VenvLayout(cell.python)
         target = cell_target(cell)
         epoch = cell.base.source_date_epoch or 0
         level = self.settings.gzip_level
         image = AssembledImage(cell=cell, ref="")
-        image.layers.append(PlannedLayer("base", base.key, cached=True))
+        image.layers.append(PlannedLayer("base", base.key, base.layers[-1] if base.layers else None,
+                                         cached=bool(base.layers)))
         image.layers.append(PlannedLayer("venv", _key("venv", LAYOUT_FORMAT, cell.python, epoch, level)))
         wheels: dict[str, WheelFile] = {}
         for entry in sorted(lock.entries, key=lambda e: e.name):

@@ -184,8 +184,17 @@ def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int) -> tuple[LayerD
     return writer.close(), python
 
 
-def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Path, log: Path) -> BaseLayers:
+def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Path, log: Path, *,
+                dry: bool = False) -> BaseLayers:
+    """The base layer, made now unless cached; ``dry``: only what it would be (no layers when not cached)."""
     inputs = rootfs_inputs(spec, platform)
+    name = f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})"
+    if dry:
+        record = cache_dir / "rootfs" / f"{inputs.key()}.json"
+        if record.is_file():
+            data = json.loads(record.read_text())
+            return BaseLayers((LayerDescriptor.from_json(data["layer"]),), (), name, inputs.key(), data.get("python"))
+        return BaseLayers((), (), name, inputs.key(), DEBIAN_PYTHON.get(inputs.suite))
     record = cache_dir / "rootfs" / f"{inputs.key()}.json"
     with _locked(cache_dir / "rootfs" / f"{inputs.key()}.lock"):
         kept = cache_dir / "rootfs" / f"{inputs.key()}.layer"
