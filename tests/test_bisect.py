@@ -466,3 +466,52 @@ def test_float_parameter_and_a_smoke_that_fails_below(tmp_path: Path, capsys: py
     rep = _json(capsys, [*base, "--fix", "low=1"])
     assert (rep["first_fail"], rep["last_pass"], rep["inverted"]) == (0.29, 0.3, True)
     assert rep["answer"] == "fails below: largest failing x = 0.29, smallest passing x = 0.3 (ratio)"
+
+
+ENV_MATRIX = """
+[matrix]
+exclude_newer = "2026-11-01T00:00:00Z"
+ca_certificates = ["/usr/local/share/ca-certificates"]
+
+[stacks.flags]
+description = "env variants in order: the smoke fails once FAST_PATH is on"
+gpu_required = false
+smokes = ["fast-path-off"]
+[stacks.flags.axes]
+env = [{ label = "v1", vars = { FAST_PATH = "0" } }, { label = "v2", vars = { FAST_PATH = "0" } },
+       { label = "v3", vars = { FAST_PATH = "1" } }, { label = "v4", vars = { FAST_PATH = "1" } },
+       { label = "v5", vars = { FAST_PATH = "1" } }]
+[stacks.flags.packages]
+six = ["1.17.0"]
+"""
+
+ENV_SMOKE = '''
+import os
+from _smokelib import Fail, main
+
+SMOKES = {"fast-path-off": {"func": "check", "timeout_s": 30}}
+
+def check(ctx):
+    if os.environ.get("FAST_PATH") == "1":
+        raise Fail("the fast path is on", "fast-path")
+    ctx.summary = "fast path off"
+
+if __name__ == "__main__":
+    main(SMOKES, globals())
+'''
+
+
+@pytest.mark.network
+def test_version_bisect_over_env_variants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    matrix = _project(tmp_path, ENV_MATRIX)
+    (matrix.parent / "smoke" / "flags.py").write_text(ENV_SMOKE)
+    argv = ["bisect", "version", "fast-path-off", str(matrix), "--stack", "flags", "--axis", "env",
+            "--smoke-dir", str(matrix.parent / "smoke"), "--results", str(tmp_path / "r.sqlite"),
+            "--logs", str(tmp_path / "logs"), "--work", str(tmp_path / "work"), "--venv-python", sys.executable]
+    rep = _json(capsys, [*argv, "--json"], code=0)
+    assert (rep["before"], rep["after"], rep["changed_to"], rep["failure_class"]) == ("v2", "v3", "fail", "fast-path")
+    assert rep["answer"].startswith("first failing env = v3")
+    rep = _json(capsys, [*argv, "--values", "v4,v1", "--json"])  # any order the user gives is the order searched
+    assert (rep["before"], rep["after"], rep["changed_to"]) == ("v4", "v1", "pass")
+    assert main([*argv, "--values", "v1,v9"]) == 2
+    assert "env variant 'v9' is not in the stack (variants: v1, v2, v3, v4, v5)" in capsys.readouterr().err
