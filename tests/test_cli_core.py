@@ -145,7 +145,7 @@ def test_a_stack_can_replace_the_base(tmp_path: Path) -> None:
     digest = "b" * 64
     (tmp_path / "m.toml").write_text(f"""\
 [matrix]
-python = "3.11"
+python = "3.13"
 [stacks.a]
 gpu_required = false
 [stacks.a.packages]
@@ -160,6 +160,6 @@ image = "registry.example/python@sha256:{digest}"
 six = ["1.16.0"]
 """)
     cells = {c.stack: c for c in expand_matrix(load_matrix(tmp_path / "m.toml")).cells}
-    assert cells["a"].base.kind == "mmdebstrap" and cells["a"].base.suite == "bookworm"
+    assert cells["a"].base.kind == "mmdebstrap" and cells["a"].base.suite == "trixie"
     assert cells["b"].base.kind == "image" and cells["b"].base.image.endswith(digest)
     assert cells["a"].id != cells["b"].id

@@ -34,8 +34,10 @@ def _toml_value(v: str) -> str:
     return f'"{v}"'
 
 
-def write_matrix(path: Path, axes, zips, excludes, includes, python: str = "3.11") -> Path:
-    lines = ["[matrix]", f'python = "{python}"', "[stacks.s]", "gpu_required = false"]
+def write_matrix(path: Path, axes, zips, excludes, includes, python: str = "3.13") -> Path:
+    suite = {"3.11": "bookworm", "3.13": "trixie"}[python]  # a cell's Python comes from its base
+    lines = ["[matrix]", f'python = "{python}"', "[matrix.base]", f'suite = "{suite}"', "[stacks.s]",
+             "gpu_required = false"]
     if zips:
         lines.append("zip = [" + ", ".join("[" + ", ".join(_toml_value(a) for a in z) + "]" for z in zips) + "]")
     if excludes:
@@ -125,5 +127,5 @@ def test_changing_one_pin_changes_only_the_ids_it_touches(tmp_path_factory, spec
 def test_python_version_is_part_of_the_id(tmp_path: Path) -> None:
     axes = {"alpha": ["1.0"]}
     a = expand_matrix(load_matrix(write_matrix(tmp_path / "a.toml", axes, [], [], [], python="3.11")))
-    b = expand_matrix(load_matrix(write_matrix(tmp_path / "b.toml", axes, [], [], [], python="3.12")))
+    b = expand_matrix(load_matrix(write_matrix(tmp_path / "b.toml", axes, [], [], [], python="3.13")))
     assert a.cells[0].id != b.cells[0].id

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.network
 
 MATRIX = """\
 [matrix]
-python = "3.11"
+python = "3.13"
 exclude_newer = "2026-11-01T00:00:00Z"
 [stacks.tiny]
 gpu_required = false
