@@ -290,7 +290,7 @@ def um_leak(ctx: Context) -> None:
 # pinmatrix package (mounted read-only in containers) and PINMATRIX_CUOBJDUMP at cuobjdump from its wheel.
 
 
-def _archscan():  # noqa: ANN202 - modules
+def _archscan():  # returns three modules
     lib = os.environ.get("PINMATRIX_LIB")
     if lib and lib not in sys.path:
         sys.path.append(lib)
@@ -310,7 +310,7 @@ def _cuobjdump() -> str | None:
         "/usr/local/cuda/bin/cuobjdump" if os.path.exists("/usr/local/cuda/bin/cuobjdump") else None)
 
 
-def _gpu(ctx: Context, flags: list) -> str:  # noqa: ANN001
+def _gpu(ctx: Context, flags: list) -> str:
     """The capability the binaries must run on: the cell's GPU, else the device's, else the newest arch flag's."""
     cap = ctx.cell.get("compute_capability")
     if cap:

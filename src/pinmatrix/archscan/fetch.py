@@ -236,7 +236,7 @@ def _find(pin: Pin, dest: Path, index: dict[str, list]) -> tuple[Path, str] | No
     return None
 
 
-def fetch_wheels(pins: CellPins, cache: Path | None = None, log=None) -> list[Wheel]:  # noqa: ANN001
+def fetch_wheels(pins: CellPins, cache: Path | None = None, log=None) -> list[Wheel]:
     """Download (once) the wheel of every pin for the pins' platform and Python; hash-checked by pip."""
     dest = wheel_dir(pins.platform, pins.python, cache)
     dest.mkdir(parents=True, exist_ok=True)

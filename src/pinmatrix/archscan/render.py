@@ -21,7 +21,13 @@ def _short(p: dict[str, Any]) -> str:
         groups = sum(b["groups"] for b in p["binaries"])
         bad = sum(b["counts"].get("cannot-run", 0) for b in p["binaries"])
         jit = sum(b["counts"].get("ptx-jit", 0) for b in p["binaries"])
-        detail = f" {bad}/{groups} groups cannot run" if bad else f" {jit}/{groups} groups JIT"
+        if bad:
+            detail = f" {bad}/{groups} groups cannot run"
+        elif v != "ptx-jit":  # whole binaries that cannot run (built only for other GPUs)
+            dead = sum(b["verdict"] == "cannot-run" for b in p["binaries"])
+            detail = f" {dead}/{len(p['binaries'])} binaries cannot run" + (f", {jit}/{groups} groups JIT" if jit else "")
+        else:
+            detail = f" {jit}/{groups} groups JIT"
         return f"{ICONS[v]} {v}{detail}"
     return f"{ICONS.get(v, '')} {v}"
 
@@ -37,8 +43,8 @@ def render_markdown(doc: dict[str, Any], *, stack_packages: tuple[str, ...] = (
     if doc.get("command"):
         lines.append(f"Command: `{doc['command']}`")
     lines += ["", "Verdicts for the cell's GPU, per kernel group (one fatbin: the kernels the runtime picks "
-              "code from): 🟢 native, 🟡 PTX JIT, 🟠 partial (some groups of this GPU's generation cannot run), "
-              "🔴 cannot run, ⚫ not fetched, ⚪ no device code. Groups built only for other GPU generations "
+              "code from): 🟢 native, 🟡 PTX JIT, 🟠 partial (some kernel groups of this GPU's generation, "
+              "or some binaries, cannot run), 🔴 cannot run, ⚫ not fetched, ⚪ no device code. Groups built only for other GPU generations "
               "are listed, not counted.", ""]
     by_stack: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cell in doc["cells"]:

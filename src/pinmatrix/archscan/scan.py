@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]],
             for b in bins:
                 n = sum(1 for g in b.groups if specific & set(g) and V.group_verdict(g, cap).verdict == V.CANNOT)
                 if n:
-                    found.append(f"{package}: {b.path}: {n} kernel group(s) hold {'/'.join(sorted(specific & set(t for g in b.groups for t in g)))} "
+                    found.append(f"{package}: {b.path}: {n} kernel group(s) hold {'/'.join(sorted(specific & {t for g in b.groups for t in g}))} "
                                  f"code and nothing that runs on {gpu}")
         has_native = rule["native_target"] in all_sass
         is_filed = rule["known_issue"] in filed
@@ -116,7 +116,7 @@ def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]],
             words = (f"flagged: the cell is not filed under {rule['known_issue']} (its arch flags "
                      f"{' '.join(cell.arch_flags) or 'none'}), but its binaries show the mechanism: {rule['mechanism']}")
         else:
-            words = (f"filed against this cell, but no binary read here shows it"
+            words = ("filed against this cell, but no binary read here shows it"
                      + (f" ({rule['native_target']} is present)" if has_native else ""))
         out.append({"known_issue": rule["known_issue"], "status": status, "message": words, "evidence": found,
                     "native_target_present": has_native, "source": rule["source"]})
@@ -210,7 +210,7 @@ def scan_tool(use_cuobjdump: bool = True) -> tuple[str | None, str]:
 def scan_document(cells: list[CellScan], tool_label: str, command: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
-        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "tool": tool_label,
         "command": command,
         "rules": "src/pinmatrix/data/arch_rules.toml",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pinmatrix.archscan.binary import BinaryTargets, read_binary
 
-SCAN_VERSION = 1  # bump when what read_binary reports changes
+SCAN_VERSION = 2  # bump when what read_binary reports changes
 _CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
 
 

@@ -8,7 +8,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
+from pinmatrix.commands._common import (
+    add_matrix_argument,
+    add_selection_arguments,
+    load,
+    selected,
+)
 from pinmatrix.errors import PinmatrixError
 
 

@@ -41,6 +41,9 @@ def _verdict(p: dict[str, Any]) -> str:
     v = str(p.get("verdict", ""))
     if v in ("partial", "cannot-run") and bad:
         return f"{v} {bad}/{groups}"
+    if v == "partial":
+        dead = sum(b.get("verdict") == "cannot-run" for b in p.get("binaries", []))
+        return f"{v} {dead}/{len(p.get('binaries', []))} binaries"
     if v == "ptx-jit" and jit:
         return f"{v} {jit}/{groups}"
     return v
