@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import tarfile
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pinmatrix.atomic import atomic_write_text
@@ -27,9 +27,19 @@ from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
 from pinmatrix.image.config import cell_env, cell_labels, image_config
 from pinmatrix.image.install import VenvLayout, install_wheel
-from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL, LayerDescriptor, LayerWriter
+from pinmatrix.image.layer import (
+    DEFAULT_GZIP_LEVEL,
+    LayerDescriptor,
+    LayerWriter,
+    open_layer,
+)
 from pinmatrix.image.lockcheck import checked_lock
-from pinmatrix.image.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
+from pinmatrix.image.oci import (
+    MEDIA_TYPE_CONFIG,
+    MEDIA_TYPE_MANIFEST,
+    OCILayout,
+    canonical_json,
+)
 from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target
 from pinmatrix.lockfile import LockEntry
@@ -233,8 +243,7 @@ class Assembler:
         """The base's CA bundle with the extra certificates appended, and the certificates themselves."""
         bundle = b""
         for layer in base.layers:
-            mode = "r|gz" if layer.media_type.endswith("gzip") else "r|"
-            with tarfile.open(self.layout.blob_path(layer.digest), mode) as tar:
+            with open_layer(self.layout.blob_path(layer.digest), layer.media_type) as tar:
                 for member in tar:
                     if member.name.removeprefix("./") == "etc/ssl/certs/ca-certificates.crt" and member.isreg():
                         handle = tar.extractfile(member)
@@ -274,11 +283,12 @@ class Assembler:
                                              _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level)))
         for patch in cell.patches_to_apply:
             resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
-            wheel = wheels.get(_canonical(patch.package))
-            if wheel is None:
+            target_wheel = wheels.get(_canonical(patch.package))
+            if target_wheel is None:
                 raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
             image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, patch.sha256,
-                                                                        wheel.sha256, cell.python, epoch, level)))
+                                                                        target_wheel.sha256, cell.python, epoch,
+                                                                        level)))
         smoke = smoke_files(self.smoke_dir)
         if smoke:
             tree = [(p.relative_to(self.smoke_dir).as_posix(), sha256_file(p)) for p in smoke]
@@ -342,7 +352,7 @@ class Assembler:
             planned = by_name[f"patch:{patch.id}"]
             wheel_path = self.fetcher.fetch(wheels[_canonical(patch.package)])
             on_step(f"patch {patch.id}")
-            self._cached_or_build(planned, lambda w, p=patch, wp=wheel_path: self._patch_layer(cell, p, wp, venv, w), epoch)
+            self._cached_or_build(planned, partial(self._patch_layer, cell, patch, wheel_path, venv), epoch)
         if "smoke" in by_name:
             files: list[Path] = ctx["smoke"]  # type: ignore[assignment]
 
@@ -402,7 +412,7 @@ def _merge_small(layers: list[PlannedLayer], max_layers: int, assembler: Assembl
     def build(writer: LayerWriter) -> None:
         for part in small:
             assert part.descriptor is not None
-            with tarfile.open(assembler.layout.blob_path(part.descriptor.digest), "r|*") as tar:
+            with open_layer(assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type) as tar:
                 for member in tar:
                     writer.add_member(member, tar.extractfile(member) if member.isreg() else None)
 

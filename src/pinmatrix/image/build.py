@@ -109,7 +109,7 @@ class CellBuilder:
                 raise PinmatrixError(f"cell {cell.id}: a source patch is compiled in a container: choose an --engine")
             from pinmatrix.image.containerfile import build_cell as containerfile_build
 
-            return containerfile_build(cell, lock_text, self.engine, self.settings, registry=self.registry,  # type: ignore[arg-type, return-value]
+            return containerfile_build(cell, lock_text, self.engine, self.settings, registry=self.registry,
                                        on_step=on_step)
         settings = self.settings
         settings.logs_dir.mkdir(parents=True, exist_ok=True)

@@ -18,23 +18,30 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 import jinja2
 
-from pinmatrix.image.containerfile_base import DEFAULT_PATH, DEFAULT_SOURCE_DATE_EPOCH, ensure_base_image
 from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.layerplan import load_layer_specs, parse_lock, plan_layers
-from pinmatrix.patch_sources import resolve_patch
 from pinmatrix.image.build import BuildSettings, CellBuildResult, image_ref
-from pinmatrix.image.config import cell_env, cell_labels, nvidia_require_cuda  # noqa: F401 - nvidia_require_cuda re-used by tests
+from pinmatrix.image.config import (  # noqa: F401 - nvidia_require_cuda re-used by tests
+    cell_env,
+    cell_labels,
+    nvidia_require_cuda,
+)
+from pinmatrix.image.containerfile_base import (
+    DEFAULT_SOURCE_DATE_EPOCH,
+    ensure_base_image,
+)
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
+from pinmatrix.layerplan import load_layer_specs, plan_layers
+from pinmatrix.lockfile import parse_lock
+from pinmatrix.patch_sources import resolve_patch
 from pinmatrix.registry import Registry, split_ref
 
 IMAGES_DIR = Path("images")
@@ -188,7 +195,7 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
                 _write(context / "smoke" / path.relative_to(smoke_src), path.read_bytes(), epoch)
                 smoke = True
 
-    layer_names = ["base", "python", *(layer["name"] for layer in layer_views)]
+    layer_names: list[str] = ["base", "python", *(str(layer["name"]) for layer in layer_views)]
     if plan_entries:
         layer_names.append("patches")
     if smoke:

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from pinmatrix.cell import BaseSpec
 from pinmatrix.engine import OCIEngine
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.rootfs import DEFAULT_SUITE, BaseImageError, host_debian_mirror
 
 DEFAULT_SOURCE_DATE_EPOCH = 1_700_000_000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class _SizedStream:
 class _SortedWheel(InstallerWheel):
     """The wheel's files in path order, each with its size, so the layer's entries come in a fixed order."""
 
-    def get_contents(self) -> Iterator[tuple[tuple[str, str, str], BinaryIO, bool]]:  # type: ignore[override]
+    def get_contents(self) -> Iterator[tuple[tuple[str, str, str], BinaryIO, bool]]:
         import stat
 
         from installer.records import parse_record_file
@@ -118,9 +119,10 @@ class TarDestination(WheelDestination):
             raise InstallError(f"wheel file {path!r} would be installed outside {VENV}")
         return target
 
-    def write_file(self, scheme: Scheme, path: str | Path, stream: BinaryIO, is_executable: bool) -> RecordEntry:
-        path = Path(path).as_posix()
-        target = self._target(scheme, path)
+    def write_file(self, scheme: Scheme, path: str | os.PathLike[str], stream: BinaryIO,
+                   is_executable: bool) -> RecordEntry:
+        rel = Path(path).as_posix()
+        target = self._target(scheme, rel)
         if isinstance(stream, _SizedStream):
             self.layer.add_file(target, cast(BinaryIO, stream), stream.size, executable=is_executable)
             digest, size = stream.sha.digest(), stream.size
@@ -129,9 +131,9 @@ class TarDestination(WheelDestination):
             self.layer.add_bytes(target, data, executable=is_executable)
             digest, size = hashlib.sha256(data).digest(), len(data)
         value = base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
-        return RecordEntry(path, Hash("sha256", value), size)
+        return RecordEntry(rel, Hash("sha256", value), size)
 
-    def write_script(self, name: str, module: str, attr: str, section: str) -> RecordEntry:  # type: ignore[override]
+    def write_script(self, name: str, module: str, attr: str, section: str) -> RecordEntry:
         script_name, data = Script(name, module, attr, section).generate(self.layout.interpreter, "posix")  # type: ignore[arg-type]
         import io
 

@@ -15,7 +15,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO, cast
 
 from pinmatrix.hashing import oci_digest
 
@@ -51,6 +51,13 @@ class LayerDescriptor:
         return cls(digest=str(data["digest"]), size=int(data["size"]), diff_id=str(data["diff_id"]),  # type: ignore[call-overload]
                    media_type=str(data["media_type"]), entries=int(data.get("entries", 0)),  # type: ignore[call-overload]
                    unpacked=int(data.get("unpacked", 0)))  # type: ignore[call-overload]
+
+
+def open_layer(path: Path, media_type: str) -> tarfile.TarFile:
+    """A layer blob opened for reading its entries in order (gzip or plain tar, by media type)."""
+    if media_type.endswith("gzip"):
+        return tarfile.open(path, mode="r|gz")
+    return tarfile.open(path, mode="r|")
 
 
 class _CompressingSink(io.RawIOBase):
@@ -102,7 +109,8 @@ class LayerWriter:
         self._tmp = blobs_dir / f".layer-{os.getpid()}-{id(self):x}.tmp"
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
         self._sink = _CompressingSink(self._file, gzip_level)
-        self._tar = tarfile.open(fileobj=self._sink, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_BUF)  # noqa: SIM115
+        self._tar = tarfile.TarFile(fileobj=cast(BinaryIO, self._sink), mode="w", format=tarfile.PAX_FORMAT,
+                                    copybufsize=_BUF)
         self._dirs: set[str] = set()
         self.media_type = MEDIA_TYPE_GZIP if gzip_level is not None else MEDIA_TYPE_TAR
         self.entries = 0
@@ -159,7 +167,7 @@ class LayerWriter:
         self._tar.addfile(info)
         self.entries += 1
 
-    def add_member(self, member: tarfile.TarInfo, stream: BinaryIO | None) -> None:
+    def add_member(self, member: tarfile.TarInfo, stream: IO[bytes] | None) -> None:
         """Copy an entry of another tar (a root filesystem) keeping its type, mode, owner ids and link target;
         names, user names, times and PAX extras are normalised."""
         name = self._clean(member.name.removeprefix("./").rstrip("/")) if member.name not in (".", "./") else ""

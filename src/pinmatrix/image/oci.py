@@ -144,7 +144,8 @@ class OCILayout:
         return next((i for i in self.images() if i.ref == ref), None)
 
     def config(self, image: StoredImage) -> dict[str, Any]:
-        return json.loads(self.read_blob(image.config_digest))
+        config: dict[str, Any] = json.loads(self.read_blob(image.config_digest))
+        return config
 
     def blobs_of(self, image: StoredImage) -> list[str]:
         """Every blob the image needs: config, layers, and the manifest itself."""

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import EngineError, PinmatrixError
@@ -31,7 +32,7 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine) -
                               env=engine.env) as proc:
             assert proc.stdin is not None
             try:
-                layout.write_archive([image], proc.stdin)
+                layout.write_archive([image], cast(BinaryIO, proc.stdin))
             except BrokenPipeError:
                 pass
             finally:

@@ -29,7 +29,7 @@ from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.config import oci_arch
-from pinmatrix.image.layer import LayerDescriptor, LayerWriter
+from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
 from pinmatrix.image.oci import OCILayout
 
 DEFAULT_SUITE = "trixie"
@@ -274,9 +274,8 @@ def _python_in_layers(layout: OCILayout, layers: tuple[LayerDescriptor, ...]) ->
     """The X.Y that ``/usr/bin/python3`` points to in the top-most layer that has it."""
     found: str | None = None
     for layer in layers:
-        mode = "r|gz" if layer.media_type.endswith("gzip") else "r|"
         try:
-            with tarfile.open(layout.blob_path(layer.digest), mode) as tar:
+            with open_layer(layout.blob_path(layer.digest), layer.media_type) as tar:
                 for member in tar:
                     if member.name.removeprefix("./").removeprefix("/") == "usr/bin/python3" and member.issym():
                         found = member.linkname.rsplit("/", 1)[-1].removeprefix("python")

@@ -15,9 +15,14 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
 
 from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.errors import PinmatrixError
@@ -113,7 +118,7 @@ class WheelFetcher:
         self.timeout = timeout
         self._pages: dict[tuple[str, str], list[dict[str, object]]] = {}
 
-    def _open(self, url: str, accept: str | None = None):  # noqa: ANN202 - an http response
+    def _open(self, url: str, accept: str | None = None) -> Any:  # an http.client response
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
         handlers: list[urllib.request.BaseHandler] = []
         if url.startswith("https:"):
@@ -154,7 +159,8 @@ class WheelFetcher:
         for index in _indexes_for(entry, indexes):
             for f in self.files(index, entry.name):
                 filename = str(f.get("filename", ""))
-                sha = (f.get("hashes") or {}).get("sha256")  # type: ignore[union-attr]
+                hashes = f.get("hashes")
+                sha = hashes.get("sha256") if isinstance(hashes, dict) else None
                 if not filename.endswith(".whl") or sha not in allowed:
                     continue
                 try:
