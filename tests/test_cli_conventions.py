@@ -56,7 +56,7 @@ def make_project(root: Path) -> Project:
     text = (REPO / "matrix.toml").read_text()
     assert SHIPPED_REGISTRY in text, "the shipped matrix's registry line moved: update this test"
     (root / "matrix.toml").write_text(text.replace(SHIPPED_REGISTRY, f'registry = "127.0.0.1:{port}/pinmatrix"'))
-    for folder in ("smoke", "patches"):
+    for folder in ("smoke", "patches", "images", "locks"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "pools.toml").write_text(POOLS)
     return Project(root, Endpoint("127.0.0.1", port), {}, {}, root / "signing")
@@ -91,6 +91,12 @@ def project(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         cli("registry", "stop", cwd=proj.root)
 
 
+def _promoted(project: Project) -> str:
+    from pinmatrix.promote import read_known_good
+
+    return str(read_known_good(project.root / "known-good.toml")[-1]["reference"])
+
+
 def _pod_run(project: Project) -> list[str]:
     """A pod's output directory, made by running the k8s pod runner on this host (as `ci collect` reads it)."""
     out = project.root / "pod"
@@ -108,12 +114,16 @@ JSON_COMMANDS = [
     ("validate", ["validate", "--json"], {0}),
     ("cells", ["cells", "--stack", "demo", "--json"], {0}),
     ("lock", lambda p: ["lock", "-k", next(iter(p.cells)), "--json"], {0}),
+    ("build-print", ["build", "--stack", "demo", "--print"], {0}),
     ("smoke", ["smoke", "-k", "host-probe", "--json"], {0}),
+    ("bisect", ["bisect", "param", "cpu-threshold", "--param", "n", "--timeout", "5", "--max-probes", "2", "--json"],
+     {0, 1}),
     ("results", ["results", "--stack", "demo", "--json"], {0}),
     ("report", ["report", "--stack", "demo", "--json"], {0}),
     ("promote", ["promote", "--stack", "demo", "--dry-run", "--json", "--force"], {0}),
     ("promote-refused", ["promote", "--stack", "h200", "--json"], {1}),
     ("pull", lambda p: ["pull", "--stack", "demo", "--print", "--json", "--key", f"{p.key}.pub"], {0}),
+    ("verify", lambda p: ["verify", _promoted(p), "--key", f"{p.key}.pub", "--json"], {0}),
     ("ci-github", ["ci", "github", "--stack", "demo", "--json"], {0}),
     ("ci-k8s", ["ci", "k8s", "--stack", "demo", "--pools", "pools.toml", "--json"], {0}),
     ("ci-collect", _pod_run, {0}),

@@ -14,7 +14,6 @@ pinmatrix itself, the shared base root filesystem cache, the package index for t
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -41,9 +40,6 @@ def test_build_push_smoke_promote_pull_with_the_embedded_registry(podman_env, bu
         monkeypatch.setenv(key, value)
     (tmp_path / "project").mkdir()
     project = make_project(tmp_path / "project")
-    for folder in ("images", "locks"):  # the build's templates, and the demo's locks (no relock needed)
-        if (REPO / folder).is_dir():
-            shutil.copytree(REPO / folder, project.root / folder)
     monkeypatch.chdir(project.root)
     jobs = json.loads(_run(capsys, ["ci", "github", "--stack", "demo"])[1])["include"]
     cell, image = jobs[0]["cell"], jobs[0]["image"]

@@ -149,17 +149,17 @@ def stop(root: Path) -> State | None:
 def status(root: Path, endpoint: Endpoint | None) -> dict[str, Any]:
     """A JSON-able description: address, whether it listens, who serves it, pid, mode, data directory."""
     state = read_state(root)
-    ours = state is not None and state.alive()
+    ours = state if state is not None and state.alive() else None
     address = endpoint.address if endpoint else (state.address if state else None)
-    up = listening(endpoint) if endpoint else ours
+    up = listening(endpoint) if endpoint else ours is not None
     data = registry_dir(root) / "data"
     return {
         "address": address,
         "listening": up,
         "served_by": "pinmatrix" if ours else ("another process" if up else None),
-        "mode": state.mode if ours else None,
-        "pid": state.pid if ours else None,
-        "started_at": state.started_at if ours else None,
+        "mode": ours.mode if ours else None,
+        "pid": ours.pid if ours else None,
+        "started_at": ours.started_at if ours else None,
         "data": str(data.resolve()),
         "data_bytes": sum(p.stat().st_size for p in data.rglob("*") if p.is_file()) if data.is_dir() else 0,
     }
