@@ -8,8 +8,9 @@ Two ways to have one, as with a compose service:
 - managed: ``pinmatrix registry start`` keeps one in the background (a pidfile in ``.pinmatrix/registry/``)
   until ``pinmatrix registry stop``; commands then find it listening and leave it alone.
 
-Concurrent commands share an automatic registry: each holds a shared flock on ``users.lock`` while it runs;
-the one that finds itself last (an exclusive lock succeeds) stops a registry that was started automatically.
+Concurrent commands share an automatic registry: each holds a shared flock on ``users.lock`` while it runs
+(whether it started the registry or found it listening); the one that finds itself last (an exclusive lock
+succeeds) stops a registry that was started automatically.
 The data directory outlives both, so images pushed by one command are there for the next.
 """
 
@@ -186,9 +187,11 @@ def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[S
     (the State is yielded; None when nothing had to start). The last command using an automatically started
     registry stops it."""
     endpoint = loopback_endpoint(setting)
-    if endpoint is None or listening(endpoint):
+    if endpoint is None:
         yield None
         return
+    # Every command using the project's loopback registry holds the shared lock, also one that finds it already
+    # listening: the command that started it must not stop it under another command's feet.
     echo = echo or (lambda line: print(line, file=sys.stderr))
     directory = registry_dir(root)
     directory.mkdir(parents=True, exist_ok=True)
