@@ -103,6 +103,25 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *(session.posargs or ["-q"]))
 
 
+# The core, checked with mypy --strict: the models and every module that turns inputs into images and evidence.
+STRICT = [
+    "src/pinmatrix/image", "src/pinmatrix/hashing.py", "src/pinmatrix/atomic.py", "src/pinmatrix/lockfile.py",
+    "src/pinmatrix/cell.py", "src/pinmatrix/names.py", "src/pinmatrix/sanitize.py", "src/pinmatrix/storefile.py",
+    "src/pinmatrix/lock.py", "src/pinmatrix/matrix.py", "src/pinmatrix/results.py", "src/pinmatrix/promote.py",
+    "src/pinmatrix/pull.py", "src/pinmatrix/verify.py", "src/pinmatrix/sbom.py", "src/pinmatrix/smoke/hostdiff.py",
+]
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff over the code and tests; mypy over the package, --strict over the core (STRICT in noxfile.py)."""
+    _install(session)
+    session.install("ruff==0.14.14", "mypy==1.20.2")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "smoke", "noxfile.py")
+    session.run("mypy", "src/pinmatrix")
+    session.run("mypy", "--strict", "--follow-imports=silent", *STRICT)
+
+
 @nox.session(python=PYTHON)
 def benchmarks(session: nox.Session) -> None:
     """Run the benchmarks under benchmarks/ and print their figures."""
