@@ -66,16 +66,19 @@ def _stack_section(stack: str, cells: list[dict[str, Any]], stack_packages: tupl
     names: list[str] = []
     for members in ordered:
         names += [n for n in _interesting(members[0]["packages"], stack_packages) if n not in names]
-    header = ["package"] + [f"G{i + 1}" for i in range(len(ordered))]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
-    for name in names:
-        row = [f"`{name}`"]
-        for members in ordered:
-            p = next((p for p in members[0]["packages"] if p["name"] == name), None)
-            row.append(_cell(f"{p['version']}: {_short(p)}" if p else "-"))
-        lines.append("| " + " | ".join(row) + " |")
-    lines.append("")
+    if not names:
+        lines += ["No package of these cells holds CUDA device code.", ""]
+    else:
+        header = ["package"] + [f"G{i + 1}" for i in range(len(ordered))]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "---|" * len(header))
+        for name in names:
+            row = [f"`{name}`"]
+            for members in ordered:
+                p = next((p for p in members[0]["packages"] if p["name"] == name), None)
+                row.append(_cell(f"{p['version']}: {_short(p)}" if p else "-"))
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
     for i, members in enumerate(ordered):
         first = members[0]
         ids = ", ".join(f"`{c['id']}`" for c in members)

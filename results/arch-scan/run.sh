@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The exact commands behind results/arch-scan/: no GPU, run on the development machine (x86_64). Wheels are
+# downloaded once into ~/.cache/pinmatrix/wheels/<arch>-py<python> (aarch64 ones for the gb10 cells), cuobjdump
+# is installed from its PyPI wheel into ~/.cache/pinmatrix/tools; nothing of either is committed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+pinmatrix arch-scan --stack gb10-nvfp4 --out results/arch-scan/gb10-nvfp4 > /dev/null
+pinmatrix arch-scan --stack h200 --out results/arch-scan/h200 > /dev/null
+# The same tables inside the report (report.json carries them under arch_scan):
+pinmatrix report --stack gb10-nvfp4 --stack h200 --arch-scan results/arch-scan/gb10-nvfp4/arch-scan.json --arch-scan results/arch-scan/h200/arch-scan.json \
+  --out results/arch-scan/report --format md --format json
