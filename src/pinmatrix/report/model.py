@@ -112,6 +112,7 @@ class SmokeResult:
     image_digest: str | None
     log_path: str | None
     log_excerpt: str | None
+    host_vs_lock: dict[str, Any] | None = None  # host runtime: how the host differed from the cell's lock
 
     def to_dict(self, *, with_log: bool = False) -> dict[str, Any]:
         data = {
@@ -119,7 +120,7 @@ class SmokeResult:
             "reason": self.reason, "host_id": self.host_id, "host_label": self.host_label, "host": self.host,
             "run_id": self.run_id, "finished_at": self.finished_at, "duration_s": self.duration_s,
             "metrics": self.metrics, "known_issue": self.known_issue, "image_digest": self.image_digest,
-            "log_path": self.log_path,
+            "log_path": self.log_path, "host_vs_lock": self.host_vs_lock,
         }
         if with_log:
             data["log_excerpt"] = self.log_excerpt
@@ -185,6 +186,22 @@ class CellRow:
         return dict(Counter(self.smoke_status.values()))
 
     @property
+    @property
+    def host_differences(self) -> list[str]:
+        """One line per host whose runtime differed from the cell's lock (host runtime, no image)."""
+        out: dict[str, str] = {}
+        for r in self.results:
+            diff = r.host_vs_lock
+            if not diff or diff.get("identical"):
+                continue
+            packages = diff.get("packages") or []
+            shown = ", ".join(f"{p['package']} {p.get('host') or 'absent'} (lock {p['lock']})" for p in packages[:6])
+            more = f" and {len(packages) - 6} more" if len(packages) > 6 else ""
+            out[r.host_label] = (f"{r.host_label}: host runtime, Python {diff.get('host_python')} (cell "
+                                 f"{diff.get('cell_python')}); {len(packages)} locked package(s) differ"
+                                 + (f": {shown}{more}" if packages else ""))
+        return list(out.values())
+
     def image_digests(self) -> list[str]:
         return sorted({r.image_digest for r in self.results if r.image_digest})
 
@@ -263,6 +280,7 @@ def _result(rec: SmokeRecord, log_roots: Sequence[Path]) -> SmokeResult:
         finished_at=rec.finished_at, duration_s=rec.duration_s, metrics=dict(rec.metrics),
         known_issue=rec.known_issue, image_digest=rec.image_digest, log_path=rec.log_path,
         log_excerpt=read_log_excerpt(rec.log_path, log_roots, rec.run_id),
+        host_vs_lock=(rec.environment or {}).get("host_vs_lock"),
     )
 
 
