@@ -186,7 +186,6 @@ class CellRow:
         return dict(Counter(self.smoke_status.values()))
 
     @property
-    @property
     def host_differences(self) -> list[str]:
         """One line per host whose runtime differed from the cell's lock (host runtime, no image)."""
         out: dict[str, str] = {}
@@ -202,6 +201,7 @@ class CellRow:
                                  + (f": {shown}{more}" if packages else ""))
         return list(out.values())
 
+    @property
     def image_digests(self) -> list[str]:
         return sorted({r.image_digest for r in self.results if r.image_digest})
 
