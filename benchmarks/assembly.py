@@ -13,6 +13,7 @@ Target: cold <= 1.5x floor; peak disk <= 1.5x image size; warm no-op < 2 s."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -89,6 +90,11 @@ def floor(cell, lock_text: str, work: Path, extra_ca: tuple[Path, ...]) -> dict[
             "wheel_bytes": sum(p.stat().st_size for p in paths)}
 
 
+def _progress(figures: dict[str, Any]) -> None:
+    """Partial figures to stderr after each phase, so a long run that dies later still says what it measured."""
+    print(json.dumps(figures, sort_keys=True), file=sys.stderr, flush=True)
+
+
 def run() -> dict[str, Any]:
     root = Path(".").resolve()
     matrix = load_matrix(root / "matrix.toml")
@@ -103,6 +109,7 @@ def run() -> dict[str, Any]:
         work = Path(tmp)
         figures.update(floor(plain, lock_path(plain, root).read_text(), work / "floor", extra_ca))
         shutil.rmtree(work / "floor")
+        _progress(figures)
 
         def assembler(name: str) -> Assembler:
             return Assembler(AssemblySettings(root=root, cache_dir=work / name / "cache", layout_dir=work / name / "oci",
@@ -122,7 +129,7 @@ def run() -> dict[str, Any]:
                 figures[f"cold_{cell.name}_s"] = round(time.perf_counter() - t0, 1)
                 own = {p.descriptor.digest for p in other.layers if p.descriptor} - {
                     p.descriptor.digest for p in image.layers if p.descriptor}
-                total = other.size + sum(d.size for d in [])  # noqa: C416
+                total = other.size
                 new_bytes = sum(p.descriptor.size for p in other.layers if p.descriptor and p.descriptor.digest in own)
                 figures[f"{cell.name}_new_layers"] = [p.name for p in other.layers
                                                       if p.descriptor and p.descriptor.digest in own]
@@ -135,6 +142,7 @@ def run() -> dict[str, Any]:
             "peak_disk_bytes": disk.peak, "peak_disk_to_unpacked": round(disk.peak / max(1, unpacked), 2),
             "layers": len(image.layers), "digest": image.digest,
         })
+        _progress(figures)
         # push, pull back by digest
         registry = start_registry(work / "registry")
         store = podman_config(work / "podman")
@@ -147,8 +155,10 @@ def run() -> dict[str, Any]:
             t0 = time.perf_counter()
             by_digest = f"{registry.address}/bench/{STACK}@{pushed}"
             env = {**os.environ, **store.env}
-            subprocess.run(["podman", "pull", "--tls-verify=false", "-q", by_digest], env=env, check=True,
-                           capture_output=True)
+            pulled = subprocess.run(["podman", "pull", "--tls-verify=false", "-q", by_digest], env=env,
+                                    capture_output=True, text=True)
+            if pulled.returncode != 0:
+                raise RuntimeError(f"podman pull failed: {pulled.stderr.strip()[-500:]}")
             figures["pull_s"] = round(time.perf_counter() - t0, 1)
             out = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}} {{.Size}}", by_digest], env=env,
                                  check=True, capture_output=True, text=True).stdout.split()
@@ -156,6 +166,7 @@ def run() -> dict[str, Any]:
             figures["pulled_image_size_bytes"] = int(out[1])
             figures["peak_disk_to_image_size"] = round(disk.peak / int(out[1]), 2)
             figures["registry_digest_matches"] = pushed == image.digest
+            _progress(figures)
         finally:
             store.stop()
             registry.stop()

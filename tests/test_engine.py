@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import TEST_BASE, skip_or_fail
-from pinmatrix.base import ensure_base_image, host_debian_mirror, rootfs_inputs
+from pinmatrix.image.containerfile_base import ensure_base_image, host_debian_mirror, rootfs_inputs
 from pinmatrix.engine import OCIEngine, detect_engines, get_engine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError

@@ -85,7 +85,7 @@ def run_github(args: argparse.Namespace) -> int:
 
 def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
     from pinmatrix.distribution import ImageRef, Registry, RegistryError
-    from pinmatrix.imagebuild import image_ref
+    from pinmatrix.image.build import image_ref
 
     ImageRef.parse(prefix + "/x")
     registry = Registry(prefix.split("/", 1)[0])
