@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from oci_layout import cell_labels, push_cell_image
 
 from conftest import REPO, require_binaries
 from pinmatrix.commands._common import load
 from pinmatrix.localregistry import Endpoint, listening
 from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
-from oci_layout import cell_labels, push_cell_image
 
 SHIPPED_REGISTRY = 'registry = "127.0.0.1:5000/pinmatrix"'
 POOLS = '[[pool]]\nname = "h200"\ngpu_product = "NVIDIA-H200"\ndriver = "580.159.04"\ncapability = "9.0"\n'

@@ -18,13 +18,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_cli_conventions import make_project
 
 from conftest import REPO, require_binaries
 from pinmatrix.cli import main
 from pinmatrix.distribution import ImageRef
 from pinmatrix.localregistry import listening
 from pinmatrix.results import ResultsStore
-from test_cli_conventions import make_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.registry, pytest.mark.network]
 
