@@ -361,3 +361,27 @@ def test_promote_command_refusals_dry_run_and_success(oci_registry: str, tmp_pat
     rc = main(base + ["--cell", "000000000000"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "000000000000" in err[0]
+
+
+# ------------------------------------------------------------------------------- host-runtime results
+
+
+def _host_run(cell, smoke: str, identical: bool) -> SmokeRecord:
+    rec = record(cell, smoke, "pass", None)
+    rec.environment["host_vs_lock"] = {"identical": identical, "python_differs": not identical, "packages": []}
+    return rec
+
+
+def test_host_runs_count_only_when_the_policy_says_so_and_the_host_matched_the_lock() -> None:
+    smokes = ("host-probe", "boundary", "fwd-bwd")
+    refuse = PromotionPolicy.model_validate({"hosts": ["sm_90"]})
+    identical = PromotionPolicy.model_validate({"hosts": ["sm_90"], "host_runs": "identical"})
+    same = [_host_run(GPU_CELL, s, True) for s in smokes]
+    differs = [_host_run(GPU_CELL, s, False) for s in smokes]
+    refused = check_policy(GPU_CELL, refuse, same)
+    assert not refused.ok and any('host_runs = "refuse"' in p for p in refused.problems), refused.problems
+    assert check_policy(GPU_CELL, identical, same).ok
+    not_same = check_policy(GPU_CELL, identical, differs)
+    assert not not_same.ok and any("did not" in p for p in not_same.problems), not_same.problems
+    with pytest.raises(Exception):
+        PromotionPolicy.model_validate({"host_runs": "always"})

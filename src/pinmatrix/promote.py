@@ -60,6 +60,10 @@ class PromotionPolicy(BaseModel):
     """The tag that moves to the newest promoted cell of the stack."""
     accept: list[str] = Field(default_factory=lambda: ["pass"], min_length=1)
     """Statuses that count as clean (add "xfail" to accept known, expected failures)."""
+    host_runs: Literal["refuse", "identical"] = "refuse"
+    """Results measured in a host's own environment instead of the image (the host runtime): "refuse" (they
+    never count), or "identical" (they count when the host's Python and every locked package were the cell's,
+    as recorded in the result's environment.host_vs_lock)."""
 
     @field_validator("accept")
     @classmethod
@@ -169,6 +173,12 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
 
     records = [r for r in records if r.cell_id == cell.id]
     check = Check(cell_id=cell.id)
+
+    def counted_host_run(r: SmokeRecord) -> bool:
+        diff = (r.environment or {}).get("host_vs_lock") or {}
+        return r.image_digest is None and policy.host_runs == "identical" and diff.get("identical") is True
+
+    host_ok = {(r.smoke, r.host.id, r.run_id) for r in records if counted_host_run(r)}
     smokes, unknown = required_smoke_names(cell, policy, catalogue)
     for s in unknown:
         check.problems.append(f"required smoke {s!r} is not selected for stack {cell.stack!r}")
@@ -197,10 +207,15 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
                                             image_digest=r.image_digest) for r in latest]
     digests: dict[str | None, list[str]] = defaultdict(list)
     for ev in check.evidence:
+        if ev.image_digest is None and (ev.smoke, ev.host_id, ev.run_id) in host_ok:
+            continue  # a host run the policy counts: it was the cell's environment, package for package
         digests[ev.image_digest].append(ev.smoke)
     if None in digests:
+        how = ("the stack's promotion policy counts host runs only when the host matched the cell's lock "
+               "(host_runs = \"identical\"), and these did not" if policy.host_runs == "identical" else
+               "the stack's promotion policy does not count host runs (host_runs = \"refuse\")")
         check.problems.append(f"results of {', '.join(sorted(set(digests[None])))} were not measured in an image "
-                              "(no image digest recorded): promotion needs results from the image itself")
+                              f"(no image digest recorded): {how}")
     real = sorted(d for d in digests if d)
     if len(real) > 1:
         check.problems.append("the results were measured on different images: " +
@@ -210,7 +225,8 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
     # Clean runs count only on the image that would be promoted: a pass on image A and one on image B are
     # one clean run of B, not two.
     for smoke, where, matching in clean:
-        runs = {r.run_id for r in matching if r.status in accept and r.image_digest == check.digest}
+        runs = {r.run_id for r in matching if r.status in accept
+                and (r.image_digest == check.digest or counted_host_run(r))}
         if len(runs) < policy.min_clean_runs:
             on = f" of {check.digest}" if check.digest else ""
             check.problems.append(f"smoke {smoke!r} has {len(runs)} clean run(s){on} on {where}, "
@@ -256,7 +272,11 @@ def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeR
     check = check_policy(cell, policy, records, stack_gpus, catalogue)
     if not check.ok:
         raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: " + "; ".join(check.problems))
-    assert check.digest is not None
+    if check.digest is None:  # only host runs the policy counts: promote the cell's image built from that lock
+        built = registry.resolve(source)
+        if built is None:
+            raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry")
+        check.digest = built
     # The image the smokes ran on must still exist (it is what gets copied) ...
     if registry.get_manifest(source.repository, check.digest) is None:
         raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: the tested image "
