@@ -58,7 +58,7 @@ def test_lock_targets_the_cells_platform_not_the_hosts(tmp_path: Path) -> None:
     # click needs colorama on Windows only: a lock for another platform than this Linux host must show it.
     text = """\
 [matrix]
-python = "3.12"
+python = "3.13"
 exclude_newer = "2026-11-01T00:00:00Z"
 [stacks.win]
 gpu_required = false
@@ -77,7 +77,7 @@ click = ["8.1.7"]
     cells = {c.stack: c for c in expand_matrix(load_matrix(path)).cells}
     win = lock_path(cells["win"], tmp_path).read_text()
     linux = lock_path(cells["linux"], tmp_path).read_text()
-    assert "python 3.12 on aarch64-manylinux_2_28" in linux
+    assert "python 3.13 on aarch64-manylinux_2_28" in linux
     assert "colorama==" in win
     assert "colorama" not in linux
 
