@@ -6,6 +6,7 @@ real registry (Debian's docker-registry, started by the conftest fixture)."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -258,3 +259,99 @@ def test_pull_judges_newest_first_once_per_cell() -> None:
     assert (req.gpu_required, req.min_driver, req.compute_capability, req.arch_flags) == (True, None, None, ())
     req = requirements_of({"gpu_required": 0, "arch_flags": None, "min_driver": "1", "compute_capability": "9.0"})
     assert (req.gpu_required, req.arch_flags, req.min_driver, req.compute_capability) == (False, (), "1", "9.0")
+
+
+# ------------------------------------------------------------------------------------------------ policy
+
+POLICY_MATRIX = """\
+[matrix]
+[matrix.promotion]
+min_clean_runs = MATRIX_RUNS
+[stacks.s]
+gpu_required = false
+STACK_PROMOTION
+[stacks.s.packages]
+six = ["1.17.0"]
+"""
+
+
+@pytest.mark.parametrize(("matrix_runs", "stack_promotion", "where", "line"), [
+    ("0", "", "matrix.promotion.min_clean_runs", 3),
+    ("1", "[stacks.s.promotion]\nmin_clean_runs = -1\n", "stacks.s.promotion.min_clean_runs", 7),
+    ("1", "[stacks.s.promotion]\naccept = [\"pass\", \"fail\"]\n", "stacks.s.promotion.accept", 7),
+])
+def test_policy_errors_name_the_table_that_set_the_key(tmp_path: Path, matrix_runs: str, stack_promotion: str,
+                                                       where: str, line: int) -> None:
+    from pinmatrix.matrix import load_matrix
+    from pinmatrix.promote import policy_for
+
+    path = tmp_path / "matrix.toml"
+    path.write_text(POLICY_MATRIX.replace("MATRIX_RUNS", matrix_runs).replace("STACK_PROMOTION", stack_promotion))
+    matrix = load_matrix(path)
+    with pytest.raises(Exception) as err:
+        policy_for(matrix, "s")
+    assert str(err.value).startswith(f"matrix.toml:{line}: {where}: ")
+    with pytest.raises(Exception, match=r"^matrix.toml: unknown stack 'nope'$"):
+        policy_for(matrix, "nope")
+
+
+def test_policy_validation_messages() -> None:
+    from pydantic import ValidationError
+
+    for bad, message in (({"accept": ["nope"]}, "unknown status 'nope' (statuses: pass, fail, skip, xfail, xpass, "
+                                              "degraded)"),
+                         ({"accept": ["pass", "fail"]}, "'fail' can never count as clean"),
+                         ({"hosts": []}, 'hosts: list at least one gpu, or use "every-gpu"')):
+        with pytest.raises(ValidationError) as err:
+            PromotionPolicy.model_validate(bad)
+        assert message in str(err.value)
+    ok = PromotionPolicy.model_validate({"accept": ["pass", "xfail"], "hosts": ["sm_90"]})
+    assert ok.accept == ["pass", "xfail"] and ok.hosts == ["sm_90"] and ok.required_smokes == ["*"]
+    assert (ok.min_clean_runs, ok.repository, ok.tag) == (1, "known-good", "known-good")
+
+
+def test_required_gpus_and_smokes() -> None:
+    from pinmatrix.promote import required_gpus, required_smoke_names
+
+    cpu = make_cell("c" * 12, "demo", {"six": "1"}, smokes=("a", "b"), gpu_required=False)
+    assert required_gpus(cpu, PromotionPolicy()) == ["*"]
+    assert required_gpus(cpu, PromotionPolicy(hosts=["sm_90", "H200"])) == ["sm_90", "H200"]
+    two = make_cell("d" * 12, "xf", {"gpu": "sm_90, sm_100"}, arch_flags=("9.0a",))
+    assert required_gpus(two, PromotionPolicy(), ["sm_90", "sm_120", "weird"]) == ["sm_90", "sm_100"]
+    nogpu = make_cell("e" * 12, "xf", {}, arch_flags=())
+    assert required_gpus(nogpu, PromotionPolicy()) == ["*"]
+    # without the catalogue, selectors are matched against the cell's own selection
+    assert required_smoke_names(cpu, PromotionPolicy()) == (["a", "b"], [])
+    assert required_smoke_names(cpu, PromotionPolicy(required_smokes=["b", "zz"])) == (["b"], ["zz"])
+    assert required_smoke_names(cpu, PromotionPolicy(required_smokes=["*", "zz"])) == (["a", "b"], ["zz"])
+    assert required_smoke_names(cpu, PromotionPolicy(), ["a", "a-x", "b", "c"]) == (["a", "a-x", "b"], [])
+
+
+def test_plan_describes_every_step(oci_registry: str, tmp_path: Path) -> None:  # noqa: F811
+    cell = _gpu_cell("5e6f708192a3")
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, cell.id, "described")
+    recs = [rec(s, "pass", digest, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
+    plan = plan_promotion(cell, PromotionPolicy(tag="stable"), recs,
+                          source=ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}"),
+                          registry_prefix=f"{oci_registry}/pinmatrix/", registry=Registry(oci_registry))
+    target = f"{oci_registry}/pinmatrix/known-good/{cell.stack}"
+    assert plan.describe() == [
+        f"copy {oci_registry}/{repo}@{digest} -> {target}@{digest} (by digest)",
+        f"tag {target}:cell-{cell.id}",
+        f"attach in-toto test-result attestation (and SBOM) to {target}@{digest}",
+        f"move {target}:stable -> {digest}",
+        f"record {cell.stack} {cell.id} in known-good.toml",
+    ]
+    result = execute(plan, Registry(oci_registry), recs, tmp_path / "kg.toml")
+    (entry,) = read_known_good(tmp_path / "kg.toml")
+    assert entry["tag"] == f"{target}:stable" and entry["source"] == f"{oci_registry}/{repo}@{digest}"
+    assert entry["attestation"] == f"{target}@{result.attestation}" and entry["cell_name"] == cell.name
+    assert (entry["gpu_required"], entry["min_driver"], entry["compute_capability"], entry["arch_flags"]) == (
+        True, "580.65.06", "9.0", ["9.0a"])
+    assert entry["pins"] == dict(cell.pins) and entry["policy"]["tag"] == "stable"
+    assert entry["promoted_at"] == result.promoted_at and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+                                                                       result.promoted_at)
+    assert {(ev["smoke"], ev["gpu"], ev["host_id"], ev["status"], ev["run_id"], ev["image_digest"])
+            for ev in entry["evidence"]} == {(s, "sm_90", H200.id, "pass", "r1", digest) for s in cell.smokes}
+    assert Registry(oci_registry).resolve(ImageRef.parse(f"{target}:stable")) == digest
