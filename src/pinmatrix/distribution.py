@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import oci_digest, sha256_bytes
 from pinmatrix.regauth import AuthError, Credentials, auth_files, find_credentials, parse_challenge
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -80,7 +81,7 @@ class VerifyingReader:
 
 
 def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return oci_digest(sha256_bytes(data))
 
 
 def is_digest(text: str | None) -> bool:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 import tomllib
 import typing
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pinmatrix import names
 from pinmatrix.errors import MatrixError
+from pinmatrix.hashing import sha256_file  # noqa: F401 - expand imports it from here
 from pinmatrix.names import (
     EnvValue,
     FreeText,
@@ -400,7 +400,7 @@ def _unwrap(tp: Any) -> Any:
         origin = typing.get_origin(tp)
         if origin is typing.Annotated:
             tp = typing.get_args(tp)[0]
-        elif origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        elif origin in (typing.Union, __import__("types").UnionType):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             tp = args[0] if len(args) == 1 else tp
             if len(args) != 1:
@@ -529,12 +529,6 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
     return Matrix(doc, path, text)
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 Stack.model_rebuild()  # Stack.base refers to Base, defined after it

@@ -4,7 +4,6 @@ the sha256 the matrix states; a mismatch is refused and nothing is cached."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import urllib.error
 import urllib.request
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from pinmatrix.cell import CellPatch
 from pinmatrix.errors import PatchError
+from pinmatrix.hashing import sha256_bytes
 
 FETCH_TIMEOUT_S = 60
 MAX_PATCH_BYTES = 64 * 1024 * 1024
@@ -29,12 +29,10 @@ def is_remote(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _check(patch: CellPatch, data: bytes, where: str) -> None:
-    actual = _sha256(data)
+    actual = sha256_bytes(data)
     if actual != patch.sha256:
         raise PatchError(
             f"patch {patch.id}: sha256 of {where} is {actual}, the matrix says {patch.sha256}; refused"
@@ -67,7 +65,7 @@ def resolve_patch(patch: CellPatch, root: Path, cache_dir: Path) -> ResolvedPatc
         _check(patch, path.read_bytes(), patch.source)
         return ResolvedPatch(patch, path, fetched=False)
     cached = cache_dir / "patches" / f"{patch.sha256}.patch"
-    if cached.is_file() and _sha256(cached.read_bytes()) == patch.sha256:
+    if cached.is_file() and sha256_bytes(cached.read_bytes()) == patch.sha256:
         return ResolvedPatch(patch, cached, fetched=False)
     data = fetch(patch.source)
     _check(patch, data, patch.source)

@@ -9,7 +9,6 @@ patch they may sit at an offset from the line numbers in their header.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from pinmatrix.errors import PatchError
+from pinmatrix.hashing import sha256_file
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 NO_NEWLINE = "\\ No newline at end of file"
@@ -75,8 +75,6 @@ class PatchResult:
         return f"{self.patch}: {self.outcome} ({', '.join(self.files)})"
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def strip_components(path: str, strip: int) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pinmatrix.archscan.binary import BinaryTargets, read_binary
+from pinmatrix.hashing import sha256_file
 
 SCAN_VERSION = 2  # bump when what read_binary reports changes
 _CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
@@ -40,17 +41,11 @@ class WheelScan:
                    data["candidates"], data["seconds"], data["tool"])
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path | None = None,
                sha256: str | None = None) -> WheelScan:
-    digest = sha256 or _sha256(path)
+    digest = sha256 or sha256_file(path)
     key = hashlib.sha256(f"{SCAN_VERSION}|{tool_label}".encode()).hexdigest()[:8]
     cached = cache / f"{digest}-{key}.json" if cache else None
     if cached and cached.is_file():

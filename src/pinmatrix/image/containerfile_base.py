@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pinmatrix.cell import BaseSpec
 from pinmatrix.engine import OCIEngine
+from pinmatrix.hashing import sha256_file
 from pinmatrix.image.rootfs import DEFAULT_SUITE, BaseImageError, host_debian_mirror
 
 DEFAULT_SOURCE_DATE_EPOCH = 1_700_000_000
@@ -122,12 +123,6 @@ def build_rootfs(inputs: RootfsInputs, cache_dir: Path, *, log: io.TextIOBase | 
         return target
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _iso(epoch: int) -> str:
@@ -159,7 +154,7 @@ def base_config(inputs: RootfsInputs, diff_id: str) -> dict[str, object]:
 
 def write_docker_archive(rootfs: Path, inputs: RootfsInputs, ref: str, out: Path) -> str:
     """Write a ``docker load`` / ``podman load`` archive of the one-layer base image; return its image id."""
-    diff_id = _sha256_file(rootfs)
+    diff_id = sha256_file(rootfs)
     config = json.dumps(base_config(inputs, diff_id), sort_keys=True, separators=(",", ":")).encode()
     config_id = hashlib.sha256(config).hexdigest()
     manifest = json.dumps([{"Config": f"{config_id}.json", "RepoTags": [ref], "Layers": [f"{diff_id}/layer.tar"]}])
