@@ -1,22 +1,25 @@
-"""Write-then-rename: a reader never sees a half-written file, a crash leaves the old one in place."""
+"""Write-then-rename: a reader never sees a half-written file, a crash leaves the old one in place. The one
+place pinmatrix writes files that others read (locks, records, reports, keys)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 
+def _temporary(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
-    """A temporary path next to ``target``; renamed over it when the block ends without an exception."""
+    """A fresh temporary path next to ``target``; renamed over it when the block ends without an exception."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temporary(target)
     try:
         yield tmp
         os.replace(tmp, target)
@@ -25,19 +28,21 @@ def atomic_path(target: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def atomic_open(target: Path, mode: str = "wb") -> Iterator[IO]:  # type: ignore[type-arg]
-    """Open a temporary file for writing that replaces ``target`` when the block ends cleanly."""
+def atomic_open(target: Path, mode: str = "wb", *, perms: int = 0o666) -> Iterator[IO]:  # type: ignore[type-arg]
+    """Open a new temporary file (created with ``perms`` less the umask; 0o600 for secrets) that replaces
+    ``target`` when the block ends cleanly."""
     with atomic_path(target) as tmp:
-        with open(tmp, mode) as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, perms)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
 
 
-def atomic_write_bytes(target: Path, data: bytes) -> None:
-    with atomic_open(target, "wb") as handle:
+def atomic_write_bytes(target: Path, data: bytes, *, perms: int = 0o666) -> None:
+    with atomic_open(target, "wb", perms=perms) as handle:
         handle.write(data)
 
 
-def atomic_write_text(target: Path, text: str) -> None:
-    atomic_write_bytes(target, text.encode("utf-8"))
+def atomic_write_text(target: Path, text: str, *, perms: int = 0o666) -> None:
+    atomic_write_bytes(target, text.encode("utf-8"), perms=perms)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from contextvars import ContextVar
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from pinmatrix.cell import (
     KnownIssue,
     cell_identity,
 )
-from pinmatrix.compat import ArchFlag, S, V, CompatRules, UnknownVersion, capability_string
+from pinmatrix.compat import ArchFlag, CompatRules, S, UnknownVersion, V, capability_string
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
 from pinmatrix.keyword import compile_keyword
@@ -281,7 +281,7 @@ class _StackExpander:
 
     def cell_patches(self, a: Assignment) -> tuple[CellPatch, ...]:
         out: list[CellPatch] = []
-        for axis, value in a.items():
+        for value in a.values():
             if not isinstance(value, AxisValue):
                 continue
             for pid in value.patches:

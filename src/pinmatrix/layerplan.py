@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.lockfile import LockEntry, ParsedLock, parse_lock  # noqa: F401 - re-exported for the Containerfile path
 
+
 class LayerPlanError(PinmatrixError):
     """images/layers.toml or a lock file cannot be turned into layers."""
 

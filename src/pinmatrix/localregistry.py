@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.services import Service, start_registry
 
@@ -106,9 +106,7 @@ def _write_state(root: Path, state: State | None) -> None:
     if state is None:
         path.unlink(missing_ok=True)
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(asdict(state), indent=2, sort_keys=True) + "\n")
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import LockError
 
@@ -115,9 +116,7 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
     content = header(cell, uv_version(uv)) + body
     if target.is_file() and target.read_text(encoding="utf-8") == content:
         return LockResult(cell, target, ok=True, changed=False)
-    staging = target.with_name(f".{target.name}.tmp")
-    staging.write_text(content, encoding="utf-8")
-    os.replace(staging, target)
+    atomic_write_text(target, content)
     return LockResult(cell, target, ok=True, changed=True)
 
 
@@ -167,10 +166,7 @@ def record_owner(root: Path, matrix_name: str, ids: Iterable[str], *, replace: b
         return
     owners[matrix_name] = sorted(mine)
     path = owners_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_text(json.dumps(dict(sorted(owners.items())), indent=1) + "\n", encoding="utf-8")
-    os.replace(staging, path)
+    atomic_write_text(path, json.dumps(dict(sorted(owners.items())), indent=1) + "\n")
 
 
 def stale_locks(root: Path, matrix_name: str, current: set[str]) -> tuple[list[Path], list[Path]]:

@@ -4,12 +4,12 @@ the sha256 the matrix states; a mismatch is refused and nothing is cached."""
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.cell import CellPatch
 from pinmatrix.errors import PatchError
 from pinmatrix.hashing import sha256_bytes
@@ -69,8 +69,5 @@ def resolve_patch(patch: CellPatch, root: Path, cache_dir: Path) -> ResolvedPatc
         return ResolvedPatch(patch, cached, fetched=False)
     data = fetch(patch.source)
     _check(patch, data, patch.source)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, cached)
+    atomic_write_bytes(cached, data)
     return ResolvedPatch(patch, cached, fetched=True)

@@ -13,7 +13,6 @@ Safety by construction:
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any, Literal
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.cell import Cell
 from pinmatrix.distribution import ImageRef, Registry
@@ -411,7 +411,4 @@ def record_promotion(path: Path, entry: dict[str, Any]) -> None:
         evidence.append(t)
     table.add("evidence", evidence)
     doc["promoted"].append(table)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(tomlkit.dumps(doc))
-    os.replace(tmp, path)
+    atomic_write_text(path, tomlkit.dumps(doc))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import socket
 import sqlite3
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix import storefile
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import PinmatrixError
 
 STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded")
@@ -540,7 +540,4 @@ class ResultsStore:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

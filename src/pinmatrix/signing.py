@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
 
+from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.errors import PinmatrixError
 
 SIGNING_KEY_ENV = "PINMATRIX_SIGNING_KEY"
@@ -68,12 +69,7 @@ def generate_keypair(prefix: Path, *, force: bool = False) -> tuple[Path, Path, 
                   else serialization.NoEncryption())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    private.parent.mkdir(parents=True, exist_ok=True)
-    tmp = private.with_name(f".{private.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
-    os.replace(tmp, private)
+    atomic_write_bytes(private, pem, perms=0o600)
     public.write_bytes(pub)
     return private, public, SSlibKey.from_crypto(key.public_key()).keyid
 

@@ -24,7 +24,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pinmatrix.attest import (
-    DSSE_MEDIA_TYPE, SBOM_PREDICATE, STATEMENT_TYPE, TEST_RESULT_PREDICATE, attachments,
+    DSSE_MEDIA_TYPE,
+    SBOM_PREDICATE,
+    STATEMENT_TYPE,
+    TEST_RESULT_PREDICATE,
+    attachments,
 )
 from pinmatrix.distribution import INDEX_TYPES, ImageRef, Registry
 from pinmatrix.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope

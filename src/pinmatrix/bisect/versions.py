@@ -25,7 +25,7 @@ from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.expand import PACKAGE_AXES, PrunedCell, distribution, expand_matrix
 from pinmatrix.lock import find_uv
-from pinmatrix.matrix import AxisValue, Axes, EnvVariant, Matrix, Stack
+from pinmatrix.matrix import Axes, AxisValue, EnvVariant, Matrix, Stack
 from pinmatrix.smoke.catalogue import Smoke
 
 AxisItem = str | AxisValue | EnvVariant

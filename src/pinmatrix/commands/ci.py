@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results import DEFAULT_PATH, ResultsStore, write_json_atomic
@@ -128,9 +128,7 @@ def run_k8s(args: argparse.Namespace) -> int:
     else:
         text = yaml.safe_dump_all(emitted.documents, sort_keys=False, width=120)
     if args.output:
-        tmp = args.output.with_name(f".{args.output.name}.{os.getpid()}.tmp")
-        tmp.write_text(text + ("\n" if not text.endswith("\n") else ""))
-        os.replace(tmp, args.output)
+        atomic_write_text(args.output, text + ("\n" if not text.endswith("\n") else ""))
         print(f"wrote {len(emitted.jobs)} Job(s) and 1 ConfigMap to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

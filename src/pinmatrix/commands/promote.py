@@ -15,7 +15,12 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.expand import select_cells
 from pinmatrix.image.build import image_ref
 from pinmatrix.promote import (
-    KNOWN_GOOD_FILE, PromotionRefused, execute, plan_promotion, policy_for, read_known_good,
+    KNOWN_GOOD_FILE,
+    PromotionRefused,
+    execute,
+    plan_promotion,
+    policy_for,
+    read_known_good,
 )
 from pinmatrix.results import DEFAULT_PATH, ResultsStore
 

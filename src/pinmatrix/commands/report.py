@@ -11,8 +11,8 @@ from pathlib import Path
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument, load
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.sanitize import terminal_text
 from pinmatrix.results import DEFAULT_PATH, ResultsStore, SmokeRecord
+from pinmatrix.sanitize import terminal_text
 
 # Kept here (not imported from pinmatrix.report) so that building the CLI parser does not import jinja2.
 FORMATS = ("html", "md", "junit", "json")

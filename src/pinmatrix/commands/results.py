@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.sanitize import terminal_text
 from pinmatrix.results import DEFAULT_PATH, STATUSES, ResultsError, ResultsStore
+from pinmatrix.sanitize import terminal_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.report.html import render_html
 from pinmatrix.report.junit import render_junit
 from pinmatrix.report.markdown import render_markdown
@@ -30,10 +30,7 @@ def render(report: Report, fmt: str) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def write_reports(report: Report, out_dir: Path, formats: Iterable[str] = tuple(FORMATS)) -> dict[str, Path]:

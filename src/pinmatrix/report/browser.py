@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.errors import PinmatrixError
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -216,10 +217,7 @@ class Chromium:
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
         shot = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
         data = base64.b64decode(shot["data"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, data)
         self.send("Emulation.clearDeviceMetricsOverride")
         return width, height
 

@@ -31,9 +31,9 @@ from pinmatrix.sanitize import terminal_text
 from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
 from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
+from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
-from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.overlay import Overlay, build_overlay
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
