@@ -1,37 +1,55 @@
-"""The ``pinmatrix`` command line. Each subcommand lives in ``pinmatrix.commands.<name>`` and exposes
-``register(subparsers)``; errors of the package's own type are caught here, once, and printed as one line."""
+"""The ``pinmatrix`` command line: the pipeline below, one thin command module per step
+(``pinmatrix.commands.<name>`` with ``register(subparsers)``). Errors of the package's own type are caught here,
+once, and printed as one line."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from pinmatrix import __version__
+from pinmatrix.commands import (
+    arch_scan,
+    bisect,
+    build,
+    cells,
+    ci,
+    keygen,
+    lock,
+    promote,
+    pull,
+    registry,
+    report,
+    results,
+    smoke,
+    validate,
+    verify,
+)
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.sanitize import terminal_text  # errors may quote smoke output or imported rows
 
-# Order is the order shown in --help.
-COMMAND_MODULES: tuple[str, ...] = (
-    "validate",
-    "cells",
-    "lock",
-    "build",
-    "smoke",
-    "arch-scan",
-    "bisect",
-    "results",
-    "report",
-    "promote",
-    "pull",
-    "verify",
-    "keygen",
-    "ci",
-    "registry",
+# The pipeline, in order: each step with the commands that run it. --help shows it as is.
+PIPELINE: tuple[tuple[str, tuple[ModuleType, ...]], ...] = (
+    ("matrix: read, check and expand matrix.toml", (validate, cells)),
+    ("lock: pin every cell with hashes", (lock,)),
+    ("image: assemble one OCI image per cell", (build,)),
+    ("smoke: run kernels on GPU hosts, read binaries, find boundaries", (smoke, arch_scan, bisect)),
+    ("results: the store and the report", (results, report)),
+    ("release: promote by digest, verify, pull", (promote, verify, pull, keygen)),
+    ("ci: jobs per cell, the local registry", (ci, registry)),
 )
+COMMAND_MODULES: tuple[str, ...] = tuple(m.__name__.rsplit(".", 1)[1].replace("_", "-")
+                                         for _, modules in PIPELINE for m in modules)
+
+
+def _pipeline_text() -> str:
+    return "pipeline:\n" + "\n".join(
+        f"  {step}\n      " + ", ".join(m.__name__.rsplit(".", 1)[1].replace("_", "-") for m in modules)
+        for step, modules in PIPELINE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,12 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
             "Keep GPU software stacks reproducible: expand matrix.toml into cells, lock each cell with uv, "
             "build one OCI image per cell, run smoke kernels on GPU hosts, report, and promote what passes."
         ),
+        epilog=_pipeline_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pinmatrix {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(f"pinmatrix.commands.{name.replace('-', '_')}")
-        module.register(sub)
+    for _, modules in PIPELINE:
+        for module in modules:
+            module.register(sub)
     return parser
 
 
