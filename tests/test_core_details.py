@@ -175,3 +175,59 @@ def test_a_banner_without_a_version_and_a_query_without_capability() -> None:
     assert parse_cuda_version("CUDA Version: 12.8|") == "12.8"
     assert parse_gpu_query("A, 1, \nB, 2\n,3,4\n") == [{"name": "A", "driver": "1", "capability": ""}]
     assert re.fullmatch(r"[0-9a-f]{12}", HostFingerprint.compute_id(None, None, None, 0))
+
+
+# ------------------------------------------------------------------------------------- matrix messages
+
+
+def test_unknown_keys_say_what_was_meant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pinmatrix.cli import main
+
+    path = tmp_path / "m.toml"
+    path.write_text('[matrix]\n[stacks.s]\ngpu_requird = false\nzzqqxx = 1\n[stacks.s.packages]\nsix = ["1.17.0"]\n'
+                    '[[known_issues]]\nid = "k"\nsmoke = ["a"]\nexpect = "fail"\nnote = "n"\nwhen = {six = "1.17.0"}\n'
+                    '[matrix.base]\nkind = "mmdebstrap"\nwhatever = 1\n')
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "m.toml:3: stacks.s.gpu_requird: unknown key (did you mean 'gpu_required'?)" in err
+    assert ("m.toml:4: stacks.s.zzqqxx: unknown key (expected one of: axes, base, description, exclude, extra, "
+            "gpu_required, include, packages, platform, promotion, python, smokes, zip)") in err
+    assert "m.toml:9: known_issues.0.smoke: unknown key (did you mean 'smokes'?)" in err
+    assert "m.toml:7: known_issues.0.smokes: required key is missing" in err
+    assert ("m.toml:15: matrix.base.whatever: unknown key (expected one of: image, kind, mirror, packages, "
+            "source_date_epoch, suite, variant)") in err
+
+
+def test_requirement_urls_must_lie_under_a_declared_index() -> None:
+    from pinmatrix.expand import _under
+
+    index = "https://mirror.example/simple/"
+    assert _under("https://mirror.example/simple/six/six-1.17.0-py3-none-any.whl", index)
+    assert _under("https://mirror.example/simple", index)  # the index itself
+    assert _under("https://mirror.example/simple/x.whl", "https://mirror.example/simple")  # index without slash
+    assert _under("https://h/indeX/x.whl", "https://h/indeX")
+    assert not _under("https://mirror.example/simplest/x.whl", index)
+    assert not _under("https://mirror.example/simple/../evil/x.whl", index)
+    assert not _under("https://mirror.example/simple/a/..", index)
+    assert not _under("http://mirror.example/simple/x.whl", index)
+    assert not _under("https://other.example/simple/x.whl", index)
+
+
+def test_read_lock_and_pruned_cells(tmp_path: Path) -> None:
+    from conftest import make_cell
+    from pinmatrix.commands._common import load
+    from pinmatrix.errors import LockError
+    from pinmatrix.lock import lock_path, read_lock
+
+    cell = make_cell("t", ("six==1.17.0",))
+    with pytest.raises(LockError) as err:
+        read_lock(cell, tmp_path)
+    assert str(err.value) == (f"cell {cell.id} ({cell.name}) has no lock at {lock_path(cell, tmp_path)}: run "
+                              f"`pinmatrix lock -k {cell.id}`")
+    lock_path(cell, tmp_path).parent.mkdir(parents=True)
+    lock_path(cell, tmp_path).write_bytes("six==1.17.0 # \u00e9\n".encode())
+    assert read_lock(cell, tmp_path) == "six==1.17.0 # \u00e9\n"
+    _, expansion = load(Path(__file__).resolve().parents[1] / "matrix.toml")
+    pruned = expansion.pruned[0]
+    assert pruned.to_dict() == {"stack": pruned.stack, "name": pruned.name, "pins": pruned.pins,
+                                "reasons": pruned.reasons} and pruned.reasons
