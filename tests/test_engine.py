@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import TEST_BASE, skip_or_fail
-from pinmatrix.image.containerfile_base import ensure_base_image, host_debian_mirror, rootfs_inputs
 from pinmatrix.engine import OCIEngine, detect_engines, get_engine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError
+from pinmatrix.image.base_image import ensure_base_image
+from pinmatrix.image.rootfs import host_debian_mirror, rootfs_inputs
 
 
 def test_unknown_engine_is_one_line() -> None:
@@ -56,13 +57,16 @@ def test_mirror_comes_from_the_hosts_apt_sources(tmp_path) -> None:  # noqa: ANN
         host_debian_mirror(tmp_path / "empty", tmp_path / "none")
 
 
-def test_base_key_ignores_the_host_mirror_but_not_the_packages() -> None:
-    a = rootfs_inputs(TEST_BASE)
-    assert a.key() == rootfs_inputs(TEST_BASE).key()
+def test_base_key_names_every_input_the_mirror_and_platform_included() -> None:
+    platform = "x86_64-manylinux_2_28"
+    a = rootfs_inputs(TEST_BASE, platform)
+    assert a.key() == rootfs_inputs(TEST_BASE, platform).key()
     from dataclasses import replace
 
-    assert rootfs_inputs(replace(TEST_BASE, packages=("git",))).key() != a.key()
-    assert rootfs_inputs(replace(TEST_BASE, source_date_epoch=1)).key() != a.key()
+    assert rootfs_inputs(replace(TEST_BASE, packages=("git",)), platform).key() != a.key()
+    assert rootfs_inputs(replace(TEST_BASE, source_date_epoch=1), platform).key() != a.key()
+    assert rootfs_inputs(TEST_BASE, "aarch64-manylinux_2_28").key() != a.key()
+    assert rootfs_inputs(replace(TEST_BASE, mirror="http://snapshot.invalid/debian"), platform).key() != a.key()
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import TEST_BASE, engine_for, require_binaries
-from pinmatrix.image.containerfile_base import ensure_base_image
+from pinmatrix.image.base_image import ensure_base_image
 from pinmatrix.registry import Registry, RegistryError, is_local_host, split_ref
 
 

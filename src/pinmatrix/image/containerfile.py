@@ -28,17 +28,14 @@ from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.image.base_image import ensure_base_image
 from pinmatrix.image.build import BuildSettings, CellBuildResult, image_ref
 from pinmatrix.image.config import (  # noqa: F401 - nvidia_require_cuda re-used by tests
     cell_env,
     cell_labels,
     nvidia_require_cuda,
 )
-from pinmatrix.image.containerfile_base import (
-    DEFAULT_SOURCE_DATE_EPOCH,
-    ensure_base_image,
-)
-from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
+from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SOURCE_DATE_EPOCH, DEFAULT_SUITE
 from pinmatrix.layerplan import load_layer_specs, plan_layers
 from pinmatrix.lockfile import parse_lock
 from pinmatrix.patch_sources import resolve_patch
@@ -287,7 +284,8 @@ def build_cell(
         note(f"# pinmatrix build of cell {cell.id} ({cell.name}) with {engine.name}: {ref}")
         try:
             on_step("base")
-            base_ref = ensure_base_image(cell.base, engine, settings.cache_dir)
+            base_ref = ensure_base_image(cell.base, engine, settings.cache_dir, platform=cell.platform,
+                                         layout_dir=settings.layout)
             note(f"# base image {base_ref}")
             rendered = render_cell(cell, lock_text, base_ref, settings, settings.cache_dir / "contexts" / cell.id)
             result.layers = list(rendered.layers)

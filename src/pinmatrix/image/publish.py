@@ -26,6 +26,40 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine) -
     have = engine.inspect(image.ref)
     if have is not None and have.id == image_id:
         return image_id
+    if engine.name == "docker":
+        _skopeo_to_docker(layout, image, engine)
+    else:
+        _stream_load(layout, image, engine)
+    try:
+        engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
+    except EngineError as err:
+        raise PublishError(f"engine {engine.name}: loaded {image.ref} but cannot tag it: {err}") from None
+    loaded = engine.inspect(image.ref)
+    if loaded is None or loaded.id != image_id:
+        raise PublishError(f"engine {engine.name}: after loading, {image.ref} is {loaded.id if loaded else 'absent'}, "
+                           f"not {image_id}")
+    return image_id
+
+
+def _skopeo_to_docker(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
+    """Docker's classic image store does not load OCI archives: skopeo hands the image to the daemon through
+    its API (the config blob, hence the image id, unchanged)."""
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        raise PublishError("skopeo is not installed (apt-get install skopeo): it loads images into docker")
+    argv = [skopeo, "copy", "--quiet"]
+    host = engine.env.get("DOCKER_HOST")
+    if host:
+        argv.append(f"--dest-daemon-host={host}")
+    argv += ["--", f"oci:{layout.root.resolve()}:{image.ref}", f"docker-daemon:{image.ref}"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=engine.env)
+    if proc.returncode != 0:
+        last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
+        raise PublishError(f"engine docker: loading {image.ref} failed: {last[0]}")
+
+
+def _stream_load(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
+    """``podman load`` reads an oci-archive from standard input: streamed, never written to disk."""
     argv = engine._argv(["load"])  # noqa: SLF001 - the engine's own argv (binary, connection flags)
     with tempfile.TemporaryFile() as output:
         with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
@@ -46,15 +80,6 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine) -
             text = output.read().decode("utf-8", "replace")
             last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["no output"]
             raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {code}): {last[0]}")
-    try:
-        engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
-    except EngineError as err:
-        raise PublishError(f"engine {engine.name}: loaded {image.ref} but cannot tag it: {err}") from None
-    loaded = engine.inspect(image.ref)
-    if loaded is None or loaded.id != image_id:
-        raise PublishError(f"engine {engine.name}: after loading, {image.ref} is {loaded.id if loaded else 'absent'}, "
-                           f"not {image_id}")
-    return image_id
 
 
 def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool,
