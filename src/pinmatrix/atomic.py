@@ -33,7 +33,7 @@ def atomic_open(target: Path, mode: str = "wb", *, perms: int = 0o666) -> Iterat
     ``target`` when the block ends cleanly."""
     with atomic_path(target) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, perms)
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

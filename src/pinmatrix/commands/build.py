@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -185,7 +185,7 @@ def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildS
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                         console=console, transient=False)
     overall = progress.add_task("", total=len(cells))
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def headline() -> str:
         return (f"cells {sum(counts.values())}/{len(cells)}: {counts['built']} built, {counts['cached']} cached, "

@@ -37,10 +37,11 @@ def environment_of(python: str, extra_path: Path | None = None) -> dict[str, Any
 
 def differences(cell: Any, lock_text: str | None, seen: dict[str, Any]) -> dict[str, Any]:
     """What differs between the cell (its Python and lock) and the environment ``seen``."""
-    out: dict[str, Any] = {"host_python": seen.get("python"), "cell_python": getattr(cell, "python", None)}
+    cell_python = getattr(cell, "python", None)
+    out: dict[str, Any] = {"host_python": seen.get("python"), "cell_python": cell_python}
     python = str(seen.get("python") or "")
-    out["python_differs"] = bool(out["cell_python"]) and not python.startswith(f"{out['cell_python']}.")
-    installed = {canonicalize_name(k): v for k, v in (seen.get("dists") or {}).items()}
+    out["python_differs"] = bool(cell_python) and not python.startswith(f"{cell_python}.")
+    installed: dict[str, Any] = {str(canonicalize_name(k)): v for k, v in (seen.get("dists") or {}).items()}
     packages: list[dict[str, str | None]] = []
     if lock_text is None:
         out["lock"] = "absent: the cell has no lock here"
