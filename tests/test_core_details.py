@@ -231,3 +231,67 @@ def test_read_lock_and_pruned_cells(tmp_path: Path) -> None:
     pruned = expansion.pruned[0]
     assert pruned.to_dict() == {"stack": pruned.stack, "name": pruned.name, "pins": pruned.pins,
                                 "reasons": pruned.reasons} and pruned.reasons
+
+
+# ------------------------------------------------------------------------------------ classification rules
+
+CUSTOM = (
+    '[[signature]]\nclass = "first-fault"\npattern = "AAA"\n\n[[signature]]\nclass = "second-fault"\npattern = "BBB"\n\n'
+    '[[signature]]\nclass = "counted"\npattern = "count=(\\\\d+)"\nmetric = "count"\n\n'
+    '[[signature]]\nclass = "uncounted"\npattern = "no number here"\nmetric = "nothing"\n')
+
+
+def test_classification_with_a_table_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "sig.toml"
+    path.write_text(CUSTOM)
+    table = load_signatures(path)
+    log = "x\nBBB then AAA\ncount=7\nno number here\n"
+    out = classify(result=None, returncode=1, timed_out=False, log_text=log, timeout_s=1, signatures=table)
+    assert (out.status, out.failure_class) == ("fail", "first-fault")  # table order, not log order
+    assert out.metrics == {"count": 7, "log_signatures": "first-fault, second-fault, counted, uncounted"}
+    assert out.reason == "exited with status 1 without a result (log: BBB then AAA)"
+    # the default table knows none of these
+    assert classify(result=None, returncode=1, timed_out=False, log_text=log, timeout_s=1).failure_class == "error"
+    t = classify(result=None, returncode=None, timed_out=True, log_text=log, timeout_s=2.5, signatures=table)
+    assert (t.status, t.failure_class, t.reason, t.metrics["count"]) == (
+        "fail", "timeout", "timed out after 2.5 s (log: BBB then AAA)", 7)
+    c = classify(result=None, returncode=-6, timed_out=False, log_text=log, timeout_s=1, signatures=table)
+    assert (c.status, c.reason, c.metrics["log_signatures"].split(", ")[0]) == (
+        "fail", "killed by SIGABRT (log: BBB then AAA)", "first-fault")
+
+
+def test_result_defaults_unknown_status_and_exit_status() -> None:
+    empty = classify(result={}, returncode=0, timed_out=False, log_text="", timeout_s=1)
+    assert (empty.status, empty.failure_class, empty.reason) == ("fail", "error", "")
+    ok = classify(result={"status": "pass"}, returncode=0, timed_out=False, log_text="AAA\n", timeout_s=1)
+    assert (ok.status, ok.failure_class, ok.reason, ok.metrics) == ("pass", None, "", {})
+    odd = classify(result={"status": "w" * 60}, returncode=0, timed_out=False,
+                   log_text="CUDA error: an illegal memory access was encountered\n", timeout_s=1)
+    assert (odd.status, odd.failure_class) == ("fail", "error")
+    assert odd.reason == f"recorded an unknown status {'w' * 40!r}"
+    assert odd.metrics == {"log_signatures": "illegal-memory-access"}
+    lied = classify(result={"status": "pass", "reason": "fine"}, returncode=3, timed_out=False, log_text="",
+                    timeout_s=1)
+    assert (lied.status, lied.failure_class, lied.reason) == ("fail", "exit-status",
+                                                              "recorded 'pass' but exited with status 3 (fine)")
+    failed = classify(result={"status": "fail", "failure_class": "wrong-result"}, returncode=1, timed_out=False,
+                      log_text="", timeout_s=1)
+    assert (failed.status, failed.failure_class) == ("fail", "wrong-result")
+
+
+def test_record_fields_survive_the_round_trip() -> None:
+    rec = SmokeRecord.from_dict({**ROW, "status": "xfail", "failure_class": "illegal-memory-access",
+                                 "known_issue": "xformers-tiled-matmul-int32-offsets"})
+    assert (rec.failure_class, rec.known_issue) == ("illegal-memory-access", "xformers-tiled-matmul-int32-offsets")
+
+
+def test_a_host_with_two_kinds_of_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(f"#!{sys.executable}\nimport sys\nif sys.argv[1:]:\n"
+                   "    print('NVIDIA H200, 580.159.04, 9.0'); print('NVIDIA RTX PRO 6000, 580.159.04, 12.0')\n"
+                   "    print('NVIDIA H200, 580.159.04, 9.0')\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    host = HostFingerprint.detect()
+    assert (host.gpu_name, host.capability, host.gpu_count, host.cuda_driver_api) == (
+        "NVIDIA H200 + NVIDIA RTX PRO 6000", "12.0,9.0", 3, None)
