@@ -4,7 +4,6 @@ results store's JSON exchange (exact format, defaults, malformed rows), run orde
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -295,3 +294,18 @@ def test_a_host_with_two_kinds_of_gpu(tmp_path: Path, monkeypatch: pytest.Monkey
     host = HostFingerprint.detect()
     assert (host.gpu_name, host.capability, host.gpu_count, host.cuda_driver_api) == (
         "NVIDIA H200 + NVIDIA RTX PRO 6000", "12.0,9.0", 3, None)
+
+
+def test_waiting_messages_go_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    from pinmatrix.results import _say_on_stderr
+
+    _say_on_stderr("waiting for the writer pid 42")
+    assert capsys.readouterr() == ("", "waiting for the writer pid 42\n")
+
+
+def test_known_issue_objects_may_lack_fields() -> None:
+    from types import SimpleNamespace
+
+    bare = SimpleNamespace(id="k", smokes=("boundary*",), expect="fail")  # no failure_class, no note
+    v = apply_known_issues("boundary-a", "fail", "illegal-memory-access", "died", [bare])
+    assert (v.status, v.known_issue, v.reason) == ("xfail", "k", "known issue k:  (died)")
