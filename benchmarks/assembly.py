@@ -30,7 +30,6 @@ from pinmatrix.expand import expand_matrix, select_cells
 from pinmatrix.image.assemble import Assembler, AssemblySettings
 from pinmatrix.image.build import image_ref
 from pinmatrix.image.layer import LayerWriter
-from pinmatrix.image.oci import OCILayout
 from pinmatrix.image.publish import push
 from pinmatrix.image.rootfs import debian_base
 from pinmatrix.image.wheels import WheelFetcher, cell_target, ssl_context

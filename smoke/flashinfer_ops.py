@@ -19,8 +19,17 @@ from __future__ import annotations
 import time
 
 from _oracles import (
-    check_tiles, compare_timings, copy, dequantize_nvfp4, decode_e4m3, fault, swap_block_scales, tile_bound,
-    zero_k_block, zero_row, zero_tile,
+    check_tiles,
+    compare_timings,
+    copy,
+    decode_e4m3,
+    dequantize_nvfp4,
+    fault,
+    swap_block_scales,
+    tile_bound,
+    zero_k_block,
+    zero_row,
+    zero_tile,
 )
 from _smokelib import Context, Degraded, Fail, Skip, cuda_seconds, main
 

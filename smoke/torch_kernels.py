@@ -106,7 +106,7 @@ def gemm(ctx: Context) -> None:
         if not check.ok:
             bad.append(f"{name}: {check.describe()}")
         if injected is None:
-            secs = cuda_seconds(torch, lambda: a @ b, 10)
+            secs = cuda_seconds(torch, lambda a=a, b=b: a @ b, 10)
             ctx.metric(f"{name}.tflops", 2 * n**3 / secs / 1e12)
     if bad:
         raise Fail("GEMM result wrong: " + "; ".join(bad), "wrong-result")

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import make_cell
 
+from conftest import make_cell
 from pinmatrix.archflag import ArchFlag
 from pinmatrix.archscan import tools
 from pinmatrix.archscan import verdict as V

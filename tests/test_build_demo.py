@@ -16,8 +16,8 @@ import pytest
 from rich.console import Console
 
 from conftest import REPO, engine_for
-from pinmatrix.image.build import BuildSettings, build_all
 from pinmatrix.expand import expand_matrix, select_cells
+from pinmatrix.image.build import BuildSettings, build_all
 from pinmatrix.lock import lock_path
 from pinmatrix.matrix import load_matrix
 from pinmatrix.registry import Registry, split_ref
@@ -76,7 +76,7 @@ def test_demo_stack_builds_and_is_pushed_by_digest(demo) -> None:  # noqa: ANN00
     # every cell shares the base and the venv layer, and each wheel's layer with every cell that holds it
     assert len({layer[:2] for layer in layers}) == 1
     by_pin = {}
-    for cell, res in zip(cells, results):
+    for res in results:
         assert res.layers[:2] == ["base", "venv"]
         for name, diff in zip(res.layers, engine.inspect(res.ref).layers):
             by_pin.setdefault(name, set()).add(diff)

@@ -121,12 +121,12 @@ SIX_SOURCE_PATCH = """\
 --- a/six.py
 +++ b/six.py
 @@ -30,6 +30,7 @@
- 
+
  __author__ = "Benjamin Peterson <benjamin@python.org>"
  __version__ = "1.16.0"
 +PINMATRIX_SOURCE_PATCHED = True
- 
- 
+
+
  # Useful for very coarse version differentiation.
 """
 

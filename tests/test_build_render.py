@@ -10,7 +10,14 @@ import pytest
 from conftest import REPO, make_cell, project_copy
 from pinmatrix.cell import CellPatch
 from pinmatrix.errors import PatchError
-from pinmatrix.image.containerfile import BuildError, BuildSettings, failure_reason, layer_of, nvidia_require_cuda, render_cell
+from pinmatrix.image.containerfile import (
+    BuildError,
+    BuildSettings,
+    failure_reason,
+    layer_of,
+    nvidia_require_cuda,
+    render_cell,
+)
 from pinmatrix.layerplan import LayerPlanError, load_layer_specs, parse_lock, plan_layers
 
 H = "--hash=sha256:" + "a" * 64

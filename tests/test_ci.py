@@ -13,16 +13,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_promote import _matrix_for, oci_registry, push_image  # noqa: F401 - the fixture
 
 from pinmatrix.ci.github import MAX_JOBS, github_matrix, runner_labels
 from pinmatrix.ci.k8s import (
-    IMAGE_PYTHON, RESULTS_MOUNT, SMOKE_MOUNT, NodePool, collect, k8s_manifests, load_pools, pool_fits, validate,
+    IMAGE_PYTHON,
+    RESULTS_MOUNT,
+    SMOKE_MOUNT,
+    NodePool,
+    collect,
+    k8s_manifests,
+    load_pools,
+    pool_fits,
+    validate,
 )
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results import ResultsStore
-from test_promote import _matrix_for, oci_registry, push_image  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_DIR = ROOT / "smoke"

@@ -15,15 +15,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_promote import oci_registry  # noqa: F401 - the fixture
 
+from conftest import require_binaries
 from pinmatrix.attest import fetch_statements
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.promote import read_known_good
 from pinmatrix.results import ResultsStore
-from conftest import require_binaries
-from test_promote import oci_registry  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDED = ("podman", "buildah", "mmdebstrap", "docker-registry", "runc")

@@ -19,7 +19,13 @@ from pinmatrix.cli import main
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.sbom import cell_bom, components_of, locked_packages
 from pinmatrix.signing import (
-    SigningKeyError, check_envelope, generate_keypair, load_public_key, load_signer, sign_envelope, trusted_keys,
+    SigningKeyError,
+    check_envelope,
+    generate_keypair,
+    load_public_key,
+    load_signer,
+    sign_envelope,
+    trusted_keys,
 )
 from pinmatrix.verify import label_problems, statement_cell
 

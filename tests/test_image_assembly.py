@@ -28,7 +28,6 @@ from pinmatrix.image.lockcheck import LockMismatch, checked_lock
 from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
 from pinmatrix.lock import lock_cell, lock_path
 from pinmatrix.lockfile import parse_lock
-from pinmatrix.matrix import load_matrix
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600,
                   packages=("ca-certificates", "python3"))

@@ -12,15 +12,22 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from pydantic import ValidationError
+from test_report import H200, make_cell
 
 from pinmatrix.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
 from pinmatrix.cli import main
 from pinmatrix.distribution import OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
 from pinmatrix.promote import (
-    PromotionPolicy, PromotionRefused, check_policy, execute, plan_promotion, policy_for, read_known_good,
+    PromotionPolicy,
+    PromotionRefused,
+    check_policy,
+    execute,
+    plan_promotion,
+    policy_for,
+    read_known_good,
 )
 from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
-from test_report import H200, make_cell
 
 CPU = HostFingerprint.make(hostname="ci")
 GB10 = HostFingerprint.make(hostname="spark", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142",
@@ -86,7 +93,7 @@ def test_policy_model_validates() -> None:
     assert p.repository == "known-good" and p.accept == ["pass"]
     for bad in ({"min_clean_runs": 0}, {"hosts": []}, {"accept": ["fail"]}, {"accept": ["nope"]},
                 {"repository": "Known Good"}, {"colour": "red"}, {"required_smokes": []}):
-        with pytest.raises(Exception):
+        with pytest.raises(ValidationError):
             PromotionPolicy.model_validate(bad)
 
 
@@ -383,5 +390,5 @@ def test_host_runs_count_only_when_the_policy_says_so_and_the_host_matched_the_l
     assert check_policy(GPU_CELL, identical, same).ok
     not_same = check_policy(GPU_CELL, identical, differs)
     assert not not_same.ok and any("did not" in p for p in not_same.problems), not_same.problems
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         PromotionPolicy.model_validate({"host_runs": "always"})

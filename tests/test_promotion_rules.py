@@ -11,13 +11,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
+from test_report import H200, make_cell
 
 from pinmatrix.attest import fetch_statements, finished_key, latest_per_smoke_host
 from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.promote import PromotionPolicy, PromotionRefused, check_policy, execute, plan_promotion, read_known_good
 from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
-from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
-from test_report import H200, make_cell
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64

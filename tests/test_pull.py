@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 
 from pinmatrix.cli import main
-from pinmatrix.hostmatch import Requirements, HostFacts, arch_covers, host_meets, parse_arch_flags
+from pinmatrix.hostmatch import HostFacts, Requirements, arch_covers, host_meets, parse_arch_flags
 from pinmatrix.promote import read_known_good, record_promotion
 from pinmatrix.pull import judge, pick
 from pinmatrix.results import HostFingerprint
-from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 
 H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04", capability="9.0")
 GB10_OLD = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142", capability="12.1")

@@ -17,16 +17,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from auth_registries import (
-    TokenIssuer, htpasswd_auth_yaml, start_docker_registry, token_auth_yaml, token_service, write_auth_file,
+    TokenIssuer,
+    htpasswd_auth_yaml,
+    start_docker_registry,
+    token_auth_yaml,
+    token_service,
+    write_auth_file,
     write_htpasswd,
 )
+from test_verified_pull import promote_signed
+
 from conftest import require_binaries
 from pinmatrix.cli import main
 from pinmatrix.distribution import Registry, RegistryError, VerifyingReader
 from pinmatrix.regauth import AuthError, Credentials, engine_auth_env, find_credentials, parse_challenge
-from test_verified_pull import promote_signed
 
 USERS = {"alice": "correct horse battery staple"}
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import struct
 
 import pytest
+from test_report import H200, make_cell, rec
 
+from conftest import ci_enabled
 from pinmatrix.report import build_report, write_reports
 from pinmatrix.report.browser import Chromium, find_chromium
-from conftest import ci_enabled
-from test_report import H200, make_cell, rec
 
 if find_chromium() is None:
     if ci_enabled():  # any truthy $CI, not only "true"

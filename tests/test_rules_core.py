@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import make_cell
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
 from pinmatrix.lock import lock_cell, uv_command
 from pinmatrix.results import HostFingerprint, parse_cuda_version, parse_gpu_query
 from pinmatrix.smoke.classify import SIGNATURES_PATH, classify, default_signatures, scan
 from pinmatrix.smoke.known import apply_known_issues
-from conftest import make_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 SMI = Path(__file__).resolve().parent / "data" / "nvidia-smi"

@@ -12,22 +12,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import sys
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import tomlkit
+from oci_layout import cell_labels, push_cell_image
+from test_promote import _matrix_for, oci_registry, record  # noqa: F401 - the fixture
 
 from conftest import require_binaries
-from oci_layout import cell_labels, push_cell_image
 from pinmatrix.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
 from pinmatrix.cli import main
 from pinmatrix.distribution import OCI_INDEX, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
 from pinmatrix.results import HostFingerprint, ResultsStore
 from pinmatrix.signing import generate_keypair, load_signer, sign_envelope
-from test_promote import _matrix_for, oci_registry, record  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.registry]
 CPU = HostFingerprint.make(hostname="ci")
