@@ -339,7 +339,8 @@ class _StackExpander:
             requirements.append(f"{distribution(axis)}=={value.version}")
         requirements.extend(self.stack.extra)
         flags = self.arch_flags(a)
-        env = dict(sorted(a["env"].vars.items())) if "env" in a else {}
+        variant = a.get("env")
+        env = dict(sorted(variant.vars.items())) if isinstance(variant, EnvVariant) else {}
         indexes = self.indexes(a, notes)
         cuda = pins.get("cuda")
         gpu = pins.get("gpu")
@@ -462,20 +463,21 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
         return []  # no catalogue next to the matrix or the package: nothing to check against
     names = [s.name for s in catalogue]
     problems = _check_boundaries(matrix, catalogue)
-    selectors = [(("stacks", sname, "smokes"), stack.smokes) for sname, stack in matrix.stacks.items()]
+    selectors: list[tuple[tuple[str | int, ...], list[str]]] = [
+        (("stacks", sname, "smokes"), stack.smokes) for sname, stack in matrix.stacks.items()]
     selectors += [(("known_issues", i, "smokes"), issue.smokes) for i, issue in enumerate(matrix.known_issues)]
-    promotions = [(("matrix", "promotion"), matrix.settings.promotion)]
+    promotions: list[tuple[tuple[str, ...], dict[str, Any] | None]] = [(("matrix", "promotion"), matrix.settings.promotion)]
     promotions += [(("stacks", sname, "promotion"), stack.promotion) for sname, stack in matrix.stacks.items()]
     for path, table in promotions:
         wanted = (table or {}).get("required_smokes")
         if isinstance(wanted, list):
             selectors.append(((*path, "required_smokes"), [w for w in wanted if isinstance(w, str) and w != "*"]))
-    for path, wanted in selectors:
+    for where, wanted in selectors:
         for sel in wanted:
             if not any(matches(sel, n) for n in names):
                 close = difflib.get_close_matches(sel, names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                problems.append(matrix.where(path, f"unknown smoke {sel!r}{hint}"))
+                problems.append(matrix.where(where, f"unknown smoke {sel!r}{hint}"))
     return problems
 
 

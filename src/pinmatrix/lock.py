@@ -175,7 +175,8 @@ def stale_locks(root: Path, matrix_name: str, current: set[str]) -> tuple[list[P
     owners = read_owners(root)
     mine = set(owners.get(matrix_name, []))
     others = {i for name, ids in owners.items() if name != matrix_name for i in ids}
-    remove, keep = [], []
+    remove: list[Path] = []
+    keep: list[Path] = []
     for path in sorted((root / LOCK_DIR).glob("*.txt")):
         if path.stem in current:
             continue

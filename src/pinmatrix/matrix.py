@@ -7,6 +7,7 @@ import difflib
 import re
 import tomllib
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -419,7 +420,7 @@ def _element_type(tp: Any) -> Any:
     return None
 
 
-def _friendly(err: dict[str, Any], model: type[BaseModel]) -> str:
+def _friendly(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     loc = tuple(err["loc"])
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -435,7 +436,7 @@ def _friendly(err: dict[str, Any], model: type[BaseModel]) -> str:
         return msg
     if kind == "missing":
         return "required key is missing"
-    msg = err["msg"]
+    msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     return msg

@@ -138,8 +138,8 @@ def _looks_like(ch: str) -> str | None:
     found = confusables.is_confusable(ch, greedy=True, preferred_aliases=["latin", "common"]) or []
     for item in found:
         for glyph in item.get("homoglyphs", []):
-            if glyph["c"].isascii():
-                return glyph["c"]
+            if str(glyph["c"]).isascii():
+                return str(glyph["c"])
     folded = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
     return folded or None
 

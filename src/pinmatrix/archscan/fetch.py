@@ -148,8 +148,8 @@ def cell_pins(cell: Cell, root: Path, exclude_newer: str | None, cache: Path | N
             notes.append(f"platform raised from {cell.platform} to {used}: {reason}")
     else:
         notes.append(f"the cell's requirements do not resolve together: {reason}")
-        top = {canonicalize_name(_PIN.match(r).group(1)): _PIN.match(r).group(2) for r in cell.requirements
-               if _PIN.match(r)}
+        top: dict[str, str] = {str(canonicalize_name(m.group(1))): m.group(2)
+                               for m in (_PIN.match(r) for r in cell.requirements) if m}
         for req in cell.requirements:  # each with the cell's other pins as constraints, else alone
             others = [r for r in cell.requirements if r != req]
             alone, alone_used, why = _resolve([req], cell.python, cell.platform, exclude_newer, cache, others)

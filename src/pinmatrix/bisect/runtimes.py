@@ -45,7 +45,7 @@ class HostRuntime:
     def prepare(self, cell: Any) -> PointEnv:
         if cell.id not in self._made:
             overlay = None
-            if self.wheels_dir or getattr(cell, "patches", ()):
+            if self.wheels_dir or getattr(cell, "patches", None):
                 overlay = build_overlay(cell, self.overlay_root, wheels_dir=self.wheels_dir, repo_root=self.repo_root,
                                         python=self.options.python, log=self.echo)
             self._made[cell.id] = PointEnv(self.options, overlay)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.bisect.probe import Probe, Prober
 from pinmatrix.bisect.report import BisectReport, failing_classes
-from pinmatrix.bisect.search import bisect
+from pinmatrix.bisect.search import Verdict, bisect
 from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.expand import PACKAGE_AXES, PrunedCell, distribution, expand_matrix
@@ -81,11 +81,11 @@ def parse_values(stack: Stack, axis: str, raw: list[str]) -> list[AxisItem]:
                 raise PinmatrixError(f"--values: {text!r} is not a version of {axis}") from None
             out.append(AxisValue(version=text))
         elif axis == "env":
-            hit = [v for v in own if isinstance(v, EnvVariant) and v.display == text]
-            if not hit:
+            variants = [v for v in own if isinstance(v, EnvVariant) and v.display == text]
+            if not variants:
                 shown = ", ".join(v.display for v in own if isinstance(v, EnvVariant)) or "none"
                 raise PinmatrixError(f"--values: env variant {text!r} is not in the stack (variants: {shown})")
-            out.append(hit[0])
+            out.append(variants[0])
         else:
             try:
                 Axes.model_validate({axis: [text]})
@@ -152,7 +152,7 @@ def point_matrix(matrix: Matrix, stack_name: str, axis: str, value: AxisItem, in
     stack = matrix.stacks[stack_name]
     zipped = {a for group in stack.zip if axis in group for a in group} - {axis}
     axes_update: dict[str, Any] = {}
-    packages = dict(stack.packages)
+    packages: dict[str, Any] = dict(stack.packages)
     names = [a for a in KNOWN_AXES if getattr(stack.axes, a) is not None] + list(stack.packages)
     for name in names:
         own = stack_axis(stack, name) or []
@@ -210,7 +210,7 @@ def run_version_bisect(*, matrix: Matrix, stack_name: str, axis: str, points: li
                        host: dict[str, Any], max_skips: int) -> BisectReport:
     cells: dict[int, Any] = {}
 
-    def probe(i: int) -> str:
+    def probe(i: int) -> Verdict:
         pt = points[i]
         made = cells.setdefault(i, point_cell(matrix, stack_name, axis, pt, i if own_order else None, fixed))
         label = f"{axis}={pt.display}"

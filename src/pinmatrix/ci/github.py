@@ -79,5 +79,5 @@ def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu
             for text in value if isinstance(value, list) else [value]:
                 problem = text_problem(text) if isinstance(text, str) else None
                 if problem:
-                    raise PinmatrixError(f"ci github: cell {entry['cell']}: {key} {shown(text)} {problem}")
+                    raise PinmatrixError(f"ci github: cell {entry['cell']}: {key} {shown(str(text))} {problem}")
     return {"include": include}

@@ -186,9 +186,9 @@ def k8s_manifests(cells: Sequence[Cell], pools: Sequence[NodePool], images: dict
             if not targets:
                 out.skipped.append(f"{cell.id} {cell.name}: no node pool fits")
         specs, gpus_needed = smoke_specs(cell, smoke_dir)
-        for pool in targets:
-            gpus = min(pool.gpus, max(1, gpus_needed)) if pool else 0
-            out.documents.append(_job(cell, pool, gpus, image, specs, cm["metadata"]["name"], namespace,
+        for target in targets:
+            gpus = min(target.gpus, max(1, gpus_needed)) if target else 0
+            out.documents.append(_job(cell, target, gpus, image, specs, cm["metadata"]["name"], namespace,
                                       results_claim, run_id, deadline_s))
     if out.jobs:
         out.documents.insert(0, cm)
@@ -203,7 +203,7 @@ def _job(cell: Cell, pool: NodePool | None, gpus: int, image: str, specs: list[s
     labels = {"app.kubernetes.io/name": "pinmatrix", "app.kubernetes.io/component": "smoke",
               "pinmatrix.io/cell": cell.id, "pinmatrix.io/stack": _dns(cell.stack), "pinmatrix.io/pool": pool_name,
               "pinmatrix.io/run": _dns(run_id)}
-    env = [{"name": k, "value": v} for k, v in sorted(cell_env(cell).items())]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(cell_env(cell).items())]
     env.append({"name": "PINMATRIX_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     container: dict[str, Any] = {
         "name": "smoke",

@@ -32,7 +32,7 @@ def now() -> str:
 
 
 def probe_host() -> dict:
-    host = {"hostname": os.environ.get("PINMATRIX_NODE_NAME") or socket.gethostname(), "gpus": [],
+    host: dict = {"hostname": os.environ.get("PINMATRIX_NODE_NAME") or socket.gethostname(), "gpus": [],
             "cuda_driver_api": None}
     exe = shutil.which("nvidia-smi")
     if not exe:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
@@ -74,7 +75,7 @@ def _cells(args: argparse.Namespace) -> tuple[list[Any], Any]:
         raise PinmatrixError(f"{args.matrix}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
     cells = select_cells(expansion.cells, stack=args.stack) if args.stack else list(expansion.cells)
     if args.cell:
-        wanted = []
+        wanted: list[Cell] = []
         for key in args.cell:
             hit = [c for c in cells if key in (c.id, c.name)]
             if not hit:

@@ -18,12 +18,12 @@ from pinmatrix.report.model import Report, worst
 
 def render_junit(report: Report) -> str:
     root = ET.Element("testsuites", name=report.title)
-    totals = {"tests": 0, "failures": 0, "time": 0.0}
+    totals: dict[str, float] = {"tests": 0, "failures": 0, "time": 0.0}
     for stack in report.stacks:
         for cell in stack.cells:
             suite = ET.SubElement(root, "testsuite", name=f"{stack.name}.{cell.id}", package=stack.name,
                                   timestamp=report.generated_at)
-            counts = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+            counts: dict[str, float] = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
             props = ET.SubElement(suite, "properties")
             ET.SubElement(props, "property", name="cell", value=cell.name)
             ET.SubElement(props, "property", name="status", value=cell.status_label)
@@ -62,13 +62,13 @@ def render_junit(report: Report) -> str:
                 if detail and status not in ("fail", "degraded"):  # a failure already carries it
                     out = ET.SubElement(case, "system-out")
                     out.text = detail
-            for key, value in counts.items():
-                suite.set(key, f"{value:.3f}" if key == "time" else str(value))
+            for key, count in counts.items():
+                suite.set(key, f"{count:.3f}" if key == "time" else str(int(count)))
                 if key in totals:
-                    totals[key] += value
+                    totals[key] += count
             suite.set("errors", "0")
-    for key, value in totals.items():
-        root.set(key, f"{value:.3f}" if key == "time" else str(value))
+    for key, total in totals.items():
+        root.set(key, f"{total:.3f}" if key == "time" else str(int(total)))
     root.set("errors", "0")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

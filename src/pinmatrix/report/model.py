@@ -369,9 +369,9 @@ def build_report(
         all_axes = _axis_order({a for r in stack_rows for a in r.pins})
         varying = [a for a in all_axes if len({r.pins.get(a) for r in stack_rows}) > 1]
         fixed = {a: stack_rows[0].pins[a] for a in all_axes if a not in varying and a in stack_rows[0].pins}
-        smokes: list[str] = []
+        stack_smokes: list[str] = []
         for r in stack_rows:
-            smokes += [s for s in r.smokes if s not in smokes]
+            stack_smokes += [s for s in r.smokes if s not in stack_smokes]
         stacks.append(StackReport(
             name=name, axes=varying, fixed=fixed, smokes=smokes, cells=stack_rows,
             pivot=choose_pivot(varying, stack_rows, pivot), description=(descriptions or {}).get(name, ""),

@@ -130,6 +130,7 @@ def classify(
         return Outcome("fail", "timeout", f"timed out after {timeout_s:g} s{seen}", metrics)
     if returncode is not None and returncode < 0:
         return Outcome("fail", "crash", f"killed by {signal_name(returncode)}{seen}", metrics)
+    cls: str | None
     if result is None:
         cls = faults[0].signature.failure_class if faults else "error"
         last = _last_line(log_text)

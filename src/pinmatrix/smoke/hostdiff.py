@@ -32,7 +32,8 @@ def environment_of(python: str, extra_path: Path | None = None) -> dict[str, Any
     proc = subprocess.run([python, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         return {"python": "unknown", "dists": {}}
-    return json.loads(proc.stdout)
+    seen: dict[str, Any] = json.loads(proc.stdout)
+    return seen
 
 
 def differences(cell: Any, lock_text: str | None, seen: dict[str, Any]) -> dict[str, Any]:

@@ -311,7 +311,7 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
             todo.append(smoke)
     if not todo:
         return out
-    if options.runtime == "host" and (options.wheels_dir or getattr(cell, "patches", ())):
+    if options.runtime == "host" and (options.wheels_dir or getattr(cell, "patches", None)):
         overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
         out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
                                     repo_root=options.repo_root, python=options.python, log=echo)
