@@ -373,7 +373,7 @@ def build_report(
         for r in stack_rows:
             stack_smokes += [s for s in r.smokes if s not in stack_smokes]
         stacks.append(StackReport(
-            name=name, axes=varying, fixed=fixed, smokes=smokes, cells=stack_rows,
+            name=name, axes=varying, fixed=fixed, smokes=stack_smokes, cells=stack_rows,
             pivot=choose_pivot(varying, stack_rows, pivot), description=(descriptions or {}).get(name, ""),
         ))
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
