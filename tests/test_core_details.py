@@ -309,3 +309,23 @@ def test_known_issue_objects_may_lack_fields() -> None:
     bare = SimpleNamespace(id="k", smokes=("boundary*",), expect="fail")  # no failure_class, no note
     v = apply_known_issues("boundary-a", "fail", "illegal-memory-access", "died", [bare])
     assert (v.status, v.known_issue, v.reason) == ("xfail", "k", "known issue k:  (died)")
+
+
+def test_scan_reports_the_whole_matching_line_and_integer_metrics_only(tmp_path: Path) -> None:
+    from pinmatrix.smoke.classify import scan
+
+    path = tmp_path / "sig.toml"
+    path.write_text('[[signature]]\nclass = "n"\npattern = "count=(\\\\w+)"\nmetric = "count"\n\n'
+                    '[[signature]]\nclass = "g"\npattern = "group=(\\\\d+)"\n\n'
+                    '[[signature]]\nclass = "z"\npattern = "ZZZ"\n')
+    table = load_signatures(path)
+    (m,) = scan("one\ntwo\nthree count=12 here\nfour\n", table)
+    assert (m.line, m.value) == ("three count=12 here", 12)
+    (m,) = scan("a\nb\ncount=abc", table)  # not an integer; and the last line has no newline
+    assert (m.line, m.value) == ("count=abc", None)
+    (m,) = scan("x\ngroup=5\n", table)  # a group but no metric: no value
+    assert (m.signature.failure_class, m.value) == ("g", None)
+    (m,) = scan("\n" + "p" * 100 + "ZZZ" + "q" * 400, table)
+    assert len(m.line) == 300 and m.line.startswith("p" * 100 + "ZZZ")
+    (m,) = scan("ZZZ at the very start\nnext", table)
+    assert m.line == "ZZZ at the very start"
