@@ -84,10 +84,18 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "max_combinations", None) is not None:
-        from pinmatrix.expand import MAX_COMBINATIONS_OVERRIDE
+    from pinmatrix.expand import MAX_COMBINATIONS_OVERRIDE
 
-        MAX_COMBINATIONS_OVERRIDE.set(max(1, args.max_combinations))
+    # --max-combinations holds for this command only (main() may run many commands in one process)
+    token = MAX_COMBINATIONS_OVERRIDE.set(
+        max(1, args.max_combinations) if getattr(args, "max_combinations", None) is not None else None)
+    try:
+        return _run(args)
+    finally:
+        MAX_COMBINATIONS_OVERRIDE.reset(token)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pinmatrix.localregistry import for_command
 
     try:
