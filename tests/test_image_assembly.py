@@ -167,3 +167,64 @@ def test_an_aarch64_cell_is_assembled_here_with_the_arm64_platform(build_cache: 
     assert "etc/hostname" not in names and "etc/resolv.conf" not in names
     with tarfile.open(assembler.layout.blob_path(stored.manifest["layers"][2]["digest"]), "r|gz") as tar:
         assert "opt/venv/lib/python3.13/site-packages/six.py" in {m.name for m in tar}
+
+
+def test_a_cell_whose_layers_would_not_fit_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    import subprocess
+
+    from pinmatrix.image.assemble import AssemblyError
+    from pinmatrix.image.wheels import WheelFile
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")  # CI runs as root: this runs there
+    try:
+        assembler = Assembler(AssemblySettings(root=REPO, cache_dir=small / "cache", layout_dir=small / "oci"))
+        cell = demo_cells()[0]
+        big = WheelFile("torch", "2.11.0", "torch-2.11.0-cp313-cp313-manylinux_2_28_x86_64.whl", "https://x.invalid/t",
+                        "0" * 64, 530_000_000)
+        with pytest.raises(AssemblyError, match=r"not enough disk: its 1 new layer\(s\) need about 1\.7 GB free"):
+            assembler._check_disk(cell, [big])
+        assembler._check_disk(cell, [])  # nothing new: nothing to check
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.registry
+def test_a_base_pinned_by_digest_is_fetched_and_its_layers_used_as_they_are(docker_registry, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from pinmatrix.image.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
+    from pinmatrix.image.publish import push
+
+    # a base image made here: one layer with /usr/bin/python3 -> python3.13 and an os-release, pushed by digest
+    src = OCILayout(tmp_path / "src").init()
+    writer = LayerWriter(src.blobs, epoch=0)
+    writer.add_bytes("etc/os-release", b"ID=pinned-test\n")
+    writer.add_symlink("usr/bin/python3", "python3.13")
+    layer = writer.close()
+    config = canonical_json({"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"]},
+                             "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]}})
+    manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST,
+                "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": src.put_blob(config), "size": len(config)},
+                "layers": [layer.as_oci()]}
+    src.put_image("base", manifest)
+    ref = f"{docker_registry.address}/bases/python:3.13"
+    digest = push(src, src.image("base"), ref, tls_verify=False)
+    cell = demo_cells()[0]
+    pinned = replace(cell, base=BaseSpec(kind="image", image=f"{docker_registry.address}/bases/python@{digest}"))
+    settings = BuildSettings(root=REPO, cache_dir=tmp_path / "cache", logs_dir=tmp_path / "logs", registry="pinned",
+                             layout_dir=tmp_path / "oci")
+    lock = lock_path(cell, REPO).read_text().replace(cell.id, pinned.id, 1)
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / f"{pinned.id}.txt").write_text(lock)
+    (built,) = build_all([pinned], None, replace(settings, root=tmp_path, smoke_dir=REPO / "smoke"), None, jobs=1)
+    assert built.status == "built", built.reason
+    layout = OCILayout(tmp_path / "oci")
+    stored = layout.image(built.ref)
+    assert stored.manifest["layers"][0]["digest"] == layer.digest  # the pinned base's layer, as it is
+    env = layout.config(stored)["config"]["Env"]
+    assert "LANG=C.UTF-8" in env and any(e.startswith("PATH=/opt/venv/bin:") for e in env)
+    assert layout.config(stored)["config"]["Labels"]["org.opencontainers.image.base.name"].endswith(digest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import tempfile
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell, CellPatch
+from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
 from pinmatrix.image.config import cell_env, cell_labels, image_config
@@ -44,6 +46,7 @@ from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target
 from pinmatrix.lockfile import LockEntry
 from pinmatrix.patch_sources import resolve_patch
+from pinmatrix.regauth import find_credentials
 
 LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
@@ -176,7 +179,11 @@ class Assembler:
         if cell.base.kind == "image":
             if dry:
                 return BaseLayers((), (), cell.base.image or "", f"image:{cell.base.image}", cell.python)
-            base = pinned_base(cell.base, cell.platform, self.layout, authfile=self.settings.registry_authfile)
+            image = cell.base.image or ""
+            host, _, rest = image.partition("/")
+            creds = find_credentials(host, rest.split("@", 1)[0]) if rest else None
+            base = pinned_base(cell.base, cell.platform, self.layout, tls_verify=tls_for(image, None),
+                               authfile=self.settings.registry_authfile or (creds.source if creds else None))
         else:
             base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log, dry=dry)
         if base.python is None:
@@ -257,6 +264,21 @@ class Assembler:
             bundle += (b"" if bundle.endswith(b"\n") or not bundle else b"\n") + data
         writer.add_bytes("etc/ssl/certs/ca-certificates.crt", bundle)
 
+    def _check_disk(self, cell: Cell, missing: Sequence[WheelFile]) -> None:
+        """Refuse, before anything is written, a cell whose new layers would not fit: each missing wheel is
+        downloaded (its size) and written as a layer (about its size again, compressed)."""
+        known = [w.size for w in missing if w.size is not None]
+        need = int(2.2 * sum(known)) + (512 << 20 if missing else 0)
+        if not missing:
+            return
+        for directory in {self.settings.cache_dir, self.settings.layout_dir}:
+            directory.mkdir(parents=True, exist_ok=True)
+        free = min(shutil.disk_usage(d).free for d in (self.settings.cache_dir, self.settings.layout_dir))
+        if free < need:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): not enough disk: its {len(missing)} new layer(s) need "
+                                f"about {need / 1e9:.1f} GB free under {self.settings.cache_dir} and "
+                                f"{self.settings.layout_dir}, {free / 1e9:.1f} GB are")
+
     # -- one cell --------------------------------------------------------------------------------------------
 
     def plan(self, cell: Cell, lock_text: str, log: Path, *, dry: bool = False) -> tuple[AssembledImage, dict[str, object]]:
@@ -329,6 +351,8 @@ class Assembler:
         wheels: dict[str, WheelFile] = ctx["wheels"]  # type: ignore[assignment]
         epoch: int = ctx["epoch"]  # type: ignore[assignment]
         by_name = {p.name: p for p in image.layers}
+        self._check_disk(cell, [wheels[p.name.split(":", 1)[1].split("==", 1)[0]] for p in image.layers
+                                if p.name.startswith("wheel:") and p.descriptor is None])
 
         def wheel_layer(planned: PlannedLayer) -> None:
             name = planned.name.split(":", 1)[1].split("==", 1)[0]

@@ -150,8 +150,9 @@ class CellBuilder:
                     load_into_engine(self.assembler.layout, stored, self.engine)
                 if settings.push and self.registry is not None:
                     step("push")
+                    creds = self.registry.credentials(ref.split("/", 1)[1].rsplit(":", 1)[0])
                     pushed = push(self.assembler.layout, stored, ref, tls_verify=self.registry.tls_verify,
-                                  authfile=settings.authfile)
+                                  authfile=settings.authfile or (creds.source if creds else None))
                     note(f"# pushed {ref}@{pushed}")
             except IndexUnreachable as err:
                 with self._guard:
