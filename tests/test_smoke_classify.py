@@ -136,7 +136,8 @@ def test_catalogue_covers_every_smoke_the_matrix_names() -> None:
                 assert any(matches(sel, n) for n in names), (issue.id, sel)
     for s in catalogue:
         assert s.description and s.timeout_s > 0
-        if s.name not in ("host-probe", "python-imports", "arch-coverage", "cpu-threshold", "six-assert-not-regex"):
+        if s.name not in ("host-probe", "python-imports", "arch-coverage", "cpu-threshold", "six-assert-not-regex",
+                          "shared-libraries"):
             assert s.gpu, f"{s.name} should declare needs.gpu"
 
 
