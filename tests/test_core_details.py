@@ -329,3 +329,35 @@ def test_scan_reports_the_whole_matching_line_and_integer_metrics_only(tmp_path:
     assert len(m.line) == 300 and m.line.startswith("p" * 100 + "ZZZ")
     (m,) = scan("ZZZ at the very start\nnext", table)
     assert m.line == "ZZZ at the very start"
+
+
+def test_exit_status_degraded_reason_and_class_length() -> None:
+    log = "[AutoTuner]: Skipped 3 unsupported tactic(s) for gemm\nCUDA error: misaligned address\n"
+    lied = classify(result={"status": "pass"}, returncode=3, timed_out=False, log_text=log, timeout_s=1)
+    assert lied.reason == "recorded 'pass' but exited with status 3"
+    assert lied.metrics == {"autotuner_skipped_tactics": 3, "log_signatures": "device-fault"}
+    line = "[AutoTuner]: Skipped 3 unsupported tactic(s) for gemm"
+    d = classify(result={"status": "pass", "reason": "ran"}, returncode=0, timed_out=False, log_text=line, timeout_s=1)
+    assert (d.status, d.failure_class, d.reason) == ("degraded", "unsupported-tactics", f"{line}; ran")
+    d = classify(result={"status": "pass"}, returncode=0, timed_out=False, log_text=line, timeout_s=1)
+    assert d.reason == line
+    long = classify(result={"status": "fail", "failure_class": "c" * 100}, returncode=1, timed_out=False,
+                    log_text="", timeout_s=1)
+    assert long.failure_class == "c" * 80
+
+
+def test_known_issue_verdicts_in_every_corner() -> None:
+    fail_issue = {"id": "k", "smokes": ["s"], "expect": "fail", "failure_class": "illegal-memory-access", "note": "n"}
+    v = apply_known_issues("s", "pass", None, "", [fail_issue])
+    assert (v.status, v.known_issue, v.failure_class) == ("xpass", "k", None)
+    v = apply_known_issues("s", "fail", "timeout", "hung", [fail_issue])
+    assert (v.status, v.failure_class, v.known_issue) == ("fail", "timeout", None)
+    # a skip is not the failure an issue expects: left alone, reason untouched
+    v = apply_known_issues("s", "skip", None, "no GPU", [fail_issue])
+    assert (v.status, v.failure_class, v.reason, v.known_issue) == ("skip", None, "no GPU", None)
+    # an issue that expects degraded says nothing about a fail
+    degraded = {**fail_issue, "expect": "degraded", "failure_class": "unsupported-tactics"}
+    v = apply_known_issues("s", "fail", "error", "boom", [degraded])
+    assert (v.status, v.failure_class, v.reason, v.known_issue) == ("fail", "error", "boom", None)
+    v = apply_known_issues("s", "degraded", "unsupported-tactics", "slow", [degraded])
+    assert (v.status, v.known_issue) == ("xfail", "k")
