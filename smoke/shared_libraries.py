@@ -1,7 +1,7 @@
 """Shared-library smoke: every compiled extension of the cell's packages can find the libraries it links.
 
 Oracle (two lines): each ELF .so under the pinned distributions is read (ELF64 DT_NEEDED, RPATH/RUNPATH),
-and every needed library must resolve in the image's library paths; a missing one names who needs it.
+and every needed library must resolve in the system's, the RUNPATH's or the cell's own library folders.
 """
 
 from __future__ import annotations
@@ -93,6 +93,16 @@ def shared_libraries(ctx: Context) -> None:
         raise Skip("no cell requirements: nothing to check")
     problems: list[str] = []
     checked = 0
+    dists = []
+    for name in names:
+        try:
+            dists.append(md.distribution(name))
+        except md.PackageNotFoundError:
+            continue
+    # Libraries the cell's own distributions ship (torch/lib, nvidia/*/lib, ...): an extension built against
+    # torch finds libtorch*.so there once torch is imported, as it always is first.
+    shipped = sorted({Path(d.locate_file(f)).parent for d in dists for f in d.files or ()
+                      if str(f).endswith(".so") or ".so." in str(f)})
     for name in names:
         try:
             dist = md.distribution(name)
@@ -112,7 +122,7 @@ def shared_libraries(ctx: Context) -> None:
             checked += 1
             needed, rpaths = found
             dirs = [Path(p.replace("$ORIGIN", str(path.parent))) for p in rpaths] + [path.parent]
-            dirs += library_dirs(site)
+            dirs += library_dirs(site) + shipped
             missing = [lib for lib in needed if not DRIVER_LIBS.match(lib) and not any((d / lib).exists() for d in dirs)]
             if missing:
                 problems.append(f"{name} {dist.version}: {file} needs {', '.join(missing)}")
