@@ -361,3 +361,31 @@ def test_known_issue_verdicts_in_every_corner() -> None:
     assert (v.status, v.failure_class, v.reason, v.known_issue) == ("fail", "error", "boom", None)
     v = apply_known_issues("s", "degraded", "unsupported-tactics", "slow", [degraded])
     assert (v.status, v.known_issue) == ("xfail", "k")
+
+
+def test_uv_reason_key_path_and_duplicate_promotions() -> None:
+    from pinmatrix.lock import _uv_reason
+    from pinmatrix.matrix import key_path
+    from pinmatrix.pull import judge
+
+    assert _uv_reason("warning: slow index\n\n  error: no version of six==9  \n  hint: check\n") == \
+        "error: no version of six==9 hint: check"
+    assert _uv_reason("WARNING: kept (uv writes warnings lower case)\n") == "WARNING: kept (uv writes warnings lower case)"
+    assert _uv_reason("warning: only a warning\n") == "uv failed without a message"
+    assert _uv_reason("") == "uv failed without a message"
+    assert _uv_reason("e" * 700) == "e" * 600
+    assert key_path(()) == "(top)" and key_path(("stacks", "demo", 0)) == "stacks.demo.0"
+    host = HostFingerprint.make(hostname="c")
+    entries = [{"stack": "d", "cell_id": c, "digest": "x", "reference": "r", "promoted_at": t, "gpu_required": False}
+               for c, t in (("a", "2026-11-03"), ("b", "2026-11-02"), ("a", "2026-11-01"), ("z", "2026-10-01"))]
+    assert [v.entry["cell_id"] for v in judge(entries, host)] == ["a", "b", "z"]
+
+
+def test_has_result_follows_the_image_and_the_parameters(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.sqlite")
+    digest = "sha256:" + "d" * 64
+    store.import_json([{**ROW, "image_digest": digest, "params": {"M": 3}}])
+    assert store.has_result("c1", "h1", "torch-gemm", digest, {"M": 3})
+    assert not store.has_result("c1", "h1", "torch-gemm", digest)
+    assert not store.has_result("c1", "h1", "torch-gemm", digest, {"M": 4})
+    assert not store.has_result("c1", "h1", "torch-gemm", None, {"M": 3})
