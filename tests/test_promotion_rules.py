@@ -355,3 +355,50 @@ def test_plan_describes_every_step(oci_registry: str, tmp_path: Path) -> None:  
     assert {(ev["smoke"], ev["gpu"], ev["host_id"], ev["status"], ev["run_id"], ev["image_digest"])
             for ev in entry["evidence"]} == {(s, "sm_90", H200.id, "pass", "r1", digest) for s in cell.smokes}
     assert Registry(oci_registry).resolve(ImageRef.parse(f"{target}:stable")) == digest
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", result.attestation)
+    (statement,) = fetch_statements(Registry(oci_registry), ImageRef.parse(f"{target}@{digest}"))
+    policy = [c for c in statement["predicate"]["configuration"] if c["name"] == "pinmatrix-promotion-policy"]
+    assert policy and json.loads(policy[0]["annotations"]["tag"]) == "stable"
+
+
+def test_promotion_times_are_utc_and_the_given_moment(oci_registry: str, tmp_path: Path,  # noqa: F811
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from datetime import datetime, timezone
+
+    cell = _gpu_cell("6f708192a3b4")
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, cell.id, "timed")
+    recs = [rec(s, "pass", digest, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
+    reg = Registry(oci_registry)
+
+    def plan():  # noqa: ANN202
+        return plan_promotion(cell, PromotionPolicy(), recs, source=ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}"),
+                              registry_prefix=f"{oci_registry}/pinmatrix", registry=reg)
+
+    moment = datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    given = execute(plan(), reg, recs, tmp_path / "kg.toml", now=moment)
+    assert given.promoted_at == "2020-01-02T03:04:05Z"
+    target = f"{oci_registry}/pinmatrix/known-good/{cell.stack}"
+    created = {d.get("annotations", {}).get("org.opencontainers.image.created")
+               for d in reg.referrers(f"pinmatrix/known-good/{cell.stack}", digest)}
+    assert created == {"2020-01-02T03:04:05Z"}
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # +09:00: a naive local clock would be nine hours off
+    time.tzset()
+    try:
+        before = datetime.now(timezone.utc).replace(microsecond=0)
+        now = execute(plan(), reg, recs, tmp_path / "kg.toml")
+        stamp = datetime.strptime(now.promoted_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        assert 0 <= (stamp - before).total_seconds() < 120, (now.promoted_at, before)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert ImageRef.parse(now.reference).name == target
+
+
+def test_a_known_good_file_without_promotions(tmp_path: Path) -> None:
+    from pinmatrix.promote import HEADER
+
+    path = tmp_path / "known-good.toml"
+    path.write_text("".join(f"# {line}\n" for line in HEADER.splitlines()))
+    assert read_known_good(path) == []
