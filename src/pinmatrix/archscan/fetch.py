@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from pinmatrix.archscan.tools import cache_dir
 from pinmatrix.cell import Cell
+from pinmatrix.hashing import sha256_file
 from pinmatrix.lock import find_uv, lock_path
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
@@ -211,16 +212,14 @@ def _pip_download(lines: list[str], platform: str, python: str, dest: Path) -> s
 
 
 def _sha256(path: Path, index: dict[str, list]) -> str:
+    """sha256 of a cached wheel, remembered by size and mtime so a warm scan does not re-read gigabytes."""
     st = path.stat()
     known = index.get(path.name)
     if known and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-        return known[2]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    index[path.name] = [st.st_size, st.st_mtime_ns, h.hexdigest()]
-    return h.hexdigest()
+        return str(known[2])
+    digest = sha256_file(path)
+    index[path.name] = [st.st_size, st.st_mtime_ns, digest]
+    return digest
 
 
 def _find(pin: Pin, dest: Path, index: dict[str, list]) -> tuple[Path, str] | None:
