@@ -389,3 +389,108 @@ def test_has_result_follows_the_image_and_the_parameters(tmp_path: Path) -> None
     assert not store.has_result("c1", "h1", "torch-gemm", digest)
     assert not store.has_result("c1", "h1", "torch-gemm", digest, {"M": 4})
     assert not store.has_result("c1", "h1", "torch-gemm", None, {"M": 3})
+
+
+# ---------------------------------------------------------------------------------- expansion details
+
+RULES_MATRIX = """\
+[matrix]
+[stacks.s]
+gpu_required = false
+include = INCLUDE
+exclude = [{ env = { A = "1" } }]
+[stacks.s.axes]
+env = [{}, { A = "1" }, { label = "lab", vars = { B = "2" } }]
+driver = ["580.65.06"]
+[stacks.s.packages]
+six = ["1.17.0", "1.16.0"]
+"""
+
+
+def test_include_and_exclude_rules_take_every_env_form(tmp_path: Path) -> None:
+    from pinmatrix.commands._common import load
+
+    path = tmp_path / "m.toml"
+    path.write_text(RULES_MATRIX.replace("INCLUDE", '[{ env = { A = "1" }, six = "1.15.0" }, '
+                                         '{ env = { label = "lab", vars = { B = "2" } }, six = "1.14.0" }]'))
+    _, expansion = load(path)
+    assert [c.name for c in expansion.cells] == [
+        "s[env=default,six=1.17.0]", "s[env=default,six=1.16.0]", "s[env=lab,six=1.17.0]", "s[env=lab,six=1.16.0]",
+        "s[env=A=1,six=1.15.0]", "s[env=lab,six=1.14.0]"]
+    assert expansion.cells[-1].env == {"B": "2"} and expansion.cells[-2].env == {"A": "1"}
+
+
+@pytest.mark.parametrize(("include", "message"), [
+    ('[{ driver = { version = "1" } }]', "stacks.s.include.0.driver: bad value for axis 'driver': must be a string"),
+    ('[{ six = { version = "1.17.0", bogus = 1 } }]',
+     "stacks.s.include.0.six: bad value for axis 'six': Extra inputs are not permitted"),
+    ('[{ env = { label = "x", vars = { "bad name" = "1" } } }]', "stacks.s.include.0.env: bad value for axis 'env': "),
+])
+def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, message: str) -> None:
+    from pinmatrix.errors import MatrixError
+    from pinmatrix.matrix import load_matrix
+    from pinmatrix.expand import expand_matrix
+
+    path = tmp_path / "m.toml"
+    path.write_text(RULES_MATRIX.replace("INCLUDE", include))
+    with pytest.raises(MatrixError) as err:
+        expand_matrix(load_matrix(path))
+    lines = str(err.value).splitlines()
+    assert any(line.startswith("m.toml:4: " + message) for line in lines), lines
+
+
+def test_select_cells_by_stack_id_prefix_and_keyword() -> None:
+    from pinmatrix.commands._common import load
+    from pinmatrix.expand import select_cells
+
+    _, expansion = load(Path(__file__).resolve().parents[1] / "matrix.toml")
+    cells = expansion.cells
+    h200 = select_cells(cells, stack="h200")
+    assert h200 and all(c.stack == "h200" for c in h200) and len(h200) < len(cells)
+    first = cells[0]
+    assert select_cells(cells, cell_id=first.id[:6]) == [c for c in cells if c.id.startswith(first.id[:6])]
+    assert first in select_cells(cells, cell_id=first.id)
+    assert select_cells(cells, cell_id="zzzz") == []
+    int64 = select_cells(cells, keyword="int64")
+    assert int64 and all("int64" in c.name for c in int64)
+    assert select_cells(cells, keyword=first.id) == [first]  # the id is part of what -k matches
+    assert select_cells(cells, stack="h200", keyword="not int64") == [c for c in h200 if "int64" not in c.name]
+    assert select_cells(cells) == cells and select_cells(cells, keyword="") == cells
+
+
+def test_split_arch_and_known_issue_version_rules() -> None:
+    from pinmatrix.expand import _value_matches
+    from pinmatrix.matrix import AxisValue, split_arch
+
+    assert split_arch(" 9.0a;12.1a, 8.0 +PTX ") == ["9.0a", "12.1a", "8.0+PTX"]
+    assert split_arch("+ptx 9.0") == ["+ptx", "9.0"]  # a leading +PTX has no flag to attach to
+    assert split_arch("8.0 +PTX 9.0") == ["8.0+PTX", "9.0"] and split_arch("") == []
+    v = AxisValue(version="0.0.35", label="int64")
+    assert _value_matches(v, ">=0.0.28,<=0.0.35") and not _value_matches(v, "<0.0.35")
+    assert _value_matches(v, "0.0.35") and _value_matches(v, "0.0.35-int64") and not _value_matches(v, "0.0.3")
+    assert not _value_matches(v, ">=not a version") and _value_matches("13.0", "~=13.0")
+    assert not _value_matches("13.0", "!=13.0") and _value_matches("580.142", "580.142")
+
+
+def test_compat_tables_and_their_errors() -> None:
+    from pinmatrix.compat import ArchFlag, CompatRules, UnknownVersion
+
+    r = CompatRules.default()
+    got = {f: r.arch_min_cuda(ArchFlag.parse(f)) for f in ("9.0", "9.0a", "12.0f", "12.1a", "10.0f", "7.5")}
+    assert got == {"9.0": "11.8", "9.0a": "12.0", "12.0f": "12.9", "12.1a": "12.9", "10.0f": "12.9", "7.5": "10.0"}
+    with pytest.raises(UnknownVersion, match=r"^unknown arch 11.0 \(known: 7.5, 8.0, "):
+        r.arch_min_cuda(ArchFlag.parse("11.0"))
+    # family flags need the later of the arch's own floor and the family floor, compared as versions
+    mini = CompatRules({"arch": {"min_cuda": {"10.0": "10.0", "9.0": "9.0"}, "family_min_cuda": "9.1"}})
+    assert mini.arch_min_cuda(ArchFlag.parse("10.0f")) == "10.0"
+    assert mini.arch_min_cuda(ArchFlag.parse("9.0f")) == "9.1"
+    assert r.min_driver("13.0") == "580.65.06"
+    with pytest.raises(UnknownVersion, match=r"^unknown CUDA version '99.9' \(known: 11.8, 12.0, "):
+        r.min_driver("99.9")
+    assert r.torch_series("2.9.1")["triton"] == "3.5.1" and r.torch_series("2.9.0")["triton"] == "3.5.0"
+    assert r.torch_series("2.10.0+cu128")["triton"] == "3.6.0"
+    with pytest.raises(UnknownVersion, match=r"^unknown torch version '1.0.0' \(known series: 2.6, 2.7, "):
+        r.torch_series("1.0.0")
+    assert r.xformers_torch("0.0.35") == ">=2.10"
+    with pytest.raises(UnknownVersion, match=r"^unknown xformers version '0.0.1' \(known: 0.0.28, 0.0.29.post2, "):
+        r.xformers_torch("0.0.1")
