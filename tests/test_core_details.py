@@ -494,3 +494,38 @@ def test_compat_tables_and_their_errors() -> None:
     assert r.xformers_torch("0.0.35") == ">=2.10"
     with pytest.raises(UnknownVersion, match=r"^unknown xformers version '0.0.1' \(known: 0.0.28, 0.0.29.post2, "):
         r.xformers_torch("0.0.1")
+
+
+def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
+    from pinmatrix.commands._common import load
+    from pinmatrix.expand import _value_matches, select_cells
+    from pinmatrix.matrix import AxisValue, split_arch
+
+    path = tmp_path / "m.toml"
+    path.write_text('[matrix]\n[stacks.s]\ngpu_required = false\n'
+                    'exclude = [{ env = { vars = { A = "1" } }, six = "1.16.0" }, { env = { label = "lab" }, six = "1.17.0" }]\n'
+                    '[stacks.s.axes]\nenv = [{ vars = { A = "1" } }, { label = "lab" }]\n'
+                    '[stacks.s.packages]\nsix = ["1.17.0", "1.16.0"]\n')
+    _, expansion = load(path)
+    assert [(c.name, c.env) for c in expansion.cells] == [("s[env=A=1,six=1.17.0]", {"A": "1"}),
+                                                         ("s[env=lab,six=1.16.0]", {})]
+    cells = expansion.cells
+    assert select_cells(cells, cell_id=cells[-1].id) == [cells[-1]]  # a later cell: the scan goes on past misses
+    assert split_arch(";9.0a") == ["9.0a"] and split_arch("9.0a;;12.1a") == ["9.0a", "12.1a"]
+    assert _value_matches(AxisValue(version="0.0.35"), "<1") and not _value_matches(AxisValue(version="2"), "<1")
+
+
+def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
+    from pinmatrix.promote import PromotionPolicy, PromotionRefused, plan_promotion
+    from pinmatrix.distribution import ImageRef
+    from test_report import make_cell
+
+    cell = make_cell("9a9a9a9a9a9a", "xf", {"gpu": "sm_90"}, smokes=("host-probe", "tiled-boundary"))
+    catalogue = ["host-probe", "tiled-boundary-a", "tiled-boundary-b"]
+    with pytest.raises(PromotionRefused) as err:
+        plan_promotion(cell, PromotionPolicy(), [], source=ImageRef.parse("127.0.0.1:5000/p/xf:x"),
+                       registry_prefix="127.0.0.1:5000/p", registry=None, catalogue=catalogue)  # type: ignore[arg-type]
+    assert str(err.value) == (
+        f"cell {cell.id} ({cell.name}) not promoted: missing result: smoke 'host-probe' has no result on a sm_90 "
+        "host; missing result: smoke 'tiled-boundary-a' has no result on a sm_90 host; missing result: smoke "
+        "'tiled-boundary-b' has no result on a sm_90 host")
