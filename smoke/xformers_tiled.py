@@ -113,7 +113,8 @@ def _compare(torch, out, ref, what: str) -> tuple[int, float]:
 def _self_check(ctx: Context, torch, out, ref) -> None:
     """Negative control: the same comparison must flag one planted wrong element in the last row."""
     probe = out[-1:].clone()
-    probe[0, -1] = ref[-1, -1] * 2 + 1
+    # off by 1 + 4|ref|: outside the tolerance whatever the reference value (2*ref + 1 was not, at ref = -1)
+    probe[0, -1] = ref[-1, -1] + 1 + 4 * ref[-1, -1].abs()
     bad, _ = _compare(torch, probe, ref[-1:], "self-check")
     if bad != 1:
         raise Fail(f"comparison self-check: a planted wrong element was counted {bad} times", "harness-error")
