@@ -428,8 +428,8 @@ def test_include_and_exclude_rules_take_every_env_form(tmp_path: Path) -> None:
 ])
 def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, message: str) -> None:
     from pinmatrix.errors import MatrixError
-    from pinmatrix.matrix import load_matrix
     from pinmatrix.expand import expand_matrix
+    from pinmatrix.matrix import load_matrix
 
     path = tmp_path / "m.toml"
     path.write_text(RULES_MATRIX.replace("INCLUDE", include))
@@ -516,9 +516,10 @@ def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
 
 
 def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
-    from pinmatrix.promote import PromotionPolicy, PromotionRefused, plan_promotion
-    from pinmatrix.distribution import ImageRef
     from test_report import make_cell
+
+    from pinmatrix.distribution import ImageRef
+    from pinmatrix.promote import PromotionPolicy, PromotionRefused, plan_promotion
 
     cell = make_cell("9a9a9a9a9a9a", "xf", {"gpu": "sm_90"}, smokes=("host-probe", "tiled-boundary"))
     catalogue = ["host-probe", "tiled-boundary-a", "tiled-boundary-b"]
