@@ -16,11 +16,14 @@ import shutil
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell, CellPatch
@@ -43,9 +46,10 @@ from pinmatrix.image.oci import (
     canonical_json,
 )
 from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
-from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target
+from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.lockfile import LockEntry
 from pinmatrix.patch_sources import resolve_patch
+from pinmatrix.patching import apply_patch, parse_patch
 from pinmatrix.regauth import find_credentials
 
 LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
@@ -166,8 +170,6 @@ class Assembler:
     def __init__(self, settings: AssemblySettings) -> None:
         self.settings = settings
         self.layout = settings.layout()
-        from pinmatrix.image.wheels import ssl_context
-
         self.fetcher = WheelFetcher(settings.cache_dir / "wheels", context=ssl_context(settings.extra_ca))
         self.choices = WheelChoices(settings.cache_dir, self.fetcher)
         self.layers = LayerCache(settings.cache_dir, self.layout)
@@ -212,12 +214,8 @@ class Assembler:
 
     def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
         """The files an installed-tree patch changes, patched (no fuzz) in a scratch copy of just those files."""
-        from pinmatrix.patching import apply_patch, parse_patch
-
         resolved = resolve_patch(patch, self.settings.root, self.settings.cache_dir)
         targets = [fp.target(1) for fp in parse_patch(resolved.path.read_text(encoding="utf-8"), patch.id)]
-        import zipfile
-
         with tempfile.TemporaryDirectory(prefix="pinmatrix-patch-") as tmp, zipfile.ZipFile(wheel) as zf:
             scratch = Path(tmp)
             names = set(zf.namelist())
@@ -411,8 +409,6 @@ class Assembler:
 
 
 def _canonical(name: str) -> str:
-    from packaging.utils import canonicalize_name
-
     return str(canonicalize_name(name))
 
 

@@ -4,7 +4,6 @@ go through the Containerfile path. One failed cell never stops the others; resul
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from pinmatrix.image.assemble import AssembledImage, Assembler, AssemblySettings
 from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL
 from pinmatrix.image.publish import load_into_engine, push
 from pinmatrix.image.wheels import IndexUnreachable
+from pinmatrix.lock import lock_path
 from pinmatrix.registry import Registry
 
 Status = Literal["built", "cached", "failed"]
@@ -79,6 +79,11 @@ class CellBuildResult:
     @property
     def ok(self) -> bool:
         return self.status != "failed"
+
+    def fail(self, reason: str, note: Callable[[str], None]) -> None:
+        """Mark the cell failed with a one-line reason, and say so in its build log."""
+        self.status, self.reason = "failed", reason
+        note(f"# FAILED: {reason}")
 
     def to_json(self) -> dict[str, object]:
         return {"cell": self.cell.id, "name": self.cell.name, "ref": self.ref, "status": self.status,
@@ -157,21 +162,13 @@ class CellBuilder:
             except IndexUnreachable as err:
                 with self._guard:
                     self.unreachable.setdefault(err.url, []).append(cell.id)
-                result.status, result.reason = "failed", str(err)
-                note(f"# FAILED: {err}")
+                result.fail(str(err), note)
             except PinmatrixError as err:
-                result.status, result.reason = "failed", str(err)
-                note(f"# FAILED: {err}")
+                result.fail(str(err), note)
             except OSError as err:
-                result.status, result.reason = "failed", f"{type(err).__name__}: {err}"
-                note(f"# FAILED: {result.reason}")
+                result.fail(f"{type(err).__name__}: {err}", note)
         result.seconds = time.monotonic() - start
         return result
-
-
-def free_disk_bytes(path: Path) -> int:
-    path.mkdir(parents=True, exist_ok=True)
-    return shutil.disk_usage(path).free
 
 
 def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,
@@ -180,8 +177,6 @@ def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettin
               on_step: Callable[[Cell, str], None] = lambda c, s: None,
               builder: CellBuilder | None = None) -> list[CellBuildResult]:
     """Build every cell, ``jobs`` at a time; cells that cannot be locked fail with the lock's reason."""
-    from pinmatrix.lock import lock_path
-
     lock_problems = lock_problems or {}
     builder = builder or CellBuilder(settings, engine, registry, jobs)
 

@@ -323,11 +323,9 @@ def build_cell(
                 result.digest = engine.push(ref, tls_verify=registry.tls_verify)
                 note(f"# pushed {ref}@{result.digest}")
         except PinmatrixError as err:
-            result.status, result.reason = "failed", str(err)
-            note(f"# FAILED: {err}")
+            result.fail(str(err), note)
         except OSError as err:
-            result.status, result.reason = "failed", f"{type(err).__name__}: {err}"
-            note(f"# FAILED: {result.reason}")
+            result.fail(f"{type(err).__name__}: {err}", note)
     result.seconds = time.monotonic() - start
     return result
 

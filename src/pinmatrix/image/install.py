@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import posixpath
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import BinaryIO, cast
 
 from installer import install
 from installer.destinations import WheelDestination
-from installer.records import Hash, RecordEntry
+from installer.records import Hash, RecordEntry, parse_record_file
 from installer.scripts import Script
 from installer.sources import WheelFile as InstallerWheel
 from installer.utils import Scheme, construct_record_file
@@ -89,10 +91,6 @@ class _SortedWheel(InstallerWheel):
     """The wheel's files in path order, each with its size, so the layer's entries come in a fixed order."""
 
     def get_contents(self) -> Iterator[tuple[tuple[str, str, str], BinaryIO, bool]]:
-        import stat
-
-        from installer.records import parse_record_file
-
         records = {r[0]: r for r in parse_record_file(self.read_dist_info("RECORD").splitlines())}
         for item in sorted(self._zipfile.infolist(), key=lambda i: i.filename):
             if item.filename.endswith("/"):
@@ -135,8 +133,6 @@ class TarDestination(WheelDestination):
 
     def write_script(self, name: str, module: str, attr: str, section: str) -> RecordEntry:
         script_name, data = Script(name, module, attr, section).generate(self.layout.interpreter, "posix")  # type: ignore[arg-type]
-        import io
-
         return self.write_file(Scheme("scripts"), script_name, io.BytesIO(data), True)
 
     def finalize_installation(self, scheme: Scheme, record_file_path: str,
