@@ -105,10 +105,10 @@ def tests(session: nox.Session) -> None:
 
 # The core, checked with mypy --strict: the models and every module that turns inputs into images and evidence.
 STRICT = [
-    "src/pinmatrix/image", "src/pinmatrix/hashing.py", "src/pinmatrix/atomic.py", "src/pinmatrix/lockfile.py",
-    "src/pinmatrix/cell.py", "src/pinmatrix/names.py", "src/pinmatrix/sanitize.py", "src/pinmatrix/storefile.py",
-    "src/pinmatrix/lock.py", "src/pinmatrix/matrix.py", "src/pinmatrix/results.py", "src/pinmatrix/promote.py",
-    "src/pinmatrix/pull.py", "src/pinmatrix/verify.py", "src/pinmatrix/sbom.py", "src/pinmatrix/smoke/hostdiff.py",
+    "src/pinmatrix/image", "src/pinmatrix/hashing.py", "src/pinmatrix/atomic.py", "src/pinmatrix/lock/lockfile.py",
+    "src/pinmatrix/cell.py", "src/pinmatrix/matrix/names.py", "src/pinmatrix/sanitize.py", "src/pinmatrix/results/storefile.py",
+    "src/pinmatrix/lock/resolve.py", "src/pinmatrix/matrix/schema.py", "src/pinmatrix/results/store.py", "src/pinmatrix/release/promote.py",
+    "src/pinmatrix/release/pull.py", "src/pinmatrix/release/verify.py", "src/pinmatrix/release/sbom.py", "src/pinmatrix/smoke/hostdiff.py",
 ]
 
 

@@ -26,17 +26,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.expand import expand_matrix, select_cells
+from pinmatrix.engine.services import directory_bytes, podman_config, start_registry
 from pinmatrix.image.assemble import Assembler, AssemblySettings
 from pinmatrix.image.build import image_ref
 from pinmatrix.image.layer import LayerWriter
 from pinmatrix.image.publish import push
 from pinmatrix.image.rootfs import debian_base
 from pinmatrix.image.wheels import WheelFetcher, cell_target, ssl_context
-from pinmatrix.lock import lock_path
-from pinmatrix.lockfile import parse_lock
-from pinmatrix.matrix import load_matrix
-from pinmatrix.services import directory_bytes, podman_config, start_registry
+from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.lock.resolve import lock_path
+from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.schema import load_matrix
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
 JOBS = 4

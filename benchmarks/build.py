@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.engine import get_engine
-from pinmatrix.expand import expand_matrix, select_cells
+from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.build import BuildSettings, build_all
 from pinmatrix.image.containerfile import build_cell as containerfile_build
-from pinmatrix.lock import lock_path
-from pinmatrix.matrix import load_matrix
-from pinmatrix.registry import Registry
-from pinmatrix.services import podman_config, start_registry
+from pinmatrix.lock.resolve import lock_path
+from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.registry.catalog import Registry
 
 STACK = "demo"
 JOBS = 2

@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pinmatrix.expand import expand_matrix
-from pinmatrix.matrix import load_matrix
+from pinmatrix.matrix.expand import expand_matrix
+from pinmatrix.matrix.schema import load_matrix
 
 TARGET_S = 1.0
 TARGET_CELLS = 10_000

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pinmatrix.cell import BaseSpec, Cell
 from pinmatrix.report import build_report, render
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 TARGET_S = 15.0
 CELLS = 2_000

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from pinmatrix.services import Service
+from pinmatrix.engine.services import Service
 
 SERVICE = "pinmatrix-test-registry"
 ISSUER = "pinmatrix-test-issuer"

@@ -15,9 +15,9 @@ import pytest
 
 from pinmatrix.cell import BaseSpec, Cell, CellPatch, cell_identity
 from pinmatrix.engine import OCIEngine, get_engine
+from pinmatrix.engine.services import Service, podman_config, start_dockerd, start_registry
 from pinmatrix.errors import EngineError
-from pinmatrix.registry import Registry
-from pinmatrix.services import Service, podman_config, start_dockerd, start_registry
+from pinmatrix.registry.catalog import Registry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,7 +88,7 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 @pytest.fixture(scope="session")
 def docker_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """Debian's docker-registry on a free port of 127.0.0.1; ``.address`` is host:port. Never 5000: that is the
-    shipped matrix's registry, which pinmatrix's embedded registry serves for ./dev (pinmatrix.localregistry)."""
+    shipped matrix's registry, which pinmatrix's embedded registry serves for ./dev (pinmatrix.registry.local)."""
     require_binaries("docker-registry")
     service = _start(start_registry, tmp_path_factory.mktemp("registry"), None)
     yield service

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pinmatrix.bisect.search import ProbeLimit, bisect
 from pinmatrix.cli import main
-from pinmatrix.results import ResultsStore, params_key
+from pinmatrix.results.store import ResultsStore, params_key
 from pinmatrix.smoke.catalogue import SmokeError, load_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -403,7 +403,7 @@ def test_probes_do_not_stand_for_the_cells_verdict_in_reports(tmp_path: Path) ->
     from dataclasses import replace
 
     from pinmatrix.report.model import build_report
-    from pinmatrix.results import HostFingerprint, SmokeRecord
+    from pinmatrix.results.store import HostFingerprint, SmokeRecord
 
     host = HostFingerprint.make(hostname="h", gpu_count=0)
     plain = SmokeRecord(cell_id="c1", stack="s", host=host, smoke="cpu-threshold", run_id="r1", status="pass",

@@ -16,11 +16,11 @@ import pytest
 from rich.console import Console
 
 from conftest import REPO, engine_for
-from pinmatrix.expand import expand_matrix, select_cells
 from pinmatrix.image.build import BuildSettings, build_all
-from pinmatrix.lock import lock_path
-from pinmatrix.matrix import load_matrix
-from pinmatrix.registry import Registry, split_ref
+from pinmatrix.lock.resolve import lock_path
+from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.registry.catalog import Registry, split_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.registry, pytest.mark.network]
 

@@ -18,7 +18,7 @@ from pinmatrix.image.containerfile import (
     nvidia_require_cuda,
     render_cell,
 )
-from pinmatrix.layerplan import LayerPlanError, load_layer_specs, parse_lock, plan_layers
+from pinmatrix.image.layerplan import LayerPlanError, load_layer_specs, parse_lock, plan_layers
 
 H = "--hash=sha256:" + "a" * 64
 TORCH_LOCK = f"""\

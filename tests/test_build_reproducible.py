@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, engine_for, require_binaries
-from pinmatrix.expand import expand_matrix, select_cells
 from pinmatrix.image.oci import OCILayout
-from pinmatrix.matrix import load_matrix
-from pinmatrix.registry import Registry, split_ref
+from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.registry.catalog import Registry, split_ref
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.docker, pytest.mark.network]
 

@@ -30,7 +30,7 @@ from pinmatrix.ci.k8s import (
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import ResultsStore
+from pinmatrix.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_DIR = ROOT / "smoke"

@@ -24,8 +24,8 @@ from oci_layout import cell_labels, push_cell_image
 
 from conftest import REPO, require_binaries
 from pinmatrix.commands._common import load
-from pinmatrix.localregistry import Endpoint, listening
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.registry.local import Endpoint, listening
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 SHIPPED_REGISTRY = 'registry = "127.0.0.1:5000/pinmatrix"'
 POOLS = '[[pool]]\nname = "h200"\ngpu_product = "NVIDIA-H200"\ndriver = "580.159.04"\ncapability = "9.0"\n'
@@ -92,7 +92,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 def _promoted(project: Project) -> str:
-    from pinmatrix.promote import read_known_good
+    from pinmatrix.release.promote import read_known_good
 
     return str(read_known_good(project.root / "known-good.toml")[-1]["reference"])
 

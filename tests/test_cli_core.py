@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cli import main
-from pinmatrix.compat import ArchFlag, CompatRules
-from pinmatrix.keyword import KeywordError, compile_keyword
+from pinmatrix.matrix.compat import ArchFlag, CompatRules
+from pinmatrix.matrix.keyword import KeywordError, compile_keyword
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = ROOT / "matrix.toml"
@@ -139,8 +139,8 @@ def test_help_explains_every_command() -> None:
 
 
 def test_a_stack_can_replace_the_base(tmp_path: Path) -> None:
-    from pinmatrix.expand import expand_matrix
-    from pinmatrix.matrix import load_matrix
+    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.schema import load_matrix
 
     digest = "b" * 64
     (tmp_path / "m.toml").write_text(f"""\

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import HostFingerprint, ResultsError, ResultsStore, SmokeRecord, write_json_atomic
+from pinmatrix.results.store import HostFingerprint, ResultsError, ResultsStore, SmokeRecord, write_json_atomic
 from pinmatrix.smoke.classify import classify, load_signatures, signal_name
 from pinmatrix.smoke.known import apply_known_issues
 
@@ -168,7 +168,7 @@ def test_nvidia_smi_that_fails_is_no_gpu_but_its_banner_still_counts(tmp_path: P
 
 
 def test_a_banner_without_a_version_and_a_query_without_capability() -> None:
-    from pinmatrix.results import parse_cuda_version, parse_gpu_query
+    from pinmatrix.results.store import parse_cuda_version, parse_gpu_query
 
     assert parse_cuda_version("| NVIDIA-SMI 580 Driver Version: 580 CUDA Version: |\n") is None
     assert parse_cuda_version("CUDA Version: 12.8|") == "12.8"
@@ -198,7 +198,7 @@ def test_unknown_keys_say_what_was_meant(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_requirement_urls_must_lie_under_a_declared_index() -> None:
-    from pinmatrix.expand import _under
+    from pinmatrix.matrix.expand import _under
 
     index = "https://mirror.example/simple/"
     assert _under("https://mirror.example/simple/six/six-1.17.0-py3-none-any.whl", index)
@@ -216,7 +216,7 @@ def test_read_lock_and_pruned_cells(tmp_path: Path) -> None:
     from conftest import make_cell
     from pinmatrix.commands._common import load
     from pinmatrix.errors import LockError
-    from pinmatrix.lock import lock_path, read_lock
+    from pinmatrix.lock.resolve import lock_path, read_lock
 
     cell = make_cell("t", ("six==1.17.0",))
     with pytest.raises(LockError) as err:
@@ -297,7 +297,7 @@ def test_a_host_with_two_kinds_of_gpu(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_waiting_messages_go_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
-    from pinmatrix.results import _say_on_stderr
+    from pinmatrix.results.store import _say_on_stderr
 
     _say_on_stderr("waiting for the writer pid 42")
     assert capsys.readouterr() == ("", "waiting for the writer pid 42\n")
@@ -364,9 +364,9 @@ def test_known_issue_verdicts_in_every_corner() -> None:
 
 
 def test_uv_reason_key_path_and_duplicate_promotions() -> None:
-    from pinmatrix.lock import _uv_reason
-    from pinmatrix.matrix import key_path
-    from pinmatrix.pull import judge
+    from pinmatrix.lock.resolve import _uv_reason
+    from pinmatrix.matrix.schema import key_path
+    from pinmatrix.release.pull import judge
 
     assert _uv_reason("warning: slow index\n\n  error: no version of six==9  \n  hint: check\n") == \
         "error: no version of six==9 hint: check"
@@ -428,8 +428,8 @@ def test_include_and_exclude_rules_take_every_env_form(tmp_path: Path) -> None:
 ])
 def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, message: str) -> None:
     from pinmatrix.errors import MatrixError
-    from pinmatrix.expand import expand_matrix
-    from pinmatrix.matrix import load_matrix
+    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.schema import load_matrix
 
     path = tmp_path / "m.toml"
     path.write_text(RULES_MATRIX.replace("INCLUDE", include))
@@ -441,7 +441,7 @@ def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, me
 
 def test_select_cells_by_stack_id_prefix_and_keyword() -> None:
     from pinmatrix.commands._common import load
-    from pinmatrix.expand import select_cells
+    from pinmatrix.matrix.expand import select_cells
 
     _, expansion = load(Path(__file__).resolve().parents[1] / "matrix.toml")
     cells = expansion.cells
@@ -459,8 +459,8 @@ def test_select_cells_by_stack_id_prefix_and_keyword() -> None:
 
 
 def test_split_arch_and_known_issue_version_rules() -> None:
-    from pinmatrix.expand import _value_matches
-    from pinmatrix.matrix import AxisValue, split_arch
+    from pinmatrix.matrix.expand import _value_matches
+    from pinmatrix.matrix.schema import AxisValue, split_arch
 
     assert split_arch(" 9.0a;12.1a, 8.0 +PTX ") == ["9.0a", "12.1a", "8.0+PTX"]
     assert split_arch("+ptx 9.0") == ["+ptx", "9.0"]  # a leading +PTX has no flag to attach to
@@ -473,7 +473,7 @@ def test_split_arch_and_known_issue_version_rules() -> None:
 
 
 def test_compat_tables_and_their_errors() -> None:
-    from pinmatrix.compat import ArchFlag, CompatRules, UnknownVersion
+    from pinmatrix.matrix.compat import ArchFlag, CompatRules, UnknownVersion
 
     r = CompatRules.default()
     got = {f: r.arch_min_cuda(ArchFlag.parse(f)) for f in ("9.0", "9.0a", "12.0f", "12.1a", "10.0f", "7.5")}
@@ -498,8 +498,8 @@ def test_compat_tables_and_their_errors() -> None:
 
 def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
     from pinmatrix.commands._common import load
-    from pinmatrix.expand import _value_matches, select_cells
-    from pinmatrix.matrix import AxisValue, split_arch
+    from pinmatrix.matrix.expand import _value_matches, select_cells
+    from pinmatrix.matrix.schema import AxisValue, split_arch
 
     path = tmp_path / "m.toml"
     path.write_text('[matrix]\n[stacks.s]\ngpu_required = false\n'
@@ -518,8 +518,8 @@ def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
 def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
     from test_report import make_cell
 
-    from pinmatrix.distribution import ImageRef
-    from pinmatrix.promote import PromotionPolicy, PromotionRefused, plan_promotion
+    from pinmatrix.registry.client import ImageRef
+    from pinmatrix.release.promote import PromotionPolicy, PromotionRefused, plan_promotion
 
     cell = make_cell("9a9a9a9a9a9a", "xf", {"gpu": "sm_90"}, smokes=("host-probe", "tiled-boundary"))
     catalogue = ["host-probe", "tiled-boundary-a", "tiled-boundary-b"]

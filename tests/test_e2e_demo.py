@@ -18,12 +18,12 @@ import pytest
 from test_promote import oci_registry  # noqa: F401 - the fixture
 
 from conftest import require_binaries
-from pinmatrix.attest import fetch_statements
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
-from pinmatrix.distribution import ImageRef, Registry
-from pinmatrix.promote import read_known_good
-from pinmatrix.results import ResultsStore
+from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.release.attest import fetch_statements
+from pinmatrix.release.promote import read_known_good
+from pinmatrix.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDED = ("podman", "buildah", "mmdebstrap", "docker-registry", "runc")

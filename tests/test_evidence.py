@@ -17,8 +17,8 @@ import pytest
 from conftest import make_cell
 from pinmatrix.cli import main
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.sbom import cell_bom, components_of, locked_packages
-from pinmatrix.signing import (
+from pinmatrix.release.sbom import cell_bom, components_of, locked_packages
+from pinmatrix.release.signing import (
     SigningKeyError,
     check_envelope,
     generate_keypair,
@@ -27,7 +27,7 @@ from pinmatrix.signing import (
     sign_envelope,
     trusted_keys,
 )
-from pinmatrix.verify import label_problems, statement_cell
+from pinmatrix.release.verify import label_problems, statement_cell
 
 H = {name: f"{i:064x}" for i, name in enumerate(["certifi", "idna", "requests", "urllib3", "six"], start=1)}
 LOCK = f"""# pinmatrix lock for cell 0123456789ab: demo

@@ -20,14 +20,14 @@ from conftest import REPO, make_cell
 from pinmatrix.cell import BaseSpec
 from pinmatrix.commands._common import load
 from pinmatrix.errors import MatrixError
-from pinmatrix.expand import select_cells
 from pinmatrix.image.assemble import Assembler, AssemblySettings
 from pinmatrix.image.build import BuildSettings, build_all, image_ref
 from pinmatrix.image.layer import LayerWriter
 from pinmatrix.image.lockcheck import LockMismatch, checked_lock
 from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
-from pinmatrix.lock import lock_cell, lock_path
-from pinmatrix.lockfile import parse_lock
+from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.lock.resolve import lock_cell, lock_path
+from pinmatrix.matrix.expand import select_cells
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600,
                   packages=("ca-certificates", "python3"))
@@ -231,8 +231,8 @@ def test_a_base_pinned_by_digest_is_fetched_and_its_layers_used_as_they_are(dock
 
 
 def test_ca_certificates_join_the_cell_id_by_content_only_when_they_go_into_images(tmp_path: Path) -> None:
-    from pinmatrix.expand import expand_matrix
-    from pinmatrix.matrix import load_matrix
+    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.schema import load_matrix
 
     certs = tmp_path / "certs"
     certs.mkdir()

@@ -1,4 +1,4 @@
-"""The embedded registry (pinmatrix.localregistry) with Debian's docker-registry: which settings it serves, and
+"""The embedded registry (pinmatrix.registry.local) with Debian's docker-registry: which settings it serves, and
 how concurrent commands share one started automatically (the last to end stops it, never the first)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require_binaries
-from pinmatrix.localregistry import Endpoint, embedded, listening, loopback_endpoint, read_state, stop
+from pinmatrix.registry.local import Endpoint, embedded, listening, loopback_endpoint, read_state, stop
 
 pytestmark = pytest.mark.registry
 

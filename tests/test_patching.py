@@ -14,7 +14,7 @@ import pytest
 
 from conftest import skip_or_fail
 from pinmatrix.errors import PatchError
-from pinmatrix.patching import apply_patch, parse_patch, sha256_file
+from pinmatrix.image.patching import apply_patch, parse_patch, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 XFORMERS_PATCH = ROOT / "patches" / "xformers-tiled-matmul-int64.patch"

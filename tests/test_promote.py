@@ -15,10 +15,10 @@ import tomlkit
 from pydantic import ValidationError
 from test_report import H200, make_cell
 
-from pinmatrix.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
 from pinmatrix.cli import main
-from pinmatrix.distribution import OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
-from pinmatrix.promote import (
+from pinmatrix.registry.client import OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
+from pinmatrix.release.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
+from pinmatrix.release.promote import (
     PromotionPolicy,
     PromotionRefused,
     check_policy,
@@ -27,7 +27,7 @@ from pinmatrix.promote import (
     policy_for,
     read_known_good,
 )
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 CPU = HostFingerprint.make(hostname="ci")
 GB10 = HostFingerprint.make(hostname="spark", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142",
@@ -181,7 +181,7 @@ def test_results_without_digest_or_from_two_images_refused() -> None:
 
 
 def test_policy_from_matrix_toml(tmp_path: Path, capsys) -> None:
-    from pinmatrix.matrix import load_matrix
+    from pinmatrix.matrix.schema import load_matrix
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "matrix.toml").read_text()

@@ -14,10 +14,17 @@ import pytest
 from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 from test_report import H200, make_cell
 
-from pinmatrix.attest import fetch_statements, finished_key, latest_per_smoke_host
-from pinmatrix.distribution import ImageRef, Registry
-from pinmatrix.promote import PromotionPolicy, PromotionRefused, check_policy, execute, plan_promotion, read_known_good
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.release.attest import fetch_statements, finished_key, latest_per_smoke_host
+from pinmatrix.release.promote import (
+    PromotionPolicy,
+    PromotionRefused,
+    check_policy,
+    execute,
+    plan_promotion,
+    read_known_good,
+)
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64
@@ -188,7 +195,7 @@ def test_rebuild_then_smoke_then_promote(oci_registry: str, tmp_path: Path) -> N
                                        "127.0.0.1:5000/pinmatrix/known-good/xf:known-good",
                                        f"127.0.0.1:5000/pinmatrix/known-good/xf:cell-1@{B}"])
 def test_pull_takes_only_a_reference_that_carries_the_recorded_digest(reference: str) -> None:
-    from pinmatrix.pull import reference_of
+    from pinmatrix.release.pull import reference_of
 
     entry = {"cell_id": CELL.id, "digest": A, "reference": reference}
     with pytest.raises(ValueError, match=f"does not carry the recorded digest {A}"):
@@ -201,7 +208,7 @@ def test_pull_takes_only_a_reference_that_carries_the_recorded_digest(reference:
 
 
 def test_known_good_file_round_trip_header_and_errors(tmp_path: Path) -> None:
-    from pinmatrix.promote import HEADER, record_promotion
+    from pinmatrix.release.promote import HEADER, record_promotion
 
     path = tmp_path / "sub" / "known-good.toml"
     assert read_known_good(path) == []
@@ -230,7 +237,7 @@ def test_known_good_file_round_trip_header_and_errors(tmp_path: Path) -> None:
 
 
 def test_pull_judges_newest_first_once_per_cell() -> None:
-    from pinmatrix.pull import judge, pick, requirements_of
+    from pinmatrix.release.pull import judge, pick, requirements_of
 
     def e(cell: str, when: str, stack: str = "xf", **kw) -> dict:  # noqa: ANN003
         return {"stack": stack, "cell_id": cell, "cell_name": f"{stack}[{cell}]", "digest": A,
@@ -282,8 +289,8 @@ six = ["1.17.0"]
 ])
 def test_policy_errors_name_the_table_that_set_the_key(tmp_path: Path, matrix_runs: str, stack_promotion: str,
                                                        where: str, line: int) -> None:
-    from pinmatrix.matrix import load_matrix
-    from pinmatrix.promote import policy_for
+    from pinmatrix.matrix.schema import load_matrix
+    from pinmatrix.release.promote import policy_for
 
     path = tmp_path / "matrix.toml"
     path.write_text(POLICY_MATRIX.replace("MATRIX_RUNS", matrix_runs).replace("STACK_PROMOTION", stack_promotion))
@@ -311,7 +318,7 @@ def test_policy_validation_messages() -> None:
 
 
 def test_required_gpus_and_smokes() -> None:
-    from pinmatrix.promote import required_gpus, required_smoke_names
+    from pinmatrix.release.promote import required_gpus, required_smoke_names
 
     cpu = make_cell("c" * 12, "demo", {"six": "1"}, smokes=("a", "b"), gpu_required=False)
     assert required_gpus(cpu, PromotionPolicy()) == ["*"]
@@ -397,7 +404,7 @@ def test_promotion_times_are_utc_and_the_given_moment(oci_registry: str, tmp_pat
 
 
 def test_a_known_good_file_without_promotions(tmp_path: Path) -> None:
-    from pinmatrix.promote import HEADER
+    from pinmatrix.release.promote import HEADER
 
     path = tmp_path / "known-good.toml"
     path.write_text("".join(f"# {line}\n" for line in HEADER.splitlines()))

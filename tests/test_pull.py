@@ -11,10 +11,10 @@ import pytest
 from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 
 from pinmatrix.cli import main
-from pinmatrix.hostmatch import HostFacts, Requirements, arch_covers, host_meets, parse_arch_flags
-from pinmatrix.promote import read_known_good, record_promotion
-from pinmatrix.pull import judge, pick
-from pinmatrix.results import HostFingerprint
+from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets, parse_arch_flags
+from pinmatrix.release.promote import read_known_good, record_promotion
+from pinmatrix.release.pull import judge, pick
+from pinmatrix.results.store import HostFingerprint
 
 H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04", capability="9.0")
 GB10_OLD = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142", capability="12.1")
@@ -122,7 +122,7 @@ def test_pull_refuses_an_image_without_signed_evidence(oci_registry: str, podman
     """An image pushed into a known-good repository and named by digest in known-good.toml, but never
     promoted (no attestation): pull refuses it with one line, exit 2, and podman pulls nothing. The signed
     path, tag moves and tampering are tests/test_verified_pull.py."""
-    from pinmatrix.signing import generate_keypair
+    from pinmatrix.release.signing import generate_keypair
 
     for key, value in podman_env.env.items():  # conftest's private podman storage
         monkeypatch.setenv(key, value)

@@ -1,4 +1,4 @@
-"""`pull`'s checks of a known-good entry before it pulls (pinmatrix.pull.verify_entry), one by one, on a real
+"""`pull`'s checks of a known-good entry before it pulls (pinmatrix.release.pull.verify_entry), one by one, on a real
 signed promotion (test_verified_pull.promote_signed, Debian's docker-registry): the recorded cell and stack
 must be the ones the signed attestation names, the entry's tag must be a tag of the promoted repository, and
 a tag that is gone is a note, not a refusal."""
@@ -11,9 +11,9 @@ import pytest
 from test_promote import oci_registry  # noqa: F401 - the fixture
 from test_verified_pull import promote_signed
 
-from pinmatrix.promote import read_known_good
-from pinmatrix.pull import PullRefused, verify_entry
-from pinmatrix.signing import trusted_keys
+from pinmatrix.release.promote import read_known_good
+from pinmatrix.release.pull import PullRefused, verify_entry
+from pinmatrix.release.signing import trusted_keys
 
 pytestmark = [pytest.mark.registry]
 

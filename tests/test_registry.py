@@ -7,7 +7,7 @@ import pytest
 
 from conftest import TEST_BASE, engine_for, require_binaries
 from pinmatrix.image.base_image import ensure_base_image
-from pinmatrix.registry import Registry, RegistryError, is_local_host, split_ref
+from pinmatrix.registry.catalog import Registry, RegistryError, is_local_host, split_ref
 
 
 def test_split_ref() -> None:

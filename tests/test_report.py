@@ -12,7 +12,7 @@ from pinmatrix.cell import BaseSpec, Cell
 from pinmatrix.cli import main
 from pinmatrix.report import build_report, render, write_reports
 from pinmatrix.report.model import worst
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 H200 = HostFingerprint.make(hostname="gpu1", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
                             capability="9.0", cuda_driver_api="13.0")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cli import main
-from pinmatrix.results import HostFingerprint, ResultsError, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsError, ResultsStore, SmokeRecord
 
 HOST = HostFingerprint.make(hostname="h200-a", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
                             capability="9.0", cuda_driver_api="13.0")
@@ -123,7 +123,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_results_store import rec
-from pinmatrix.results import ResultsStore
+from pinmatrix.results.store import ResultsStore
 store = ResultsStore(Path({db!r}))
 i = 0
 while True:

@@ -16,8 +16,8 @@ import pytest
 from conftest import make_cell
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
-from pinmatrix.lock import lock_cell, uv_command
-from pinmatrix.results import HostFingerprint, parse_cuda_version, parse_gpu_query
+from pinmatrix.lock.resolve import lock_cell, uv_command
+from pinmatrix.results.store import HostFingerprint, parse_cuda_version, parse_gpu_query
 from pinmatrix.smoke.classify import SIGNATURES_PATH, classify, default_signatures, scan
 from pinmatrix.smoke.known import apply_known_issues
 
@@ -309,9 +309,9 @@ def test_a_lock_hash_that_is_not_a_sha256_counts_as_no_hash() -> None:
     mangled (wrong length, not hex) is refused like one without hashes; the untouched lock passes."""
     import re
 
-    from pinmatrix.expand import select_cells
     from pinmatrix.image.lockcheck import LockMismatch, checked_lock
-    from pinmatrix.lock import lock_path
+    from pinmatrix.lock.resolve import lock_path
+    from pinmatrix.matrix.expand import select_cells
 
     _, expansion = load(ROOT / "matrix.toml")
     cell = select_cells(expansion.cells, stack="demo")[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pinmatrix.results import HostFingerprint, ResultsStore
+from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
 
 ROOT = Path(__file__).resolve().parents[1]

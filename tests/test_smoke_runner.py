@@ -16,7 +16,7 @@ import pytest
 
 from pinmatrix.cell import KnownIssue
 from pinmatrix.cli import main
-from pinmatrix.results import HostFingerprint, ResultsStore
+from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.catalogue import load_catalogue
 from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
 
@@ -231,7 +231,7 @@ def _tiny_xformers_wheel(tmp_path: Path) -> Path:
     patch itself (reverse-applied new side), so the overlay test needs no network."""
     import zipfile
 
-    from pinmatrix.patching import parse_patch
+    from pinmatrix.image.patching import parse_patch
 
     (fp,) = parse_patch((ROOT / "patches" / "xformers-tiled-matmul-int64.patch").read_text())
     lines: list[str] = []

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from pinmatrix import storefile
-from pinmatrix.results import HostFingerprint, ResultsError, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsError, ResultsStore, SmokeRecord, storefile
 from pinmatrix.smoke.runner import HostCell, RunOptions, effective_timeout, run_cells
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +42,8 @@ def record(smoke: str = "s", run: str = "r1", status: str = "pass") -> SmokeReco
 PINMATRIX_WRITER = """
 import sys, time
 from pathlib import Path
-from pinmatrix import storefile
-from pinmatrix.results import ResultsStore
+from pinmatrix.results import storefile
+from pinmatrix.results.store import ResultsStore
 store = ResultsStore(Path(sys.argv[1]))
 store.prepare_write()
 with store._connect() as conn:
@@ -135,7 +134,7 @@ def test_a_read_only_store_is_readable(tmp_path: Path) -> None:
         store.record(record("kept"))
         os.chmod(folder / "results.sqlite", 0o444)
         os.chmod(folder, 0o555)  # no -shm can be made here: SQLite's WAL reader needs a fallback
-        code = ("import sys; from pinmatrix.results import ResultsStore; "
+        code = ("import sys; from pinmatrix.results.store import ResultsStore; "
                 "print([r.smoke for r in ResultsStore(sys.argv[1]).query()])")
         argv = [sys.executable, "-c", code, str(folder / "results.sqlite")]
         if os.geteuid() == 0:  # root writes anywhere: read as nobody instead

@@ -22,9 +22,9 @@ from test_cli_conventions import make_project
 
 from conftest import REPO, require_binaries
 from pinmatrix.cli import main
-from pinmatrix.distribution import ImageRef
-from pinmatrix.localregistry import listening
-from pinmatrix.results import ResultsStore
+from pinmatrix.registry.client import ImageRef
+from pinmatrix.registry.local import listening
+from pinmatrix.results.store import ResultsStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.registry, pytest.mark.network]
 

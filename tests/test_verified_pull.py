@@ -23,11 +23,11 @@ from oci_layout import cell_labels, push_cell_image
 from test_promote import _matrix_for, oci_registry, record  # noqa: F401 - the fixture
 
 from conftest import require_binaries
-from pinmatrix.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
 from pinmatrix.cli import main
-from pinmatrix.distribution import OCI_INDEX, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
-from pinmatrix.results import HostFingerprint, ResultsStore
-from pinmatrix.signing import generate_keypair, load_signer, sign_envelope
+from pinmatrix.registry.client import OCI_INDEX, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
+from pinmatrix.release.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
+from pinmatrix.release.signing import generate_keypair, load_signer, sign_envelope
+from pinmatrix.results.store import HostFingerprint, ResultsStore
 
 pytestmark = [pytest.mark.registry]
 CPU = HostFingerprint.make(hostname="ci")

@@ -84,7 +84,7 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from pinmatrix.expand import MAX_COMBINATIONS_OVERRIDE
+    from pinmatrix.matrix.expand import MAX_COMBINATIONS_OVERRIDE
 
     # --max-combinations holds for this command only (main() may run many commands in one process)
     token = MAX_COMBINATIONS_OVERRIDE.set(
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pinmatrix.localregistry import for_command
+    from pinmatrix.registry.local import for_command
 
     try:
         with for_command(args):  # the embedded registry, for commands that talk to a loopback one

@@ -61,7 +61,7 @@ def install_wheels(pins: Sequence[str], root: Path | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / ".complete").is_file():
             return target
-        from pinmatrix.lock import find_uv
+        from pinmatrix.lock.resolve import find_uv
 
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
         cmd = [find_uv(), "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(staging),

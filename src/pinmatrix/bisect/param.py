@@ -11,7 +11,7 @@ from typing import Any
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.bisect.probe import Prober
 from pinmatrix.bisect.report import BisectReport, Crossing, failing_classes
-from pinmatrix.bisect.search import Verdict, bisect
+from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.smoke.catalogue import Smoke
 from pinmatrix.smoke.params import SmokeParams
@@ -118,7 +118,7 @@ def run_param_bisect(*, cell: Any, smoke: Smoke, space: ParamSpace, overrides: d
     def dims(i: int) -> dict[str, Any]:
         return {**base, space.name: space.value(i)}
 
-    def probe(i: int) -> Verdict:
+    def probe(i: int) -> ProbeOutcome:
         v = space.value(i)
         return prober.probe(i, v, f"{space.name}={v}", bnd.cell_at(cell, v, boundaries), dims(i),
                             lambda: prepare(cell)).verdict

@@ -10,14 +10,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.bisect.search import ProbeLimit, Verdict
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.bisect.search import ProbeLimit, ProbeOutcome
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.smoke.catalogue import Smoke
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import RunOptions, run_one
 
 # How a smoke's status counts in a search: an expected failure still fails, an unexpected pass still passes.
-VERDICTS: dict[str, Verdict] = {"pass": "pass", "xpass": "pass", "fail": "fail", "xfail": "fail",
+VERDICTS: dict[str, ProbeOutcome] = {"pass": "pass", "xpass": "pass", "fail": "fail", "xfail": "fail",
                                 "degraded": "fail", "skip": "skip"}
 
 
@@ -40,7 +40,7 @@ class Probe:
     value: Any  # the parameter value, or the axis value as shown
     cell_id: str
     status: str  # the smoke's status; "skip" also when the point could not be made
-    verdict: Verdict
+    verdict: ProbeOutcome
     failure_class: str | None
     reason: str
     duration_s: float
@@ -113,7 +113,7 @@ class Prober:
                   rec.reason, rec.duration_s, False, rec.run_id, rec.log_path)
         return self._done(p, label)
 
-    def skip(self, index: int, value: Any, label: str, cell_id: str, reason: str) -> Verdict:
+    def skip(self, index: int, value: Any, label: str, cell_id: str, reason: str) -> ProbeOutcome:
         """A point that cannot even be expanded into a cell (pruned by the rules): skipped, nothing recorded."""
         return self._done(Probe(index, value, cell_id, "skip", "skip", None, reason, 0.0, False, recorded=False),
                           label).verdict

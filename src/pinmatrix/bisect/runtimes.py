@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.bisect.probe import CannotProbe, PointEnv
-from pinmatrix.lock import find_uv, lock_cell, lock_path
+from pinmatrix.lock.resolve import find_uv, lock_cell, lock_path
 from pinmatrix.smoke.overlay import build_overlay
 from pinmatrix.smoke.runner import RunOptions
 

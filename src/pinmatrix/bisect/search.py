@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-Verdict = Literal["pass", "fail", "skip"]
+ProbeOutcome = Literal["pass", "fail", "skip"]
 Outcome = Literal["change", "no-change", "ambiguous", "cannot-probe", "stopped"]
 
 
@@ -28,14 +28,14 @@ class SearchResult:
     last: int | None = None  # index of the last (highest) probed point
     before: int | None = None  # the bracket: last index with the reference verdict ...
     after: int | None = None  # ... and the first index found with the other verdict
-    reference: Verdict | None = None  # the verdict at the low end
+    reference: ProbeOutcome | None = None  # the verdict at the low end
     untested: list[int] = field(default_factory=list)  # skipped points between before and after
     note: str = ""
 
 
 def bisect(
     n: int,
-    probe: Callable[[int], Verdict],
+    probe: Callable[[int], ProbeOutcome],
     *,
     high_first: bool = False,
     max_skips: int = 5,
@@ -44,11 +44,11 @@ def bisect(
     the high end alone tells whether anything fails). At most ``max_skips`` points may be skipped."""
     if n < 2:
         raise ValueError("a search needs at least two points")
-    tested: dict[int, Verdict] = {}
+    tested: dict[int, ProbeOutcome] = {}
     skipped: set[int] = set()
     state = SearchResult("stopped")
 
-    def run(i: int) -> Verdict:
+    def run(i: int) -> ProbeOutcome:
         v = probe(i)
         tested[i] = v
         if v == "skip":

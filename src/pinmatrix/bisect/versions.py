@@ -20,12 +20,12 @@ from pydantic import ValidationError
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.bisect.probe import Probe, Prober
 from pinmatrix.bisect.report import BisectReport, failing_classes
-from pinmatrix.bisect.search import Verdict, bisect
+from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
-from pinmatrix.expand import PACKAGE_AXES, PrunedCell, distribution, expand_matrix
-from pinmatrix.lock import find_uv
-from pinmatrix.matrix import Axes, AxisValue, EnvVariant, Matrix, Stack
+from pinmatrix.lock.resolve import find_uv
+from pinmatrix.matrix.expand import PACKAGE_AXES, PrunedCell, distribution, expand_matrix
+from pinmatrix.matrix.schema import Axes, AxisValue, EnvVariant, Matrix, Stack
 from pinmatrix.smoke.catalogue import Smoke
 
 AxisItem = str | AxisValue | EnvVariant
@@ -210,7 +210,7 @@ def run_version_bisect(*, matrix: Matrix, stack_name: str, axis: str, points: li
                        host: dict[str, Any], max_skips: int) -> BisectReport:
     cells: dict[int, Any] = {}
 
-    def probe(i: int) -> Verdict:
+    def probe(i: int) -> ProbeOutcome:
         pt = points[i]
         made = cells.setdefault(i, point_cell(matrix, stack_name, axis, pt, i if own_order else None, fixed))
         label = f"{axis}={pt.display}"

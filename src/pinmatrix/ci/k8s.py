@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
-from pinmatrix.results import HostFingerprint, SmokeRecord
+from pinmatrix.release.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
+from pinmatrix.results.store import HostFingerprint, SmokeRecord
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
 RESULTS_MOUNT = "/results"

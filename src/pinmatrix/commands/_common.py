@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.expand import Expansion, expand_matrix, select_cells
-from pinmatrix.matrix import Matrix, load_matrix
+from pinmatrix.matrix.expand import Expansion, expand_matrix, select_cells
+from pinmatrix.matrix.schema import Matrix, load_matrix
 
 
 def add_matrix_argument(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
+from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -147,7 +147,7 @@ def _param_cell(args: argparse.Namespace) -> tuple[Any, Any]:
             raise PinmatrixError("--stack needs --cell (one cell is probed)")
         return HostCell(), None
     from pinmatrix.commands._common import load
-    from pinmatrix.expand import select_cells
+    from pinmatrix.matrix.expand import select_cells
 
     matrix, expansion = load(args.matrix)
     if args.stack and args.stack not in matrix.stacks:

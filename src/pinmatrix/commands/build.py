@@ -33,8 +33,8 @@ from pinmatrix.image.build import (
     image_ref,
     needs_containerfile,
 )
-from pinmatrix.lock import lock_cells, lock_path
-from pinmatrix.registry import Registry
+from pinmatrix.lock.resolve import lock_cells, lock_path
+from pinmatrix.registry.catalog import Registry
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import DEFAULT_PATH, ResultsStore, write_json_atomic
+from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,8 +84,8 @@ def run_github(args: argparse.Namespace) -> int:
 
 
 def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
-    from pinmatrix.distribution import ImageRef, Registry, RegistryError
     from pinmatrix.image.build import image_ref
+    from pinmatrix.registry.client import ImageRef, Registry, RegistryError
 
     ImageRef.parse(prefix + "/x")
     registry = Registry(prefix.split("/", 1)[0])

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.signing import generate_keypair
+    from pinmatrix.release.signing import generate_keypair
 
     private, public, keyid = generate_keypair(args.out, force=args.force)
     print(f"wrote {private} (private, keep it secret) and {public} (public); key id {keyid}")

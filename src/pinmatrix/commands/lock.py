@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
-from pinmatrix.lock import LockResult, lock_cells, lock_path, owners_path, record_owner, stale_locks
+from pinmatrix.lock.resolve import LockResult, lock_cells, lock_path, owners_path, record_owner, stale_locks
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"index {index} is unreachable from here: {len(ids)} cell(s) cannot lock: {', '.join(ids)}")
     failed = [r for r in results if not r.ok]
     if args.json:
-        from pinmatrix.lock import uv_version
+        from pinmatrix.lock.resolve import uv_version
 
         version = uv_version() if results else None
         print(json.dumps([{"cell": r.cell.id, "name": r.cell.name, "path": str(r.path), "uv": version,

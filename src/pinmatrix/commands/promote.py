@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, load
-from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.expand import select_cells
 from pinmatrix.image.build import image_ref
-from pinmatrix.promote import (
+from pinmatrix.matrix.expand import select_cells
+from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.release.promote import (
     KNOWN_GOOD_FILE,
     PromotionRefused,
     execute,
@@ -22,7 +22,7 @@ from pinmatrix.promote import (
     policy_for,
     read_known_good,
 )
-from pinmatrix.results import DEFAULT_PATH, ResultsStore
+from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
     already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
     single = len(cells) == 1
     catalogue = _catalogue(matrix.root)
-    from pinmatrix.attest import lock_for_sbom
-    from pinmatrix.lock import lock_path
-    from pinmatrix.signing import load_signer, signing_key_path
+    from pinmatrix.lock.resolve import lock_path
+    from pinmatrix.release.attest import lock_for_sbom
+    from pinmatrix.release.signing import load_signer, signing_key_path
 
     key_path = signing_key_path(args.signing_key)
     signer = load_signer(key_path) if key_path is not None else None

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.promote import KNOWN_GOOD_FILE, read_known_good
-from pinmatrix.pull import judge, pick, verify_entry
-from pinmatrix.results import HostFingerprint
+from pinmatrix.release.promote import KNOWN_GOOD_FILE, read_known_good
+from pinmatrix.release.pull import judge, pick, verify_entry
+from pinmatrix.results.store import HostFingerprint
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if chosen is None:
         raise PinmatrixError(f"no known-good cell{' of stack ' + args.stack if args.stack else ''} runs on this host "
                              f"({host.label()}): {len(verdicts)} passed over")
-    from pinmatrix.regauth import engine_auth_env
-    from pinmatrix.registry import Registry
-    from pinmatrix.signing import trusted_keys
+    from pinmatrix.registry.auth import engine_auth_env
+    from pinmatrix.registry.catalog import Registry
+    from pinmatrix.release.signing import trusted_keys
 
     registry = Registry(str(chosen.entry["reference"]).split("/", 1)[0])
     ref, verified, notes = verify_entry(chosen.entry, registry, trusted_keys(args.key), str(args.known_good))

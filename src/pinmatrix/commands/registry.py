@@ -30,14 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _project(path: Path) -> tuple[Path, str]:
-    from pinmatrix.matrix import load_matrix
+    from pinmatrix.matrix.schema import load_matrix
 
     matrix = load_matrix(path)
     return Path(matrix.root), matrix.settings.registry or ""
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix import localregistry as lr
+    from pinmatrix.registry import local as lr
 
     root, setting = _project(args.matrix)
     endpoint = lr.loopback_endpoint(setting)

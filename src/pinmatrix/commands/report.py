@@ -11,7 +11,7 @@ from pathlib import Path
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument, load
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import DEFAULT_PATH, ResultsStore, SmokeRecord
+from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 
 # Kept here (not imported from pinmatrix.report) so that building the CLI parser does not import jinja2.
@@ -101,7 +101,7 @@ def _catalogue(matrix_path: Path | None) -> list[str] | None:
 def _required_smokes(matrix: object, cells: list[Cell], catalogue: list[str] | None) -> dict[str, list[str]]:
     """Per cell: the smokes its stack's promotion policy requires (a cell whose required smokes all pass is
     reported as passing, however many optional smokes skipped)."""
-    from pinmatrix.promote import policy_for, required_smoke_names
+    from pinmatrix.release.promote import policy_for, required_smoke_names
 
     policies = {name: policy_for(matrix, name) for name in {c.stack for c in cells}}
     return {c.id: required_smoke_names(c, policies[c.stack], catalogue)[0] for c in cells}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import DEFAULT_PATH, STATUSES, ResultsError, ResultsStore
+from pinmatrix.results.store import DEFAULT_PATH, STATUSES, ResultsError, ResultsStore
 from pinmatrix.sanitize import terminal_text
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
+from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,7 +68,7 @@ def _cells(args: argparse.Namespace) -> tuple[list[Any], Any]:
     if not args.cell and not args.stack:
         return [HostCell()], None
     from pinmatrix.commands._common import load
-    from pinmatrix.expand import select_cells
+    from pinmatrix.matrix.expand import select_cells
 
     matrix, expansion = load(args.matrix)
     if args.stack and args.stack not in matrix.stacks:

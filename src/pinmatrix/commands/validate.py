@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, *, as_json: bool = False) -> int:
     matrix, expansion = load(args.matrix)
-    from pinmatrix.promote import policy_for  # the promotion policy's schema lives with promotion
+    from pinmatrix.release.promote import policy_for  # the promotion policy's schema lives with promotion
 
     problems = []
     for stack in matrix.stacks:

@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.distribution import ImageRef
-    from pinmatrix.registry import Registry
-    from pinmatrix.signing import trusted_keys
-    from pinmatrix.verify import verify_image
+    from pinmatrix.registry.catalog import Registry
+    from pinmatrix.registry.client import ImageRef
+    from pinmatrix.release.signing import trusted_keys
+    from pinmatrix.release.verify import verify_image
 
     ref = ImageRef.parse(args.reference)
     keys = trusted_keys(args.key)

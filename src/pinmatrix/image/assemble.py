@@ -45,12 +45,12 @@ from pinmatrix.image.oci import (
     OCILayout,
     canonical_json,
 )
+from pinmatrix.image.patch_sources import resolve_patch
+from pinmatrix.image.patching import apply_patch, parse_patch
 from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
-from pinmatrix.lockfile import LockEntry
-from pinmatrix.patch_sources import resolve_patch
-from pinmatrix.patching import apply_patch, parse_patch
-from pinmatrix.regauth import find_credentials
+from pinmatrix.lock.lockfile import LockEntry
+from pinmatrix.registry.auth import find_credentials
 
 LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.

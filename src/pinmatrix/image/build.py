@@ -19,8 +19,8 @@ from pinmatrix.image.assemble import AssembledImage, Assembler, AssemblySettings
 from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL
 from pinmatrix.image.publish import load_into_engine, push
 from pinmatrix.image.wheels import IndexUnreachable
-from pinmatrix.lock import lock_path
-from pinmatrix.registry import Registry
+from pinmatrix.lock.resolve import lock_path
+from pinmatrix.registry.catalog import Registry
 
 Status = Literal["built", "cached", "failed"]
 DEFAULT_REPOSITORY = "localhost/pinmatrix"

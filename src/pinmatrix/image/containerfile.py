@@ -35,11 +35,11 @@ from pinmatrix.image.config import (  # noqa: F401 - nvidia_require_cuda re-used
     cell_labels,
     nvidia_require_cuda,
 )
+from pinmatrix.image.layerplan import load_layer_specs, plan_layers
+from pinmatrix.image.patch_sources import resolve_patch
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SOURCE_DATE_EPOCH, DEFAULT_SUITE
-from pinmatrix.layerplan import load_layer_specs, plan_layers
-from pinmatrix.lockfile import parse_lock
-from pinmatrix.patch_sources import resolve_patch
-from pinmatrix.registry import Registry, split_ref
+from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.registry.catalog import Registry, split_ref
 
 IMAGES_DIR = Path("images")
 CONTAINERFILE_TEMPLATE = "Containerfile.j2"

@@ -27,7 +27,7 @@ from packaging.utils import (
 from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import CHUNK
-from pinmatrix.lockfile import LockEntry
+from pinmatrix.lock.lockfile import LockEntry
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

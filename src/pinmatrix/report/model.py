@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import KNOWN_AXES, Cell
-from pinmatrix.results import SmokeRecord
+from pinmatrix.results.store import SmokeRecord
 from pinmatrix.sanitize import terminal_text
 
 # Worst last. "missing" = a smoke selected for the cell that has no result on any host.
@@ -49,7 +49,7 @@ def log_file(log_path: str | None, run_id: str, roots: Sequence[Path]) -> Path |
     A record says where its log was (``/x/.pinmatrix/logs/RUN/CELL/SMOKE.log``); the same tail is also
     looked for under each root, for logs copied elsewhere (results/h200/logs/RUN/...). A path that names
     anything else (/etc/passwd, ../../secret, a symlink out of the root) is never opened."""
-    from pinmatrix.names import check_name
+    from pinmatrix.matrix.names import check_name
 
     if not log_path:
         return None

@@ -11,7 +11,7 @@ from pinmatrix.smoke.catalogue import matches
 
 
 @dataclass(frozen=True)
-class Verdict:
+class KnownIssueOutcome:
     status: str
     failure_class: str | None
     reason: str
@@ -27,18 +27,18 @@ def issues_for(smoke: str, issues: Iterable[Any]) -> list[Any]:
 
 
 def apply_known_issues(smoke: str, status: str, failure_class: str | None, reason: str,
-                       issues: Iterable[Any]) -> Verdict:
+                       issues: Iterable[Any]) -> KnownIssueOutcome:
     for issue in issues_for(smoke, issues):
         iid, expect = _field(issue, "id"), _field(issue, "expect")
         want_class, note = _field(issue, "failure_class"), _field(issue, "note") or ""
         if status == expect and (want_class is None or failure_class in (None, want_class)
                                  or expect != "fail"):
-            return Verdict("xfail", failure_class or want_class, f"known issue {iid}: {note} ({reason})".strip(),
+            return KnownIssueOutcome("xfail", failure_class or want_class, f"known issue {iid}: {note} ({reason})".strip(),
                            iid)
         if status == "pass" and expect in ("fail", "degraded"):
-            return Verdict("xpass", None, f"expected {expect} by known issue {iid}, but it passed: "
+            return KnownIssueOutcome("xpass", None, f"expected {expect} by known issue {iid}, but it passed: "
                            f"the issue may be gone ({note})", iid)
         if status == "fail" and expect == "fail" and want_class and failure_class != want_class:
-            return Verdict(status, failure_class, f"{reason} [known issue {iid} expects {want_class}, "
+            return KnownIssueOutcome(status, failure_class, f"{reason} [known issue {iid} expects {want_class}, "
                            f"this is {failure_class}]", None)
-    return Verdict(status, failure_class, reason, None)
+    return KnownIssueOutcome(status, failure_class, reason, None)

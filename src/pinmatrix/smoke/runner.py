@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.results import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
@@ -92,7 +92,7 @@ def now() -> str:
 def keyword_filter(expr: str | None) -> Callable[[str], bool]:
     if not expr:
         return lambda _name: True
-    from pinmatrix.keyword import compile_keyword
+    from pinmatrix.matrix.keyword import compile_keyword
 
     return compile_keyword(expr)
 

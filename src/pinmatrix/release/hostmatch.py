@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pinmatrix.compat import ArchFlag as Arch  # one definition of what runs where: compat.ArchFlag.runs_on
+from pinmatrix.matrix.compat import ArchFlag as Arch  # one definition of what runs where: compat.ArchFlag.runs_on
 
 _ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)?([af]?)(\+PTX)?$", re.IGNORECASE)
 

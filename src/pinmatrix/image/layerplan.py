@@ -16,7 +16,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.lockfile import LockEntry, ParsedLock, parse_lock  # noqa: F401 - re-exported for the Containerfile path
+from pinmatrix.lock.lockfile import (  # noqa: F401 - re-exported for the Containerfile path
+    LockEntry,
+    ParsedLock,
+    parse_lock,
+)
 
 
 class LayerPlanError(PinmatrixError):

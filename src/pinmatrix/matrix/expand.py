@@ -28,12 +28,19 @@ from pinmatrix.cell import (
     KnownIssue,
     cell_identity,
 )
-from pinmatrix.compat import ArchFlag, CompatRules, S, UnknownVersion, V, capability_string
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
-from pinmatrix.keyword import compile_keyword
-from pinmatrix.matrix import Axes, AxisValue, EnvVariant, Matrix, Stack, sha256_file, split_arch
-from pinmatrix.names import shown
+from pinmatrix.matrix.compat import (
+    ArchFlag,
+    CompatRules,
+    UnknownVersion,
+    cached_specifier,
+    cached_version,
+    capability_string,
+)
+from pinmatrix.matrix.keyword import compile_keyword
+from pinmatrix.matrix.names import shown
+from pinmatrix.matrix.schema import Axes, AxisValue, EnvVariant, Matrix, Stack, sha256_file, split_arch
 
 Value = str | AxisValue | EnvVariant
 Assignment = dict[str, Value]
@@ -286,7 +293,7 @@ class _StackExpander:
                 continue
             for pid in value.patches:
                 spec = self.matrix.patches[pid]
-                contained = spec.contained_in is not None and V(value.version) >= V(spec.contained_in)
+                contained = spec.contained_in is not None and cached_version(value.version) >= cached_version(spec.contained_in)
                 out.append(CellPatch(
                     id=pid, package=spec.package, version=value.version, kind=spec.kind,
                     status="already-upstream" if contained else "apply",
@@ -367,7 +374,7 @@ class _StackExpander:
 def _value_matches(value: Value, want: str) -> bool:
     if want and want[0] in "<>=!~":
         try:
-            return V(version_of(value)) in S(want)
+            return cached_version(version_of(value)) in cached_specifier(want)
         except Exception:
             return False
     return want in (display(value), version_of(value))
@@ -406,9 +413,9 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
                         continue
                     if canonicalize_name(spec.package) != canonicalize_name(distribution(axis)):
                         problems.append(matrix.where(path, f"patch {pid!r} is for {spec.package}, not {distribution(axis)}"))
-                    elif V(value.version) not in S(spec.applies_to):
+                    elif cached_version(value.version) not in cached_specifier(spec.applies_to):
                         problems.append(matrix.where(path, f"patch {pid!r} applies to {spec.package}{spec.applies_to}, not {value.version}"))
-                    elif spec.source is None and not (spec.contained_in and V(value.version) >= V(spec.contained_in)):
+                    elif spec.source is None and not (spec.contained_in and cached_version(value.version) >= cached_version(spec.contained_in)):
                         problems.append(matrix.where(path, f"patch {pid!r} has no source and {value.version} predates {spec.contained_in}"))
     for pid, spec in matrix.patches.items():
         if spec.source is None or "://" in spec.source:

@@ -3,7 +3,7 @@
 The host is probed through ``nvidia-smi`` (``HostFingerprint.detect``): driver version and compute
 capability. A cell qualifies when it needs no GPU, or when the host's driver is at least the cell's
 minimum (the CUDA toolkit's floor) and the cell's GPU arch flags cover the host's capability
-(see ``pinmatrix.hostmatch``). Every cell passed over is listed with the reason.
+(see ``pinmatrix.release.hostmatch``). Every cell passed over is listed with the reason.
 
 Nothing is pulled unless it verifies (``verify_entry``): known-good.toml is a file anyone with the repository
 can edit, so the image it names must carry a test-result attestation signed by a trusted key for that very
@@ -16,16 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.hostmatch import HostFacts, Requirements, host_meets
-from pinmatrix.results import HostFingerprint
-from pinmatrix.signing import TrustedKey
-from pinmatrix.verify import Verification, verify_image
+from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.release.hostmatch import HostFacts, Requirements, host_meets
+from pinmatrix.release.signing import TrustedKey
+from pinmatrix.release.verify import Verification, verify_image
+from pinmatrix.results.store import HostFingerprint
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PullCandidate:
     entry: dict[str, Any]
     ok: bool
     reasons: list[str]
@@ -49,23 +49,23 @@ def host_facts(host: HostFingerprint) -> HostFacts:
     return HostFacts(driver=host.driver, capability=host.capability, gpu_count=host.gpu_count)
 
 
-def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | None = None) -> list[Verdict]:
+def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | None = None) -> list[PullCandidate]:
     """Newest first, one verdict per cell (a cell promoted twice counts once, by its newest entry)."""
     chosen = [e for e in entries if stack is None or e["stack"] == stack]
     ordered = sorted(enumerate(chosen), key=lambda ie: (ie[1]["promoted_at"], ie[0]), reverse=True)
     seen: set[str] = set()
-    verdicts: list[Verdict] = []
+    verdicts: list[PullCandidate] = []
     facts = host_facts(host)
     for _, entry in ordered:
         if entry["cell_id"] in seen:
             continue
         seen.add(entry["cell_id"])
         ok, reasons = host_meets(requirements_of(entry), facts)
-        verdicts.append(Verdict(entry, ok, reasons))
+        verdicts.append(PullCandidate(entry, ok, reasons))
     return verdicts
 
 
-def pick(verdicts: list[Verdict]) -> Verdict | None:
+def pick(verdicts: list[PullCandidate]) -> PullCandidate | None:
     return next((v for v in verdicts if v.ok), None)
 
 
@@ -85,7 +85,7 @@ class PullRefused(PinmatrixError):
 def verify_entry(entry: dict[str, Any], registry: Registry, keys: Sequence[TrustedKey],
                  source: str = "known-good.toml") -> tuple[ImageRef, Verification, list[str]]:
     """Verify the image a known-good entry names, as ``pull`` does before pulling: the reference must carry
-    the recorded digest, the image must verify (``pinmatrix.verify``) as the recorded cell and stack, and the
+    the recorded digest, the image must verify (``pinmatrix.release.verify``) as the recorded cell and stack, and the
     entry's known-good tag, if it no longer names this digest, must name another image that verifies (a tag
     moved outside ``pinmatrix promote`` is refused). Returns (reference, verification, notes); raises
     PullRefused with the first reason."""

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pinmatrix import storefile
+from pinmatrix.results import storefile
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import PinmatrixError
 

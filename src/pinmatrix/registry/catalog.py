@@ -1,5 +1,5 @@
 """What building and benchmarks need from a registry, on top of the distribution API client
-(``pinmatrix.distribution``, which also does the authentication): image labels, the catalog, stored bytes
+(``pinmatrix.registry.client``, which also does the authentication): image labels, the catalog, stored bytes
 against image sizes, and retagging by digest with skopeo (credentials passed with ``--authfile``). Pushing and
 pulling go through the engine (``OCIEngine.push`` returns the digest; ``pull`` takes ``repo@sha256:...``)."""
 
@@ -12,8 +12,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from pinmatrix.distribution import Registry as DistributionRegistry
-from pinmatrix.distribution import RegistryError
+from pinmatrix.registry.client import Registry as DistributionRegistry
+from pinmatrix.registry.client import RegistryError
 
 __all__ = ["Registry", "RegistryError", "StorageStats", "is_local_host", "split_ref"]
 TIMEOUT_S = 30

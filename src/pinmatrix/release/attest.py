@@ -2,9 +2,9 @@
 ``subject`` is the image's manifest:
 
 - an in-toto Statement (v1) with the test-result predicate (v0.1): what ran, where, with what result;
-- an in-toto Statement whose predicate is the cell's CycloneDX SBOM (``pinmatrix.sbom``, from its lock).
+- an in-toto Statement whose predicate is the cell's CycloneDX SBOM (``pinmatrix.release.sbom``, from its lock).
 
-Signed (``signer`` given), each is a DSSE envelope (``pinmatrix.signing``): artifactType and layer media type
+Signed (``signer`` given), each is a DSSE envelope (``pinmatrix.release.signing``): artifactType and layer media type
 ``application/vnd.dsse.envelope.v1+json``, the statement's predicate type in the manifest annotation
 ``in-toto.io/predicate-type``. Unsigned (no key), the statement itself is the layer
 (``application/vnd.in-toto+json``): ``pinmatrix verify`` and ``pull`` never accept that.
@@ -12,7 +12,7 @@ Signed (``signer`` given), each is a DSSE envelope (``pinmatrix.signing``): arti
 Registries with the OCI 1.1 referrers API index the artifacts themselves; for registries without it (Debian's
 docker-registry, distribution 2.8) they are listed in the OCI 1.1 distribution spec's referrers tag schema
 fallback: an image index under the tag ``sha256-<hex of the image digest>``. ``attachments`` reads them
-back either way. Checking them is ``pinmatrix.verify``'s job.
+back either way. Checking them is ``pinmatrix.release.verify``'s job.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.distribution import ImageRef, Manifest, Registry, RegistryError
-from pinmatrix.results import SmokeRecord
-from pinmatrix.sbom import CYCLONEDX_PREDICATE
+from pinmatrix.registry.client import ImageRef, Manifest, Registry, RegistryError
+from pinmatrix.release.sbom import CYCLONEDX_PREDICATE
+from pinmatrix.results.store import SmokeRecord
 
 if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner
@@ -133,7 +133,7 @@ def sbom_statement(image: ImageRef, bom: dict[str, Any]) -> dict[str, Any]:
 def lock_for_sbom(registry: Registry, image: ImageRef, lock_file: Path) -> tuple[str | None, str]:
     """(the lock text to build the SBOM from, or None; why not). The lock must exist and, when the image says
     which lock it was built from (``io.pinmatrix.lock.sha256``), be that very lock."""
-    from pinmatrix.verify import LOCK_LABEL, image_labels
+    from pinmatrix.release.verify import LOCK_LABEL, image_labels
 
     if not lock_file.is_file():
         return None, f"{lock_file}: no lock for the cell, so no SBOM is attached"
@@ -155,7 +155,7 @@ def attach(registry: Registry, image: ImageRef, statement: dict[str, Any], *, no
            signer: CryptoSigner | None = None) -> str:
     """Push ``statement`` as an artifact referring to ``image`` (same repository): a DSSE envelope signed by
     ``signer``, or the bare statement when there is none. Returns the artifact's digest."""
-    from pinmatrix.signing import sign_envelope
+    from pinmatrix.release.signing import sign_envelope
 
     if not image.digest:
         raise RegistryError(f"{image}: an attestation subject needs a digest")
@@ -240,7 +240,7 @@ def statement_of(att: Attachment) -> dict[str, Any] | None:
 def fetch_statements(registry: Registry, image: ImageRef,
                      predicate_type: str | None = TEST_RESULT_PREDICATE) -> list[dict[str, Any]]:
     """Every in-toto statement attached to ``image`` (by digest) that names that digest, signed or not and
-    NOT verified: for reading. ``pinmatrix.verify`` is what decides whether to trust one."""
+    NOT verified: for reading. ``pinmatrix.release.verify`` is what decides whether to trust one."""
     if not image.digest:
         raise RegistryError(f"{image}: looking up attestations needs a digest")
     statements = []

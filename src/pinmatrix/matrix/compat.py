@@ -19,18 +19,18 @@ class UnknownVersion(Exception):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CompatFinding:
     prune: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
 
 @cache
-def V(text: str) -> Version:  # noqa: N802 - short on purpose, called in hot loops
+def cached_version(text: str) -> Version:
     return Version(text)
 
 
 @cache
-def S(text: str) -> SpecifierSet:  # noqa: N802
+def cached_specifier(text: str) -> SpecifierSet:
     return SpecifierSet(text)
 
 
@@ -76,7 +76,7 @@ class CompatRules:
 
     def torch_series(self, torch: str) -> dict:
         series = self.data["torch"]["series"]
-        v = V(torch)
+        v = cached_version(torch)
         if str(v.public) in series:
             return series[str(v.public)]
         key = f"{v.major}.{v.minor}"
@@ -92,7 +92,7 @@ class CompatRules:
 
     def vllm_rule(self, vllm: str) -> dict:
         for rule in self.data["vllm"]["rules"]:
-            if V(vllm) in S(rule["versions"]):
+            if cached_version(vllm) in cached_specifier(rule["versions"]):
                 return rule
         raise UnknownVersion(f"unknown vllm version {vllm!r} (no rule in compat.toml covers it)")
 
@@ -103,72 +103,72 @@ class CompatRules:
             raise UnknownVersion(f"unknown arch {flag.base}{flag.suffix} (known: {', '.join(table)})")
         need = table[key]
         if flag.suffix == "f":
-            need = max(need, self.data["arch"]["family_min_cuda"], key=V)
+            need = max(need, self.data["arch"]["family_min_cuda"], key=cached_version)
         return need
 
     # -- the rules
     @cache  # noqa: B019 - the rules object lives as long as the process
-    def driver_cuda(self, driver: str, cuda: str, gpu: str | None) -> Verdict:
+    def driver_cuda(self, driver: str, cuda: str, gpu: str | None) -> CompatFinding:
         need = self.min_driver(cuda)
-        if V(driver) >= V(need):
-            return Verdict()
+        if cached_version(driver) >= cached_version(need):
+            return CompatFinding()
         words = f"driver {driver} is older than CUDA {cuda}'s minimum {need}"
         if gpu is not None and gpu in self.forward_compat_gpus:
-            return Verdict(notes=(f"{words}: needs the cuda-compat forward-compatibility package ({gpu} is a datacenter GPU)",))
-        return Verdict(prune=(f"{words} ({self.source('cuda_min_driver')})",))
+            return CompatFinding(notes=(f"{words}: needs the cuda-compat forward-compatibility package ({gpu} is a datacenter GPU)",))
+        return CompatFinding(prune=(f"{words} ({self.source('cuda_min_driver')})",))
 
     @cache  # noqa: B019
-    def torch_pins(self, torch: str, triton: str | None, cuda: str | None) -> Verdict:
+    def torch_pins(self, torch: str, triton: str | None, cuda: str | None) -> CompatFinding:
         series = self.torch_series(torch)
         prune: list[str] = []
         notes: list[str] = []
         src = self.source("torch")
-        if triton is not None and V(triton) != V(series["triton"]):
+        if triton is not None and cached_version(triton) != cached_version(series["triton"]):
             prune.append(f"torch {torch} pins triton=={series['triton']}, not {triton} ({src})")
         if cuda is not None:
             if cuda not in series["cuda"]:
                 prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series['cuda'])}; {src})")
             elif cuda != series["default_cuda"]:
                 notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index (the default index serves CUDA {series['default_cuda']})")
-        return Verdict(tuple(prune), tuple(notes))
+        return CompatFinding(tuple(prune), tuple(notes))
 
     @cache  # noqa: B019
-    def xformers_pins(self, xformers: str, torch: str | None) -> Verdict:
+    def xformers_pins(self, xformers: str, torch: str | None) -> CompatFinding:
         spec = self.xformers_torch(xformers)
-        if torch is not None and V(torch) not in S(spec):
-            return Verdict(prune=(f"xformers {xformers} pins torch{spec}, not {torch} ({self.source('xformers')})",))
-        return Verdict()
+        if torch is not None and cached_version(torch) not in cached_specifier(spec):
+            return CompatFinding(prune=(f"xformers {xformers} pins torch{spec}, not {torch} ({self.source('xformers')})",))
+        return CompatFinding()
 
     @cache  # noqa: B019
-    def vllm_pins(self, vllm: str, torch: str | None, flashinfer: str | None, source_build: bool) -> Verdict:
+    def vllm_pins(self, vllm: str, torch: str | None, flashinfer: str | None, source_build: bool) -> CompatFinding:
         rule = self.vllm_rule(vllm)
         src = self.source("vllm")
         prune: list[str] = []
         notes: list[str] = []
-        if torch is not None and V(torch) not in S(rule["torch"]):
+        if torch is not None and cached_version(torch) not in cached_specifier(rule["torch"]):
             if source_build:
                 notes.append(f"vllm {vllm} is built from source against torch {torch} (its wheel pins torch{rule['torch']})")
             else:
                 prune.append(f"vllm {vllm} pins torch{rule['torch']}, not {torch} ({src}); build it from source (source_build = true) to use another torch")
-        if flashinfer is not None and "flashinfer" in rule and V(flashinfer) not in S(rule["flashinfer"]):
+        if flashinfer is not None and "flashinfer" in rule and cached_version(flashinfer) not in cached_specifier(rule["flashinfer"]):
             prune.append(f"vllm {vllm} pins flashinfer-python{rule['flashinfer']}, not {flashinfer} ({src})")
-        return Verdict(tuple(prune), tuple(notes))
+        return CompatFinding(tuple(prune), tuple(notes))
 
     @cache  # noqa: B019
-    def arch_flags(self, flags: tuple[str, ...], cuda: str | None, gpu: str | None) -> Verdict:
+    def arch_flags(self, flags: tuple[str, ...], cuda: str | None, gpu: str | None) -> CompatFinding:
         prune: list[str] = []
         parsed = [ArchFlag.parse(f) for f in flags]
         src = self.source("arch")
         if cuda is not None:
             for text, flag in zip(flags, parsed):
                 need = self.arch_min_cuda(flag)
-                if V(cuda) < V(need):
+                if cached_version(cuda) < cached_version(need):
                     prune.append(f"arch {text} needs CUDA >= {need}, the cell has CUDA {cuda} ({src})")
         if gpu is not None:
             major, minor = gpu_capability(gpu)
             if not any(f.runs_on(major, minor) for f in parsed):
                 prune.append(f"arch flags {' '.join(flags)} build no code that runs on {gpu} (capability {major}.{minor})")
-        return Verdict(tuple(prune))
+        return CompatFinding(tuple(prune))
 
 
 @cache

@@ -23,15 +23,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pinmatrix.attest import (
+from pinmatrix.registry.client import INDEX_TYPES, ImageRef, Registry
+from pinmatrix.release.attest import (
     DSSE_MEDIA_TYPE,
     SBOM_PREDICATE,
     STATEMENT_TYPE,
     TEST_RESULT_PREDICATE,
     attachments,
 )
-from pinmatrix.distribution import INDEX_TYPES, ImageRef, Registry
-from pinmatrix.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope
+from pinmatrix.release.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope
 
 CELL_LABEL = "io.pinmatrix.cell."
 PIN_LABEL = "io.pinmatrix.pin."

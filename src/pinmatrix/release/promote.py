@@ -24,12 +24,12 @@ import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.cell import Cell
-from pinmatrix.distribution import ImageRef, Registry
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
-from pinmatrix.results import STATUSES, SmokeRecord
+from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
+from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
+from pinmatrix.results.store import STATUSES, SmokeRecord
 
 KNOWN_GOOD_FILE = Path("known-good.toml")
 
@@ -310,9 +310,9 @@ class Promotion:
 
 def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], known_good: Path, *,
             now: datetime | None = None, signer: Any = None, lock_text: str | None = None) -> Promotion:
-    """``signer`` (a securesystemslib signer, ``pinmatrix.signing.load_signer``) signs the evidence as DSSE
+    """``signer`` (a securesystemslib signer, ``pinmatrix.release.signing.load_signer``) signs the evidence as DSSE
     envelopes; ``lock_text`` (the cell's lock) adds a CycloneDX SBOM to it."""
-    from pinmatrix.sbom import cell_bom
+    from pinmatrix.release.sbom import cell_bom
 
     cell, policy = plan.cell, plan.policy
     moment = now or datetime.now(timezone.utc)

@@ -29,7 +29,7 @@ READ_BUSY_MS = 500
 
 
 def _error(message: str) -> Exception:
-    from pinmatrix.results import ResultsError
+    from pinmatrix.results.store import ResultsError
 
     return ResultsError(message)
 

@@ -24,7 +24,7 @@ from packageurl import PackageURL
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.lockfile import parse_lock
+from pinmatrix.lock.lockfile import parse_lock
 
 CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"
 CYCLONEDX_SPEC = "1.6"
@@ -40,7 +40,7 @@ class LockedPackage:
 
 
 def locked_packages(text: str, source: str = "lock") -> list[LockedPackage]:
-    """The pinned distributions of a lock (``pinmatrix.lockfile``). An entry that is not an exact
+    """The pinned distributions of a lock (``pinmatrix.lock.lockfile``). An entry that is not an exact
     ``name==version`` pin with sha256 hashes is refused, naming the file and the entry."""
     packages: list[LockedPackage] = []
     for entry in parse_lock(text, source).entries:

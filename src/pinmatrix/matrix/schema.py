@@ -14,10 +14,10 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pinmatrix import names
 from pinmatrix.errors import MatrixError
 from pinmatrix.hashing import sha256_file  # noqa: F401 - expand imports it from here
-from pinmatrix.names import (
+from pinmatrix.matrix import names
+from pinmatrix.matrix.names import (
     EnvValue,
     FreeText,
     HttpUrl,
@@ -28,7 +28,7 @@ from pinmatrix.names import (
     SmokeSelector,
     shown,
 )
-from pinmatrix.tomlpos import TomlLocator, nesting_problem
+from pinmatrix.matrix.tomlpos import TomlLocator, nesting_problem
 
 DEFAULT_MATRIX = Path("matrix.toml")
 _GPU = re.compile(r"^sm_(\d+)(\d)$")

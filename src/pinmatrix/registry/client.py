@@ -6,7 +6,7 @@ Every manifest fetched by digest is checked against that digest here, so a regis
 between two calls) cannot hand back other content than the digest names; every blob is hashed as it streams.
 
 Authentication follows the registry's 401 challenge: Basic (htpasswd) or Bearer (token auth), with the
-credentials ``podman login`` / ``docker login`` keep (``pinmatrix.regauth``). The Authorization header is never
+credentials ``podman login`` / ``docker login`` keep (``pinmatrix.registry.auth``). The Authorization header is never
 sent on to a redirect target. Blobs stream in 1 MiB chunks: an upload, a download, or a cross-repository copy
 that the registry does not mount never holds a whole layer in memory. HTTP for loopback hosts, HTTPS elsewhere.
 """
@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import oci_digest, sha256_bytes
-from pinmatrix.regauth import AuthError, Credentials, auth_files, find_credentials, parse_challenge
+from pinmatrix.registry.auth import AuthError, Credentials, auth_files, find_credentials, parse_challenge
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -146,7 +146,7 @@ class Manifest:
 
 class Registry:
     """One registry host. ``insecure`` (plain HTTP) defaults to True for loopback hosts only. ``credentials``:
-    None = found in the auth files on first use (``pinmatrix.regauth``), or given."""
+    None = found in the auth files on first use (``pinmatrix.registry.auth``), or given."""
 
     def __init__(self, host: str, *, insecure: bool | None = None, timeout: float = 60.0,
                  credentials: Credentials | None = None) -> None:

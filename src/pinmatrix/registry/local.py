@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pinmatrix.atomic import atomic_write_text
+from pinmatrix.engine.services import Service, start_registry
 from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.services import Service, start_registry
 
 REGISTRY_DIR = Path(".pinmatrix") / "registry"
 PIDFILE = "registry.json"
@@ -219,7 +219,7 @@ def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[S
 
 
 def _matrix_registry(args: argparse.Namespace, override: str | None = None) -> tuple[Path, str] | None:
-    from pinmatrix.matrix import load_matrix
+    from pinmatrix.matrix.schema import load_matrix
 
     path = getattr(args, "matrix", None) or Path("matrix.toml")
     if str(path) == "-":
@@ -232,7 +232,7 @@ def _matrix_registry(args: argparse.Namespace, override: str | None = None) -> t
 
 
 def _known_good_registry(args: argparse.Namespace) -> tuple[Path, str] | None:
-    from pinmatrix.promote import read_known_good
+    from pinmatrix.release.promote import read_known_good
 
     path = Path(args.known_good)
     try:

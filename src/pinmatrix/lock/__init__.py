@@ -1,0 +1,1 @@
+"""Locking cells with uv, and reading a lock back as data."""

@@ -1,0 +1,1 @@
+"""matrix.toml read, checked and expanded into cells: schema, name grammar, compatibility, rules."""

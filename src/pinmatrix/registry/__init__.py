@@ -1,0 +1,1 @@
+"""OCI registries: the distribution API client, authentication, catalog reads, the local registry."""

@@ -1,0 +1,1 @@
+"""Release: promotion by digest, signed evidence, SBOM, verification, verified pulls."""

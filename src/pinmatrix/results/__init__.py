@@ -1,0 +1,1 @@
+"""The results store (SQLite) and the files it imports and exports."""
