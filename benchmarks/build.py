@@ -18,7 +18,8 @@ from pinmatrix.image.containerfile import build_cell as containerfile_build
 from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix, select_cells
 from pinmatrix.matrix.schema import load_matrix
-from pinmatrix.registry.catalog import Registry
+from pinmatrix.registry.catalog import storage_stats
+from pinmatrix.registry.client import Registry
 
 STACK = "demo"
 JOBS = 2
@@ -51,7 +52,7 @@ def run() -> dict[str, Any]:
             figures["assembler_warm_s"] = round(time.perf_counter() - t0, 2)
             figures["assembler_failed"] = [r.reason for r in first + cold if not r.ok]
             figures["assembler_warm_cached"] = sum(r.status == "cached" for r in warm)
-            stats = registry.storage([f"assembled/{STACK}"])
+            stats = storage_stats(registry, [f"assembled/{STACK}"])
             figures["assembler_registry"] = {"stored_bytes": stats.stored_bytes, "sum_of_image_bytes": stats.image_bytes,
                                              "sharing_ratio": round(stats.sharing_ratio, 2)}
             again = BuildSettings(root=root, cache_dir=work / "cache2", logs_dir=work / "logs2", registry="again",
@@ -67,7 +68,7 @@ def run() -> dict[str, Any]:
                        for c in cells]
             figures["containerfile_cold_s_incl_base"] = round(time.perf_counter() - t0, 1)
             figures["containerfile_failed"] = [r.reason for r in results if not r.ok]
-            stats = registry.storage([f"containerfile/{STACK}"])
+            stats = storage_stats(registry, [f"containerfile/{STACK}"])
             figures["containerfile_registry"] = {"stored_bytes": stats.stored_bytes,
                                                  "sum_of_image_bytes": stats.image_bytes,
                                                  "sharing_ratio": round(stats.sharing_ratio, 2)}

@@ -17,7 +17,7 @@ from pinmatrix.cell import BaseSpec, Cell, CellPatch, cell_identity
 from pinmatrix.engine import OCIEngine, get_engine
 from pinmatrix.engine.services import Service, podman_config, start_dockerd, start_registry
 from pinmatrix.errors import EngineError
-from pinmatrix.registry.catalog import Registry
+from pinmatrix.registry.client import Registry
 
 REPO = Path(__file__).resolve().parent.parent
 

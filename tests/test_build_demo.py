@@ -20,7 +20,8 @@ from pinmatrix.image.build import BuildSettings, build_all
 from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix, select_cells
 from pinmatrix.matrix.schema import load_matrix
-from pinmatrix.registry.catalog import Registry, split_ref
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 
 pytestmark = [pytest.mark.slow, pytest.mark.registry, pytest.mark.network]
 
@@ -62,15 +63,15 @@ def test_demo_stack_builds_and_is_pushed_by_digest(demo) -> None:  # noqa: ANN00
     for cell, res in zip(cells, results):
         assert res.ref.endswith(f"/demo:{cell.id}")  # tag = cell id
         assert res.digest and res.digest.startswith("sha256:")
-        _, repo, tag = split_ref(res.ref)
-        assert registry.manifest_digest(repo, tag) == res.digest
+        ref = ImageRef.parse(res.ref)
+        assert registry.manifest_digest(ref.repository, ref.reference) == res.digest
         info = engine.inspect(res.ref)
         assert info is not None
         assert info.labels["io.pinmatrix.cell.id"] == cell.id
         assert info.labels["org.opencontainers.image.title"] == cell.name
         for axis, value in cell.pins.items():
             assert info.labels[f"io.pinmatrix.pin.{axis}"] == value
-        assert registry.labels(repo, res.digest)["io.pinmatrix.inputs"] == info.labels["io.pinmatrix.inputs"]
+        assert registry.labels(ref.repository, res.digest)["io.pinmatrix.inputs"] == info.labels["io.pinmatrix.inputs"]
         assert f"PINMATRIX_CELL={cell.id}" in info.env
         layers.append(info.layers)
     # every cell shares the base and the venv layer, and each wheel's layer with every cell that holds it
@@ -89,8 +90,7 @@ def test_pull_back_by_digest_and_run(demo) -> None:  # noqa: ANN001
     cell, res = cells[0], results[0]
     engine.remove(res.ref)
     assert not engine.exists(res.ref)
-    host, repo, _ = split_ref(res.ref)
-    by_digest = f"{host}/{repo}@{res.digest}"
+    by_digest = str(ImageRef.parse(res.ref).with_digest(res.digest))
     engine.pull(by_digest)  # loopback registry: plain HTTP without being told
     proc = engine.run(by_digest, ["python", "-c", "import six, idna; print(six.__version__, idna.__version__)"])
     assert proc.stdout.decode().split() == [cell.pins["six"], cell.pins["idna"]]

@@ -18,7 +18,8 @@ from conftest import REPO, engine_for, require_binaries
 from pinmatrix.image.oci import OCILayout
 from pinmatrix.matrix.expand import expand_matrix, select_cells
 from pinmatrix.matrix.schema import load_matrix
-from pinmatrix.registry.catalog import Registry, split_ref
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.docker, pytest.mark.network]
 
@@ -53,8 +54,8 @@ def test_two_clean_builds_on_different_hosts_give_one_digest(docker_registry, re
     # the engines name the image by its config digest; the registry serves the assembler's manifest digest
     assert podman.inspect(str(a["ref"])).id == a["image_id"]
     assert docker.inspect(str(b["ref"])).id == b["image_id"]
-    _, repo, tag = split_ref(str(a["ref"]))
-    assert Registry(docker_registry.address).manifest_digest(repo, tag) == a["digest"]
+    ref = ImageRef.parse(str(a["ref"]))
+    assert Registry(docker_registry.address).manifest_digest(ref.repository, ref.reference) == a["digest"]
     # no host state in the base layer
     layout = OCILayout(tmp_path / "a" / "oci")
     image = layout.image(str(a["ref"]))

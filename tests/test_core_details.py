@@ -459,8 +459,9 @@ def test_select_cells_by_stack_id_prefix_and_keyword() -> None:
 
 
 def test_split_arch_and_known_issue_version_rules() -> None:
+    from pinmatrix.archflag import split_flags as split_arch
     from pinmatrix.matrix.expand import _value_matches
-    from pinmatrix.matrix.schema import AxisValue, split_arch
+    from pinmatrix.matrix.schema import AxisValue
 
     assert split_arch(" 9.0a;12.1a, 8.0 +PTX ") == ["9.0a", "12.1a", "8.0+PTX"]
     assert split_arch("+ptx 9.0") == ["+ptx", "9.0"]  # a leading +PTX has no flag to attach to
@@ -497,9 +498,10 @@ def test_compat_tables_and_their_errors() -> None:
 
 
 def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
+    from pinmatrix.archflag import split_flags as split_arch
     from pinmatrix.commands._common import load
     from pinmatrix.matrix.expand import _value_matches, select_cells
-    from pinmatrix.matrix.schema import AxisValue, split_arch
+    from pinmatrix.matrix.schema import AxisValue
 
     path = tmp_path / "m.toml"
     path.write_text('[matrix]\n[stacks.s]\ngpu_required = false\n'
@@ -518,7 +520,7 @@ def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
 def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
     from test_report import make_cell
 
-    from pinmatrix.registry.client import ImageRef
+    from pinmatrix.registry.ref import ImageRef
     from pinmatrix.release.promote import PromotionPolicy, PromotionRefused, plan_promotion
 
     cell = make_cell("9a9a9a9a9a9a", "xf", {"gpu": "sm_90"}, smokes=("host-probe", "tiled-boundary"))

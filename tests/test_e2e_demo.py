@@ -20,7 +20,8 @@ from test_promote import oci_registry  # noqa: F401 - the fixture
 from conftest import require_binaries
 from pinmatrix.cli import main
 from pinmatrix.commands._common import load
-from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import fetch_statements
 from pinmatrix.release.promote import read_known_good
 from pinmatrix.results.store import ResultsStore

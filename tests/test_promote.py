@@ -16,7 +16,9 @@ from pydantic import ValidationError
 from test_report import H200, make_cell
 
 from pinmatrix.cli import main
-from pinmatrix.registry.client import OCI_MANIFEST, ImageRef, Manifest, Registry, referrers_tag, sha256_digest
+from pinmatrix.hashing import sha256_digest
+from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry, referrers_tag
+from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
 from pinmatrix.release.promote import (
     PromotionPolicy,

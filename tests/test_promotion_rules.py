@@ -14,7 +14,8 @@ import pytest
 from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 from test_report import H200, make_cell
 
-from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import fetch_statements, finished_key, latest_per_smoke_host
 from pinmatrix.release.promote import (
     PromotionPolicy,

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 
+from pinmatrix.archflag import parse_flags
 from pinmatrix.cli import main
-from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets, parse_arch_flags
+from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets
 from pinmatrix.release.promote import read_known_good, record_promotion
 from pinmatrix.release.pull import judge, pick
 from pinmatrix.results.store import HostFingerprint
@@ -52,9 +53,14 @@ def test_arch_rules() -> None:
     assert arch_covers(("8.0", "+PTX"), None, "9.0")[0]
     assert not arch_covers(("9.0a", "+PTX"), None, "10.0")[0]  # arch-specific PTX does not carry forward
     assert arch_covers((), "9.0", "9.0")[0] and arch_covers((), None, "7.5")[0]
-    assert [a.label for a in parse_arch_flags(["90a", "sm_121a", "12.0f"])] == ["9.0a", "12.1a", "12.0f"]
-    with pytest.raises(ValueError):
-        parse_arch_flags(["ampere"])
+    # the one arch-flag grammar (archflag.py): a lone +PTX attaches to the flag before it, not the highest one
+    assert [a.label for a in parse_flags(["9.0a", "12.1a;12.0f"])] == ["9.0a", "12.1a", "12.0f"]
+    assert [(a.label, a.ptx) for a in parse_flags(["9.0", "+PTX", "8.0"])] == [("9.0+PTX", True), ("8.0", False)]
+    assert arch_covers(("9.0", "+PTX", "8.0"), None, "10.0")[0]
+    assert arch_covers(("8.0", "+PTX", "9.0a"), None, "10.0")[0]  # 8.0+PTX JIT-compiles on 10.0
+    for bad in (["ampere"], ["+PTX"], ["90a"]):
+        with pytest.raises(ValueError):
+            parse_flags(bad)
 
 
 def test_host_requirements() -> None:

@@ -7,16 +7,24 @@ import pytest
 
 from conftest import TEST_BASE, engine_for, require_binaries
 from pinmatrix.image.base_image import ensure_base_image
-from pinmatrix.registry.catalog import Registry, RegistryError, is_local_host, split_ref
+from pinmatrix.registry.catalog import skopeo_copy, storage_stats
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef, RegistryError, is_loopback
 
 
-def test_split_ref() -> None:
-    assert split_ref("127.0.0.1:5000/pinmatrix/demo:abc") == ("127.0.0.1:5000", "pinmatrix/demo", "abc")
-    assert split_ref("127.0.0.1:5000/p/demo@sha256:" + "a" * 64) == ("127.0.0.1:5000", "p/demo", "sha256:" + "a" * 64)
-    assert split_ref("localhost/pinmatrix-base") == ("localhost", "pinmatrix-base", "latest")
-    with pytest.raises(RegistryError, match="names no registry host"):
-        split_ref("demo:1")
-    assert is_local_host("127.0.0.1:5000") and is_local_host("localhost:5000") and not is_local_host("reg.example:443")
+def _parts(ref: str) -> tuple[str, str, str]:
+    parsed = ImageRef.parse(ref)
+    return parsed.registry, parsed.repository, parsed.reference
+
+
+def test_image_references_and_loopback_hosts() -> None:
+    assert _parts("127.0.0.1:5000/pinmatrix/demo:abc") == ("127.0.0.1:5000", "pinmatrix/demo", "abc")
+    assert _parts("127.0.0.1:5000/p/demo@sha256:" + "a" * 64) == ("127.0.0.1:5000", "p/demo", "sha256:" + "a" * 64)
+    assert _parts("localhost/pinmatrix-base") == ("localhost", "pinmatrix-base", "latest")
+    with pytest.raises(RegistryError, match="expected registry/repository"):
+        ImageRef.parse("demo:1")
+    assert is_loopback("127.0.0.1:5000") and is_loopback("localhost:5000") and is_loopback("[::1]:5000")
+    assert not is_loopback("reg.example:443") and not is_loopback("127.evil.example:5000")
     assert Registry("127.0.0.1:5000").base == "http://127.0.0.1:5000"
     assert Registry("reg.example").base == "https://reg.example"
 
@@ -46,13 +54,13 @@ def test_push_digest_labels_sharing_and_skopeo_retag(request, registry: Registry
     derived = f"{host}/regtest/derived:1"
     engine.build(ctx, derived, source_date_epoch=0)
     engine.push(derived, tls_verify=registry.tls_verify)
-    stats = registry.storage(["regtest/base", "regtest/derived"])
+    stats = storage_stats(registry, ["regtest/base", "regtest/derived"])
     assert stats.images == 2
     assert stats.stored_bytes < stats.image_bytes
     assert 1.9 < stats.sharing_ratio < 2.0  # two images, one big shared base layer
     assert registry.tags("regtest/base") == ["1"]
     # retag by digest with skopeo: the same manifest, the same digest
     require_binaries("skopeo")
-    assert registry.skopeo_copy(f"{host}/regtest/base@{digest}", f"{host}/regtest/base:known-good") == digest
+    assert skopeo_copy(registry, f"{host}/regtest/base@{digest}", f"{host}/regtest/base:known-good") == digest
     assert registry.tags("regtest/base") == ["1", "known-good"]
     assert "regtest/base" in registry.repositories()

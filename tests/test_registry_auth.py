@@ -31,7 +31,10 @@ from test_verified_pull import promote_signed
 from conftest import require_binaries
 from pinmatrix.cli import main
 from pinmatrix.registry.auth import AuthError, Credentials, engine_auth_env, find_credentials, parse_challenge
-from pinmatrix.registry.client import Registry, RegistryError, VerifyingReader
+from pinmatrix.registry.blobs import VerifyingReader
+from pinmatrix.registry.catalog import skopeo_copy
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import RegistryError
 
 USERS = {"alice": "correct horse battery staple"}
 
@@ -191,9 +194,7 @@ def test_htpasswd_registry_promote_verify_pull(htpasswd_registry: str, podman_en
     assert p.digest in listed
 
     # skopeo gets the same credentials through --authfile
-    from pinmatrix.registry.catalog import Registry as BuildRegistry
-
-    copied = BuildRegistry(host).skopeo_copy(f"{p.target.name}@{p.digest}", f"{p.target.name}:copied-by-skopeo")
+    copied = skopeo_copy(Registry(host), f"{p.target.name}@{p.digest}", f"{p.target.name}:copied-by-skopeo")
     assert copied == p.digest
 
     # wrong credentials and none: refused with one line, exit 2, for verify and pull alike

@@ -20,6 +20,9 @@ from typing import Any, Literal
 
 _FLAG = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
 _TARGET = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
+_CAPABILITY_DOTTED = re.compile(r"(\d+)\.(\d+)")
+_CAPABILITY_SM = re.compile(r"(?:sm_|compute_)?(\d+)(\d)[af]?", re.IGNORECASE)
+_SEPARATORS = re.compile(r"[\s;,]+")
 
 Suffix = Literal["", "a", "f"]
 Run = Literal["native", "jit"]
@@ -122,3 +125,34 @@ class ArchFlag:
 def rule_source(form: str, suffix: str) -> str:
     """The cited source of the rule for ``form`` ('sass'/'ptx') and ``suffix`` ('', 'a', 'f')."""
     return arch_rules()[form][suffix or "plain"]["source"]
+
+
+def split_flags(value: str) -> list[str]:
+    """'9.0a 12.1a' or '9.0a;12.1a' -> ['9.0a', '12.1a'] (spaces, ';' or ','); a lone '+PTX' attaches to the
+    flag before it, as in TORCH_CUDA_ARCH_LIST ('8.0 +PTX' is '8.0+PTX'). A leading '+PTX' stays a token of
+    its own, and ``ArchFlag.parse`` refuses it."""
+    flags: list[str] = []
+    for token in _SEPARATORS.split(value.strip()):
+        if not token:
+            continue
+        if token.upper() == "+PTX" and flags:
+            flags[-1] += "+PTX"
+        else:
+            flags.append(token)
+    return flags
+
+
+def parse_flags(flags: tuple[str, ...] | list[str]) -> list[ArchFlag]:
+    """The flags a cell carries (each may itself be a list, e.g. ("9.0a", "+PTX") or ("8.0 +PTX",)), parsed
+    with ``split_flags``'s rule for a lone '+PTX'. ValueError names a flag that is not one."""
+    return [ArchFlag.parse(flag) for flag in split_flags(" ".join(flags))]
+
+
+def parse_capability(text: str | None) -> tuple[int, int] | None:
+    """A compute capability as hosts, cells and gpu axis values write it: '9.0' -> (9, 0), 'sm_121' -> (12, 1),
+    'sm_90a' -> (9, 0), '90' -> (9, 0); None when ``text`` is empty or none of these."""
+    if not text:
+        return None
+    text = text.strip()
+    m = _CAPABILITY_DOTTED.fullmatch(text) or _CAPABILITY_SM.fullmatch(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None

@@ -36,3 +36,8 @@ def sha256_stream(stream: BinaryIO) -> tuple[str, int]:
 def oci_digest(hexdigest: str) -> str:
     """``sha256:<hex>``, the form OCI descriptors use."""
     return f"sha256:{hexdigest}"
+
+
+def sha256_digest(data: bytes) -> str:
+    """``sha256:<hex>`` of ``data``: an OCI descriptor's digest."""
+    return oci_digest(sha256_bytes(data))

@@ -34,7 +34,7 @@ from pinmatrix.image.build import (
     needs_containerfile,
 )
 from pinmatrix.lock.resolve import lock_cells, lock_path
-from pinmatrix.registry.catalog import Registry
+from pinmatrix.registry.client import Registry
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -85,7 +85,8 @@ def run_github(args: argparse.Namespace) -> int:
 
 def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
     from pinmatrix.image.build import image_ref
-    from pinmatrix.registry.client import ImageRef, Registry, RegistryError
+    from pinmatrix.registry.client import Registry
+    from pinmatrix.registry.ref import ImageRef, RegistryError
 
     ImageRef.parse(prefix + "/x")
     registry = Registry(prefix.split("/", 1)[0])

@@ -13,7 +13,8 @@ from pinmatrix.commands._common import add_matrix_argument, load
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.build import image_ref
 from pinmatrix.matrix.expand import select_cells
-from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.promote import (
     KNOWN_GOOD_FILE,
     PromotionRefused,

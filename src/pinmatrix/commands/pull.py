@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError(f"no known-good cell{' of stack ' + args.stack if args.stack else ''} runs on this host "
                              f"({host.label()}): {len(verdicts)} passed over")
     from pinmatrix.registry.auth import engine_auth_env
-    from pinmatrix.registry.catalog import Registry
+    from pinmatrix.registry.client import Registry
     from pinmatrix.release.signing import trusted_keys
 
     registry = Registry(str(chosen.entry["reference"]).split("/", 1)[0])

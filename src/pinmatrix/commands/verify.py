@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.registry.catalog import Registry
-    from pinmatrix.registry.client import ImageRef
+    from pinmatrix.registry.client import Registry
+    from pinmatrix.registry.ref import ImageRef
     from pinmatrix.release.signing import trusted_keys
     from pinmatrix.release.verify import verify_image
 

@@ -13,10 +13,9 @@ from pinmatrix.engine.base import (
     EngineName,
     ImageInfo,
     OCIEngine,
-    detect_engines,
-    get_engine,
     host_has_gpus,
 )
+from pinmatrix.engine.select import detect_engines, get_engine
 
 __all__ = [
     "ENGINE_NAMES",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from pinmatrix.errors import EngineError
+from pinmatrix.registry.ref import tls_verify_for
 
 EngineName = Literal["docker", "podman"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman")
@@ -111,7 +112,7 @@ class OCIEngine(ABC):
         if check and proc.returncode != 0:
             raise EngineError(
                 f"engine {self.name}: `{os.path.basename(argv[0])} {' '.join(args[:2])}` failed "
-                f"(exit {proc.returncode}): {_last_line(proc.stderr or proc.stdout)}"
+                f"(exit {proc.returncode}): {last_line(proc.stderr or proc.stdout)}"
             )
         return proc
 
@@ -226,7 +227,7 @@ class OCIEngine(ABC):
     def remove(self, ref: str, *, missing_ok: bool = True) -> None:
         proc = self.call(["rmi", "--force", ref], check=False)
         if proc.returncode != 0 and not (missing_ok and not self.exists(ref)):
-            raise EngineError(f"engine {self.name}: could not remove {ref}: {_last_line(proc.stderr)}")
+            raise EngineError(f"engine {self.name}: could not remove {ref}: {last_line(proc.stderr)}")
 
     def load(self, archive: Path) -> None:
         """Load a docker-archive tarball (how the base root filesystem enters the store)."""
@@ -235,37 +236,9 @@ class OCIEngine(ABC):
 
 def tls_for(ref: str, tls_verify: bool | None) -> bool:
     """Whether to verify TLS for the registry of ``ref``: as given, else off only for loopback hosts."""
-    if tls_verify is not None:
-        return tls_verify
-    host = ref.split("/", 1)[0] if "/" in ref else ""
-    bare = host.rsplit(":", 1)[0]
-    return not (bare == "localhost" or bare.startswith("127."))
+    return tls_verify_for(ref.split("/", 1)[0] if "/" in ref else "", tls_verify)
 
 
-def _last_line(blob: bytes | None) -> str:
+def last_line(blob: bytes | None) -> str:
     lines = [ln.strip() for ln in (blob or b"").decode("utf-8", "replace").splitlines() if ln.strip()]
     return lines[-1] if lines else "no output"
-
-
-def get_engine(name: str, env: Mapping[str, str] | None = None) -> OCIEngine:
-    """The backend called ``name``; EngineError (one line) for an unknown name."""
-    from pinmatrix.engine.docker import DockerEngine
-    from pinmatrix.engine.podman import PodmanEngine
-
-    engines: dict[str, type[OCIEngine]] = {"docker": DockerEngine, "podman": PodmanEngine}
-    if name not in engines:
-        raise EngineError(f"unknown engine {name!r}: choose one of {', '.join(ENGINE_NAMES)}")
-    return engines[name](env)
-
-
-def detect_engines(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every engine name -> "ok" or the reason it cannot be used right now."""
-    status: dict[str, str] = {}
-    for name in ENGINE_NAMES:
-        engine = get_engine(name, env)
-        try:
-            engine.ensure_running()
-            status[name] = "ok"
-        except EngineError as err:
-            status[name] = str(err)
-    return status

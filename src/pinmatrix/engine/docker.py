@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, last_line
 from pinmatrix.errors import EngineError
 
 _DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -27,7 +27,7 @@ class DockerEngine(OCIEngine):
         if proc.returncode != 0:
             host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
             raise EngineError(
-                f"engine docker: the Docker daemon is not running at {host} ({_last_line(proc.stderr)}); "
+                f"engine docker: the Docker daemon is not running at {host} ({last_line(proc.stderr)}); "
                 "start dockerd or choose --engine podman"
             )
 

@@ -9,7 +9,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, _last_line, tls_for
+from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, last_line, tls_for
 from pinmatrix.errors import EngineError
 
 
@@ -28,7 +28,7 @@ class PodmanEngine(OCIEngine):
                 )
         proc = self.call(["info", "--format", "json"], check=False, timeout=60)
         if proc.returncode != 0:
-            raise EngineError(f"engine podman: `podman info` failed: {_last_line(proc.stderr)}")
+            raise EngineError(f"engine podman: `podman info` failed: {last_line(proc.stderr)}")
         try:
             json.loads(proc.stdout)
         except json.JSONDecodeError as err:

@@ -20,7 +20,7 @@ from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL
 from pinmatrix.image.publish import load_into_engine, push
 from pinmatrix.image.wheels import IndexUnreachable
 from pinmatrix.lock.resolve import lock_path
-from pinmatrix.registry.catalog import Registry
+from pinmatrix.registry.client import Registry
 
 Status = Literal["built", "cached", "failed"]
 DEFAULT_REPOSITORY = "localhost/pinmatrix"

@@ -39,7 +39,8 @@ from pinmatrix.image.layerplan import load_layer_specs, plan_layers
 from pinmatrix.image.patch_sources import resolve_patch
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SOURCE_DATE_EPOCH, DEFAULT_SUITE
 from pinmatrix.lock.lockfile import parse_lock
-from pinmatrix.registry.catalog import Registry, split_ref
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 
 IMAGES_DIR = Path("images")
 CONTAINERFILE_TEMPLATE = "Containerfile.j2"
@@ -332,8 +333,9 @@ def build_cell(
 
 def _remote_inputs(registry: Registry, ref: str, note: Callable[[str], None]) -> tuple[str, str] | None:
     """(digest, inputs label) of ``ref`` in the registry, or None when absent or unreachable."""
-    host, repository, tag = split_ref(ref)
-    if host != registry.host:
+    parsed = ImageRef.parse(ref)
+    repository, tag = parsed.repository, parsed.reference
+    if parsed.registry != registry.host:
         return None
     try:
         found = registry.manifest_digest(repository, tag)

@@ -11,7 +11,10 @@ from importlib import resources
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from pinmatrix.archflag import ArchFlag  # re-exported: the one parser of arch flags and what runs where
+from pinmatrix.archflag import (  # ArchFlag re-exported: the one parser of arch flags and what runs where
+    ArchFlag,
+    parse_capability,
+)
 
 
 class UnknownVersion(Exception):
@@ -35,9 +38,11 @@ def cached_specifier(text: str) -> SpecifierSet:
 
 
 def gpu_capability(gpu: str) -> tuple[int, int]:
-    """'sm_121' -> (12, 1); 'sm_90' -> (9, 0)."""
-    digits = gpu.removeprefix("sm_")
-    return int(digits[:-1]), int(digits[-1])
+    """'sm_121' -> (12, 1); 'sm_90' -> (9, 0) (``archflag.parse_capability``; the schema checked the form)."""
+    capability = parse_capability(gpu)
+    if capability is None:
+        raise ValueError(f"gpu {gpu!r} names no compute capability")
+    return capability
 
 
 def capability_string(gpu: str) -> str:

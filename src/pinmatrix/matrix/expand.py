@@ -18,6 +18,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
+from pinmatrix.archflag import split_flags
 from pinmatrix.cell import (
     AXIS_DISTRIBUTION,
     KNOWN_AXES,
@@ -29,6 +30,7 @@ from pinmatrix.cell import (
     cell_identity,
 )
 from pinmatrix.errors import MatrixError
+from pinmatrix.hashing import sha256_file
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
 from pinmatrix.matrix.compat import (
     ArchFlag,
@@ -40,7 +42,7 @@ from pinmatrix.matrix.compat import (
 )
 from pinmatrix.matrix.keyword import compile_keyword
 from pinmatrix.matrix.names import shown
-from pinmatrix.matrix.schema import Axes, AxisValue, EnvVariant, Matrix, Stack, sha256_file, split_arch
+from pinmatrix.matrix.schema import Axes, AxisValue, EnvVariant, Matrix, Stack
 
 Value = str | AxisValue | EnvVariant
 Assignment = dict[str, Value]
@@ -281,7 +283,7 @@ class _StackExpander:
 
     def arch_flags(self, a: Assignment) -> tuple[str, ...]:
         if "arch" in a:
-            return tuple(split_arch(version_of(a["arch"])))
+            return tuple(split_flags(version_of(a["arch"])))
         if "gpu" in a:
             return (capability_string(version_of(a["gpu"])),)
         return ()
@@ -399,7 +401,7 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
                     elif axis == "vllm":
                         rules.vllm_rule(value.version)
                     elif axis == "arch":
-                        for flag in split_arch(value):
+                        for flag in split_flags(value):
                             rules.arch_min_cuda(ArchFlag.parse(flag))
                 except UnknownVersion as exc:
                     problems.append(matrix.where(path, str(exc)))

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pinmatrix.archflag import ArchFlag, split_flags
 from pinmatrix.errors import MatrixError
-from pinmatrix.hashing import sha256_file  # noqa: F401 - expand imports it from here
 from pinmatrix.matrix import names
 from pinmatrix.matrix.names import (
     EnvValue,
@@ -32,7 +32,6 @@ from pinmatrix.matrix.tomlpos import TomlLocator, nesting_problem
 
 DEFAULT_MATRIX = Path("matrix.toml")
 _GPU = re.compile(r"^sm_(\d+)(\d)$")
-_ARCH_FLAG = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -160,23 +159,12 @@ class Axes(Strict):
     @classmethod
     def _arch(cls, v: list[str] | None) -> list[str] | None:
         for item in v or []:
-            for flag in split_arch(item):
-                if not _ARCH_FLAG.match(flag):
-                    raise ValueError(f"arch flag {flag!r} must look like 9.0, 9.0a, 12.0f or 9.0a+PTX")
+            for flag in split_flags(item):
+                try:
+                    ArchFlag.parse(flag)
+                except ValueError:
+                    raise ValueError(f"arch flag {flag!r} must look like 9.0, 9.0a, 12.0f or 9.0a+PTX") from None
         return v
-
-
-def split_arch(value: str) -> list[str]:
-    """'9.0a 12.1a' or '9.0a;12.1a' -> ['9.0a', '12.1a']; a lone '+PTX' attaches to the flag before it."""
-    flags: list[str] = []
-    for token in re.split(r"[\s;,]+", value.strip()):
-        if not token:
-            continue
-        if token.upper() == "+PTX" and flags:
-            flags[-1] += "+PTX"
-        else:
-            flags.append(token)
-    return flags
 
 
 class Stack(Strict):

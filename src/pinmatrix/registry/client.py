@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pinmatrix.errors import PinmatrixError
-from pinmatrix.hashing import oci_digest, sha256_bytes
+from pinmatrix.hashing import sha256_digest
 from pinmatrix.registry.auth import AuthError, Credentials, auth_files, find_credentials, parse_challenge
+from pinmatrix.registry.blobs import CHUNK, Body, VerifyingReader
+from pinmatrix.registry.ref import ImageRef, RegistryError, is_digest, tls_verify_for
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -38,99 +39,7 @@ OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-
-
-class RegistryError(PinmatrixError):
-    """The registry refused a request, is unreachable, or served content that does not match its digest."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-CHUNK = 1 << 20
 _REPO_IN_PATH = re.compile(r"^/v2/(.+?)/(?:manifests|blobs|tags|referrers)/")
-# A request body: bytes, or a function that opens it afresh (stream, length), so it can be sent again after
-# an authentication round.
-Body = bytes | Callable[[], tuple[BinaryIO, int]] | None
-
-
-class VerifyingReader:
-    """A blob being read from the registry: hashed as it is read; reading past its end checks the digest."""
-
-    def __init__(self, raw: BinaryIO, digest: str, where: str, length: int | None) -> None:
-        self._raw, self._digest, self._where, self.length = raw, digest, where, length
-        self._hash = hashlib.sha256()
-        self.read_bytes = 0
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self._raw.read(CHUNK if size is None or size < 0 else size)
-        if chunk:
-            self._hash.update(chunk)
-            self.read_bytes += len(chunk)
-            return chunk
-        got = "sha256:" + self._hash.hexdigest()
-        if got != self._digest:
-            raise RegistryError(f"{self._where}: blob {self._digest} does not match its digest (got {got})")
-        return b""
-
-    def close(self) -> None:
-        self._raw.close()
-
-
-def sha256_digest(data: bytes) -> str:
-    return oci_digest(sha256_bytes(data))
-
-
-def is_digest(text: str | None) -> bool:
-    return bool(text) and bool(_DIGEST_RE.match(text or ""))
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """registry/repository[:tag][@digest]. The registry part is required (there is no default registry)."""
-
-    registry: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> ImageRef:
-        rest, _, digest = text.partition("@")
-        if digest and not is_digest(digest):
-            raise RegistryError(f"{text!r}: digest must be sha256:<64 hex>")
-        host, slash, path = rest.partition("/")
-        if not slash or not path or not ("." in host or ":" in host or host == "localhost"):
-            raise RegistryError(f"{text!r}: expected registry/repository[:tag][@sha256:...], e.g. 127.0.0.1:5000/pinmatrix/demo")
-        tag = None
-        if ":" in path.rsplit("/", 1)[-1]:
-            path, _, tag = path.rpartition(":")
-            if not _TAG_RE.match(tag):
-                raise RegistryError(f"{text!r}: bad tag {tag!r}")
-        if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*", path):
-            raise RegistryError(f"{text!r}: bad repository name {path!r} (lowercase, digits, '._-/')")
-        return cls(host, path, tag or None, digest or None)
-
-    @property
-    def name(self) -> str:
-        return f"{self.registry}/{self.repository}"
-
-    def with_digest(self, digest: str) -> ImageRef:
-        return ImageRef(self.registry, self.repository, None, digest)
-
-    def with_tag(self, tag: str) -> ImageRef:
-        return ImageRef(self.registry, self.repository, tag, None)
-
-    @property
-    def reference(self) -> str:
-        """What the registry API calls the reference: the digest when there is one, else the tag."""
-        return self.digest or self.tag or "latest"
-
-    def __str__(self) -> str:
-        return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
 
 
 @dataclass(frozen=True)
@@ -151,15 +60,19 @@ class Registry:
     def __init__(self, host: str, *, insecure: bool | None = None, timeout: float = 60.0,
                  credentials: Credentials | None = None) -> None:
         self.host = host
-        if insecure is None:
-            hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-            insecure = hostname in ("localhost", "::1", "[::1]") or hostname.startswith("127.")
+        self.tls_verify = tls_verify_for(host, None if insecure is None else not insecure)
+        insecure = not self.tls_verify
         self.base = f"{'http' if insecure else 'https'}://{host}"
         self.timeout = timeout
         self._given = credentials
         self._found: dict[str, Credentials | None] = {}
         self._basic = False  # the registry asked for Basic auth: send it with every request
         self._tokens: dict[str, str] = {}  # repository ("" = registry-wide) -> "Bearer <token>"
+
+    @classmethod
+    def from_setting(cls, registry: str, *, timeout: float = 60.0) -> Registry:
+        """From matrix.registry ("127.0.0.1:5000/pinmatrix": the host is the part before the first '/')."""
+        return cls(registry.split("/", 1)[0], timeout=timeout)
 
     # -- authentication ------------------------------------------------------------------------------
     def credentials(self, repository: str = "") -> Credentials | None:
@@ -326,6 +239,36 @@ class Registry:
         """The digest a tag (or digest) currently names, or None when it does not exist."""
         m = self.get_manifest(ref.repository, ref.reference)
         return m.digest if m else None
+
+    def manifest_digest(self, repository: str, reference: str) -> str | None:
+        found = self.get_manifest(repository, reference)
+        return found.digest if found else None
+
+    def image_config(self, repository: str, reference: str) -> dict[str, Any]:
+        """The image configuration (JSON) of one image, read through its manifest."""
+        found = self.get_manifest(repository, reference)
+        if found is None:
+            raise RegistryError(f"registry {self.host}: no image {repository}:{reference}")
+        manifest = found.json
+        if "config" not in manifest:
+            raise RegistryError(f"registry {self.host}: {repository}:{reference} is an index, not one image")
+        return dict(json.loads(self.get_blob(repository, manifest["config"]["digest"])))
+
+    def labels(self, repository: str, reference: str) -> dict[str, str]:
+        return dict((self.image_config(repository, reference).get("config") or {}).get("Labels") or {})
+
+    def repositories(self) -> list[str]:
+        """Every repository, following the catalog's pagination (at most 1000 names a page)."""
+        names: list[str] = []
+        last = ""
+        while True:
+            query = "/v2/_catalog?n=1000" + (f"&last={urllib.parse.quote(last)}" if last else "")
+            _, headers, body = self._request("GET", query)
+            page = list(json.loads(body).get("repositories") or [])
+            names.extend(page)
+            if not page or "next" not in headers.get("link", ""):
+                return names
+            last = page[-1]
 
     def put_manifest(self, repository: str, reference: str, manifest: Manifest) -> str:
         _, hdrs, _ = self._request("PUT", f"/v2/{repository}/manifests/{reference}", data=manifest.body,

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.engine.services import Service, start_registry
 from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.registry.ref import host_name, is_loopback
 
 REGISTRY_DIR = Path(".pinmatrix") / "registry"
 PIDFILE = "registry.json"
@@ -56,7 +57,7 @@ def loopback_endpoint(setting: str | None) -> Endpoint | None:
     name, sep, port = host.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         return None
-    if name != "localhost" and not (name.startswith("127.") and name.replace(".", "").isdigit()):
+    if not is_loopback(host) or host_name(host) == "::1":  # not IPv6: the registry listens on 127.0.0.1
         return None
     return Endpoint(name, int(port))
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.registry.client import ImageRef, Manifest, Registry, RegistryError
+from pinmatrix.registry.client import Manifest, Registry
+from pinmatrix.registry.ref import ImageRef, RegistryError
 from pinmatrix.release.sbom import CYCLONEDX_PREDICATE
 from pinmatrix.results.store import SmokeRecord
 

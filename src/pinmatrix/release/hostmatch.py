@@ -16,52 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pinmatrix.matrix.compat import ArchFlag as Arch  # one definition of what runs where: compat.ArchFlag.runs_on
-
-_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)?([af]?)(\+PTX)?$", re.IGNORECASE)
-
-
-def parse_capability(text: str | None) -> tuple[int, int] | None:
-    """'9.0' -> (9, 0); 'sm_121' -> (12, 1); None or '' -> None."""
-    if not text:
-        return None
-    text = text.strip()
-    m = re.fullmatch(r"(\d+)\.(\d+)", text)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)[af]?", text, re.IGNORECASE)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    return None
-
-
-def parse_arch_flags(flags: tuple[str, ...] | list[str]) -> list[Arch]:
-    """Parse arch flags as a cell carries them: ("9.0a", "+PTX"), ("12.0f", "12.1a"), ("8.0+PTX",).
-    A bare "+PTX" marks the highest preceding arch as also shipping PTX."""
-    archs: list[Arch] = []
-    bare_ptx = False
-    for raw in flags:
-        flag = raw.strip()
-        if not flag:
-            continue
-        if flag.upper() in ("+PTX", "PTX"):
-            bare_ptx = True
-            continue
-        m = _ARCH_RE.match(flag)
-        if not m:
-            raise ValueError(f"unrecognised GPU arch flag {raw!r}")
-        major_s, minor_s, suffix, ptx = m.groups()
-        if minor_s is None:  # "90" / "sm_90" style: last digit is the minor
-            if len(major_s) < 2:
-                raise ValueError(f"unrecognised GPU arch flag {raw!r}")
-            major, minor = int(major_s[:-1]), int(major_s[-1])
-        else:
-            major, minor = int(major_s), int(minor_s)
-        archs.append(Arch(major, minor, suffix.lower(), bool(ptx)))
-    if bare_ptx and archs:
-        top = max(archs, key=lambda a: (a.major, a.minor))
-        archs = [Arch(a.major, a.minor, a.suffix, a.ptx or a == top) for a in archs]
-    return archs
+from pinmatrix.archflag import ArchFlag, parse_capability, parse_flags
 
 
 def arch_covers(flags: tuple[str, ...] | list[str], compute_capability: str | None,
@@ -69,11 +24,11 @@ def arch_covers(flags: tuple[str, ...] | list[str], compute_capability: str | No
     """Whether code built for ``flags`` (or, lacking flags, for ``compute_capability``) runs on a GPU of
     ``host_capability``. Returns (ok, reason)."""
     host = parse_capability(host_capability)
-    archs = parse_arch_flags(flags)
+    archs = parse_flags(flags)
     if not archs and compute_capability:
         cap = parse_capability(compute_capability)
         if cap:
-            archs = [Arch(cap[0], cap[1], "", False)]
+            archs = [ArchFlag(cap[0], cap[1], "", False)]
     if not archs:
         return True, "the cell names no GPU architecture"
     if host is None:

@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.registry.client import ImageRef, Registry
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
 from pinmatrix.results.store import STATUSES, SmokeRecord

@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pinmatrix.registry.client import INDEX_TYPES, ImageRef, Registry
+from pinmatrix.registry.client import INDEX_TYPES, Registry
+from pinmatrix.registry.ref import ImageRef, repository_path
 from pinmatrix.release.attest import (
     DSSE_MEDIA_TYPE,
     SBOM_PREDICATE,
@@ -76,12 +77,6 @@ class Verification(BaseModel):
         return json.dumps(self.model_dump(), indent=2)
 
 
-def _repo_path(name: str) -> str:
-    """registry/host:port/repo/path -> repo/path (the part after the registry host)."""
-    host, _, path = name.partition("/")
-    return path if ("." in host or ":" in host or host == "localhost") else name
-
-
 def _subject_problem(statement: dict[str, Any], digest: str, ref: ImageRef, what: str) -> str | None:
     if statement.get("_type") != STATEMENT_TYPE:
         return f"{what} is not an in-toto v1 statement"
@@ -90,7 +85,7 @@ def _subject_problem(statement: dict[str, Any], digest: str, ref: ImageRef, what
     if digest.split(":", 1)[1] not in hexes:
         named = ", ".join(sorted(f"sha256:{h}" for h in hexes if h)) or "no digest"
         return f"{what} is for {named}, not for the image's digest {digest}"
-    names = {_repo_path(str(s.get("name", ""))) for s in subjects
+    names = {repository_path(str(s.get("name", ""))) for s in subjects
              if str((s.get("digest") or {}).get("sha256", "")) == digest.split(":", 1)[1]}
     if ref.repository not in names:
         return f"{what} names repository {', '.join(sorted(names)) or '(none)'}, not {ref.repository}"

@@ -85,7 +85,8 @@ def _registry_digest(ref: str, image_id: str) -> str | None:
     """The registry's manifest digest for the tag ``ref`` when that manifest is this very image (its config
     digest is the local image id), else None. An engine's local digest of an image it built is not the one
     the registry holds after the push recompressed the layers; promotion checks the registry's."""
-    from pinmatrix.registry.client import ImageRef, Registry
+    from pinmatrix.registry.client import Registry
+    from pinmatrix.registry.ref import ImageRef
 
     try:
         parsed = ImageRef.parse(ref)
