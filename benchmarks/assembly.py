@@ -28,10 +28,10 @@ from typing import Any
 
 from pinmatrix.engine.services import directory_bytes, podman_config, start_registry
 from pinmatrix.image.assemble import Assembler, AssemblySettings
-from pinmatrix.image.build import image_ref
 from pinmatrix.image.layer import LayerWriter
 from pinmatrix.image.publish import push
 from pinmatrix.image.rootfs import debian_base
+from pinmatrix.image.settings import image_ref
 from pinmatrix.image.wheels import WheelFetcher, cell_target, ssl_context
 from pinmatrix.lock.lockfile import parse_lock
 from pinmatrix.lock.resolve import lock_path

@@ -13,8 +13,9 @@ from typing import Any
 
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
-from pinmatrix.image.build import BuildSettings, build_all
+from pinmatrix.image.build import build_all
 from pinmatrix.image.containerfile import build_cell as containerfile_build
+from pinmatrix.image.settings import BuildSettings
 from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix, select_cells
 from pinmatrix.matrix.schema import load_matrix

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from pinmatrix.cell import BaseSpec, Cell
-from pinmatrix.report import build_report, render
+from pinmatrix.report.model import build_report
+from pinmatrix.report.write import render
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 TARGET_S = 15.0

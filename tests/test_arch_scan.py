@@ -282,8 +282,9 @@ def _doc() -> dict:
 
 
 def test_report_shows_and_carries_the_arch_scan(tmp_path: Path) -> None:
-    from pinmatrix.report import build_report, render, report_to_dict
     from pinmatrix.report.archscan import arch_scan_tables
+    from pinmatrix.report.model import build_report, report_to_dict
+    from pinmatrix.report.write import render
 
     report = build_report([], [])
     report.arch_scan = arch_scan_tables([_doc()])

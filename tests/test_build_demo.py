@@ -16,7 +16,8 @@ import pytest
 from rich.console import Console
 
 from conftest import REPO, engine_for
-from pinmatrix.image.build import BuildSettings, build_all
+from pinmatrix.image.build import build_all
+from pinmatrix.image.settings import BuildSettings
 from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix, select_cells
 from pinmatrix.matrix.schema import load_matrix

@@ -28,8 +28,8 @@ from pinmatrix.ci.k8s import (
     validate,
 )
 from pinmatrix.cli import main
-from pinmatrix.commands._common import load
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]

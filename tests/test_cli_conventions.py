@@ -23,7 +23,7 @@ import pytest
 from oci_layout import cell_labels, push_cell_image
 
 from conftest import REPO, require_binaries
-from pinmatrix.commands._common import load
+from pinmatrix.matrix.selection import load
 from pinmatrix.registry.local import Endpoint, listening
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results.store import HostFingerprint, ResultsError, ResultsStore, SmokeRecord, write_json_atomic
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord, write_json_atomic
+from pinmatrix.results.storefile import ResultsError
 from pinmatrix.smoke.classify import classify, load_signatures, signal_name
 from pinmatrix.smoke.known import apply_known_issues
 
@@ -214,9 +215,9 @@ def test_requirement_urls_must_lie_under_a_declared_index() -> None:
 
 def test_read_lock_and_pruned_cells(tmp_path: Path) -> None:
     from conftest import make_cell
-    from pinmatrix.commands._common import load
     from pinmatrix.errors import LockError
     from pinmatrix.lock.resolve import lock_path, read_lock
+    from pinmatrix.matrix.selection import load
 
     cell = make_cell("t", ("six==1.17.0",))
     with pytest.raises(LockError) as err:
@@ -408,7 +409,7 @@ six = ["1.17.0", "1.16.0"]
 
 
 def test_include_and_exclude_rules_take_every_env_form(tmp_path: Path) -> None:
-    from pinmatrix.commands._common import load
+    from pinmatrix.matrix.selection import load
 
     path = tmp_path / "m.toml"
     path.write_text(RULES_MATRIX.replace("INCLUDE", '[{ env = { A = "1" }, six = "1.15.0" }, '
@@ -440,8 +441,8 @@ def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, me
 
 
 def test_select_cells_by_stack_id_prefix_and_keyword() -> None:
-    from pinmatrix.commands._common import load
     from pinmatrix.matrix.expand import select_cells
+    from pinmatrix.matrix.selection import load
 
     _, expansion = load(Path(__file__).resolve().parents[1] / "matrix.toml")
     cells = expansion.cells
@@ -499,9 +500,9 @@ def test_compat_tables_and_their_errors() -> None:
 
 def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
     from pinmatrix.archflag import split_flags as split_arch
-    from pinmatrix.commands._common import load
     from pinmatrix.matrix.expand import _value_matches, select_cells
     from pinmatrix.matrix.schema import AxisValue
+    from pinmatrix.matrix.selection import load
 
     path = tmp_path / "m.toml"
     path.write_text('[matrix]\n[stacks.s]\ngpu_required = false\n'

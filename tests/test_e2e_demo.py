@@ -19,7 +19,7 @@ from test_promote import oci_registry  # noqa: F401 - the fixture
 
 from conftest import require_binaries
 from pinmatrix.cli import main
-from pinmatrix.commands._common import load
+from pinmatrix.matrix.selection import load
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import fetch_statements

@@ -18,16 +18,17 @@ import pytest
 
 from conftest import REPO, make_cell
 from pinmatrix.cell import BaseSpec
-from pinmatrix.commands._common import load
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.assemble import Assembler, AssemblySettings
-from pinmatrix.image.build import BuildSettings, build_all, image_ref
+from pinmatrix.image.build import build_all
 from pinmatrix.image.layer import LayerWriter
 from pinmatrix.image.lockcheck import LockMismatch, checked_lock
+from pinmatrix.image.settings import BuildSettings, image_ref
 from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
 from pinmatrix.lock.lockfile import parse_lock
 from pinmatrix.lock.resolve import lock_cell, lock_path
 from pinmatrix.matrix.expand import select_cells
+from pinmatrix.matrix.selection import load
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600,
                   packages=("ca-certificates", "python3"))

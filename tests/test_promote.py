@@ -318,7 +318,7 @@ def _matrix_for(tmp_path: Path, prefix: str, promotion: str = "") -> Path:
 
 def test_promote_command_refusals_dry_run_and_success(oci_registry: str, tmp_path: Path, capsys,
                                                       monkeypatch) -> None:
-    from pinmatrix.commands._common import load
+    from pinmatrix.matrix.selection import load
 
     monkeypatch.chdir(tmp_path)
     matrix_path = _matrix_for(tmp_path, f"{oci_registry}/cmdtest")

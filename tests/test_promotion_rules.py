@@ -299,7 +299,7 @@ def test_policy_errors_name_the_table_that_set_the_key(tmp_path: Path, matrix_ru
     with pytest.raises(Exception) as err:
         policy_for(matrix, "s")
     assert str(err.value).startswith(f"matrix.toml:{line}: {where}: ")
-    with pytest.raises(Exception, match=r"^matrix.toml: unknown stack 'nope'$"):
+    with pytest.raises(Exception, match=r"^matrix.toml: unknown stack 'nope' \(stacks: s\)$"):
         policy_for(matrix, "nope")
 
 

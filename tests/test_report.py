@@ -10,8 +10,8 @@ import pytest
 
 from pinmatrix.cell import BaseSpec, Cell
 from pinmatrix.cli import main
-from pinmatrix.report import build_report, render, write_reports
-from pinmatrix.report.model import worst
+from pinmatrix.report.model import build_report, worst
+from pinmatrix.report.write import render, write_reports
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 H200 = HostFingerprint.make(hostname="gpu1", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
@@ -64,13 +64,14 @@ def sample() -> tuple[list[Cell], list[SmokeRecord]]:
     return [a, b, c, d], records
 
 
-def test_cli_status_order_matches_the_model() -> None:
-    from pinmatrix.commands.report import FORMATS, SEVERITY_ORDER
-    from pinmatrix.report import FORMATS as WRITERS
-    from pinmatrix.report.model import SEVERITY
+def test_statuses_worst_last_and_every_format_renders(sample, tmp_path) -> None:  # noqa: ANN001
+    from pinmatrix.report.statuses import FORMATS, SEVERITY_ORDER
 
-    assert SEVERITY_ORDER == tuple(sorted(SEVERITY, key=SEVERITY.__getitem__))
-    assert set(FORMATS) == set(WRITERS)
+    assert SEVERITY_ORDER[0] == "pass" and SEVERITY_ORDER[-1] == "fail"
+    assert worst(["pass", "xfail", "skip"]) == "xfail" and worst([]) == "missing"
+    cells, records = sample
+    written = write_reports(build_report(records, cells), tmp_path)
+    assert set(written) == set(FORMATS) and all(p.name == FORMATS[f] for f, p in written.items())
 
 
 def test_worst_order() -> None:

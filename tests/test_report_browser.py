@@ -10,8 +10,9 @@ import pytest
 from test_report import H200, make_cell, rec
 
 from conftest import ci_enabled
-from pinmatrix.report import build_report, write_reports
 from pinmatrix.report.browser import Chromium, find_chromium
+from pinmatrix.report.model import build_report
+from pinmatrix.report.write import write_reports
 
 if find_chromium() is None:
     if ci_enabled():  # any truthy $CI, not only "true"

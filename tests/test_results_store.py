@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cli import main
-from pinmatrix.results.store import HostFingerprint, ResultsError, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.storefile import ResultsError
 
 HOST = HostFingerprint.make(hostname="h200-a", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
                             capability="9.0", cuda_driver_api="13.0")

@@ -15,8 +15,8 @@ import pytest
 
 from conftest import make_cell
 from pinmatrix.cli import main
-from pinmatrix.commands._common import load
 from pinmatrix.lock.resolve import lock_cell, uv_command
+from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import HostFingerprint, parse_cuda_version, parse_gpu_query
 from pinmatrix.smoke.classify import SIGNATURES_PATH, classify, default_signatures, scan
 from pinmatrix.smoke.known import apply_known_issues

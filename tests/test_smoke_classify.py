@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cell import KnownIssue
-from pinmatrix.commands._common import load
+from pinmatrix.matrix.selection import load
 from pinmatrix.smoke.catalogue import load_catalogue, matches, select
 from pinmatrix.smoke.classify import classify, scan
 from pinmatrix.smoke.known import apply_known_issues

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from pinmatrix.results.store import HostFingerprint, ResultsError, ResultsStore, SmokeRecord, storefile
+from pinmatrix.results import storefile
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.storefile import ResultsError
 from pinmatrix.smoke.runner import HostCell, RunOptions, effective_timeout, run_cells
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -69,7 +69,7 @@ def promote_signed(host: str, tmp_path: Path, capsys, name: str,  # noqa: ANN001
                    authfile: Path | None = None, built_from_lock: str | None = None, sign: bool = True) -> Promoted:
     """keygen, an image for the first demo cell (pushed by skopeo, with ``authfile`` if given), passing results
     for it, then `promote --signing-key`. The registry client finds credentials the usual way."""
-    from pinmatrix.commands._common import load
+    from pinmatrix.matrix.selection import load
 
     require_binaries("skopeo")
     prefix = f"{host}/{name}"
@@ -198,7 +198,7 @@ def test_each_tampering_is_refused_by_verify_and_pull(oci_registry: str, tmp_pat
     assert main(p.pull("--print")) == 0 and capsys.readouterr().out.strip() == good
 
     # an image that was never promoted, pushed into the promoted repository (same labels, no evidence)
-    from pinmatrix.commands._common import load
+    from pinmatrix.matrix.selection import load
 
     cell = next(c for c in load(p.matrix)[1].cells if c.id == p.cell_id)
     evil = push_cell_image(tmp_path / "evil", f"{p.target.name}:evil", cell_labels(cell), "never promoted")

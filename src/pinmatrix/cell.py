@@ -3,10 +3,11 @@ smoke, report, promote) reads cells, never matrix.toml directly."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from pinmatrix.hashing import sha256_bytes
 
 # Axes that are not pip packages. Every other axis of a cell names a distribution.
 NON_PACKAGE_AXES: tuple[str, ...] = ("driver", "cuda", "gpu", "arch", "env")
@@ -103,8 +104,19 @@ class Cell:
     def patches_to_apply(self) -> tuple[CellPatch, ...]:
         return tuple(p for p in self.patches if p.status == "apply")
 
+    def variables(self) -> dict[str, str]:
+        """The environment variables the cell defines, wherever it runs (its image, a smoke on a host, a k8s
+        Job): the arch lists, then its env-flag variant, which wins. The one place this is computed."""
+        env: dict[str, str] = {}
+        if self.torch_cuda_arch_list:
+            env["TORCH_CUDA_ARCH_LIST"] = self.torch_cuda_arch_list
+        if self.flashinfer_cuda_arch_list:
+            env["FLASHINFER_CUDA_ARCH_LIST"] = self.flashinfer_cuda_arch_list
+        env.update({str(k): str(v) for k, v in self.env.items()})
+        return env
+
 
 def cell_identity(payload: dict[str, Any]) -> str:
     """12 hex digits of sha256 over canonical JSON: the same inputs give the same id on every machine."""
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return sha256_bytes(blob.encode())[:12]

@@ -10,7 +10,6 @@ cache, once; nothing is written into the repository.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from pinmatrix.archscan.tools import cache_dir
 from pinmatrix.cell import Cell
-from pinmatrix.hashing import sha256_file
+from pinmatrix.hashing import sha256_bytes, sha256_file
 from pinmatrix.lock.resolve import find_uv, lock_path
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
@@ -109,8 +108,7 @@ def _platform_ladder(platform: str) -> list[str]:
 def _resolve(requirements: list[str], python: str, platform: str, exclude_newer: str | None,
              cache: Path, constraints: Sequence[str] = ()) -> tuple[str | None, str, str]:
     """(lock text or None, platform used, reason of the first failure); cached by its inputs."""
-    key = hashlib.sha256(json.dumps([requirements, python, platform, exclude_newer, list(constraints)]).encode()
-                         ).hexdigest()[:16]
+    key = sha256_bytes(json.dumps([requirements, python, platform, exclude_newer, list(constraints)]).encode())[:16]
     path = cache / "resolved" / f"{key}.json"
     if path.is_file():
         data = json.loads(path.read_text())

@@ -4,17 +4,17 @@ the host's environment), and ``PINMATRIX_CUOBJDUMP``, cuobjdump from its wheel w
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import pinmatrix
 from pinmatrix.archscan.tools import cache_dir, cuobjdump
+from pinmatrix.hashing import sha256_bytes
 
 
 def smoke_lib_dir() -> Path:
     package = Path(pinmatrix.__file__).resolve().parent
-    folder = cache_dir() / "smoke-lib" / hashlib.sha256(str(package).encode()).hexdigest()[:12]
+    folder = cache_dir() / "smoke-lib" / sha256_bytes(str(package).encode())[:12]
     link = folder / "pinmatrix"
     if not link.exists():
         folder.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,6 @@ cached by the wheel's sha256 and the reader's version, so a wheel shared by many
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pinmatrix.archscan.binary import BinaryTargets, read_binary
-from pinmatrix.hashing import sha256_file
+from pinmatrix.hashing import sha256_bytes, sha256_file
 
 SCAN_VERSION = 2  # bump when what read_binary reports changes
 _CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
@@ -46,7 +45,7 @@ class WheelScan:
 def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path | None = None,
                sha256: str | None = None) -> WheelScan:
     digest = sha256 or sha256_file(path)
-    key = hashlib.sha256(f"{SCAN_VERSION}|{tool_label}".encode()).hexdigest()[:8]
+    key = sha256_bytes(f"{SCAN_VERSION}|{tool_label}".encode())[:8]
     cached = cache / f"{digest}-{key}.json" if cache else None
     if cached and cached.is_file():
         return WheelScan.from_dict(json.loads(cached.read_text()))

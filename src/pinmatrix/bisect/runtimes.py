@@ -12,7 +12,6 @@ the search skips it. Each cell is made at most once per bisect.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.bisect.probe import CannotProbe, PointEnv
+from pinmatrix.hashing import sha256_file
 from pinmatrix.lock.resolve import find_uv, lock_cell, lock_path
 from pinmatrix.smoke.overlay import build_overlay
 from pinmatrix.smoke.runner import RunOptions
@@ -95,7 +95,7 @@ class VenvRuntime:
         venv = (self.work_root / "venvs" / f"{cell.id}-py{_slug(request)}").resolve()
         python = venv / "bin" / "python"
         stamp = venv / ".pinmatrix-lock-sha256"
-        want = hashlib.sha256(lock.read_bytes()).hexdigest()
+        want = sha256_file(lock)
         if not (python.exists() and stamp.is_file() and stamp.read_text().strip() == want):
             uv = find_uv()
             self.echo(f"  venv {cell.name}: uv venv --python {request} + install from {lock.name}")
@@ -157,7 +157,8 @@ def image_builder(engine: Any, root: Path, cache_dir: Path, logs_dir: Path, smok
                   ca_certificates: tuple[Path, ...], ca_in_images: bool) -> Any:
     """The project's image builder, set up as ``pinmatrix build`` sets it up (no registry, no push, images
     loaded into ``engine``). The only place the bisect touches image building."""
-    from pinmatrix.image.build import BuildSettings, CellBuilder
+    from pinmatrix.image.build import CellBuilder
+    from pinmatrix.image.settings import BuildSettings
 
     settings = BuildSettings(root=root, cache_dir=cache_dir, logs_dir=logs_dir, registry=None,
                              ca_certificates=ca_certificates, ca_in_images=ca_in_images, push=False,

@@ -54,7 +54,7 @@ def runner_labels(cell: Cell, *, cpu_runner: Sequence[str] = ("ubuntu-latest",))
 def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",),
                   registry: str | None = None) -> dict[str, Any]:
     """``registry``: the image prefix; each entry then names the cell's image (its build tag) as ``image``."""
-    from pinmatrix.image.build import image_ref
+    from pinmatrix.image.settings import image_ref
 
     if not cells:
         raise PinmatrixError("ci github: no cells selected")

@@ -8,7 +8,6 @@ the Job's container is the cell image itself with the runner started by the imag
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import tomllib
@@ -21,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import sha256_bytes
 from pinmatrix.release.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
+from pinmatrix.smoke.runner import cell_smoke_env
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
 RESULTS_MOUNT = "/results"
@@ -119,26 +120,13 @@ def smoke_configmap(smoke_dir: Path, namespace: str) -> dict[str, Any]:
     size = sum(len(v.encode()) for v in files.values())
     if size > CONFIGMAP_LIMIT:
         raise PinmatrixError(f"{smoke_dir}: the smoke catalogue is {size} bytes, over a ConfigMap's 1 MiB")
-    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:10]
+    digest = sha256_bytes(json.dumps(files, sort_keys=True).encode())[:10]
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": f"pinmatrix-smoke-{digest}", "namespace": namespace,
                      "labels": {"app.kubernetes.io/name": "pinmatrix", "app.kubernetes.io/component": "smoke"}},
         "data": files,
     }
-
-
-def cell_env(cell: Cell) -> dict[str, str]:
-    """What ``pinmatrix smoke`` gives a smoke about its cell (pinmatrix.smoke.runner.smoke_env)."""
-    from pinmatrix.smoke.runner import cell_payload
-
-    env = {str(k): str(v) for k, v in (cell.env or {}).items()}
-    if cell.flashinfer_cuda_arch_list:
-        env.setdefault("FLASHINFER_CUDA_ARCH_LIST", cell.flashinfer_cuda_arch_list)
-    if cell.torch_cuda_arch_list:
-        env.setdefault("TORCH_CUDA_ARCH_LIST", cell.torch_cuda_arch_list)
-    env["PINMATRIX_CELL"] = json.dumps(cell_payload(cell), default=str)
-    return env
 
 
 @dataclass
@@ -203,7 +191,7 @@ def _job(cell: Cell, pool: NodePool | None, gpus: int, image: str, specs: list[s
     labels = {"app.kubernetes.io/name": "pinmatrix", "app.kubernetes.io/component": "smoke",
               "pinmatrix.io/cell": cell.id, "pinmatrix.io/stack": _dns(cell.stack), "pinmatrix.io/pool": pool_name,
               "pinmatrix.io/run": _dns(run_id)}
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(cell_env(cell).items())]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(cell_smoke_env(cell).items())]
     env.append({"name": "PINMATRIX_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     container: dict[str, Any] = {
         "name": "smoke",

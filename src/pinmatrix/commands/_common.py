@@ -8,8 +8,9 @@ from pathlib import Path
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.expand import Expansion, expand_matrix, select_cells
-from pinmatrix.matrix.schema import Matrix, load_matrix
+from pinmatrix.matrix.expand import Expansion
+from pinmatrix.matrix.schema import Matrix
+from pinmatrix.matrix.selection import STDIN, select
 
 
 def add_matrix_argument(parser: argparse.ArgumentParser) -> None:
@@ -30,9 +31,6 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only cells whose name or id matches EXPR, pytest-style: 'xformers and not int64'")
 
 
-STDIN = Path("-")
-
-
 def read_input(path: Path, what: str = "file") -> str:
     """The text of ``path``, or of stdin when it is ``-``; one clear error line when it cannot be read."""
     if path == STDIN:
@@ -45,17 +43,6 @@ def read_input(path: Path, what: str = "file") -> str:
         raise PinmatrixError(f"{path}: cannot read {what}: {err}") from None
 
 
-def load(path: Path) -> tuple[Matrix, Expansion]:
-    """The matrix and its expansion; ``-`` reads the matrix from stdin (named <stdin>, root: this folder)."""
-    if path == STDIN:
-        matrix = load_matrix(Path.cwd() / "<stdin>", text=sys.stdin.read())
-    else:
-        matrix = load_matrix(path)
-    return matrix, expand_matrix(matrix)
-
-
 def selected(matrix: Matrix, expansion: Expansion, args: argparse.Namespace) -> list[Cell]:
-    stack = getattr(args, "stack", None)
-    if stack is not None and stack not in matrix.stacks:
-        raise PinmatrixError(f"{matrix.path.name}: unknown stack {stack!r} (stacks: {', '.join(matrix.stacks)})")
-    return select_cells(expansion.cells, stack=stack, keyword=getattr(args, "keyword", None))
+    """The cells --stack and -k choose."""
+    return select(matrix, expansion, stack=getattr(args, "stack", None), keyword=getattr(args, "keyword", None))

@@ -8,13 +8,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from pinmatrix.commands._common import (
-    add_matrix_argument,
-    add_selection_arguments,
-    load,
-    selected,
-)
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import load
 
 
 def register(sub: argparse._SubParsersAction) -> None:

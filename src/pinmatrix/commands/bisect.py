@@ -146,13 +146,11 @@ def _param_cell(args: argparse.Namespace) -> tuple[Any, Any]:
         if args.stack:
             raise PinmatrixError("--stack needs --cell (one cell is probed)")
         return HostCell(), None
-    from pinmatrix.commands._common import load
-    from pinmatrix.matrix.expand import select_cells
+
+    from pinmatrix.matrix.selection import load, select
 
     matrix, expansion = load(args.matrix)
-    if args.stack and args.stack not in matrix.stacks:
-        raise PinmatrixError(f"{args.matrix}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
-    cells = select_cells(expansion.cells, stack=args.stack) if args.stack else list(expansion.cells)
+    cells = select(matrix, expansion, stack=args.stack)
     hit = [c for c in cells if args.cell in (c.id, c.name)]
     if len(hit) != 1:
         raise PinmatrixError(f"{args.matrix}: {'no' if not hit else 'more than one'} cell with id or name "
@@ -229,15 +227,13 @@ def run_version(args: argparse.Namespace) -> int:
         run_version_bisect,
         stack_axis,
     )
-    from pinmatrix.commands._common import load
+    from pinmatrix.matrix.selection import load, require_stack
     from pinmatrix.smoke.catalogue import find_smoke_dir
     from pinmatrix.smoke.runner import RunOptions, new_run_id
 
     smoke = _smoke(args)
     matrix, _ = load(args.matrix)
-    if args.stack not in matrix.stacks:
-        raise PinmatrixError(f"{args.matrix}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
-    stack = matrix.stacks[args.stack]
+    stack = require_stack(matrix, args.stack)
     own = stack_axis(stack, args.axis)
     if own is None:
         raise PinmatrixError(f"{args.matrix}: stack {args.stack!r} has no axis {args.axis!r}")

@@ -16,24 +16,14 @@ from rich.text import Text
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import (
-    add_matrix_argument,
-    add_selection_arguments,
-    load,
-    selected,
-)
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine, detect_engines, get_engine
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.image.assemble import describe
-from pinmatrix.image.build import (
-    BuildSettings,
-    CellBuilder,
-    CellBuildResult,
-    build_all,
-    image_ref,
-    needs_containerfile,
-)
+from pinmatrix.image.build import CellBuilder, build_all
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells, lock_path
+from pinmatrix.matrix.selection import load
 from pinmatrix.registry.client import Registry
 
 

@@ -8,7 +8,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.matrix.selection import load
 
 
 def register(sub: argparse._SubParsersAction) -> None:

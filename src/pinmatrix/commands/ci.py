@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
 
 
@@ -84,7 +85,7 @@ def run_github(args: argparse.Namespace) -> int:
 
 
 def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
-    from pinmatrix.image.build import image_ref
+    from pinmatrix.image.settings import image_ref
     from pinmatrix.registry.client import Registry
     from pinmatrix.registry.ref import ImageRef, RegistryError
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, load, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
 from pinmatrix.lock.resolve import LockResult, lock_cells, lock_path, owners_path, record_owner, stale_locks
+from pinmatrix.matrix.selection import load
 
 
 def register(sub: argparse._SubParsersAction) -> None:

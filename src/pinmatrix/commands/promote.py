@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_matrix_argument, load
+from pinmatrix.commands._common import add_matrix_argument
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.build import image_ref
-from pinmatrix.matrix.expand import select_cells
+from pinmatrix.image.settings import image_ref
+from pinmatrix.matrix.selection import load, select
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.promote import (
@@ -69,9 +69,7 @@ def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     if not (args.cell or args.stack or args.keyword):
         raise PinmatrixError("promote: name the cells: --cell ID, --stack S or -k EXPR")
-    if args.stack and args.stack not in matrix.stacks:
-        raise PinmatrixError(f"{matrix.path.name}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
-    cells = select_cells(expansion.cells, stack=args.stack, keyword=args.keyword)
+    cells = select(matrix, expansion, stack=args.stack, keyword=args.keyword)
     if args.cell:
         by_id = {c.id: c for c in expansion.cells}
         missing = [c for c in args.cell if c not in by_id]

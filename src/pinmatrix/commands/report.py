@@ -9,14 +9,12 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_limit_argument, load
+from pinmatrix.commands._common import add_limit_argument
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import load, require_stack
+from pinmatrix.report.statuses import FORMATS, SEVERITY_ORDER
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
-
-# Kept here (not imported from pinmatrix.report) so that building the CLI parser does not import jinja2.
-FORMATS = ("html", "md", "junit", "json")
-SEVERITY_ORDER = ("pass", "skip", "missing", "xfail", "xpass", "degraded", "fail")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -108,8 +106,8 @@ def _required_smokes(matrix: object, cells: list[Cell], catalogue: list[str] | N
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.report import build_report, write_reports
-    from pinmatrix.report.model import SEVERITY, STATUS_LABELS
+    from pinmatrix.report.model import SEVERITY, STATUS_LABELS, build_report
+    from pinmatrix.report.write import write_reports
 
     cells: list[Cell] = []
     required: dict[str, list[str]] | None = None
@@ -121,8 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if matrix_path is not None:
         matrix, expansion = load(matrix_path)
         for name in args.stack or []:
-            if name not in matrix.stacks:
-                raise PinmatrixError(f"{matrix.path.name}: unknown stack {name!r} (stacks: {', '.join(matrix.stacks)})")
+            require_stack(matrix, name)
         cells = list(expansion.cells)
         title = title or f"{matrix.settings.name} report"
         required = _required_smokes(matrix, cells, _catalogue(matrix_path))
@@ -166,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))
     say(f"{len(report.cells)} cells: {summary or 'none'}")
     if args.json:
-        from pinmatrix.report import report_to_dict
+        from pinmatrix.report.model import report_to_dict
 
         print(json.dumps(report_to_dict(report), indent=2, sort_keys=True))
     if args.fail_on:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results.store import DEFAULT_PATH, STATUSES, ResultsError, ResultsStore
+from pinmatrix.results.store import DEFAULT_PATH, STATUSES, ResultsStore
+from pinmatrix.results.storefile import ResultsError
 from pinmatrix.sanitize import terminal_text
 
 

@@ -67,13 +67,11 @@ def _cells(args: argparse.Namespace) -> tuple[list[Any], Any]:
 
     if not args.cell and not args.stack:
         return [HostCell()], None
-    from pinmatrix.commands._common import load
-    from pinmatrix.matrix.expand import select_cells
+
+    from pinmatrix.matrix.selection import load, select
 
     matrix, expansion = load(args.matrix)
-    if args.stack and args.stack not in matrix.stacks:
-        raise PinmatrixError(f"{args.matrix}: unknown stack {args.stack!r} (stacks: {', '.join(matrix.stacks)})")
-    cells = select_cells(expansion.cells, stack=args.stack) if args.stack else list(expansion.cells)
+    cells = select(matrix, expansion, stack=args.stack)
     if args.cell:
         wanted: list[Cell] = []
         for key in args.cell:
@@ -168,7 +166,7 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
         if args.image:
             ref = args.image
         elif matrix is not None:
-            from pinmatrix.image.build import image_ref
+            from pinmatrix.image.settings import image_ref
 
             ref = image_ref(cell, matrix.settings.registry)
         else:

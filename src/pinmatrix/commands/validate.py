@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from pinmatrix.commands._common import add_matrix_argument, load
+from pinmatrix.commands._common import add_matrix_argument
 from pinmatrix.errors import MatrixError, PinmatrixError
+from pinmatrix.matrix.selection import load
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 
+LOCK_LABEL = "io.pinmatrix.lock.sha256"  # the sha256 of the lock an image was built from
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = "/opt/venv"
 
@@ -46,11 +48,7 @@ def cell_env(cell: Cell) -> dict[str, str]:
     if cell.gpu_required:
         env["NVIDIA_VISIBLE_DEVICES"] = "all"
         env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
-    if cell.torch_cuda_arch_list:
-        env["TORCH_CUDA_ARCH_LIST"] = cell.torch_cuda_arch_list
-    if cell.flashinfer_cuda_arch_list:
-        env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
-    env.update(cell.env)
+    env.update(cell.variables())
     return env
 
 
@@ -68,7 +66,7 @@ def cell_labels(cell: Cell, *, base: str, lock_sha: str, layers: Sequence[str], 
         "io.pinmatrix.cell.python": cell.python,
         "io.pinmatrix.cell.platform": cell.platform,
         "io.pinmatrix.cell.gpu_required": str(cell.gpu_required).lower(),
-        "io.pinmatrix.lock.sha256": lock_sha,
+        LOCK_LABEL: lock_sha,
         "io.pinmatrix.layers": ",".join(layers),
     }
     for axis, value in sorted(cell.pins.items()):

@@ -28,8 +28,8 @@ from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.base_image import ensure_base_image
-from pinmatrix.image.build import BuildSettings, CellBuildResult, image_ref
 from pinmatrix.image.config import (  # noqa: F401 - nvidia_require_cuda re-used by tests
     cell_env,
     cell_labels,
@@ -38,6 +38,7 @@ from pinmatrix.image.config import (  # noqa: F401 - nvidia_require_cuda re-used
 from pinmatrix.image.layerplan import load_layer_specs, plan_layers
 from pinmatrix.image.patch_sources import resolve_patch
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SOURCE_DATE_EPOCH, DEFAULT_SUITE
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref
 from pinmatrix.lock.lockfile import parse_lock
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
@@ -198,7 +199,7 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
         layer_names.append("patches")
     if smoke:
         layer_names.append("smoke")
-    lock_sha = hashlib.sha256(lock_text.encode()).hexdigest()
+    lock_sha = sha256_bytes(lock_text.encode())
     labels = cell_labels(cell, base=base_ref, lock_sha=lock_sha, layers=layer_names, epoch=epoch)
     template = _environment(images).get_template(CONTAINERFILE_TEMPLATE)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pinmatrix.atomic import atomic_path
 from pinmatrix.errors import PatchError
 from pinmatrix.hashing import sha256_file
 
@@ -261,12 +262,10 @@ def _write(p: _Planned) -> None:
     if p.new_text is None:
         p.target.unlink()
         return
-    p.target.parent.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(p.target.stat().st_mode) if p.target.exists() else 0o644
-    tmp = p.target.with_name(f".{p.target.name}.pinmatrix-{os.getpid()}.tmp")
-    tmp.write_text(p.new_text, encoding="utf-8")
-    os.chmod(tmp, mode)
-    os.replace(tmp, p.target)
+    with atomic_path(p.target) as tmp:
+        tmp.write_text(p.new_text, encoding="utf-8")
+        os.chmod(tmp, mode)  # the patched file keeps its mode, whatever the umask
     # A stale bytecode cache would keep serving the unpatched module on some filesystems.
     cache = p.target.parent / "__pycache__"
     if p.target.suffix == ".py" and cache.is_dir():

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pinmatrix.atomic import atomic_write_text
+from pinmatrix.atomic import atomic_path, atomic_write_text
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
@@ -217,13 +217,11 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
 
 
 def pinned_base(spec: BaseSpec, platform: str, layout: OCILayout, *, authfile: Path | None = None,

@@ -255,7 +255,12 @@ class Registry:
         return dict(json.loads(self.get_blob(repository, manifest["config"]["digest"])))
 
     def labels(self, repository: str, reference: str) -> dict[str, str]:
-        return dict((self.image_config(repository, reference).get("config") or {}).get("Labels") or {})
+        return _labels(self.image_config(repository, reference))
+
+    def config_labels(self, repository: str, manifest: dict[str, Any]) -> dict[str, str]:
+        """The labels in the config of an image whose manifest is at hand (the config is fetched by digest,
+        so checked against it)."""
+        return _labels(json.loads(self.get_blob(repository, manifest["config"]["digest"])))
 
     def repositories(self) -> list[str]:
         """Every repository, following the catalog's pagination (at most 1000 names a page)."""
@@ -477,6 +482,10 @@ class Registry:
         body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
                           sort_keys=True, separators=(",", ":")).encode()
         self.put_manifest(repository, tag, Manifest(body=body, media_type=OCI_INDEX, digest=sha256_digest(body)))
+
+
+def _labels(config: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in ((config.get("config") or {}).get("Labels") or {}).items()}
 
 
 def referrers_tag(digest: str) -> str:

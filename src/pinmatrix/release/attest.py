@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.config import LOCK_LABEL
 from pinmatrix.registry.client import Manifest, Registry
 from pinmatrix.registry.ref import ImageRef, RegistryError
 from pinmatrix.release.sbom import CYCLONEDX_PREDICATE
@@ -134,15 +135,13 @@ def sbom_statement(image: ImageRef, bom: dict[str, Any]) -> dict[str, Any]:
 def lock_for_sbom(registry: Registry, image: ImageRef, lock_file: Path) -> tuple[str | None, str]:
     """(the lock text to build the SBOM from, or None; why not). The lock must exist and, when the image says
     which lock it was built from (``io.pinmatrix.lock.sha256``), be that very lock."""
-    from pinmatrix.release.verify import LOCK_LABEL, image_labels
-
     if not lock_file.is_file():
         return None, f"{lock_file}: no lock for the cell, so no SBOM is attached"
     text = lock_file.read_text()
     manifest = registry.get_manifest(image.repository, image.reference)
     if manifest is not None and "config" in manifest.json:
-        built = image_labels(registry, image.repository, manifest.json).get(LOCK_LABEL)
-        if built and built != hashlib.sha256(text.encode()).hexdigest():
+        built = registry.config_labels(image.repository, manifest.json).get(LOCK_LABEL)
+        if built and built != sha256_bytes(text.encode()):
             return None, (f"{lock_file} changed since {image} was built (its {LOCK_LABEL} label is {built[:12]}...): "
                           "no SBOM is attached")
     return text, ""

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import require_stack
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
@@ -88,9 +89,7 @@ def policy_for(matrix: Any, stack: str) -> PromotionPolicy:
     """The stack's policy from matrix.toml: ``[matrix.promotion]`` updated by ``[stacks.<stack>.promotion]``.
     Errors name the file, line and key."""
     merged: dict[str, Any] = dict(getattr(matrix.settings, "promotion", None) or {})
-    stack_doc = matrix.stacks.get(stack)
-    if stack_doc is None:
-        raise PinmatrixError(f"{matrix.path.name}: unknown stack {stack!r}")
+    stack_doc = require_stack(matrix, stack)
     own = dict(getattr(stack_doc, "promotion", None) or {})
     merged.update(own)
     try:

@@ -9,7 +9,6 @@ serial number is derived from the cell id and the lock's sha256.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from packageurl import PackageURL
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import sha256_bytes
 from pinmatrix.lock.lockfile import parse_lock
 
 CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"
@@ -60,7 +60,7 @@ def purl(pkg: LockedPackage) -> PackageURL:
 def cell_bom(cell: Cell, lock_text: str, *, moment: datetime, lock_source: str = "lock") -> dict[str, Any]:
     """The CycloneDX 1.6 JSON document (as a dict) for ``cell`` from its lock text."""
     packages = locked_packages(lock_text, lock_source)
-    lock_sha = hashlib.sha256(lock_text.encode()).hexdigest()
+    lock_sha = sha256_bytes(lock_text.encode())
     bom = Bom(serial_number=uuid.uuid5(_NAMESPACE, f"{cell.id}:{lock_sha}"))
     bom.metadata.timestamp = moment
     root = Component(

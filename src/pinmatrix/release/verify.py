@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from pinmatrix.image.config import LOCK_LABEL
 from pinmatrix.registry.client import INDEX_TYPES, Registry
 from pinmatrix.registry.ref import ImageRef, repository_path
 from pinmatrix.release.attest import (
@@ -36,7 +37,6 @@ from pinmatrix.release.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_en
 
 CELL_LABEL = "io.pinmatrix.cell."
 PIN_LABEL = "io.pinmatrix.pin."
-LOCK_LABEL = "io.pinmatrix.lock.sha256"
 CELL_FIELDS = ("stack", "name", "python", "platform")
 
 
@@ -136,12 +136,6 @@ def _sbom_problems(bom: Any, cell: dict[str, str] | None, labels: dict[str, str]
     return problems
 
 
-def image_labels(registry: Registry, repository: str, manifest: dict[str, Any]) -> dict[str, str]:
-    """The labels in an image's config (fetched by digest, so checked against it)."""
-    config = json.loads(registry.get_blob(repository, manifest["config"]["digest"]))
-    return {str(k): str(v) for k, v in ((config.get("config") or {}).get("Labels") or {}).items()}
-
-
 def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], *,
                  expect_digest: str | None = None, expect_cell: str | None = None,
                  expect_stack: str | None = None) -> Verification:
@@ -167,7 +161,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
     if manifest.media_type in INDEX_TYPES or "config" not in manifest.json:
         out.problems.append(f"{ref} is an image index, not one image: pinmatrix promotes single images")
         return out
-    labels = image_labels(registry, ref.repository, manifest.json)
+    labels = registry.config_labels(ref.repository, manifest.json)
     image = ref.with_digest(digest)
 
     verified_results: list[tuple[dict[str, Any], TrustedKey]] = []

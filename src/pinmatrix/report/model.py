@@ -14,17 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import KNOWN_AXES, Cell
+from pinmatrix.report.statuses import SEVERITY, STATUS_LABELS
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.sanitize import terminal_text
 
-# Worst last. "missing" = a smoke selected for the cell that has no result on any host.
-SEVERITY: dict[str, int] = {
-    "pass": 0, "skip": 1, "missing": 2, "xfail": 3, "xpass": 4, "degraded": 5, "fail": 6,
-}
-STATUS_LABELS: dict[str, str] = {
-    "pass": "pass", "skip": "skipped", "missing": "no result", "xfail": "expected failure",
-    "xpass": "unexpected pass", "degraded": "degraded", "fail": "FAIL",
-}
 LOG_EXCERPT_LINES = 40
 LOG_EXCERPT_CHARS = 6000
 

@@ -23,17 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.hashing import sha256_bytes
 from pinmatrix.results import storefile
+from pinmatrix.results.storefile import ResultsError
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import PinmatrixError
 
 STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded")
 DEFAULT_PATH = Path(".pinmatrix/results.sqlite")
 SCHEMA_VERSION = 1
-
-
-class ResultsError(PinmatrixError):
-    """The results store is unreadable, or an imported row is malformed."""
 
 
 def _say_on_stderr(line: str) -> None:
@@ -58,7 +56,7 @@ class HostFingerprint:
     @staticmethod
     def compute_id(gpu_name: str | None, driver: str | None, capability: str | None, gpu_count: int) -> str:
         blob = json.dumps([gpu_name, driver, capability, int(gpu_count)], separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return sha256_bytes(blob.encode())[:12]
 
     @classmethod
     def make(

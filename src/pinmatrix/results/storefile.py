@@ -24,13 +24,17 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+from pinmatrix.errors import PinmatrixError
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 READ_BUSY_MS = 500
 
 
-def _error(message: str) -> Exception:
-    from pinmatrix.results.store import ResultsError
+class ResultsError(PinmatrixError):
+    """The results store is unreadable, or an imported row is malformed."""
 
+
+def _error(message: str) -> Exception:
     return ResultsError(message)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.cell import Cell
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
@@ -61,6 +62,9 @@ class HostCell:
     torch_cuda_arch_list: str | None = None
     flashinfer_cuda_arch_list: str | None = None
     gpu_required: bool = False
+
+    def variables(self) -> dict[str, str]:
+        return dict(self.env)
 
 
 @dataclass
@@ -108,18 +112,19 @@ def cell_payload(cell: Any) -> dict[str, Any]:
     return out
 
 
-def smoke_env(cell: Any, smoke: Smoke, result_path: Path, overlay: Overlay | None,
+def cell_smoke_env(cell: Cell | HostCell) -> dict[str, str]:
+    """What a smoke is given about its cell, on a host or in a k8s Job: the cell's variables and
+    $PINMATRIX_CELL."""
+    return {**cell.variables(), "PINMATRIX_CELL": json.dumps(cell_payload(cell), default=str)}
+
+
+def smoke_env(cell: Cell | HostCell, smoke: Smoke, result_path: Path, overlay: Overlay | None,
               params: dict[str, Any] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(PARAMS_ENV, None)
     if params:  # a bisect probe: the smoke reads its parameter values from here
         env[PARAMS_ENV] = json.dumps(params, sort_keys=True)
-    env.update({str(k): str(v) for k, v in (getattr(cell, "env", None) or {}).items()})
-    if getattr(cell, "flashinfer_cuda_arch_list", None) and "FLASHINFER_CUDA_ARCH_LIST" not in os.environ:
-        env["FLASHINFER_CUDA_ARCH_LIST"] = cell.flashinfer_cuda_arch_list
-    if getattr(cell, "torch_cuda_arch_list", None) and "TORCH_CUDA_ARCH_LIST" not in os.environ:
-        env["TORCH_CUDA_ARCH_LIST"] = cell.torch_cuda_arch_list
-    env["PINMATRIX_CELL"] = json.dumps(cell_payload(cell), default=str)
+    env.update(cell_smoke_env(cell))  # the cell's variables win over the host's
     env["PINMATRIX_SMOKE_RESULT"] = str(result_path)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSAFEPATH", None)  # the smoke imports _smokelib from its own directory

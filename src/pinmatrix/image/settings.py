@@ -1,0 +1,87 @@
+"""What a build of cells is asked to do (``BuildSettings``), what it reports per cell (``CellBuildResult``),
+and a cell's image reference: shared by the assembler path (``build``) and the Containerfile path
+(``containerfile``), which therefore do not import each other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pinmatrix.cell import Cell
+from pinmatrix.image.assemble import AssembledImage, AssemblySettings
+from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL
+
+Status = Literal["built", "cached", "failed"]
+DEFAULT_REPOSITORY = "localhost/pinmatrix"
+
+
+def image_ref(cell: Cell, registry: str | None) -> str:
+    """The image reference of a cell: the tag is the cell id (a content address)."""
+    return f"{(registry or DEFAULT_REPOSITORY).rstrip('/')}/{cell.stack}:{cell.id}"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    root: Path = Path(".")  # the project: smoke/, patches/, locks/, images/ (Containerfile path)
+    cache_dir: Path = Path(".pinmatrix/cache")
+    logs_dir: Path = Path(".pinmatrix/logs")
+    registry: str | None = None  # "127.0.0.1:5000/pinmatrix": image refs are <registry>/<stack>:<cell id>
+    ca_certificates: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
+    ca_in_images: bool = False
+    push: bool = False
+    check_registry: bool = True  # a tag with the same inputs in the registry counts as built
+    smoke_dir: Path | None = None  # default: <root>/smoke
+    layout_dir: Path | None = None  # default: <cache_dir>/../oci
+    gzip_level: int | None = DEFAULT_GZIP_LEVEL
+    load: bool = True  # load each image into the engine's store
+    authfile: Path | None = None
+
+    @property
+    def images_dir(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def layout(self) -> Path:
+        return self.layout_dir or self.cache_dir.parent / "oci"
+
+    def assembly(self, jobs: int = 4) -> AssemblySettings:
+        return AssemblySettings(root=self.root, cache_dir=self.cache_dir, layout_dir=self.layout,
+                                smoke_dir=self.smoke_dir, extra_ca=self.ca_certificates,
+                                ca_in_images=self.ca_in_images, gzip_level=self.gzip_level, jobs=jobs,
+                                registry_authfile=self.authfile)
+
+
+@dataclass
+class CellBuildResult:
+    cell: Cell
+    ref: str
+    status: Status
+    log: Path
+    image_id: str | None = None  # the config digest (what engines call the image id)
+    digest: str | None = None  # manifest digest (the same in the layout and in the registry)
+    cached_in: str | None = None  # "layout", "local" or "registry"
+    seconds: float = 0.0
+    reason: str = ""
+    layers: list[str] = field(default_factory=list)
+    assembled: AssembledImage | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    def fail(self, reason: str, note: Callable[[str], None]) -> None:
+        """Mark the cell failed with a one-line reason, and say so in its build log."""
+        self.status, self.reason = "failed", reason
+        note(f"# FAILED: {reason}")
+
+    def to_json(self) -> dict[str, object]:
+        return {"cell": self.cell.id, "name": self.cell.name, "ref": self.ref, "status": self.status,
+                "digest": self.digest, "image_id": self.image_id, "cached_in": self.cached_in,
+                "seconds": round(self.seconds, 3), "reason": self.reason or None, "log": str(self.log),
+                "layers": self.layers}
+
+
+def needs_containerfile(cell: Cell) -> bool:
+    return any(p.kind == "source" for p in cell.patches_to_apply)

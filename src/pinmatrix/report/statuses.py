@@ -1,0 +1,16 @@
+"""The statuses a report shows, worst last, and the formats it writes. No dependencies: the CLI builds its
+parser from these without importing a renderer (jinja2)."""
+
+from __future__ import annotations
+
+# Worst last. "missing" = a smoke selected for the cell that has no result on any host.
+SEVERITY: dict[str, int] = {
+    "pass": 0, "skip": 1, "missing": 2, "xfail": 3, "xpass": 4, "degraded": 5, "fail": 6,
+}
+SEVERITY_ORDER: tuple[str, ...] = tuple(sorted(SEVERITY, key=SEVERITY.__getitem__))
+STATUS_LABELS: dict[str, str] = {
+    "pass": "pass", "skip": "skipped", "missing": "no result", "xfail": "expected failure",
+    "xpass": "unexpected pass", "degraded": "degraded", "fail": "FAIL",
+}
+# format -> the file it is written to
+FORMATS: dict[str, str] = {"html": "index.html", "md": "summary.md", "junit": "junit.xml", "json": "report.json"}

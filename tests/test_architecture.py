@@ -1,0 +1,157 @@
+"""The package's shape holds: no import cycles (function-level imports included), tests and benchmarks never
+reach into a command module, and each shared piece is defined in one module only."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+PACKAGE = SRC / "pinmatrix"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _target(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the pinmatrix modules it imports anywhere in its body (function-level imports too)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str | None] = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("pinmatrix"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.append(full if full in modules else _target(str(node.module), modules))
+            elif isinstance(node, ast.Import):
+                targets += [_target(a.name, modules) for a in node.names if a.name.startswith("pinmatrix")]
+            graph[module] |= {t for t in targets if t and t != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    assert "pinmatrix.matrix.expand" in graph and graph["pinmatrix.matrix.expand"]
+    assert cycles(graph) == []
+
+
+def test_engine_interface_imports_no_backend() -> None:
+    graph = import_graph()
+    assert not graph["pinmatrix.engine.base"] & {"pinmatrix.engine.docker", "pinmatrix.engine.podman"}
+
+
+def test_tests_and_benchmarks_never_import_a_command_module() -> None:
+    offenders = []
+    for folder in ("tests", "benchmarks", "tools"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if re.search(r"^\s*(from|import) pinmatrix\.commands\b", path.read_text(encoding="utf-8"), re.M):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
+
+
+# Each shared piece and the one module that defines it. Checked by name over every module's top-level
+# definitions (and class bodies): a second definition anywhere fails.
+ONE_HOME = {
+    "ImageRef": "pinmatrix.registry.ref", "Registry": "pinmatrix.registry.client",
+    "is_loopback": "pinmatrix.registry.ref", "is_digest": "pinmatrix.registry.ref",
+    "ArchFlag": "pinmatrix.archflag", "split_flags": "pinmatrix.archflag", "parse_flags": "pinmatrix.archflag",
+    "parse_capability": "pinmatrix.archflag",
+    "sha256_bytes": "pinmatrix.hashing", "sha256_file": "pinmatrix.hashing", "sha256_digest": "pinmatrix.hashing",
+    "atomic_path": "pinmatrix.atomic", "atomic_write_text": "pinmatrix.atomic",
+    "require_stack": "pinmatrix.matrix.selection", "load": "pinmatrix.matrix.selection",
+    "cell_env": "pinmatrix.image.config", "cell_smoke_env": "pinmatrix.smoke.runner",
+}
+
+
+def test_each_shared_piece_is_defined_once() -> None:
+    homes: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
+    for module, path in _modules().items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                homes.setdefault(node.name, []).append(module)
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(module)
+    for name, home in ONE_HOME.items():
+        assert homes.get(name) == [home], (name, homes.get(name))
+    assert {n: m for n, m in classes.items() if len(m) > 1} == {}, "one class name, one meaning"
+
+
+def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
+    """The image and a smoke on a host (and a k8s Job, through the same ``cell_smoke_env``) give a cell the same variables, with the env-flag variant
+    winning over the arch lists, and the cell winning over the host's environment."""
+    import dataclasses
+
+    from pinmatrix.image.config import cell_env
+    from pinmatrix.matrix.selection import load
+    from pinmatrix.smoke.catalogue import Smoke
+    from pinmatrix.smoke.runner import smoke_env
+
+    _, expansion = load(ROOT / "matrix.toml")
+    cell = next(c for c in expansion.cells if c.torch_cuda_arch_list)
+    cell = dataclasses.replace(cell, env={**cell.env, "TORCH_CUDA_ARCH_LIST": "8.0"})
+    monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "host-value")
+    smoke = Smoke(name="x", module=Path("host.py"), func="x", description="")
+    on_host = smoke_env(cell, smoke, Path("/tmp/r.json"), None)
+    in_image = cell_env(cell)
+    assert on_host["TORCH_CUDA_ARCH_LIST"] == in_image["TORCH_CUDA_ARCH_LIST"] == "8.0"
+    if cell.flashinfer_cuda_arch_list:
+        assert on_host["FLASHINFER_CUDA_ARCH_LIST"] == in_image["FLASHINFER_CUDA_ARCH_LIST"] != "host-value"
+    for key, value in cell.variables().items():
+        assert on_host[key] == in_image[key] == value
