@@ -13,9 +13,15 @@ SRC = ROOT / "src"
 PACKAGE = SRC / "pinmatrix"
 
 
+INCELL = PACKAGE / "incell"
+
+
 def _modules() -> dict[str, Path]:
+    """The package's modules; the in-cell runtime is package data, not part of the import graph."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
+        if INCELL in path.parents:
+            continue
         name = ".".join(path.relative_to(SRC).with_suffix("").parts)
         found[name.removesuffix(".__init__")] = path
     return found
@@ -155,3 +161,39 @@ def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
         assert on_host["FLASHINFER_CUDA_ARCH_LIST"] == in_image["FLASHINFER_CUDA_ARCH_LIST"] != "host-value"
     for key, value in cell.variables().items():
         assert on_host[key] == in_image[key] == value
+
+
+def test_in_cell_runtime_is_one_standard_library_folder() -> None:
+    """Everything that runs in a cell's Python without pinmatrix is in src/pinmatrix/incell, imports only the
+    standard library and its neighbours at module level (numpy/torch only inside functions), and is shipped as
+    package data."""
+    names = sorted(p.name for p in INCELL.glob("*.py"))
+    assert names == ["_oracles.py", "_smokelib.py", "apply_patches.py", "pod_runner.py"]
+    for path in INCELL.glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            imported: list[str] = []
+            if isinstance(node, ast.Import):
+                imported = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported = [node.module.split(".")[0]]
+            for name in imported:
+                assert name in sys.stdlib_module_names or name in {"_smokelib", "_oracles"}, (path.name, name)
+    for module, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(from|import) (_smokelib|_oracles|pinmatrix\.incell)\b", text, re.M), module
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"incell/*.py"' in pyproject
+    assert not (ROOT / "smoke" / "_smokelib.py").exists() and not (ROOT / "images" / "apply_patches.py").exists()
+
+
+def test_a_catalogue_cannot_shadow_the_runtime(tmp_path: Path) -> None:
+    import pytest
+
+    from pinmatrix.smoke.bundle import smoke_bundle
+    from pinmatrix.smoke.catalogue import SmokeError
+
+    (tmp_path / "mine.py").write_text("SMOKES = {}\n")
+    assert [name for name, _ in smoke_bundle(tmp_path)] == ["_oracles.py", "_smokelib.py", "mine.py"]
+    (tmp_path / "_smokelib.py").write_text("# an old copy\n")
+    with pytest.raises(SmokeError, match="_smokelib.py ships with pinmatrix"):
+        smoke_bundle(tmp_path)

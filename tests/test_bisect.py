@@ -207,7 +207,6 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_malformed_parameter_declarations_are_named(tmp_path: Path) -> None:
-    lib = (SMOKE_DIR / "_smokelib.py").read_text()
     for i, (spec, words) in enumerate((
         ('{"func": "f", "params": {"n": {"range": [5, 1]}}}', "low end first"),
         ('{"func": "f", "params": {"n": {"range": [0, 9], "default": 20}}}', "outside the range"),
@@ -217,7 +216,6 @@ def test_malformed_parameter_declarations_are_named(tmp_path: Path) -> None:
     )):
         d = tmp_path / f"cat{i}"
         d.mkdir()
-        (d / "_smokelib.py").write_text(lib)
         (d / "m.py").write_text(f"SMOKES = {{'s': {spec}}}\n")
         with pytest.raises(SmokeError) as err:
             load_catalogue(d)
@@ -456,7 +454,6 @@ if __name__ == "__main__":
 def test_float_parameter_and_a_smoke_that_fails_below(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cat = tmp_path / "cat"
     cat.mkdir()
-    shutil.copy(SMOKE_DIR / "_smokelib.py", cat)
     (cat / "ratio.py").write_text(FLOAT_SMOKE)
     base = ["bisect", "param", "ratio", "--param", "x", "--step", "0.01", "--smoke-dir", str(cat),
             "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs"), "--json"]

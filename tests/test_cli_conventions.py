@@ -26,6 +26,7 @@ from conftest import REPO, require_binaries
 from pinmatrix.matrix.selection import load
 from pinmatrix.registry.local import Endpoint, listening
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.smoke.bundle import incell_file, smoke_bundle
 
 SHIPPED_REGISTRY = 'registry = "127.0.0.1:5000/pinmatrix"'
 POOLS = '[[pool]]\nname = "h200"\ngpu_product = "NVIDIA-H200"\ndriver = "580.159.04"\ncapability = "9.0"\n'
@@ -102,8 +103,13 @@ def _pod_run(project: Project) -> list[str]:
     out = project.root / "pod"
     if not (out / "run.json").is_file():
         cell = next(iter(project.cells))
-        ran = subprocess.run([sys.executable, str(REPO / "src/pinmatrix/ci/pod_runner.py"), "--out", str(out),
-                              "--smoke-dir", str(project.root / "smoke"), "--cell-id", cell,
+        # the pod sees the ConfigMap: the catalogue with the in-cell runtime beside it
+        pod_smoke = project.root / "pod-smoke"
+        for name, path in smoke_bundle(project.root / "smoke"):
+            (pod_smoke / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, pod_smoke / name)
+        ran = subprocess.run([sys.executable, str(incell_file("pod_runner.py")), "--out", str(out),
+                              "--smoke-dir", str(pod_smoke), "--cell-id", cell,
                               "host.py:host-probe:120"], capture_output=True, text=True, timeout=300, check=False)
         assert ran.returncode == 0, ran.stdout + ran.stderr
     return ["ci", "collect", str(out), "--json"]

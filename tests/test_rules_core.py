@@ -201,7 +201,6 @@ def test_smoke_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture
                                    summary: str) -> None:
     d = tmp_path / "smoke"
     d.mkdir()
-    (d / "_smokelib.py").write_bytes((ROOT / "smoke" / "_smokelib.py").read_bytes())
     (d / "exits.py").write_text(EXIT_SMOKES)
     got = main(["smoke", "--smoke-dir", str(d), "-k", keyword, "--results", str(tmp_path / "r.sqlite"),
                 "--logs", str(tmp_path / "logs")])

@@ -1,4 +1,4 @@
-"""The smoke oracles (smoke/_oracles.py) on the CPU with numpy: per-tile and per-row checks pass a correctly
+"""The smoke oracles (src/pinmatrix/incell/_oracles.py) on the CPU with numpy: per-tile and per-row checks pass a correctly
 rounded GEMM and fail every injected fault (a zeroed tile, a zeroed row, a skipped K block, two swapped NVFP4
 block scales) that a whole-matrix norm lets through; the exact e2m1/e4m3 decoders and the 128x4 scale layout;
 timing comparisons with a margin; the leak verdict; greedy tokens against reference logits; and that every
@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "smoke"))
+INCELL = ROOT / "src" / "pinmatrix" / "incell"
+sys.path.insert(0, str(INCELL))
 try:
     import _oracles as o
     import _smokelib
 finally:
-    sys.path.remove(str(ROOT / "smoke"))
+    sys.path.remove(str(INCELL))
 
 RNG = np.random.default_rng(20261130)
 BF16 = o.tile_bound("bfloat16")

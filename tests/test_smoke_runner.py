@@ -75,7 +75,6 @@ def env(ctx):
 def smoke_dir(tmp_path: Path) -> Path:
     d = tmp_path / "smoke"
     d.mkdir()
-    shutil.copy(ROOT / "smoke" / "_smokelib.py", d)
     (d / "fake.py").write_text(FAKE + '\nif __name__ == "__main__":\n    main(SMOKES, globals())\n')
     return d
 

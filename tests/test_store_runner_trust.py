@@ -152,7 +152,6 @@ def test_a_read_only_store_is_readable(tmp_path: Path) -> None:
 def _smoke_dir(tmp_path: Path, body: str) -> Path:
     d = tmp_path / "smoke"
     d.mkdir()
-    shutil.copy(ROOT / "smoke" / "_smokelib.py", d)
     (d / "trust.py").write_text(textwrap.dedent(body))
     return d
 

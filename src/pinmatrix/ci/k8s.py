@@ -23,6 +23,7 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.release.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
+from pinmatrix.smoke.bundle import incell_file, smoke_bundle
 from pinmatrix.smoke.runner import cell_smoke_env
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
@@ -113,10 +114,8 @@ def _dns(text: str, limit: int = 63) -> str:
 
 
 def smoke_configmap(smoke_dir: Path, namespace: str) -> dict[str, Any]:
-    files: dict[str, str] = {}
-    for path in sorted(smoke_dir.glob("*.py")):
-        files[path.name] = path.read_text()
-    files[RUNNER_NAME] = (Path(__file__).parent / "pod_runner.py").read_text()
+    files = {name: path.read_text() for name, path in smoke_bundle(smoke_dir) if name.endswith(".py") and "/" not in name}
+    files[RUNNER_NAME] = incell_file("pod_runner.py").read_text()
     size = sum(len(v.encode()) for v in files.values())
     if size > CONFIGMAP_LIMIT:
         raise PinmatrixError(f"{smoke_dir}: the smoke catalogue is {size} bytes, over a ConfigMap's 1 MiB")

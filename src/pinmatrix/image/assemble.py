@@ -51,6 +51,7 @@ from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.lock.lockfile import LockEntry
 from pinmatrix.registry.auth import find_credentials
+from pinmatrix.smoke.bundle import smoke_bundle, smoke_files
 
 LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
@@ -155,13 +156,6 @@ class WheelChoices:
         wheel = self.fetcher.choose(entry, target, cell.indexes)
         atomic_write_text(path, json.dumps(wheel.__dict__, sort_keys=True))
         return wheel
-
-
-def smoke_files(smoke_dir: Path) -> list[Path]:
-    if not smoke_dir.is_dir():
-        return []
-    return sorted(p for p in smoke_dir.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
 class Assembler:
@@ -309,9 +303,9 @@ class Assembler:
             image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, patch.sha256,
                                                                         target_wheel.sha256, cell.python, epoch,
                                                                         level)))
-        smoke = smoke_files(self.smoke_dir)
+        smoke = smoke_bundle(self.smoke_dir) if smoke_files(self.smoke_dir) else []
         if smoke:
-            tree = [(p.relative_to(self.smoke_dir).as_posix(), sha256_file(p)) for p in smoke]
+            tree = [(name, sha256_file(p)) for name, p in smoke]
             image.layers.append(PlannedLayer("smoke", _key("smoke", LAYOUT_FORMAT, tree, epoch, level)))
         if self.settings.ca_in_images:
             certs = [(p.name, sha256_file(p)) for p in self.settings.extra_ca if p.is_file()]
@@ -376,13 +370,12 @@ class Assembler:
             on_step(f"patch {patch.id}")
             self._cached_or_build(planned, partial(self._patch_layer, cell, patch, wheel_path, venv), epoch)
         if "smoke" in by_name:
-            files: list[Path] = ctx["smoke"]  # type: ignore[assignment]
+            files: list[tuple[str, Path]] = ctx["smoke"]  # type: ignore[assignment]
 
             def smoke_layer(writer: LayerWriter) -> None:
-                for path in files:
+                for name, path in files:
                     with open(path, "rb") as handle:
-                        writer.add_file(f"{SMOKE_DIR}/{path.relative_to(self.smoke_dir).as_posix()}", handle,
-                                        path.stat().st_size)
+                        writer.add_file(f"{SMOKE_DIR}/{name}", handle, path.stat().st_size)
 
             self._cached_or_build(by_name["smoke"], smoke_layer, epoch)
         if "ca" in by_name:

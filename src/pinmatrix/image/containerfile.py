@@ -42,6 +42,7 @@ from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref
 from pinmatrix.lock.lockfile import parse_lock
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
+from pinmatrix.smoke.bundle import incell_file, smoke_bundle, smoke_files
 
 IMAGES_DIR = Path("images")
 CONTAINERFILE_TEMPLATE = "Containerfile.j2"
@@ -184,15 +185,12 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
     if plan_entries:
         _write(context / "patches" / "plan.json",
                (json.dumps({"patches": plan_entries}, indent=1, sort_keys=True) + "\n").encode(), epoch)
-        _write(context / "patches" / PATCH_HELPER, (images / PATCH_HELPER).read_bytes(), epoch)
+        _write(context / "patches" / PATCH_HELPER, incell_file(PATCH_HELPER).read_bytes(), epoch)
 
     smoke_src = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
-    smoke = False
-    if smoke_src.is_dir():
-        for path in sorted(smoke_src.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                _write(context / "smoke" / path.relative_to(smoke_src), path.read_bytes(), epoch)
-                smoke = True
+    smoke = bool(smoke_files(smoke_src))
+    for name, path in smoke_bundle(smoke_src) if smoke else []:
+        _write(context / "smoke" / name, path.read_bytes(), epoch)
 
     layer_names: list[str] = ["base", "python", *(str(layer["name"]) for layer in layer_views)]
     if plan_entries:

@@ -40,16 +40,17 @@ class Smoke:
 
 
 def find_smoke_dir(explicit: Path | None = None) -> Path:
-    """``explicit``, else $PINMATRIX_SMOKE_DIR, else ./smoke, else the checkout this package lives in."""
+    """The smoke catalogue: ``explicit``, else $PINMATRIX_SMOKE_DIR, else ./smoke (the project's folder, next to
+    matrix.toml, like patches/ and locks/). A catalogue is a folder of smoke modules; the runtime they import
+    ships with pinmatrix (``pinmatrix.smoke.bundle``)."""
     candidates: list[Path] = []
     if explicit is not None:
         candidates.append(Path(explicit))
     if os.environ.get(SMOKE_DIR_ENV):
         candidates.append(Path(os.environ[SMOKE_DIR_ENV]))
     candidates.append(Path.cwd() / "smoke")
-    candidates.append(Path(__file__).resolve().parents[3] / "smoke")
     for c in candidates:
-        if (c / "_smokelib.py").is_file():
+        if c.is_dir() and any(c.glob("*.py")):
             return c.resolve()
     raise SmokeError(
         f"smoke catalogue not found (looked in {', '.join(str(c) for c in candidates)}); "

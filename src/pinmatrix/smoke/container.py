@@ -10,11 +10,13 @@ from typing import Any
 
 from pinmatrix.engine import OCIEngine, host_has_gpus
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.smoke.bundle import incell_dir
 from pinmatrix.smoke.catalogue import Smoke
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
+INCELL_MOUNT = "/opt/pinmatrix-incell"
 OUT_MOUNT = "/pinmatrix-out"
 LIB_MOUNT = "/opt/pinmatrix-lib"  # the pinmatrix package, for the arch-coverage smoke
 TOOL_MOUNT = "/opt/pinmatrix-cuda"  # cuobjdump from its wheel
@@ -40,7 +42,8 @@ class ContainerSmokes:
         work = result_path.parent.resolve()
         name = f"pinmatrix-smoke-{secrets.token_hex(4)}"
         args = ["run", "--rm", "--name", name, "--network=none",
-                "-v", f"{self.smoke_dir}:{SMOKE_MOUNT}:ro", "-v", f"{work}:{OUT_MOUNT}"]
+                "-v", f"{self.smoke_dir}:{SMOKE_MOUNT}:ro", "-v", f"{incell_dir()}:{INCELL_MOUNT}:ro",
+                "-v", f"{work}:{OUT_MOUNT}"]
         if self.gpus:
             args += self.engine.gpu_args()
         passed = {k: v for k, v in env.items() if k.startswith(("PINMATRIX_", "VLLM_", "FLASHINFER_", "TORCH_",
@@ -50,6 +53,7 @@ class ContainerSmokes:
         passed["PINMATRIX_SMOKE_RESULT"] = f"{OUT_MOUNT}/{result_path.name}"
         passed.pop("PINMATRIX_OVERLAY", None)
         passed["PYTHONUNBUFFERED"] = "1"
+        passed["PYTHONPATH"] = INCELL_MOUNT  # _smokelib and _oracles, shipped with pinmatrix
         args += _archscan_mounts(passed)
         for key, value in sorted(passed.items()):
             args += ["-e", f"{key}={value}"]

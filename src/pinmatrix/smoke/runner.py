@@ -29,6 +29,7 @@ from typing import Any
 from pinmatrix.cell import Cell
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
+from pinmatrix.smoke.bundle import incell_dir
 from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
 from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
@@ -127,13 +128,15 @@ def smoke_env(cell: Cell | HostCell, smoke: Smoke, result_path: Path, overlay: O
     env.update(cell_smoke_env(cell))  # the cell's variables win over the host's
     env["PINMATRIX_SMOKE_RESULT"] = str(result_path)
     env["PYTHONUNBUFFERED"] = "1"
-    env.pop("PYTHONSAFEPATH", None)  # the smoke imports _smokelib from its own directory
+    env.pop("PYTHONSAFEPATH", None)  # the smoke imports its catalogue neighbours from its own directory
     from pinmatrix.archscan.smokeenv import smoke_env_vars  # arch-coverage: pinmatrix.archscan and cuobjdump
 
     for key, value in smoke_env_vars().items():
         env.setdefault(key, value)
+    # the in-cell runtime (_smokelib, _oracles) after the smoke's own folder; an overlay's patched site first
+    paths = [str(overlay.site)] if overlay is not None else []
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, str(incell_dir()), os.environ.get("PYTHONPATH")]))
     if overlay is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(overlay.site), os.environ.get("PYTHONPATH")]))
         env["PINMATRIX_OVERLAY"] = str(overlay.site)
     return env
 
