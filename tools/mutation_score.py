@@ -4,7 +4,7 @@ Counts each module's mutants by mutmut's verdict (mutants not checked yet are le
 counted), takes out the mutants named as equivalent in
 ``tools/equivalent_mutants.txt`` (one mutant name per line, ``#`` comments: each one justified there), and
 prints killed / (total - equivalent) per module and overall, then every surviving mutant. Exit status 1 when
-the overall score is below ``--min`` (percent)."""
+any module or the whole is below ``--min`` (percent), or when mutants are left unchecked."""
 
 from __future__ import annotations
 
@@ -64,7 +64,10 @@ def main() -> int:
     print(f"\n{len(survivors)} surviving mutant(s) (`mutmut show NAME` shows one):")
     for line in survivors:
         print(f"  {line}")
-    return 0 if score >= args.min and not totals["not checked"] else 1
+    below = [module for module, killed, scored, _ in rows if scored and 100 * killed / scored < args.min]
+    for module in below:
+        print(f"error: {module} is below {args.min:g}% killed")
+    return 0 if score >= args.min and not below and not totals["not checked"] else 1
 
 
 if __name__ == "__main__":
