@@ -109,6 +109,9 @@ STRICT = [
     "src/pinmatrix/cell.py", "src/pinmatrix/matrix/names.py", "src/pinmatrix/sanitize.py", "src/pinmatrix/results/storefile.py",
     "src/pinmatrix/lock/resolve.py", "src/pinmatrix/matrix/schema.py", "src/pinmatrix/results/store.py", "src/pinmatrix/release/promote.py",
     "src/pinmatrix/release/pull.py", "src/pinmatrix/release/verify.py", "src/pinmatrix/release/sbom.py", "src/pinmatrix/smoke/hostdiff.py",
+    "src/pinmatrix/matrix/selection.py", "src/pinmatrix/registry/ref.py", "src/pinmatrix/registry/blobs.py",
+    "src/pinmatrix/registry/catalog.py", "src/pinmatrix/engine/select.py", "src/pinmatrix/report/statuses.py",
+    "src/pinmatrix/smoke/bundle.py", "src/pinmatrix/archflag.py",
 ]
 
 

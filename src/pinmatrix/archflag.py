@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 _FLAG = re.compile(r"^(\d+)\.(\d)([af]?)(\+PTX)?$")
 _TARGET = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
@@ -106,7 +106,10 @@ class ArchFlag:
             if present:
                 rule = rules[form][kind]
                 if _rule_holds(rule["on"], self.capability, (major, minor)):
-                    return rule["runs"]
+                    runs = rule["runs"]
+                    if runs not in ("native", "jit"):
+                        raise ValueError(f"data/arch_rules.toml: {form}.{kind}.runs must be 'native' or 'jit'")
+                    return cast(Run, runs)
         return None
 
     def runs_on(self, major: int, minor: int) -> bool:
@@ -124,7 +127,7 @@ class ArchFlag:
 
 def rule_source(form: str, suffix: str) -> str:
     """The cited source of the rule for ``form`` ('sass'/'ptx') and ``suffix`` ('', 'a', 'f')."""
-    return arch_rules()[form][suffix or "plain"]["source"]
+    return str(arch_rules()[form][suffix or "plain"]["source"])
 
 
 def split_flags(value: str) -> list[str]:

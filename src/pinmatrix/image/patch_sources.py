@@ -43,7 +43,7 @@ def fetch(url: str, timeout: float = FETCH_TIMEOUT_S) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": "pinmatrix"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            data = response.read(MAX_PATCH_BYTES + 1)
+            data: bytes = response.read(MAX_PATCH_BYTES + 1)
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise PatchError(f"cannot fetch patch {url}: {reason}") from None
