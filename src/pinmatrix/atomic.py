@@ -3,6 +3,7 @@ place pinmatrix writes files that others read (locks, records, reports, keys).""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 from collections.abc import Iterator
@@ -46,3 +47,16 @@ def atomic_write_bytes(target: Path, data: bytes, *, perms: int = 0o666) -> None
 
 def atomic_write_text(target: Path, text: str, *, perms: int = 0o666) -> None:
     atomic_write_bytes(target, text.encode("utf-8"), perms=perms)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) for the block: one process at a time makes what
+    the lock guards (a base root filesystem, the embedded registry's start)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -7,6 +7,7 @@
 - ``markdown_text`` / ``markdown_code``: for summary.md (a CI job summary renders it): the terminal rules,
   one line, HTML special characters as entities and Markdown markup escaped, so no tag, link, image or
   table break survives.
+- ``file_slug``: for a file or folder name: anything but letters, digits, ``_``, ``.`` and ``-`` becomes ``_``.
 """
 
 from __future__ import annotations
@@ -57,3 +58,11 @@ def markdown_code(text: object) -> str:
     line = terminal_text(" ".join(str(text).split("\n")).replace("\t", " ")).replace("`", "")
     line = line.replace("|", "\\|")  # GFM splits table cells on a pipe even inside a code span
     return f"`{line}`" if line.strip() else "` `"
+
+
+_NOT_FILE_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def file_slug(text: str) -> str:
+    """A name made of ``text`` that is safe as one path component (no separator, no control character)."""
+    return _NOT_FILE_SAFE.sub("_", text)

@@ -3,7 +3,6 @@ looked up in the results store first and recorded there when it has to run."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -12,6 +11,7 @@ from typing import Any
 
 from pinmatrix.bisect.search import ProbeLimit, ProbeOutcome
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.catalogue import Smoke
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import RunOptions, run_one
@@ -51,10 +51,6 @@ class Probe:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
 class Prober:
@@ -104,7 +100,7 @@ class Prober:
             return self._done(p, label)
         self.ran += 1
         run_id = f"{self.run_id}.{self.ran:03d}"
-        work = (self.logs_dir / self.run_id / _slug(cell.id)).resolve()
+        work = (self.logs_dir / self.run_id / file_slug(cell.id)).resolve()
         work.mkdir(parents=True, exist_ok=True)
         rec = run_one(cell, self.smoke, env.options, host=self.host, run_id=run_id, work=work, overlay=env.overlay,
                       params=params or None)

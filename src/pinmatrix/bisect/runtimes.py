@@ -22,6 +22,7 @@ from typing import Any
 from pinmatrix.bisect.probe import CannotProbe, PointEnv
 from pinmatrix.hashing import sha256_file
 from pinmatrix.lock.resolve import find_uv, lock_cell, lock_path
+from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.overlay import build_overlay
 from pinmatrix.smoke.runner import RunOptions
 
@@ -92,7 +93,7 @@ class VenvRuntime:
             return self._made[cell.id]
         lock = cell_lock(cell, self.project_root, self.work_root, self.exclude_newer, self.echo)
         request = self.python or cell.python
-        venv = (self.work_root / "venvs" / f"{cell.id}-py{_slug(request)}").resolve()
+        venv = (self.work_root / "venvs" / f"{cell.id}-py{file_slug(request)[-40:]}").resolve()
         python = venv / "bin" / "python"
         stamp = venv / ".pinmatrix-lock-sha256"
         want = sha256_file(lock)
@@ -171,7 +172,3 @@ def _last(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error:")]
     return (errors or lines or ["no output"])[0 if errors else -1][:300]
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in text)[-40:]

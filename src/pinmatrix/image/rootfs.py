@@ -12,19 +12,16 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pinmatrix.atomic import atomic_path, atomic_write_text
+from pinmatrix.atomic import atomic_path, atomic_write_text, locked
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
@@ -128,17 +125,6 @@ def rootfs_inputs(spec: BaseSpec, platform: str) -> RootfsInputs:
     )
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _host_arch() -> str:
     proc = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=False)
     return proc.stdout.strip()
@@ -196,7 +182,7 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
             return BaseLayers((LayerDescriptor.from_json(data["layer"]),), (), name, inputs.key(), data.get("python"))
         return BaseLayers((), (), name, inputs.key(), DEBIAN_PYTHON.get(inputs.suite))
     record = cache_dir / "rootfs" / f"{inputs.key()}.json"
-    with _locked(cache_dir / "rootfs" / f"{inputs.key()}.lock"):
+    with locked(cache_dir / "rootfs" / f"{inputs.key()}.lock"):
         kept = cache_dir / "rootfs" / f"{inputs.key()}.layer"
         if record.is_file():
             data = json.loads(record.read_text())

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pinmatrix.atomic import atomic_write_text
+from pinmatrix.atomic import atomic_write_text, locked
 from pinmatrix.engine.services import Service, start_registry
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.registry.ref import host_name, is_loopback
@@ -110,17 +110,6 @@ def _write_state(root: Path, state: State | None) -> None:
     atomic_write_text(path, json.dumps(asdict(state), indent=2, sort_keys=True) + "\n")
 
 
-@contextmanager
-def _locked(path: Path, mode: int) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, mode)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def start(root: Path, endpoint: Endpoint, mode: Mode) -> State:
     """Start docker-registry on ``endpoint`` with its data under ``root``/.pinmatrix/registry/data."""
     directory = registry_dir(root).resolve()
@@ -167,7 +156,7 @@ def status(root: Path, endpoint: Endpoint | None) -> dict[str, Any]:
 
 def ensure_managed(root: Path, endpoint: Endpoint) -> tuple[str, State | None]:
     """``pinmatrix registry start``: ("started" | "adopted" | "running" | "foreign", state)."""
-    with _locked(registry_dir(root) / "start.lock", fcntl.LOCK_EX):
+    with locked(registry_dir(root) / "start.lock"):
         state = read_state(root)
         if state is not None and state.alive():
             if state.mode == "managed":
@@ -198,7 +187,7 @@ def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[S
     fcntl.flock(users, fcntl.LOCK_SH)
     started: State | None = None
     try:
-        with _locked(directory / "start.lock", fcntl.LOCK_EX):
+        with locked(directory / "start.lock"):
             if not listening(endpoint):
                 started = start(root, endpoint, "auto")
                 echo(f"pinmatrix: started the embedded registry on {endpoint.address} (data in "

@@ -13,7 +13,6 @@ import functools
 import json
 import math
 import os
-import re
 import secrets
 import select as io_select
 import signal
@@ -28,7 +27,7 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
-from pinmatrix.sanitize import terminal_text
+from pinmatrix.sanitize import file_slug, terminal_text
 from pinmatrix.smoke.bundle import incell_dir
 from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
@@ -261,10 +260,6 @@ def _read_result(result_path: Path, log_path: Path) -> dict[str, Any] | None:
     return None
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
-
-
 @dataclass
 class CellRun:
     cell: Any
@@ -323,7 +318,7 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
         overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
         out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
                                     repo_root=options.repo_root, python=options.python, log=echo)
-    work = (options.logs_dir / run_id / _slug(cell.id)).resolve()  # smokes run with cwd=work
+    work = (options.logs_dir / run_id / file_slug(cell.id)).resolve()  # smokes run with cwd=work
     work.mkdir(parents=True, exist_ok=True)
     host_vs_lock = None
     if options.runtime == "host" and getattr(cell, "id", "host") != "host":
@@ -350,8 +345,8 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
     """Run ``smoke`` once; ``params`` (a bisect probe's parameter values) reach it as $PINMATRIX_PARAMS."""
     timeout = effective_timeout(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
     label = smoke.name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + "]" if params else "")
-    log_path = work / f"{_slug(label)}.log"
-    result_path = work / f".{_slug(label)}.result.json"
+    log_path = work / f"{file_slug(label)}.log"
+    result_path = work / f".{file_slug(label)}.result.json"
     argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
     env = smoke_env(cell, smoke, result_path, overlay, params)
     started = now()
