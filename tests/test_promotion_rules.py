@@ -120,6 +120,26 @@ def test_tested_image_that_is_gone_is_refused(oci_registry: str) -> None:  # noq
     assert f"the tested image {oci_registry}/{repo}@{digest} is no longer in the registry" in str(err.value)
 
 
+def test_host_runs_only_promote_the_image_built_from_the_cells_lock(oci_registry: str) -> None:  # noqa: F811
+    """Under host_runs = "identical", results measured in the host's environment carry no image digest: the
+    image promoted is the one the cell's build tag names, and without it nothing is promoted."""
+    cell = _gpu_cell("4d5e6f708192")
+    repo = f"pinmatrix/{cell.stack}"
+    policy = PromotionPolicy(host_runs="identical")
+    recs = [rec(s, "pass", None, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
+    for r in recs:
+        r.environment["host_vs_lock"] = {"identical": True, "python_differs": False, "packages": []}
+    source = ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}")
+    with pytest.raises(PromotionRefused) as err:
+        plan_promotion(cell, policy, recs, source=source, registry_prefix=f"{oci_registry}/pinmatrix",
+                       registry=Registry(oci_registry))
+    assert str(err.value) == f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry"
+    digest = push_image(oci_registry, repo, cell.id, "built from the lock the host matched")
+    plan = plan_promotion(cell, policy, recs, source=source, registry_prefix=f"{oci_registry}/pinmatrix",
+                          registry=Registry(oci_registry))
+    assert plan.digest == digest and plan.check.digest == digest
+
+
 def test_attestation_lists_only_results_of_the_promoted_digest(oci_registry: str, tmp_path: Path) -> None:  # noqa: F811
     cell = _gpu_cell("3c4d5e6f7081")
     repo = f"pinmatrix/{cell.stack}"
@@ -352,6 +372,8 @@ def test_plan_describes_every_step(oci_registry: str, tmp_path: Path) -> None:  
         f"record {cell.stack} {cell.id} in known-good.toml",
     ]
     result = execute(plan, Registry(oci_registry), recs, tmp_path / "kg.toml")
+    assert (result.stack, result.cell_id, result.digest, result.sbom, result.signed_by) == (
+        cell.stack, cell.id, digest, None, None)  # no lock given, no signer: neither SBOM nor signature
     (entry,) = read_known_good(tmp_path / "kg.toml")
     assert entry["tag"] == f"{target}:stable" and entry["source"] == f"{oci_registry}/{repo}@{digest}"
     assert entry["attestation"] == f"{target}@{result.attestation}" and entry["cell_name"] == cell.name

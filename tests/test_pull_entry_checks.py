@@ -91,10 +91,13 @@ def test_a_newer_promotion_is_a_note_and_its_sbom_names_its_lock_and_moment(oci_
     lock = _lock_text(second)
     digest = push_and_pass(lock, "good")
     lock_file.write_text(lock)
-    assert main(promote) == 0, capsys.readouterr().err
-    capsys.readouterr()
+    assert main([*promote, "--json"]) == 0
+    (outcome,) = json.loads(capsys.readouterr().out)
     newest = read_known_good(p.known_good)[-1]
     assert (newest["cell_id"], newest["digest"]) == (second.id, digest)
+    assert outcome["outcome"] == "promoted" and outcome["stack"] == "demo"
+    assert f"{p.target.name}@{outcome['sbom']}" == newest["sbom"] and outcome["signed_by"] == newest["signed_by"]
+    assert outcome["sbom"].startswith("sha256:") and outcome["signed_by"]
     keys = trusted_keys([p.pub])
     _, verified, notes = verify_entry(first, p.registry, keys, "kg.toml")
     assert verified.cell_id == p.cell_id

@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
     def outcome(cell: Cell, what: str, **fields: object) -> None:
         outcomes.append({"cell": cell.id, "name": cell.name, "stack": cell.stack, "outcome": what, "digest": None,
-                         "reference": None, "attestation": None, "steps": [], "reasons": [], **fields})
+                         "reference": None, "attestation": None, "sbom": None, "signed_by": None, "steps": [],
+                         "reasons": [], **fields})
 
     def emit() -> None:
         if args.json:
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         result = execute(plan, registry, records, known_good, signer=signer, lock_text=lock_text)
         promoted += 1
         outcome(cell, "promoted", digest=result.digest, reference=result.reference,
-                attestation=result.attestation)
+                attestation=result.attestation, sbom=result.sbom, signed_by=result.signed_by)
         say(f"promoted {cell.id} {cell.name}: {result.reference} (attestation {result.attestation})")
     emit()
     if not promoted:

@@ -3,10 +3,11 @@ prune a combination with the rule's words, or attach a note where the combinatio
 
 from __future__ import annotations
 
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -14,6 +15,16 @@ from packaging.version import Version
 from pinmatrix.archflag import (  # ArchFlag re-exported: the one parser of arch flags and what runs where
     ArchFlag,
     parse_capability,
+)
+from pinmatrix.matrix.compat_model import (  # CompatError re-exported: what a malformed compat.toml raises
+    COMPAT_FILE,
+    CompatDoc,
+    CompatError,  # noqa: F401
+    CompatTable,
+    TorchSeries,
+    VllmRule,
+    load_compat,
+    parse_partial,
 )
 
 
@@ -51,36 +62,40 @@ def capability_string(gpu: str) -> str:
 
 
 class CompatRules:
-    """Loaded ``compat.toml``. Methods return Verdicts; unknown versions raise UnknownVersion."""
+    """Loaded ``compat.toml`` (a CompatDoc, compat_model.py). Methods return CompatFindings; unknown versions
+    raise UnknownVersion. Built from a dict of tables (in memory), tables and sources may be left out."""
 
-    def __init__(self, data: dict) -> None:
-        self.data = data
+    def __init__(self, data: Mapping[str, Any] | CompatDoc) -> None:
+        self.doc = data if isinstance(data, CompatDoc) else parse_partial(data)
+        self._tables: dict[str, CompatTable] = dict(self.doc)
 
     @classmethod
     def default(cls) -> CompatRules:
         return _default_rules()
 
+    @classmethod
+    def from_toml(cls, text: str, name: str = COMPAT_FILE) -> CompatRules:
+        """Rules from compat.toml's text; CompatError (one line naming ``name`` and the key) if malformed."""
+        return cls(load_compat(text, name))
+
     # -- sources, for messages
     def source(self, table: str) -> str:
-        return self.data[table]["source"]
-
-    @cached_property
-    def _cuda_min(self) -> dict[str, str]:
-        return self.data["cuda_min_driver"]["versions"]
+        return self._tables[table].source
 
     @cached_property
     def forward_compat_gpus(self) -> frozenset[str]:
-        return frozenset(self.data["cuda_min_driver"].get("forward_compat_gpus", []))
+        return frozenset(self.doc.cuda_min_driver.forward_compat_gpus)
 
     def min_driver(self, cuda: str) -> str:
+        versions = self.doc.cuda_min_driver.versions
         try:
-            return self._cuda_min[cuda]
+            return versions[cuda]
         except KeyError:
-            known = ", ".join(self._cuda_min)
+            known = ", ".join(versions)
             raise UnknownVersion(f"unknown CUDA version {cuda!r} (known: {known})") from None
 
-    def torch_series(self, torch: str) -> dict:
-        series = self.data["torch"]["series"]
+    def torch_series(self, torch: str) -> TorchSeries:
+        series = self.doc.torch.series
         v = cached_version(torch)
         if str(v.public) in series:
             return series[str(v.public)]
@@ -90,25 +105,25 @@ class CompatRules:
         raise UnknownVersion(f"unknown torch version {torch!r} (known series: {', '.join(series)})")
 
     def xformers_torch(self, xformers: str) -> str:
-        table = self.data["xformers"]["torch"]
+        table = self.doc.xformers.torch
         if xformers in table:
             return table[xformers]
         raise UnknownVersion(f"unknown xformers version {xformers!r} (known: {', '.join(table)})")
 
-    def vllm_rule(self, vllm: str) -> dict:
-        for rule in self.data["vllm"]["rules"]:
-            if cached_version(vllm) in cached_specifier(rule["versions"]):
+    def vllm_rule(self, vllm: str) -> VllmRule:
+        for rule in self.doc.vllm.rules:
+            if cached_version(vllm) in cached_specifier(rule.versions):
                 return rule
         raise UnknownVersion(f"unknown vllm version {vllm!r} (no rule in compat.toml covers it)")
 
     def arch_min_cuda(self, flag: ArchFlag) -> str:
-        table = self.data["arch"]["min_cuda"]
+        table = self.doc.arch.min_cuda
         key = flag.base + ("a" if flag.suffix == "a" else "")
         if key not in table:
             raise UnknownVersion(f"unknown arch {flag.base}{flag.suffix} (known: {', '.join(table)})")
         need = table[key]
         if flag.suffix == "f":
-            need = max(need, self.data["arch"]["family_min_cuda"], key=cached_version)
+            need = max(need, self.doc.arch.family_min_cuda, key=cached_version)
         return need
 
     # -- the rules
@@ -128,13 +143,13 @@ class CompatRules:
         prune: list[str] = []
         notes: list[str] = []
         src = self.source("torch")
-        if triton is not None and cached_version(triton) != cached_version(series["triton"]):
-            prune.append(f"torch {torch} pins triton=={series['triton']}, not {triton} ({src})")
+        if triton is not None and cached_version(triton) != cached_version(series.triton):
+            prune.append(f"torch {torch} pins triton=={series.triton}, not {triton} ({src})")
         if cuda is not None:
-            if cuda not in series["cuda"]:
-                prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series['cuda'])}; {src})")
-            elif cuda != series["default_cuda"]:
-                notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index (the default index serves CUDA {series['default_cuda']})")
+            if cuda not in series.cuda:
+                prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series.cuda)}; {src})")
+            elif cuda != series.default_cuda:
+                notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index (the default index serves CUDA {series.default_cuda})")
         return CompatFinding(tuple(prune), tuple(notes))
 
     @cache  # noqa: B019
@@ -150,13 +165,13 @@ class CompatRules:
         src = self.source("vllm")
         prune: list[str] = []
         notes: list[str] = []
-        if torch is not None and cached_version(torch) not in cached_specifier(rule["torch"]):
+        if torch is not None and cached_version(torch) not in cached_specifier(rule.torch):
             if source_build:
-                notes.append(f"vllm {vllm} is built from source against torch {torch} (its wheel pins torch{rule['torch']})")
+                notes.append(f"vllm {vllm} is built from source against torch {torch} (its wheel pins torch{rule.torch})")
             else:
-                prune.append(f"vllm {vllm} pins torch{rule['torch']}, not {torch} ({src}); build it from source (source_build = true) to use another torch")
-        if flashinfer is not None and "flashinfer" in rule and cached_version(flashinfer) not in cached_specifier(rule["flashinfer"]):
-            prune.append(f"vllm {vllm} pins flashinfer-python{rule['flashinfer']}, not {flashinfer} ({src})")
+                prune.append(f"vllm {vllm} pins torch{rule.torch}, not {torch} ({src}); build it from source (source_build = true) to use another torch")
+        if flashinfer is not None and rule.flashinfer is not None and cached_version(flashinfer) not in cached_specifier(rule.flashinfer):
+            prune.append(f"vllm {vllm} pins flashinfer-python{rule.flashinfer}, not {flashinfer} ({src})")
         return CompatFinding(tuple(prune), tuple(notes))
 
     @cache  # noqa: B019
@@ -178,5 +193,5 @@ class CompatRules:
 
 @cache
 def _default_rules() -> CompatRules:
-    text = resources.files("pinmatrix").joinpath("data/compat.toml").read_text(encoding="utf-8")
-    return CompatRules(tomllib.loads(text))
+    text = resources.files("pinmatrix").joinpath(f"data/{COMPAT_FILE}").read_text(encoding="utf-8")
+    return CompatRules.from_toml(text)

@@ -122,11 +122,13 @@ class CompatDoc(Strict):
 
 
 def parse_compat(data: Mapping[str, Any], name: str = COMPAT_FILE) -> CompatDoc:
-    """Parsed TOML -> CompatDoc; CompatError with one line ``NAME: key.path: message`` for the first problem."""
+    """Parsed TOML -> CompatDoc; CompatError with one line ``NAME: key.path: message`` for the first problem
+    (an unknown key first: a misspelt key is also a missing one)."""
     try:
         return CompatDoc.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
         raise CompatError(f"{name}: {key_path(loc)}: {_friendly(err, CompatDoc)}") from None
 
