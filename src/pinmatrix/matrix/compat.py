@@ -149,7 +149,8 @@ class CompatRules:
             if cuda not in series.cuda:
                 prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series.cuda)}; {src})")
             elif cuda != series.default_cuda:
-                notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index (the default index serves CUDA {series.default_cuda})")
+                notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index "
+                             f"(the default index serves CUDA {series.default_cuda})")
         return CompatFinding(tuple(prune), tuple(notes))
 
     @cache  # noqa: B019
@@ -167,11 +168,14 @@ class CompatRules:
         notes: list[str] = []
         if torch is not None and cached_version(torch) not in cached_specifier(rule.torch):
             if source_build:
-                notes.append(f"vllm {vllm} is built from source against torch {torch} (its wheel pins torch{rule.torch})")
+                notes.append(f"vllm {vllm} is built from source against torch {torch} "
+                             f"(its wheel pins torch{rule.torch})")
             else:
-                prune.append(f"vllm {vllm} pins torch{rule.torch}, not {torch} ({src}); build it from source (source_build = true) to use another torch")
-        if flashinfer is not None and rule.flashinfer is not None and cached_version(flashinfer) not in cached_specifier(rule.flashinfer):
-            prune.append(f"vllm {vllm} pins flashinfer-python{rule.flashinfer}, not {flashinfer} ({src})")
+                prune.append(f"vllm {vllm} pins torch{rule.torch}, not {torch} ({src}); "
+                             "build it from source (source_build = true) to use another torch")
+        pinned = rule.flashinfer
+        if flashinfer is not None and pinned is not None and cached_version(flashinfer) not in cached_specifier(pinned):
+            prune.append(f"vllm {vllm} pins flashinfer-python{pinned}, not {flashinfer} ({src})")
         return CompatFinding(tuple(prune), tuple(notes))
 
     @cache  # noqa: B019

@@ -32,8 +32,8 @@ def _check_specifier(value: str) -> str:
             raise InvalidSpecifier(value)
         SpecifierSet(value)
     except InvalidSpecifier:
-        raise ValueError(f"{names.shown(value)} is not a valid version specifier (e.g. '==2.7.0' or '>=2.11,<2.12')"
-                         ) from None
+        example = "(e.g. '==2.7.0' or '>=2.11,<2.12')"
+        raise ValueError(f"{names.shown(value)} is not a valid version specifier {example}") from None
     return value
 
 
