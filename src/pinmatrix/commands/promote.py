@@ -52,17 +52,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "key (default: PINMATRIX_SIGNING_KEY; `pinmatrix keygen` makes one). Unsigned evidence is never "
                    "accepted by `pinmatrix pull` or `verify`")
     p.add_argument("--json", action="store_true",
-                   help="print one {cell, name, stack, outcome, digest, reference, attestation, steps, reasons} per "
-                   "cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
+                   help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, signed_by, steps, "
+                   "reasons} per cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
     p.set_defaults(func=run)
 
 
-def _catalogue(root: Path) -> list[str]:
-    """The smoke catalogue's names: required smokes may name groups that expand to several smokes."""
-    from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
+def _catalogue(root: Path) -> list[str] | None:
+    """The smoke catalogue's names (required smokes may name groups that expand to several smokes): the
+    project's smoke/ next to the matrix, else ./smoke, else $PINMATRIX_SMOKE_DIR; None without a catalogue
+    (the cell's own smoke list is then matched as written, groups against recorded results)."""
+    from pinmatrix.smoke.catalogue import SmokeError, find_smoke_dir, load_catalogue
 
     explicit = root / "smoke"
-    return [s.name for s in load_catalogue(find_smoke_dir(explicit if explicit.is_dir() else None))]
+    try:
+        return [s.name for s in load_catalogue(find_smoke_dir(explicit if explicit.is_dir() else None))]
+    except SmokeError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
