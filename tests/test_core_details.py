@@ -366,7 +366,7 @@ def test_known_issue_verdicts_in_every_corner() -> None:
 
 def test_uv_reason_key_path_and_duplicate_promotions() -> None:
     from pinmatrix.lock.resolve import _uv_reason
-    from pinmatrix.matrix.schema import key_path
+    from pinmatrix.datamodel import key_path
     from pinmatrix.release.pull import judge
 
     assert _uv_reason("warning: slow index\n\n  error: no version of six==9  \n  hint: check\n") == \

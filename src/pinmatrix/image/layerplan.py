@@ -17,6 +17,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from pydantic import ValidationError, field_validator, model_validator
 
+from pinmatrix.datamodel import Strict, friendly_message
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.lock.lockfile import (  # noqa: F401 - re-exported for the Containerfile path
     LockEntry,
@@ -24,7 +25,6 @@ from pinmatrix.lock.lockfile import (  # noqa: F401 - re-exported for the Contai
     parse_lock,
 )
 from pinmatrix.matrix.names import check_package_name, shown
-from pinmatrix.matrix.schema import Strict, _friendly
 
 _LAYER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -107,7 +107,7 @@ def load_layer_specs(path: Path) -> list[LayerSpec]:
         errors = exc.errors()
         first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a misspelt key first
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
-        message = _friendly(first, LayerPlanDoc)
+        message = friendly_message(first, LayerPlanDoc)
         raise LayerPlanError(f"{path}: {where}: {message}" if where else f"{path}: {message}") from None
 
 

@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
+from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix import names
 from pinmatrix.matrix.names import OneLine, VersionText
-from pinmatrix.matrix.schema import Strict, _friendly, key_path
 
 COMPAT_FILE = "compat.toml"
 _GPU = re.compile(r"sm_\d\d+")  # as the matrix's gpu axis writes it
@@ -130,7 +130,7 @@ def parse_compat(data: Mapping[str, Any], name: str = COMPAT_FILE) -> CompatDoc:
         errors = exc.errors()
         err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
-        raise CompatError(f"{name}: {key_path(loc)}: {_friendly(err, CompatDoc)}") from None
+        raise CompatError(f"{name}: {key_path(loc)}: {friendly_message(err, CompatDoc)}") from None
 
 
 def load_compat(text: str, name: str = COMPAT_FILE) -> CompatDoc:

@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import tomllib
 import typing
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pinmatrix.archflag import ArchFlag, split_flags
+from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import MatrixError
 from pinmatrix.matrix import names
 from pinmatrix.matrix.names import (
@@ -33,10 +32,6 @@ from pinmatrix.matrix.tomlpos import TomlLocator, nesting_problem
 DEFAULT_MATRIX = Path("matrix.toml")
 _GPU = re.compile(r"^sm_(\d+)(\d)$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def _check_version(value: str) -> str:
@@ -352,82 +347,7 @@ class Matrix:
         return f"{self.path.name}:{self.locator.line_of(path)}: {key_path(path)}: {message}"
 
 
-def key_path(path: tuple[str | int, ...]) -> str:
-    """``stacks.demo.packages.six``; a key holding an unsafe or non-ASCII character is shown escaped."""
-    parts = []
-    for p in path:
-        text = str(p)
-        parts.append(text if text.isascii() and names.text_problem(text) is None else shown(text))
-    return ".".join(parts) or "(top)"
-
-
 # ---------------------------------------------------------------------------------------------- loading
-
-
-def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
-    """The pydantic model whose fields are the keys valid at ``loc``."""
-    current: Any = model
-    for part in loc:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
-            if field is None:
-                alias = {f.alias: f for f in current.model_fields.values() if f.alias}
-                field = alias.get(str(part))
-            if field is None:
-                return None
-            current = field.annotation
-        else:
-            current = _element_type(current)
-            if current is None:
-                return None
-        current = _unwrap(current)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _unwrap(tp: Any) -> Any:
-    while True:
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-        elif origin in (typing.Union, __import__("types").UnionType):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            tp = args[0] if len(args) == 1 else tp
-            if len(args) != 1:
-                return tp
-        else:
-            return tp
-
-
-def _element_type(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (list, tuple) and args:
-        return _unwrap(args[0])
-    if origin is dict and len(args) == 2:
-        return _unwrap(args[1])
-    return None
-
-
-def _friendly(err: Mapping[str, Any], model: type[BaseModel]) -> str:
-    loc = tuple(err["loc"])
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        parent = _model_at(model, loc[:-1])
-        msg = "unknown key"
-        if parent is not None:
-            names = [f.alias or n for n, f in parent.model_fields.items()]
-            close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
-            if close:
-                msg += f" (did you mean {close[0]!r}?)"
-            else:
-                msg += f" (expected one of: {', '.join(sorted(names))})"
-        return msg
-    if kind == "missing":
-        return "required key is missing"
-    msg = str(err["msg"])
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    return msg
 
 
 MAX_MATRIX_BYTES = 2 * 1024 * 1024  # a matrix is a few kB; this bounds what parsing may cost
@@ -510,7 +430,7 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
         for err in exc.errors():
             loc = tuple(p for p in err["loc"]
                         if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
-            line = f"{name}:{locator.line_of(loc)}: {key_path(loc)}: {_friendly(err, MatrixDoc)}"
+            line = f"{name}:{locator.line_of(loc)}: {key_path(loc)}: {friendly_message(err, MatrixDoc)}"
             if line not in seen:
                 seen.add(line)
                 problems.append(line)

@@ -14,9 +14,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from pinmatrix.datamodel import Strict, friendly_message
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.names import Name, OneLine, shown
-from pinmatrix.matrix.schema import Strict, _friendly
 from pinmatrix.sanitize import strip_ansi, terminal_text
 
 SIGNATURES_PATH = Path(__file__).with_name("signatures.toml")
@@ -99,7 +99,7 @@ def _signature_problem(err: ErrorDetails) -> str:
         return ": ".join([*where, err["msg"]])
     if keys:
         where.append(repr(".".join(str(k) for k in keys)))
-    return ": ".join([*where, _friendly(err, SignatureTable)])
+    return ": ".join([*where, friendly_message(err, SignatureTable)])
 
 
 @lru_cache(maxsize=1)
