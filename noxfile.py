@@ -111,7 +111,8 @@ STRICT = [
     "src/pinmatrix/release/pull.py", "src/pinmatrix/release/verify.py", "src/pinmatrix/release/sbom.py", "src/pinmatrix/smoke/hostdiff.py",
     "src/pinmatrix/matrix/selection.py", "src/pinmatrix/registry/ref.py", "src/pinmatrix/registry/blobs.py",
     "src/pinmatrix/registry/catalog.py", "src/pinmatrix/engine/select.py", "src/pinmatrix/report/statuses.py",
-    "src/pinmatrix/smoke/bundle.py", "src/pinmatrix/archflag.py",
+    "src/pinmatrix/smoke/bundle.py", "src/pinmatrix/archflag.py", "src/pinmatrix/datamodel.py",
+    "src/pinmatrix/matrix/compat_model.py",
 ]
 
 

@@ -121,6 +121,7 @@ ONE_HOME = {
     "sha256_bytes": "pinmatrix.hashing", "sha256_file": "pinmatrix.hashing", "sha256_digest": "pinmatrix.hashing",
     "atomic_path": "pinmatrix.atomic", "atomic_write_text": "pinmatrix.atomic",
     "require_stack": "pinmatrix.matrix.selection", "load": "pinmatrix.matrix.selection",
+    "Strict": "pinmatrix.datamodel", "friendly_message": "pinmatrix.datamodel", "key_path": "pinmatrix.datamodel",
     "cell_env": "pinmatrix.image.config", "file_slug": "pinmatrix.sanitize", "locked": "pinmatrix.atomic", "cell_smoke_env": "pinmatrix.smoke.runner",
 }
 
