@@ -6,8 +6,8 @@ import argparse
 import json
 
 from pinmatrix.commands._common import add_matrix_argument
-from pinmatrix.errors import MatrixError, PinmatrixError
-from pinmatrix.matrix.selection import load
+from pinmatrix.errors import MatrixError
+from pinmatrix.matrix.validation import validate_matrix
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,17 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace, *, as_json: bool = False) -> int:
-    matrix, expansion = load(args.matrix)
-    from pinmatrix.release.promote import policy_for  # the promotion policy's schema lives with promotion
-
-    problems = []
-    for stack in matrix.stacks:
-        try:
-            policy_for(matrix, stack)
-        except PinmatrixError as err:
-            problems.append(str(err))
-    if problems:
-        raise MatrixError(list(dict.fromkeys(problems)))
+    matrix, expansion = validate_matrix(args.matrix)
     if as_json:
         print(json.dumps({"matrix": str(args.matrix), "ok": True, "stacks": sorted(matrix.stacks),
                           "cells": len(expansion.cells), "pruned": len(expansion.pruned), "problems": []}, indent=2))

@@ -1,0 +1,28 @@
+""""Is this matrix valid?", answered in one place: the schema and the expansion's checks (``selection.load``:
+names, patches and their sha256, known versions, rules, pruned stacks, duplicate ids) and each stack's
+promotion policy, whose schema lives with promotion. Every problem is one located line of one MatrixError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pinmatrix.errors import MatrixError, PinmatrixError
+from pinmatrix.matrix.expand import Expansion
+from pinmatrix.matrix.schema import Matrix
+from pinmatrix.matrix.selection import load
+
+
+def validate_matrix(path: Path) -> tuple[Matrix, Expansion]:
+    """The matrix and its expansion when everything holds; MatrixError with every problem otherwise."""
+    from pinmatrix.release.promote import policy_for  # release reads matrix/, never the other way at import
+
+    matrix, expansion = load(path)
+    problems: list[str] = []
+    for stack in matrix.stacks:
+        try:
+            policy_for(matrix, stack)
+        except PinmatrixError as err:
+            problems.append(str(err))
+    if problems:
+        raise MatrixError(list(dict.fromkeys(problems)))
+    return matrix, expansion
