@@ -23,7 +23,7 @@ from pinmatrix.archflag import ArchFlag
 from pinmatrix.archscan import tools
 from pinmatrix.archscan import verdict as V
 from pinmatrix.archscan.binary import BinaryTargets, fatbin_containers, read_binary
-from pinmatrix.archscan.render import render_markdown
+from pinmatrix.archscan.render import render_scan_markdown
 from pinmatrix.archscan.scan import scan_cell, scan_document
 from pinmatrix.archscan.wheels import scan_wheel
 from pinmatrix.cell import KnownIssue
@@ -226,7 +226,7 @@ def test_cell_scan_end_to_end(libs: dict[str, Path], cuobjdump_exe: str, tmp_pat
 
     doc = scan_document([scan, scan2], "cuobjdump test", "pinmatrix arch-scan --stack gb10")
     assert json.loads(json.dumps(doc))["schema"] == "pinmatrix-arch-scan/1"
-    md = render_markdown(doc)
+    md = render_scan_markdown(doc)
     assert "| `fakecuda` |" in md and "🟠 partial" in md and "**flagged**" in md and "**confirmed**" in md
 
 

@@ -11,7 +11,7 @@ ICONS = {"native": "🟢", "ptx-jit": "🟡", "partial": "🟠", "cannot-run": "
          "no-device-code": "⚪", "no-gpu": "⚪"}
 
 
-def _cell(text: object) -> str:
+def _table_cell(text: object) -> str:
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
@@ -36,7 +36,7 @@ def _interesting(packages: list[dict[str, Any]], stack_packages: tuple[str, ...]
     return [p["name"] for p in packages if p["name"] in stack_packages or p["verdict"] != "no-device-code"]
 
 
-def render_markdown(doc: dict[str, Any], *, stack_packages: tuple[str, ...] = (
+def render_scan_markdown(doc: dict[str, Any], *, stack_packages: tuple[str, ...] = (
         "torch", "triton", "xformers", "flashinfer-python", "vllm")) -> str:
     lines = ["# pinmatrix arch-scan", ""]
     lines.append(f"Generated {doc['generated_at']} with {doc['tool']}; rules: `{doc['rules']}`.")
@@ -76,7 +76,7 @@ def _stack_section(stack: str, cells: list[dict[str, Any]], stack_packages: tupl
             row = [f"`{name}`"]
             for members in ordered:
                 p = next((p for p in members[0]["packages"] if p["name"] == name), None)
-                row.append(_cell(f"{p['version']}: {_short(p)}" if p else "-"))
+                row.append(_table_cell(f"{p['version']}: {_short(p)}" if p else "-"))
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     for i, members in enumerate(ordered):
@@ -87,18 +87,18 @@ def _stack_section(stack: str, cells: list[dict[str, Any]], stack_packages: tupl
         lines.append("")
         for check in first["arch_flag_checks"]:
             icon = "✅" if check["ok"] else "❗"
-            lines.append(f"- {icon} arch flag `{check['flag']}`: {_cell(check['message'])}")
+            lines.append(f"- {icon} arch flag `{check['flag']}`: {_table_cell(check['message'])}")
         for k in first["known_issues"]:
-            lines.append(f"- known issue `{k['known_issue']}`: **{k['status']}**: {_cell(k['message'])}")
+            lines.append(f"- known issue `{k['known_issue']}`: **{k['status']}**: {_table_cell(k['message'])}")
             for ev in k["evidence"][:6]:
-                lines.append(f"  - {_cell(ev)}")
+                lines.append(f"  - {_table_cell(ev)}")
         for note in first["notes"]:
-            lines.append(f"- {_cell(note)}")
+            lines.append(f"- {_table_cell(note)}")
         for p in first["packages"]:
             for note in p["notes"]:
-                lines.append(f"- `{p['name']}`: {_cell(note)}")
+                lines.append(f"- `{p['name']}`: {_table_cell(note)}")
             if p["verdict"] == "missing":
-                lines.append(f"- `{p['name']}` {p['version']} not read: {_cell(p['summary'])}")
+                lines.append(f"- `{p['name']}` {p['version']} not read: {_table_cell(p['summary'])}")
         lines.append("")
     seen: set[str] = set()
     details: list[str] = []
@@ -114,8 +114,8 @@ def _stack_section(stack: str, cells: list[dict[str, Any]], stack_packages: tupl
             details.append("|---|---|---|---|")
             for b in p["binaries"]:
                 exact = "" if b["exact"] else " (suffixes not visible: fatbin header parser)"
-                details.append(f"| `{_cell(b['path'])}` | {' '.join(b['sass']) or '-'} | {' '.join(b['ptx']) or '-'} | "
-                               f"{ICONS.get(b['verdict'], '')} {_cell(_binary_words(b))}{exact} |")
+                details.append(f"| `{_table_cell(b['path'])}` | {' '.join(b['sass']) or '-'} | {' '.join(b['ptx']) or '-'} | "
+                               f"{ICONS.get(b['verdict'], '')} {_table_cell(_binary_words(b))}{exact} |")
             details.append("")
     if details:
         lines += ["<details><summary>Binaries, exact targets and verdicts</summary>", "", *details, "</details>", ""]

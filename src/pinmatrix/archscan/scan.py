@@ -67,7 +67,7 @@ class CellScan:
 def _package_summary(binaries: list[V.BinaryVerdict], verdict: str) -> str:
     if not binaries:
         return V.WORDS[verdict]
-    worst = [b for b in binaries if b.verdict == V.worst([b.verdict for b in binaries])]
+    worst = [b for b in binaries if b.verdict == V.worst_verdict([b.verdict for b in binaries])]
     counts = ", ".join(f"{sum(b.verdict == v for b in binaries)} {v}" for v in V.ORDER
                        if any(b.verdict == v for b in binaries))
     head = f"{len(binaries)} binaries ({counts})" if len(binaries) > 1 else ""

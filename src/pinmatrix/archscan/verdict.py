@@ -151,7 +151,7 @@ def _target_order(t: str) -> tuple[int, int, str, bool]:
     return (f.major, f.minor, f.suffix, f.ptx)
 
 
-def worst(verdicts: Iterable[str]) -> str:
+def worst_verdict(verdicts: Iterable[str]) -> str:
     found = list(verdicts)
     return max(found, key=ORDER.index) if found else NO_DEVICE_CODE
 
@@ -164,7 +164,7 @@ def package_verdict(binaries: Iterable[BinaryVerdict]) -> str:
         return NO_DEVICE_CODE
     if CANNOT in found and any(v in (NATIVE, JIT, PARTIAL) for v in found):
         return PARTIAL
-    return worst(found)
+    return worst_verdict(found)
 
 
 def honours(binary: BinaryTargets, flag: ArchFlag) -> bool | None:

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.archscan.render import render_markdown
+    from pinmatrix.archscan.render import render_scan_markdown
     from pinmatrix.archscan.scan import scan_cell, scan_document, scan_tool
 
     matrix, expansion = load(args.matrix)
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                                log=log))
     command = "pinmatrix arch-scan " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["arch-scan"] else sys.argv[1:])
     doc = scan_document(scans, label, command)
-    markdown = render_markdown(doc)
+    markdown = render_scan_markdown(doc)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "arch-scan.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")

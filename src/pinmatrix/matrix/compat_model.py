@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
+from functools import partial
 from typing import Annotated, Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
 from pinmatrix.datamodel import Strict, friendly_message, key_path
@@ -25,18 +25,6 @@ class CompatError(PinmatrixError):
     """compat.toml is malformed: one line that names the file and the key."""
 
 
-def _check_specifier(value: str) -> str:
-    names.check_single_line(value)
-    try:
-        if not value.isascii():
-            raise InvalidSpecifier(value)
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        example = "(e.g. '==2.7.0' or '>=2.11,<2.12')"
-        raise ValueError(f"{names.shown(value)} is not a valid version specifier {example}") from None
-    return value
-
-
 def _check_gpu(value: str) -> str:
     if not _GPU.fullmatch(value):
         raise ValueError(f"gpu {names.shown(value)} must look like sm_90, sm_100 or sm_121")
@@ -49,7 +37,7 @@ def _check_arch(value: str) -> str:
     return value
 
 
-Specifier = Annotated[str, AfterValidator(_check_specifier)]
+Specifier = Annotated[str, AfterValidator(partial(names.check_specifier, example="'==2.7.0' or '>=2.11,<2.12'"))]
 Gpu = Annotated[str, AfterValidator(_check_gpu)]
 ArchKey = Annotated[str, AfterValidator(_check_arch)]
 

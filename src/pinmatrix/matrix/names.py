@@ -23,6 +23,7 @@ import unicodedata
 from typing import Annotated
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator
 
@@ -316,3 +317,15 @@ def check_requirement_text(value: str) -> str:
 
 
 RequirementText = Annotated[str, AfterValidator(check_requirement_text)]
+
+
+def check_specifier(value: str, example: str = "'>=0.0.28,<=0.0.35'") -> str:
+    """A PEP 440 version specifier on one ASCII line; the message shows ``example`` of a valid one."""
+    check_single_line(value)
+    try:
+        if not value.isascii():
+            raise InvalidSpecifier(value)
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{shown(value)} is not a valid version specifier (e.g. {example})") from None
+    return value

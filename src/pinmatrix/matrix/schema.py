@@ -9,7 +9,6 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pinmatrix.archflag import ArchFlag, split_flags
@@ -36,17 +35,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 def _check_version(value: str) -> str:
     return names.check_version(value)
-
-
-def _check_specifier(value: str) -> str:
-    names.check_single_line(value)
-    try:
-        if not value.isascii():
-            raise InvalidSpecifier(value)
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a valid version specifier (e.g. '>=0.0.28,<=0.0.35')") from None
-    return value
 
 
 class AxisValue(Strict):
@@ -209,7 +197,7 @@ class Patch(Strict):
     def _source(cls, v: str | None) -> str | None:
         return None if v is None else names.check_repo_path_or_url(v)
 
-    _spec = field_validator("applies_to")(classmethod(lambda cls, v: _check_specifier(v)))
+    _spec = field_validator("applies_to")(classmethod(lambda cls, v: names.check_specifier(v)))
 
     @field_validator("contained_in")
     @classmethod
