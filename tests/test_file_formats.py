@@ -101,6 +101,9 @@ def test_compat_missing_table_and_source_and_syntax() -> None:
     with pytest.raises(CompatError) as err:
         CompatRules.from_toml("[torch\n", name="mine.toml")
     assert one_line(err).startswith("mine.toml: syntax error: ")
+    with pytest.raises(CompatError) as err:  # the file's own name in a model error too
+        CompatRules.from_toml(without, name="mine.toml")
+    assert one_line(err) == "mine.toml: xformers: required key is missing"
 
 
 def test_compat_rules_built_in_memory_go_through_the_same_model() -> None:
@@ -114,6 +117,19 @@ def test_compat_rules_built_in_memory_go_through_the_same_model() -> None:
     with pytest.raises(CompatError) as err:
         CompatRules({"toch": {}})
     assert one_line(err).startswith("compat.toml: toch: unknown key (did you mean 'torch'?)")
+    with pytest.raises(CompatError) as err:  # a table that is not a table: the model says so, no TypeError
+        CompatRules({"arch": 5})
+    assert one_line(err).startswith("compat.toml: arch: Input should be a valid dictionary")
+    typed = CompatRules.from_toml(COMPAT_TEXT).doc
+    assert CompatRules(typed).doc is typed  # a typed document is used as it is, not checked again
+
+
+def test_element_type_is_the_member_of_a_container_only() -> None:
+    from pinmatrix.datamodel import _element_type
+
+    assert _element_type(list[int]) is int and _element_type(dict[str, float]) is float
+    assert _element_type(tuple[str, ...]) is str
+    assert _element_type(int | str) is None and _element_type(int) is None
 
 
 # ---------------------------------------------------------------------------------------- signatures.toml
@@ -141,6 +157,8 @@ def test_the_shipped_signatures_load_through_the_model() -> None:
     ('class = "nccl-error"\n', "", "signature #5: 'class': required key is missing"),
     ('pattern = "CUDA out of memory|', 'patern = "CUDA out of memory|',
      "signature #6: 'patern': unknown key (did you mean 'pattern'?)"),
+    ('[[signature]]\nclass = "crash"', '[[signature]]\n[signature.x]\n[[signature]]\nclass = "crash"',
+     "signature #10: 'x': unknown key (expected one of: case, class, metric, pattern, source, status)"),
     ('pattern = "cuTensorMapEncodeTiled"', 'pattern = "(cuTensorMapEncodeTiled"',
      "signature #1: missing ), unterminated subpattern at position 0 in pattern '(cuTensorMapEncodeTiled'"),
     ('pattern = "cuTensorMapEncodeTiled"', 'pattern = "cuTensorMap[EncodeTiled"',
@@ -199,3 +217,11 @@ def test_a_layer_plan_without_layers(tmp_path: Path) -> None:
     with pytest.raises(LayerPlanError) as err:
         load_layer_specs(path)
     assert one_line(err) == f"{path}: layer: needs at least one [[layer]] table"
+
+
+def test_a_signature_row_that_is_not_a_table_is_named_by_its_number(tmp_path: Path) -> None:
+    path = tmp_path / "signatures.toml"
+    path.write_text('signature = [{class = "crash", pattern = "Segfault"}, "not a table"]\n', encoding="utf-8")
+    with pytest.raises(SignatureError) as err:
+        load_signatures(path)
+    assert one_line(err).startswith(f"{path}: signature #2: Input should be a valid dictionary")

@@ -117,7 +117,7 @@ def parse_compat(data: Mapping[str, Any], name: str = COMPAT_FILE) -> CompatDoc:
     except ValidationError as exc:
         errors = exc.errors()
         err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
+        loc = tuple(p for p in err["loc"] if p != "[key]")  # a bad key is named by the key itself
         raise CompatError(f"{name}: {key_path(loc)}: {friendly_message(err, CompatDoc)}") from None
 
 

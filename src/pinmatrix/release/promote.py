@@ -88,18 +88,16 @@ class PromotionPolicy(BaseModel):
 def policy_for(matrix: Any, stack: str) -> PromotionPolicy:
     """The stack's policy from matrix.toml: ``[matrix.promotion]`` updated by ``[stacks.<stack>.promotion]``.
     Errors name the file, line and key."""
-    merged: dict[str, Any] = dict(getattr(matrix.settings, "promotion", None) or {})
-    stack_doc = require_stack(matrix, stack)
-    own = dict(getattr(stack_doc, "promotion", None) or {})
+    merged: dict[str, Any] = dict(matrix.settings.promotion or {})
+    own = dict(require_stack(matrix, stack).promotion or {})
     merged.update(own)
     try:
         return PromotionPolicy.model_validate(merged)
     except ValidationError as err:
-        first = err.errors()[0]
-        key = str(first["loc"][0]) if first["loc"] else ""
-        base = ("stacks", stack, "promotion") if key in own or not merged else ("matrix", "promotion")
-        path = base + ((key,) if key else ())
-        raise PinmatrixError(matrix.where(path, first["msg"])) from None
+        first = err.errors()[0]  # the input is a table: every error is at one of its keys
+        key = str(first["loc"][0])
+        base = ("stacks", stack, "promotion") if key in own else ("matrix", "promotion")
+        raise PinmatrixError(matrix.where((*base, key), first["msg"])) from None
 
 
 # ------------------------------------------------------------------------------------------------- check
