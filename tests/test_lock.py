@@ -3,15 +3,21 @@ with uv's reason while the others lock."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from pinmatrix.cli import main
-from pinmatrix.lock.resolve import lock_path
+from pinmatrix.errors import LockError
+from pinmatrix.lock import resolve
+from pinmatrix.lock.resolve import find_uv, lock_cell, lock_path, owners_path, read_owners, record_owner
 from pinmatrix.matrix.expand import expand_matrix
 from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.matrix.selection import load
 
 pytestmark = pytest.mark.network
 
@@ -90,3 +96,106 @@ def test_shipped_demo_locks_are_current(tmp_path: Path) -> None:
     for cell in expand_matrix(load_matrix(tmp_path / "matrix.toml")).cells:
         if cell.stack == "demo":
             assert lock_path(cell, tmp_path).read_bytes() == lock_path(cell, root).read_bytes()
+
+
+# ---- the bookkeeping that needs no index: owners, finding uv, a cell with nothing to lock
+
+def test_owners_file_is_written_sorted_one_key_per_line_and_only_when_it_changes(tmp_path: Path) -> None:
+    assert read_owners(tmp_path) == {}
+    record_owner(tmp_path, "b.toml", ["cc", "aa"], replace=True)
+    record_owner(tmp_path, "a.toml", ["bb"], replace=True)
+    path = owners_path(tmp_path)
+    assert path == tmp_path / "locks" / "owners.json"
+    assert path.read_text() == '{\n "a.toml": [\n  "bb"\n ],\n "b.toml": [\n  "aa",\n  "cc"\n ]\n}\n'
+    # a partial lock adds to what the matrix owned; a full one replaces it
+    record_owner(tmp_path, "b.toml", ["dd"], replace=False)
+    assert read_owners(tmp_path)["b.toml"] == ["aa", "cc", "dd"]
+    record_owner(tmp_path, "b.toml", ["dd"], replace=True)
+    assert read_owners(tmp_path) == {"a.toml": ["bb"], "b.toml": ["dd"]}
+    # nothing changes: the file is not written again
+    os.utime(path, (1, 1))
+    record_owner(tmp_path, "b.toml", ["dd"], replace=False)
+    record_owner(tmp_path, "a.toml", ["bb"], replace=True)
+    assert path.stat().st_mtime == 1
+
+
+@pytest.mark.parametrize("text", ['["a.toml"]', '{"a.toml": "abc"}', "{not json"])
+def test_an_owners_file_of_another_shape_is_one_line_naming_it(tmp_path: Path, text: str) -> None:
+    path = owners_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(LockError) as err:
+        read_owners(tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    if text.startswith("{not"):
+        assert "cannot read the lock owners" in message
+    else:
+        assert message == f"{path}: not a lock owners file (expected {{matrix file: [cell ids]}})"
+
+
+def test_find_uv_prefers_pinmatrix_own_environment_then_path_then_the_wheel(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "uv").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    assert find_uv() == str(venv / "uv")
+    (venv / "uv").unlink()
+    on_path = tmp_path / "path"
+    on_path.mkdir()
+    (on_path / "uv").write_text("#!/bin/sh\n")
+    (on_path / "uv").chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path))
+    assert find_uv() == str(on_path / "uv")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    import uv
+
+    monkeypatch.setattr(uv, "find_uv_bin", lambda: "/from/the/wheel/uv")
+    assert find_uv() == "/from/the/wheel/uv"
+
+    def missing() -> str:
+        raise FileNotFoundError("no binary")
+
+    monkeypatch.setattr(uv, "find_uv_bin", missing)
+    with pytest.raises(LockError) as err:
+        find_uv()
+    assert str(err.value) == "uv is not installed: pip install uv (pinmatrix resolves locks with it)"
+
+
+def test_a_cell_without_pip_requirements_is_not_locked(tmp_path: Path) -> None:
+    cell = dataclasses.replace(load(Path(__file__).resolve().parents[1] / "matrix.toml")[1].cells[0], requirements=())
+    result = lock_cell(cell, tmp_path, None, uv="/bin/false")
+    assert (result.cell, result.path, result.ok) == (cell, lock_path(cell, tmp_path), False)
+    assert result.reason == "the cell has no pip requirements to lock" and not result.path.exists()
+    assert resolve.LockResult(cell, result.path, ok=False).changed is False
+
+
+FAKE_UV = """#!{python}
+import json, sys
+from pathlib import Path
+if sys.argv[1:] == ["--version"]:
+    print("uv 0.0.0-fake")
+    raise SystemExit(0)
+Path({record!r}).open("a").write(json.dumps(sys.argv[1:]) + "\\n")
+out = sys.argv[sys.argv.index("-o") + 1]
+Path(out).write_text("six==1.16.0 \\\\\\n    --hash=sha256:" + "0" * 64 + "\\n")
+"""
+
+
+def test_lock_cells_passes_exclude_newer_and_the_uv_it_found_to_every_cell(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    record = tmp_path / "argv.jsonl"
+    fake = tmp_path / "fake-uv"
+    fake.write_text(FAKE_UV.format(python=sys.executable, record=str(record)))
+    fake.chmod(0o755)
+    monkeypatch.setattr(resolve, "find_uv", lambda: str(fake))
+    cells = load(Path(__file__).resolve().parents[1] / "matrix.toml")[1].cells[:3]
+    done: list[str] = []
+    results = resolve.lock_cells(cells, tmp_path, exclude_newer="2024-06-01T00:00:00Z", jobs=2,
+                                 on_done=lambda r: done.append(r.cell.id))
+    assert [r.cell.id for r in results] == done == [c.id for c in cells] and all(r.ok and r.changed for r in results)
+    calls = [__import__("json").loads(line) for line in record.read_text().splitlines()]
+    assert len(calls) == 3 and all(c[c.index("--exclude-newer") + 1] == "2024-06-01T00:00:00Z" for c in calls)
+    text = lock_path(cells[0], tmp_path).read_text()
+    assert text.startswith(f"# pinmatrix lock for cell {cells[0].id}: ") and "# resolved by uv 0.0.0-fake\n" in text
