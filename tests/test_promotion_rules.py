@@ -5,6 +5,7 @@ real registry (Debian's docker-registry, started by the conftest fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import urllib.request
@@ -432,3 +433,85 @@ def test_a_known_good_file_without_promotions(tmp_path: Path) -> None:
     path = tmp_path / "known-good.toml"
     path.write_text("".join(f"# {line}\n" for line in HEADER.splitlines()))
     assert read_known_good(path) == []
+
+
+# ------------------------------------------------------------------------- every refusal, word for word
+
+C3 = make_cell("5e6f708192a3", "words", {"driver": "580.159.04", "gpu": "sm_90"}, smokes=("boundary", "probe", "extra"))
+T0 = "2026-11-29T10:00:00Z"
+
+
+def _problems(records: list[SmokeRecord], cell=C3, **policy) -> list[str]:  # noqa: ANN001, ANN003
+    return check_policy(cell, PromotionPolicy.model_validate({"hosts": ["sm_90"], **policy}), records).problems
+
+
+def test_a_failed_smoke_is_named_with_its_class_host_run_and_reason() -> None:
+    failed = dataclasses.replace(rec("boundary", "fail", A, run="r1", finished=T0, cell=C3),
+                                 reason="an illegal memory access was encountered")
+    passed = [rec(s, "pass", A, run="r1", finished=T0, cell=C3) for s in ("probe", "extra")]
+    assert _problems([failed, *passed]) == [
+        f"required smoke 'boundary' is fail [illegal-memory-access] on {H200.label()} (run r1): "
+        "an illegal memory access was encountered"]
+    bare = rec("boundary", "skip", A, run="r2", finished="2026-11-29T11:00:00Z", cell=C3)  # no class, no reason
+    assert _problems([failed, bare, *passed]) == [f"required smoke 'boundary' is skip on {H200.label()} (run r2)"]
+
+
+def test_results_on_several_images_are_listed_per_image() -> None:
+    recs = [rec("boundary", "pass", A, run="r1", finished=T0, cell=C3), rec("probe", "pass", A, run="r1", finished=T0,
+            cell=C3), rec("extra", "pass", B, run="r2", finished=T0, cell=C3)]
+    assert _problems(recs)[0] == f"the results were measured on different images: {A} (boundary, probe); {B} (extra)"
+
+
+def test_host_runs_that_do_not_count_are_named_with_the_policy_that_refuses_them() -> None:
+    host_runs = [rec(s, "pass", None, run="h1", finished=T0, cell=C3) for s in C3.smokes]
+    assert _problems(host_runs) == [
+        "results of boundary, extra, probe were not measured in an image (no image digest recorded): the stack's "
+        "promotion policy does not count host runs (host_runs = \"refuse\")"]
+    for r in host_runs:
+        r.environment["host_vs_lock"] = {"identical": False}
+    assert _problems(host_runs, host_runs="identical") == [
+        "results of boundary, extra, probe were not measured in an image (no image digest recorded): the stack's "
+        "promotion policy counts host runs only when the host matched the cell's lock (host_runs = \"identical\"), "
+        "and these did not"]
+    for r in host_runs:
+        r.environment["host_vs_lock"] = {"identical": True}
+    assert _problems(host_runs, host_runs="identical") == []
+    assert _problems(host_runs, host_runs="identical", min_clean_runs=2) == [
+        f"smoke {s!r} has 1 clean run(s) on a sm_90 host, the policy needs 2" for s in C3.smokes]
+
+
+def test_a_counted_host_run_and_image_runs_promote_that_image() -> None:
+    """Host runs the policy counts are set aside one by one, and the image the other smokes ran on is the one
+    checked and promoted."""
+    host = rec("boundary", "pass", None, run="h1", finished=T0, cell=C3)
+    host.environment["host_vs_lock"] = {"identical": True}
+    image = [rec(s, "pass", A, run="r1", finished=T0, cell=C3) for s in ("probe", "extra")]
+    check = check_policy(C3, PromotionPolicy(hosts=["sm_90"], host_runs="identical"), [host, *image])
+    assert check.ok and check.digest == A
+    assert {(e.smoke, e.host, e.finished_at, e.image_digest) for e in check.evidence} == {
+        ("boundary", H200.label(), T0, None), ("probe", H200.label(), T0, A), ("extra", H200.label(), T0, A)}
+
+
+def test_a_gpu_without_results_does_not_hide_the_next_gpu() -> None:
+    recs = [rec(s, "fail", A, run="g1", finished=T0, host=GB10, cell=C3) for s in C3.smokes]
+    problems = _problems(recs, hosts=["sm_90", "sm_121"])
+    assert problems[:3] == [f"missing result: smoke {s!r} has no result on a sm_90 host" for s in ("boundary",)] + [
+        f"required smoke 'boundary' is fail [illegal-memory-access] on {GB10.label()} (run g1)",
+        "missing result: smoke 'probe' has no result on a sm_90 host"]
+
+
+def test_group_selectors_without_a_catalogue_match_recorded_smokes_by_group() -> None:
+    """Without the smoke catalogue, a cell's group selector is matched against the recorded smoke names, and
+    a required smoke that is a member of a selected group is known."""
+    cell = make_cell("6f708192a3b4", "grp", {"driver": "580.159.04", "gpu": "sm_90"}, smokes=("grp",))
+    recs = [rec("grp-a", "pass", A, run="r1", finished=T0, cell=cell)]
+    assert check_policy(cell, PromotionPolicy(hosts=["sm_90"]), recs).ok
+    assert check_policy(cell, PromotionPolicy(hosts=["sm_90"], required_smokes=["grp-a"]), recs).ok
+    with_catalogue = check_policy(cell, PromotionPolicy(hosts=["sm_90"]), recs, catalogue=["grp-a", "other"])
+    assert with_catalogue.ok and [e.smoke for e in with_catalogue.evidence] == ["grp-a"]
+
+
+def test_a_cell_that_requires_nothing_has_no_required_results() -> None:
+    empty = make_cell("708192a3b4c5", "none", {"driver": "580.159.04", "gpu": "sm_90"}, smokes=())
+    assert check_policy(empty, PromotionPolicy(hosts=["sm_90"]), []).problems == ["no required results"]
+    assert check_policy(empty, PromotionPolicy(hosts=["sm_90"]), []).cell_id == empty.id
