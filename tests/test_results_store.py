@@ -157,3 +157,90 @@ def test_sigkill_mid_run_keeps_every_committed_record(tmp_path: Path) -> None:
     assert len(smokes) <= acked + 2
     store.record(dataclasses.replace(rec(), run_id="after"))
     assert store.has_result("aaaaaaaaaaaa", HOST.id, "torch-gemm")
+
+
+# ------------------------------------------------------------ the store's own checks, word for word
+
+
+def test_check_names_each_way_a_file_is_not_a_store_of_this_pinmatrix(tmp_path: Path) -> None:
+    missing = tmp_path / "none.sqlite"
+    gone = ResultsStore(missing)  # made when opened ...
+    missing.unlink()  # ... and removed under it
+    with pytest.raises(ResultsError) as err:
+        gone.check()
+    assert str(err.value) == f"{missing}: no results store"
+
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE hosts (id TEXT)")
+    with pytest.raises(ResultsError) as err:
+        ResultsStore(foreign).check()
+    assert str(err.value) == (f"{foreign}: an SQLite database, but not a pinmatrix results store (no meta, results "
+                              "table); left as it is")
+
+    versionless = tmp_path / "versionless.sqlite"
+    with sqlite3.connect(versionless) as conn:
+        for table in ("meta (key TEXT, value TEXT)", "hosts (id TEXT)", "results (seq INTEGER)"):
+            conn.execute(f"CREATE TABLE {table}")
+    with pytest.raises(ResultsError) as err:
+        ResultsStore(versionless).check()
+    assert str(err.value) == (f"{versionless}: an SQLite database, but not a pinmatrix results store "
+                              "(no schema_version); left as it is")
+
+    for version in ("99", "two"):
+        newer = tmp_path / f"newer-{version}.sqlite"
+        store = ResultsStore(newer)
+        store.record(rec())
+        with sqlite3.connect(newer) as conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+        with pytest.raises(ResultsError) as err:
+            ResultsStore(newer).check()
+        assert str(err.value) == (f"{newer}: results store schema {version!r} is newer than this pinmatrix knows "
+                                  "(1); left as it is")
+        with pytest.raises(ResultsError):  # and nothing is written to it
+            ResultsStore(newer).record(rec(run="r2"))
+        assert len(ResultsStore(newer).query()) == 1
+
+    good = tmp_path / "good.sqlite"
+    ResultsStore(good).record(rec())
+    ResultsStore(good).check()  # a store of this pinmatrix passes
+
+
+def test_a_store_written_before_probe_parameters_is_read_and_then_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    store = ResultsStore(path)
+    store.record(rec(run="r1"))
+    with sqlite3.connect(path) as conn:  # the store as pinmatrix wrote it before bisect: no params column
+        conn.execute("ALTER TABLE results DROP COLUMN params")
+    old = ResultsStore(path)
+    assert [(r.run_id, r.params) for r in old.query()] == [("r1", {})]  # read through the plain-params view
+    old.record(rec(run="r2", params={"n": 7}))
+    with sqlite3.connect(path) as conn:
+        assert "params" in {row[1] for row in conn.execute("PRAGMA table_info(results)")}
+    again = ResultsStore(path)
+    assert [(r.run_id, r.params) for r in again.query()] == [("r1", {}), ("r2", {"n": 7})]
+    assert [r.run_id for r in again.query(probe_params={})] == ["r1"]
+    assert [r.run_id for r in again.query(probe_params={"n": 7})] == ["r2"]
+
+
+def test_probe_parameters_are_stored_canonically_and_filters_select_by_each_column(tmp_path: Path) -> None:
+    from pinmatrix.results.store import params_key
+
+    assert params_key({"n": 2, "m": 1.5}) == '{"m":1.5,"n":2}' and params_key(None) == params_key({}) == "{}"
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.record_many([rec(run="r1", params={"b": 1, "a": 2}), rec(run="r2", cell="bbbbbbbbbbbb", stack="gb10",
+                                                                  smoke="other", host=CPU)])
+    with sqlite3.connect(tmp_path / "r.sqlite") as conn:
+        stored = sorted(row[0] for row in conn.execute("SELECT params FROM results"))
+    assert stored == ['{"a":2,"b":1}', "{}"]
+    assert [r.run_id for r in store.query(probe_params={"a": 2, "b": 1})] == ["r1"]
+    for key, value, want in (("cell_id", "bbbbbbbbbbbb", ["r2"]), ("stack", "gb10", ["r2"]), ("stack", "h200", ["r1"]),
+                             ("host_id", CPU.id, ["r2"]), ("smoke", "other", ["r2"]), ("run_id", "r1", ["r1"])):
+        assert [r.run_id for r in store.query(**{key: value})] == want, key
+
+
+def test_environment_values_that_are_not_json_are_kept_as_text(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.record(rec(environment={"b": Path("/opt/venv"), "a": 1}, known_issue="ki-1"))
+    (back,) = store.query()
+    assert back.environment == {"a": 1, "b": "/opt/venv"} and back.known_issue == "ki-1"
