@@ -199,3 +199,56 @@ def test_lock_cells_passes_exclude_newer_and_the_uv_it_found_to_every_cell(tmp_p
     assert len(calls) == 3 and all(c[c.index("--exclude-newer") + 1] == "2024-06-01T00:00:00Z" for c in calls)
     text = lock_path(cells[0], tmp_path).read_text()
     assert text.startswith(f"# pinmatrix lock for cell {cells[0].id}: ") and "# resolved by uv 0.0.0-fake\n" in text
+
+
+FAKE_UV_ENV = """#!{python}
+import json, os, sys
+from pathlib import Path
+if sys.argv[1:] == ["--version"]:
+    print("uv 0.0.0-fake")
+    raise SystemExit(0)
+Path({record!r}).write_text(json.dumps({{"argv": sys.argv[1:], "cwd_files": sorted(os.listdir(".")),
+    "downloads": os.environ.get("UV_PYTHON_DOWNLOADS"), "progress": os.environ.get("UV_NO_PROGRESS")}}))
+if {fail!r}:
+    print("warning: ignore me", file=sys.stderr)
+    print("error: No solution found when resolving dependencies", file=sys.stderr)
+    raise SystemExit(1)
+Path(sys.argv[sys.argv.index("-o") + 1]).write_text("six==1.16.0 \\\\\\n    --hash=sha256:" + "1" * 64 + "\\n")
+"""
+
+
+def _fake_uv(tmp_path: Path, *, fail: bool = False) -> tuple[str, Path]:
+    record = tmp_path / f"seen-{fail}.json"
+    fake = tmp_path / f"uv-{fail}"
+    fake.write_text(FAKE_UV_ENV.format(python=sys.executable, record=str(record), fail=fail))
+    fake.chmod(0o755)
+    return str(fake), record
+
+
+def test_lock_cell_runs_uv_without_downloads_or_progress_and_reports_its_error(tmp_path: Path) -> None:
+    import json as _json
+
+    cell = load(Path(__file__).resolve().parents[1] / "matrix.toml")[1].cells[0]
+    uv, seen = _fake_uv(tmp_path)
+    first = lock_cell(cell, tmp_path, None, uv=uv)
+    assert (first.ok, first.changed, first.path) == (True, True, lock_path(cell, tmp_path))
+    got = _json.loads(seen.read_text())
+    assert (got["downloads"], got["progress"]) == ("never", "1") and got["cwd_files"] == ["requirements.in"]
+    assert got["argv"][:6] == ["pip", "compile", "requirements.in", "-o", "lock.txt", "--python-version"]
+    again = lock_cell(cell, tmp_path, None, uv=uv)
+    assert (again.ok, again.changed, again.path) == (True, False, lock_path(cell, tmp_path))
+    bad_uv, _ = _fake_uv(tmp_path, fail=True)
+    failed = lock_cell(cell, tmp_path, None, uv=bad_uv)
+    assert (failed.ok, failed.path, failed.reason) == (False, lock_path(cell, tmp_path),
+                                                       "error: No solution found when resolving dependencies")
+
+
+def test_uv_command_names_the_default_index_and_each_extra_index(tmp_path: Path) -> None:
+    from pinmatrix.cell import IndexSpec
+
+    cell = load(Path(__file__).resolve().parents[1] / "matrix.toml")[1].cells[0]
+    cell = dataclasses.replace(cell, indexes=(IndexSpec("mirror", "https://mirror.example/simple", default=True),
+                                              IndexSpec("extra", "https://extra.example/simple")))
+    cmd = resolve.uv_command(cell, Path("req.in"), Path("out.txt"), None, "uv")
+    assert cmd[-4:] == ["--default-index", "https://mirror.example/simple", "--index", "https://extra.example/simple"]
+    assert cmd[:6] == ["uv", "pip", "compile", "req.in", "-o", "out.txt"] and "--exclude-newer" not in cmd
