@@ -225,3 +225,15 @@ def test_a_signature_row_that_is_not_a_table_is_named_by_its_number(tmp_path: Pa
     with pytest.raises(SignatureError) as err:
         load_signatures(path)
     assert one_line(err).startswith(f"{path}: signature #2: Input should be a valid dictionary")
+
+
+def test_compat_lookups_name_what_they_do_not_know() -> None:
+    from pinmatrix.matrix.compat import gpu_capability
+
+    assert gpu_capability("sm_121") == (12, 1)
+    with pytest.raises(ValueError, match=r"^gpu 'h100' names no compute capability$"):
+        gpu_capability("h100")
+    series = CompatRules.from_toml(COMPAT_TEXT).torch_series("2.9.0")
+    assert series["triton"] == series.triton
+    with pytest.raises(KeyError, match="tritn"):
+        series["tritn"]

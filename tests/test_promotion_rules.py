@@ -515,3 +515,24 @@ def test_a_cell_that_requires_nothing_has_no_required_results() -> None:
     empty = make_cell("708192a3b4c5", "none", {"driver": "580.159.04", "gpu": "sm_90"}, smokes=())
     assert check_policy(empty, PromotionPolicy(hosts=["sm_90"]), []).problems == ["no required results"]
     assert check_policy(empty, PromotionPolicy(hosts=["sm_90"]), []).cell_id == empty.id
+
+
+def test_required_gpus_use_the_cells_capability_when_it_names_no_arch_flags() -> None:
+    from pinmatrix.release.promote import required_gpus
+
+    plain = dataclasses.replace(make_cell("8192a3b4c5d6", "cap", {"driver": "580.159.04", "gpu": "sm_90"}),
+                                arch_flags=(), compute_capability="9.0")
+    assert required_gpus(plain, PromotionPolicy(), ["sm_90", "sm_100", "sm_120"]) == ["sm_90"]
+
+
+def test_a_promoted_repository_on_another_registry_is_refused(oci_registry: str) -> None:  # noqa: F811
+    cell = _gpu_cell("92a3b4c5d6e7")
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, cell.id, "elsewhere")
+    recs = [rec(s, "pass", digest, run="r1", finished=T0, cell=cell) for s in cell.smokes]
+    source = ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}")
+    with pytest.raises(PromotionRefused) as err:
+        plan_promotion(cell, PromotionPolicy(), recs, source=source, registry_prefix="other.example:5000/pinmatrix",
+                       registry=Registry(oci_registry))
+    assert str(err.value) == (f"promoted repository other.example:5000/pinmatrix/known-good/{cell.stack} is on another "
+                              f"registry than {source.name}")
