@@ -1,6 +1,7 @@
-"""The golden expansion of the shipped matrix.toml: every cell's id and name, every pruned combination's name
-and reasons. `python tests/golden_expansion.py` rewrites tests/data/expansion.golden.json after a deliberate
-change (a new pin, a new rule); tests/test_golden_expansion.py fails on any other change."""
+"""The golden expansion of the shipped matrix.toml: every cell whole (id, name, pins, requirements, patches,
+known issues, indexes, base, env), every pruned combination's name and reasons. `python
+tests/golden_expansion.py` rewrites tests/data/expansion.golden.json after a deliberate change (a new pin, a new
+rule); tests/test_golden_expansion.py fails on any other change."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def current() -> dict[str, Any]:
 
     expansion = expand_matrix(load_matrix(REPO / "matrix.toml"))
     return {
-        "cells": [{"id": c.id, "name": c.name} for c in expansion.cells],
+        "cells": [c.to_dict() for c in expansion.cells],
         "pruned": [{"name": p.name, "reasons": list(p.reasons)} for p in expansion.pruned],
     }
 

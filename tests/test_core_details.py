@@ -365,8 +365,8 @@ def test_known_issue_verdicts_in_every_corner() -> None:
 
 
 def test_uv_reason_key_path_and_duplicate_promotions() -> None:
-    from pinmatrix.lock.resolve import _uv_reason
     from pinmatrix.datamodel import key_path
+    from pinmatrix.lock.resolve import _uv_reason
     from pinmatrix.release.pull import judge
 
     assert _uv_reason("warning: slow index\n\n  error: no version of six==9  \n  hint: check\n") == \
@@ -533,3 +533,64 @@ def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
         f"cell {cell.id} ({cell.name}) not promoted: missing result: smoke 'host-probe' has no result on a sm_90 "
         "host; missing result: smoke 'tiled-boundary-a' has no result on a sm_90 host; missing result: smoke "
         "'tiled-boundary-b' has no result on a sm_90 host")
+
+
+def test_ca_certificates_join_the_cell_id_by_content_only_when_they_go_into_images(tmp_path: Path) -> None:
+    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.schema import load_matrix
+
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "proxy.crt").write_text("one")
+
+    def cell_id(in_images: bool) -> str:
+        (tmp_path / "m.toml").write_text(f"""[matrix]
+python = "3.13"
+ca_certificates = ["{certs}"]
+ca_certificates_in_images = {str(in_images).lower()}
+[stacks.s]
+gpu_required = false
+[stacks.s.packages]
+six = ["1.17.0"]
+""")
+        return expand_matrix(load_matrix(tmp_path / "m.toml")).cells[0].id
+
+    outside, inside = cell_id(False), cell_id(True)
+    assert outside != inside
+    (certs / "proxy.crt").write_text("two")  # new content: a new id only when the certificate is in the image
+    assert cell_id(False) == outside and cell_id(True) != inside
+    (certs / "proxy.crt").rename(certs / "other.crt")
+    (certs / "other.crt").write_text("one")  # same content under another name: another image, another id
+    assert cell_id(True) not in (inside, outside)
+    moved = cell_id(True)
+    (certs / "notes.txt").write_text("not a certificate")  # only *.crt files of a folder count
+    assert cell_id(True) == moved
+
+
+def test_ca_certificates_in_images_name_files_or_folders_relative_to_the_matrix(tmp_path: Path) -> None:
+    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.schema import load_matrix
+
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "a.crt").write_text("A")
+    (tmp_path / "single.crt").write_text("S")
+
+    def cell_id(entries: list[str]) -> str:
+        listed = ", ".join(f'"{e}"' for e in entries)
+        (tmp_path / "m.toml").write_text(f"""[matrix]
+python = "3.13"
+ca_certificates = [{listed}]
+ca_certificates_in_images = true
+[stacks.s]
+gpu_required = false
+[stacks.s.packages]
+six = ["1.17.0"]
+""")
+        return expand_matrix(load_matrix(tmp_path / "m.toml")).cells[0].id
+
+    folder, single = cell_id(["certs"]), cell_id(["single.crt"])
+    assert folder == cell_id([str(tmp_path / "certs")])  # relative to the matrix = the absolute path
+    assert single == cell_id([str(tmp_path / "single.crt")]) and single != folder
+    both = cell_id(["certs", "single.crt"])
+    assert both == cell_id(["single.crt", "certs"]) and both not in (folder, single)  # sorted: order is no input
+    assert cell_id(["missing"]) == cell_id([]) != folder  # a path that is not there adds nothing

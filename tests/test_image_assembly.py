@@ -229,32 +229,3 @@ def test_a_base_pinned_by_digest_is_fetched_and_its_layers_used_as_they_are(dock
     env = layout.config(stored)["config"]["Env"]
     assert "LANG=C.UTF-8" in env and any(e.startswith("PATH=/opt/venv/bin:") for e in env)
     assert layout.config(stored)["config"]["Labels"]["org.opencontainers.image.base.name"].endswith(digest)
-
-
-def test_ca_certificates_join_the_cell_id_by_content_only_when_they_go_into_images(tmp_path: Path) -> None:
-    from pinmatrix.matrix.expand import expand_matrix
-    from pinmatrix.matrix.schema import load_matrix
-
-    certs = tmp_path / "certs"
-    certs.mkdir()
-    (certs / "proxy.crt").write_text("one")
-
-    def cell_id(in_images: bool) -> str:
-        (tmp_path / "m.toml").write_text(f"""[matrix]
-python = "3.13"
-ca_certificates = ["{certs}"]
-ca_certificates_in_images = {str(in_images).lower()}
-[stacks.s]
-gpu_required = false
-[stacks.s.packages]
-six = ["1.17.0"]
-""")
-        return expand_matrix(load_matrix(tmp_path / "m.toml")).cells[0].id
-
-    outside, inside = cell_id(False), cell_id(True)
-    assert outside != inside
-    (certs / "proxy.crt").write_text("two")  # new content: a new id only when the certificate is in the image
-    assert cell_id(False) == outside and cell_id(True) != inside
-    (certs / "proxy.crt").rename(certs / "other.crt")
-    (certs / "other.crt").write_text("one")  # same content under another name: another image, another id
-    assert cell_id(True) not in (inside, outside)
