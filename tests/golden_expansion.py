@@ -21,7 +21,7 @@ def current() -> dict[str, Any]:
     expansion = expand_matrix(load_matrix(REPO / "matrix.toml"))
     return {
         "cells": [c.to_dict() for c in expansion.cells],
-        "pruned": [{"name": p.name, "reasons": list(p.reasons)} for p in expansion.pruned],
+        "pruned": [{"name": p.name, "pins": dict(p.pins), "reasons": list(p.reasons)} for p in expansion.pruned],
     }
 
 
