@@ -244,3 +244,39 @@ def test_environment_values_that_are_not_json_are_kept_as_text(tmp_path: Path) -
     store.record(rec(environment={"b": Path("/opt/venv"), "a": 1}, known_issue="ki-1"))
     (back,) = store.query()
     assert back.environment == {"a": 1, "b": "/opt/venv"} and back.known_issue == "ki-1"
+
+
+def test_busy_store_is_retried_with_growing_waits_then_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's "locked"/"busy" errors are waited out (0.05 s doubling, capped at 1 s) up to RETRIES
+    attempts; any other operational error, or the last busy one, is one ResultsError naming the store."""
+    store = ResultsStore(tmp_path / "r.sqlite")
+    waits: list[float] = []
+    monkeypatch.setattr("pinmatrix.results.store.time.sleep", waits.append)
+    calls: list[int] = []
+
+    def busy_then(value: int, busy: int, message: str = "database is locked"):
+        def fn() -> int:
+            calls.append(1)
+            if len(calls) <= busy:
+                raise sqlite3.OperationalError(message)
+            return value
+        return fn
+
+    assert store._retry(busy_then(7, 3)) == 7
+    assert len(calls) == 4 and waits == [0.05, 0.1, 0.2]
+
+    calls.clear(), waits.clear()
+    assert store._retry(busy_then(8, 7, "database table is busy")) == 8
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+
+    calls.clear(), waits.clear()
+    with pytest.raises(ResultsError) as err:
+        store._retry(busy_then(9, 1, "disk I/O error"))
+    assert str(err.value) == f"{tmp_path / 'r.sqlite'}: disk I/O error" and len(calls) == 1 and waits == []
+
+    calls.clear(), waits.clear()
+    with pytest.raises(ResultsError) as err:
+        store._retry(busy_then(9, ResultsStore.RETRIES, "database is locked"))
+    assert str(err.value) == f"{tmp_path / 'r.sqlite'}: database is locked"
+    assert len(calls) == ResultsStore.RETRIES and len(waits) == ResultsStore.RETRIES - 1
+    assert store._retry(lambda: 0) == 0  # a falsy answer is returned as it is
