@@ -10,7 +10,6 @@ import math
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -125,7 +124,7 @@ class _StackExpander:
             return []
         out: list[tuple[str, str]] = []
         for entry in self.settings.ca_certificates:
-            path = (self.matrix.root / entry) if not entry.startswith("/") else Path(entry)
+            path = self.matrix.root / entry  # relative to the matrix; an absolute entry stays as it is
             files = sorted(path.glob("*.crt")) if path.is_dir() else [path] if path.is_file() else []
             out.extend((f.name, sha256_file(f)) for f in files)
         return sorted(out)
