@@ -193,15 +193,14 @@ class _StackExpander:
             msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
             self.where(path, f"bad value for axis {axis!r}: {msg}")
             return None
-        except Exception as exc:  # ValueError: one line for the user
-            msg = str(exc).splitlines()[-1].strip() if str(exc) else type(exc).__name__
-            self.where(path, f"bad value for axis {axis!r}: {msg}")
+        except ValueError as exc:  # "must be a string": one line for the user
+            self.where(path, f"bad value for axis {axis!r}: {exc}")
             return None
 
-    def matches(self, value: Value, wanted: Any) -> bool:
-        if isinstance(wanted, str):
-            return wanted in (display(value), version_of(value))
-        return display(value) == display(wanted) if not isinstance(wanted, dict) else False
+    @staticmethod
+    def matches(value: Value, wanted: str) -> bool:
+        """An exclude rule's value (made a string by ``assignments``) names the value's display or version."""
+        return wanted in (display(value), version_of(value))
 
     def count(self, groups: list[list[str]]) -> tuple[int, str]:
         """How many combinations ``assignments`` would make (before excludes), without making any, and the
