@@ -136,3 +136,132 @@ flashinfer = ["0.7.0.post1", "0.6.8"]
         "v[flashinfer=0.6.8]": ("vllm 0.33.0 pins flashinfer-python==0.7.0.post1, not 0.6.8 (vLLM requirements/cuda.txt "
                                 "per release (the PyPI wheel's torch pin))",),
     }
+
+
+def test_a_python_the_base_lacks_is_refused_where_it_is_set(tmp_path: Path) -> None:
+    """The Debian suite decides the Python: each mismatch and unknown suite is a line naming the key that set
+    it (the stack's or the matrix's); a base pinned by digest is the user's to match."""
+    from pinmatrix.errors import MatrixError
+
+    six = '[stacks.{0}]\ngpu_required = false\n{1}\n[stacks.{0}.packages]\nsix = ["1.17.0"]\n'
+    image = "example.org/py@sha256:" + "0" * 64
+    text = ('[matrix]\npython = "3.12"\n' + six.format("a", "") + six.format("b", 'python = "3.11"\nbase = { suite = "bookworm" }')
+            + six.format("c", 'base = { suite = "sid2" }') + six.format("d", 'python = "3.11"')
+            + six.format("e", 'base = { suite = "bookworm" }')
+            + six.format("i", f'python = "3.9"\nbase = {{ kind = "image", image = "{image}" }}'))
+    (tmp_path / "m.toml").write_text(text)
+    try:
+        expand_matrix(load_matrix(tmp_path / "m.toml"))
+    except MatrixError as err:
+        problems = err.problems
+    known = "bullseye (3.9), bookworm (3.11), trixie (3.13), forky (3.13)"
+    assert problems == [
+        'm.toml:2: matrix.python: stack a wants Python 3.12 but its Debian trixie base has 3.13: set python = "3.13" '
+        "or a base with 3.12 (another suite or a pinned image)",
+        f"m.toml:16: stacks.c.base.suite: unknown Debian suite 'sid2' (known: {known})",
+        'm.toml:21: stacks.d.python: stack d wants Python 3.11 but its Debian trixie base has 3.13: set python = '
+        '"3.13" or a base with 3.11 (another suite or a pinned image)',
+        'm.toml:2: matrix.python: stack e wants Python 3.12 but its Debian bookworm base has 3.11: set python = '
+        '"3.11" or a base with 3.12 (another suite or a pinned image)',
+    ]
+    (tmp_path / "m.toml").write_text('[matrix]\npython = "3.13"\nbase = { suite = "hamm" }\n' + six.format("a", ""))
+    try:
+        expand_matrix(load_matrix(tmp_path / "m.toml"))
+    except MatrixError as err:
+        assert err.problems == [f"m.toml:3: matrix.base.suite: unknown Debian suite 'hamm' (known: {known})"]
+    else:
+        raise AssertionError("an unknown suite was accepted")
+
+
+def test_the_cell_base_carries_the_mirror_and_an_image_base_has_no_suite(tmp_path: Path) -> None:
+    from pinmatrix.cell import BaseSpec
+
+    image = "example.org/py@sha256:" + "0" * 64
+    result = expand(tmp_path, f"""[matrix]
+python = "3.13"
+base = {{ mirror = "https://mirror.example.org/debian", packages = ["curl"], source_date_epoch = 1 }}
+[stacks.a]
+gpu_required = false
+[stacks.a.packages]
+six = ["1.17.0"]
+[stacks.i]
+gpu_required = false
+python = "3.9"
+base = {{ kind = "image", image = "{image}", suite = "bookworm", variant = "extract" }}
+[stacks.i.packages]
+six = ["1.17.0"]
+""")
+    assert {c.stack: c.base for c in result.cells} == {
+        "a": BaseSpec(kind="mmdebstrap", suite="trixie", mirror="https://mirror.example.org/debian",
+                      source_date_epoch=1, packages=("curl",)),
+        "i": BaseSpec(kind="image", image=image, suite=None, source_date_epoch=1735689600, variant="extract"),
+    }
+
+
+def problems_of(tmp_path: Path, text: str) -> list[str]:
+    from pinmatrix.errors import MatrixError
+
+    (tmp_path / "m.toml").write_text(text)
+    try:
+        expand_matrix(load_matrix(tmp_path / "m.toml"))
+    except MatrixError as err:
+        return err.problems
+    raise AssertionError("the matrix was accepted")
+
+
+STACK = '[matrix]\npython = "3.13"\n{0}[stacks.s]\ngpu_required = false\n{1}\n[stacks.s.packages]\n' \
+        'six = ["1.16.0", "1.17.0"]\nidna = ["3.7", "3.10"]\n'
+
+
+def test_every_bad_include_and_exclude_entry_is_its_own_located_line(tmp_path: Path) -> None:
+    excludes = 'exclude = [{ nope = "1", six = "1.16.0" }, {}, { six = { version = "x y" }, idna = "3.7" }]'
+    assert problems_of(tmp_path, STACK.format("", excludes)) == [
+        "m.toml:5: stacks.s.exclude.0.nope: not an axis of this stack (axes: six, idna)",
+        "m.toml:5: stacks.s.exclude.1: an empty exclude matches every cell",
+        "m.toml:5: stacks.s.exclude.2.six: bad value for axis 'six': 'x y' is not a valid version",
+    ]
+    includes = 'include = [{ zzz = "1", six = { version = "bad version" } }, { six = { version = "1 2" } }]'
+    assert problems_of(tmp_path, STACK.format("", includes)) == [
+        "m.toml:5: stacks.s.include.0.zzz: not an axis of this stack (axes: six, idna)",
+        "m.toml:5: stacks.s.include.0.six: bad value for axis 'six': 'bad version' is not a valid version",
+        "m.toml:5: stacks.s.include.1.six: bad value for axis 'six': '1 2' is not a valid version",
+    ]
+
+
+def test_exclude_values_written_as_tables_match_like_strings(tmp_path: Path) -> None:
+    excludes = 'exclude = [{ six = { version = "1.16.0" }, idna = "3.7" }, { six = "1.17.0", idna = { version = "3.10" } }]'
+    result = expand(tmp_path, STACK.format("", excludes))
+    assert [c.name for c in result.cells] == ["s[six=1.16.0,idna=3.10]", "s[six=1.17.0,idna=3.7]"]
+
+
+def test_the_combination_count_names_its_arithmetic(tmp_path: Path) -> None:
+    """Zipped axes count once; each include adds the product of the axes it leaves free."""
+    text = ('[matrix]\npython = "3.13"\nmax_combinations = 3\n[stacks.s]\ngpu_required = false\n'
+            'zip = [["torch", "triton"]]\ninclude = [{ six = "1.15.0" }, { six = "1.14.0", idna = "3.6" }]\n'
+            '[stacks.s.axes]\ntorch = ["2.9.0", "2.10.0"]\ntriton = ["3.5.0", "3.6.0"]\n'
+            '[stacks.s.packages]\nsix = ["1.16.0", "1.17.0"]\nidna = ["3.7", "3.10"]\n')
+    assert problems_of(tmp_path, text) == [
+        "m.toml:4: stacks.s: 14 combinations (torch+triton 2 x six 2 x idna 2 + 6 from include) are more than the "
+        "limit of 3; raise it with [matrix] max_combinations or --max-combinations"]
+
+
+def test_a_source_build_leaves_the_lock_and_the_arch_lists_follow_each_tool(tmp_path: Path) -> None:
+    """A source-built axis is noted and left out of the requirements, the axes after it are not; PyTorch's
+    list keeps +PTX and joins with ';', FlashInfer's drops +PTX and joins with spaces."""
+    result = expand(tmp_path, """[matrix]
+python = "3.13"
+[stacks.s.axes]
+cuda = ["13.0"]
+gpu = ["sm_121"]
+arch = ["9.0a+PTX 12.1a"]
+torch = ["2.13.0"]
+vllm = [{ version = "0.33.0", source_build = true }]
+[stacks.s.packages]
+six = ["1.17.0"]
+""")
+    (cell,) = result.cells
+    assert cell.requirements == ("torch==2.13.0", "six==1.17.0")
+    assert cell.notes == ("vllm 0.33.0 is built from source, not installed from the lock",)
+    assert (cell.arch_flags, cell.torch_cuda_arch_list, cell.flashinfer_cuda_arch_list) == (
+        ("9.0a+PTX", "12.1a"), "9.0a+PTX;12.1a", "9.0a 12.1a")
+    assert (cell.min_driver, cell.compute_capability) == ("580.65.06", "12.1")

@@ -207,7 +207,7 @@ class _StackExpander:
         arithmetic behind the number ('driver 3 x torch+triton 2 + 1 from include')."""
         sizes = [(("+".join(g)), len(self.axes[g[0]])) for g in groups if g]
         total = math.prod(n for _, n in sizes)
-        words = " x ".join(f"{name} {n}" for name, n in sizes) or "1"
+        words = " x ".join(f"{name} {n}" for name, n in sizes)  # a stack without axes is 1, never over a limit
         extra = 0
         for rule in self.stack.include:
             fixed = {a for a in rule if a in self.axes}
@@ -217,22 +217,27 @@ class _StackExpander:
             words += f" + {extra} from include"
         return total + extra, words
 
-    def assignments(self, groups: list[list[str]] | None = None) -> list[Assignment]:
-        groups = self.groups() if groups is None else groups
+    def exclude_values(self, i: int, rule: dict[str, Any]) -> dict[str, str]:
+        """Exclude rule ``i`` as axis -> the display or version it names; each problem is recorded."""
+        if not rule:
+            self.where(("exclude", i), "an empty exclude matches every cell")
+        out: dict[str, str] = {}
+        for axis, wanted in rule.items():
+            if axis not in self.axes:
+                self.where(("exclude", i, axis), f"not an axis of this stack (axes: {', '.join(self.axes)})")
+            elif isinstance(wanted, str):
+                out[axis] = wanted
+            elif (parsed := self._parse_rule_value(axis, wanted, ("exclude", i, axis))) is not None:
+                out[axis] = display(parsed)
+        return out
+
+    def assignments(self, groups: list[list[str]]) -> list[Assignment]:
+        """Every combination of ``groups`` (from ``groups()``), less the excluded ones, plus the included."""
+        excludes = [self.exclude_values(i, rule) for i, rule in enumerate(self.stack.exclude)]
         if self.problems:
             return []
-        result = list(self.product(self.axes, groups))
-        for i, rule in enumerate(self.stack.exclude):
-            for axis in rule:
-                if axis not in self.axes:
-                    self.where(("exclude", i, axis), f"not an axis of this stack (axes: {', '.join(self.axes)})")
-            if not rule:
-                self.where(("exclude", i), "an empty exclude matches every cell")
-        if self.problems:
-            return []
-        excludes = [{a: w if isinstance(w, str) else display(self._parse_rule_value(a, w, ("exclude", i, a)) or "")
-                     for a, w in rule.items()} for i, rule in enumerate(self.stack.exclude)]
-        result = [r for r in result if not any(all(self.matches(r[a], w) for a, w in ex.items()) for ex in excludes)]
+        result = [r for r in self.product(self.axes, groups)
+                  if not any(all(self.matches(r[a], w) for a, w in ex.items()) for ex in excludes)]
         for i, rule in enumerate(self.stack.include):
             fixed: dict[str, list[Value]] = {}
             for axis, raw in rule.items():
@@ -315,7 +320,7 @@ class _StackExpander:
                                       failure_class=issue.failure_class, note=issue.note, source=issue.source))
         return tuple(out)
 
-    def indexes(self, a: Assignment, notes: list[str]) -> tuple[IndexSpec, ...]:
+    def indexes(self, a: Assignment) -> tuple[IndexSpec, ...]:
         out = [IndexSpec(name=i.name, url=i.url, default=i.default, explicit=i.explicit, packages=tuple(i.packages))
                for i in self.settings.indexes]
         if "torch" in a and "cuda" in a:
@@ -348,7 +353,7 @@ class _StackExpander:
         flags = self.arch_flags(a)
         variant = a.get("env")
         env = dict(sorted(variant.vars.items())) if isinstance(variant, EnvVariant) else {}
-        indexes = self.indexes(a, notes)
+        indexes = self.indexes(a)
         cuda = pins.get("cuda")
         gpu = pins.get("gpu")
         identity = {
