@@ -365,16 +365,17 @@ class ResultsStore:
             conn.close()
 
     def _retry(self, fn: Any) -> Any:
-        delay = 0.05
-        for attempt in range(self.RETRIES):
+        """``fn()``, waited out while SQLite says locked/busy (0.05 s doubling to 1 s, RETRIES attempts)."""
+        delay, attempt = 0.05, 1
+        while True:
             try:
                 return fn()
             except sqlite3.OperationalError as err:
-                if ("locked" not in str(err) and "busy" not in str(err)) or attempt == self.RETRIES - 1:
+                if ("locked" not in str(err) and "busy" not in str(err)) or attempt >= self.RETRIES:
                     raise ResultsError(f"{self.path}: {err}") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            attempt += 1
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
         for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
