@@ -265,3 +265,48 @@ six = ["1.17.0"]
     assert (cell.arch_flags, cell.torch_cuda_arch_list, cell.flashinfer_cuda_arch_list) == (
         ("9.0a+PTX", "12.1a"), "9.0a+PTX;12.1a", "9.0a 12.1a")
     assert (cell.min_driver, cell.compute_capability) == ("580.65.06", "12.1")
+
+
+def test_zip_groups_are_checked_axis_by_axis(tmp_path: Path) -> None:
+    text = ('[matrix]\npython = "3.13"\n[stacks.s]\ngpu_required = false\n'
+            'zip = [["six", "nope", "also"], ["six", "idna"], ["idna", "attrs"]]\n'
+            '[stacks.s.packages]\nsix = ["1.16.0", "1.17.0"]\nidna = ["3.7", "3.10"]\nattrs = ["24.1.0"]\n')
+    assert problems_of(tmp_path, text) == [
+        "m.toml:5: stacks.s.zip.0: 'nope' is not an axis of this stack (axes: six, idna, attrs)",
+        "m.toml:5: stacks.s.zip.0: 'also' is not an axis of this stack (axes: six, idna, attrs)",
+        "m.toml:5: stacks.s.zip.1: axis 'six' is in more than one zip group",
+        "m.toml:5: stacks.s.zip.2: axis 'idna' is in more than one zip group",
+        "m.toml:5: stacks.s.zip.2: zipped axes must have the same number of values (idna=2, attrs=1)",
+    ]
+
+
+def test_the_limit_holds_for_the_whole_matrix_and_rules_per_stack_are_bounded(tmp_path: Path) -> None:
+    from pinmatrix.matrix.expand import MAX_RULES
+
+    two = '[stacks.{0}]\ngpu_required = false\n{1}\n[stacks.{0}.packages]\nsix = ["1.16.0", "1.17.0"]\n'
+    text = '[matrix]\npython = "3.13"\nmax_combinations = 3\n' + two.format("a", "") + two.format("b", "")
+    assert problems_of(tmp_path, text) == [
+        "m.toml:1: stacks: 4 combinations in all (a 2, b 2) are more than the limit of 3; raise it with [matrix] "
+        "max_combinations or --max-combinations"]
+
+    def rules(n: int) -> str:
+        return "exclude = [" + ", ".join(['{ six = "9.9" }'] * n) + "]"
+
+    at_limit = '[matrix]\npython = "3.13"\n' + two.format("a", rules(MAX_RULES))
+    assert len(expand(tmp_path, at_limit).cells) == 2
+    over = ('[matrix]\npython = "3.13"\n' + two.format("a", rules(MAX_RULES + 1)) + two.format("b", "")
+            + two.format("c", rules(MAX_RULES + 2)))
+    assert problems_of(tmp_path, over) == [
+        f"m.toml:3: stacks.a: {MAX_RULES + 1} include/exclude entries are more than the {MAX_RULES} a stack may have",
+        f"m.toml:13: stacks.c: {MAX_RULES + 2} include/exclude entries are more than the {MAX_RULES} a stack may have",
+    ]
+
+
+def test_an_unknown_patch_is_located_under_axes_or_packages(tmp_path: Path) -> None:
+    text = ('[matrix]\npython = "3.13"\n[stacks.s]\ngpu_required = false\n[stacks.s.axes]\n'
+            'xformers = [{ version = "0.0.35", patches = ["nope"] }]\n[stacks.s.packages]\n'
+            'six = [{ version = "1.17.0", patches = ["nope"] }]\n')
+    assert problems_of(tmp_path, text) == [
+        "m.toml:6: stacks.s.axes.xformers.0: unknown patch id 'nope' (patches: none declared)",
+        "m.toml:8: stacks.s.packages.six.0: unknown patch id 'nope' (patches: none declared)",
+    ]
