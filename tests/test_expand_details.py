@@ -310,3 +310,61 @@ def test_an_unknown_patch_is_located_under_axes_or_packages(tmp_path: Path) -> N
         "m.toml:6: stacks.s.axes.xformers.0: unknown patch id 'nope' (patches: none declared)",
         "m.toml:8: stacks.s.packages.six.0: unknown patch id 'nope' (patches: none declared)",
     ]
+
+
+def test_static_checks_report_every_problem_in_place(tmp_path: Path) -> None:
+    """Unknown CUDA/arch values anywhere in an axis, every patch of a value (unknown, for another package,
+    sourceless before its upstream release), local patch files after remote ones, known issues' patches."""
+    text = (Path(__file__).parent / "data" / "static-problems.toml").read_text()
+    assert problems_of(tmp_path, text) == [
+        "m.toml:34: stacks.s.axes.cuda.1: unknown CUDA version '99.9' (known: 11.8, 12.0, 12.1, 12.2, 12.4, 12.6, 12.8, "
+        "12.9, 13.0, 13.1, 13.2, 13.3)",
+        "m.toml:35: stacks.s.axes.arch.1: unknown arch 13.5a (known: 7.5, 8.0, 8.6, 8.9, 9.0, 9.0a, 10.0, 10.0a, 10.3, "
+        "10.3a, 12.0, 12.0a, 12.1, 12.1a)",
+        "m.toml:37: stacks.s.packages.six.0: unknown patch id 'nope' (patches: remote, missing, merged)",
+        "m.toml:37: stacks.s.packages.six.0: patch 'merged' is for idna, not six",
+        "m.toml:38: stacks.s.packages.idna.0: patch 'merged' has no source and 3.6 predates 3.7",
+        "m.toml:15: patches.missing.source: patch file patches/missing.patch does not exist",
+        "m.toml:27: known_issues.0.without_patches: unknown patch id 'ghost'",
+    ]
+
+
+SMOKE_MATRIX = """[matrix]
+python = "3.13"
+promotion = { required_smokes = ["nope-smoke", "*"] }
+
+[[known_issues]]
+id = "k"
+when = { six = "1.17.0" }
+smokes = ["my-smoke", "my-smok"]
+note = "n"
+
+[stacks.s]
+gpu_required = false
+smokes = ["my-smoke"]
+promotion = { required_smokes = ["other"] }
+[stacks.s.packages]
+six = ["1.17.0"]
+"""
+
+
+def test_smoke_names_are_checked_against_the_catalogue_beside_the_matrix(tmp_path: Path, monkeypatch) -> None:
+    """A smoke/ folder next to matrix.toml is the catalogue; without one, the project's ./smoke. Stacks, known
+    issues and both promotion tables name smokes ('*' is every smoke)."""
+    monkeypatch.delenv("PINMATRIX_SMOKE_DIR", raising=False)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the project's ./smoke
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "mine.py").write_text('SMOKES = {"my-smoke": {"func": "f"}}\n\n\ndef f(ctx):\n    pass\n')
+    assert problems_of(tmp_path, SMOKE_MATRIX) == [
+        "m.toml:8: known_issues.0.smokes: unknown smoke 'my-smok' (did you mean 'my-smoke'?)",
+        "m.toml:3: matrix.promotion.required_smokes: unknown smoke 'nope-smoke' (did you mean 'my-smoke'?)",
+        "m.toml:14: stacks.s.promotion.required_smokes: unknown smoke 'other'",
+    ]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    project = (SMOKE_MATRIX.replace('"nope-smoke", ', "").replace('"my-smoke", "my-smok"', '"six-assert-not-regex"')
+               .replace('["other"]', '["my-smoke"]'))
+    assert problems_of(elsewhere, project) == [
+        "m.toml:13: stacks.s.smokes: unknown smoke 'my-smoke'",
+        "m.toml:14: stacks.s.promotion.required_smokes: unknown smoke 'my-smoke'",
+    ]
