@@ -368,3 +368,22 @@ def test_smoke_names_are_checked_against_the_catalogue_beside_the_matrix(tmp_pat
         "m.toml:13: stacks.s.smokes: unknown smoke 'my-smoke'",
         "m.toml:14: stacks.s.promotion.required_smokes: unknown smoke 'my-smoke'",
     ]
+
+
+def test_a_known_issues_boundary_names_its_own_smoke_and_a_parameter_or_axis(tmp_path: Path) -> None:
+    """tests/data/boundaries: one issue per rule, a correct one between each (an axis named in another case,
+    a package axis, torch); every issue is checked, not only those before the first problem."""
+    import shutil
+
+    shutil.copytree(Path(__file__).parent / "data" / "boundaries", tmp_path, dirs_exist_ok=True)
+    try:
+        expand_matrix(load_matrix(tmp_path / "matrix.toml"))
+    except Exception as err:
+        problems = getattr(err, "problems", [str(err)])
+    assert problems == [
+        "matrix.toml:15: known_issues.1.boundary.smoke: 'q-smoke' is not a smoke of this issue",
+        "matrix.toml:22: known_issues.2.boundary.expect_first_fail: parameter 'M' is numeric",
+        "matrix.toml:29: known_issues.3.boundary.param: 'K' is neither a parameter of the issue's smokes (M) nor an axis",
+        "matrix.toml:50: known_issues.6.boundary.param: 'Q' is neither a parameter of the issue's smokes (none "
+        "declared) nor an axis",
+    ]
