@@ -387,3 +387,35 @@ def test_a_known_issues_boundary_names_its_own_smoke_and_a_parameter_or_axis(tmp
         "matrix.toml:50: known_issues.6.boundary.param: 'Q' is neither a parameter of the issue's smokes (none "
         "declared) nor an axis",
     ]
+
+
+def test_every_stack_is_expanded_and_repeated_combinations_count_once(tmp_path: Path) -> None:
+    empty = ('[stacks.{0}]\ngpu_required = false\nexclude = [{{ six = "1.16.0" }}]\n[stacks.{0}.packages]\n'
+             'six = ["1.16.0"]\n')
+    bad = '[stacks.{0}]\ngpu_required = false\nexclude = [{{ nope = "1" }}]\n[stacks.{0}.packages]\nsix = ["1.16.0"]\n'
+    head = '[matrix]\npython = "3.13"\n'
+    assert problems_of(tmp_path, head + empty.format("a") + empty.format("b")) == [
+        "m.toml:3: stacks.a: the stack has no cells (every combination is excluded)",
+        "m.toml:8: stacks.b: the stack has no cells (every combination is excluded)"]
+    assert problems_of(tmp_path, head + bad.format("a") + bad.format("b")) == [
+        "m.toml:5: stacks.a.exclude.0.nope: not an axis of this stack (axes: six)",
+        "m.toml:10: stacks.b.exclude.0.nope: not an axis of this stack (axes: six)"]
+    pruned_only = '[stacks.{0}]\ngpu_required = false\n[stacks.{0}.axes]\ntorch = ["2.7.0"]\ntriton = ["3.2.0"]\n'
+    assert problems_of(tmp_path, head + pruned_only.format("a") + pruned_only.format("b")) == [
+        f"m.toml:{line}: stacks.{s}: every cell is pruned, e.g. {s}: torch 2.7.0 pins triton==3.3.0, not 3.2.0 "
+        "(PyTorch RELEASE.md, release compatibility matrix)" for s, line in (("a", 3), ("b", 8))]
+
+    text = head + ('[stacks.c]\ngpu_required = false\ninclude = [{ six = "1.17.0" }, { torch = "2.7.0", triton = "3.2.0" }]\n'
+                   '[stacks.c.axes]\ntorch = ["2.7.0"]\ntriton = ["3.2.0", "3.3.0"]\n[stacks.c.packages]\nsix = ["1.17.0"]\n')
+    result = expand(tmp_path, text)  # each include repeats a combination the product already has
+    assert [c.name for c in result.cells] == ["c[triton=3.3.0]"] and [p.name for p in result.pruned] == ["c[triton=3.2.0]"]
+    (tmp_path / "m.toml").write_text(text)
+    from pinmatrix.errors import MatrixError
+
+    try:
+        expand_matrix(load_matrix(tmp_path / "m.toml"), max_combinations=4)
+    except MatrixError as err:
+        assert err.problems == ["m.toml:3: stacks.c: 5 combinations (torch 1 x triton 2 x six 1 + 3 from include) are "
+                                "more than the limit of 4; raise it with [matrix] max_combinations or --max-combinations"]
+    else:
+        raise AssertionError("max_combinations was not applied")

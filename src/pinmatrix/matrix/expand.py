@@ -579,7 +579,7 @@ def expand_matrix(matrix: Matrix, rules: CompatRules | None = None, *,
             continue
         varying = ex.varying(assignments)
         seen: set[str] = set()
-        stack_cells = 0
+        cells_before = len(cells)
         for a in assignments:
             out = ex.build(a, varying)
             if isinstance(out, PrunedCell):
@@ -589,8 +589,7 @@ def expand_matrix(matrix: Matrix, rules: CompatRules | None = None, *,
             elif out.id not in seen:
                 seen.add(out.id)
                 cells.append(out)
-                stack_cells += 1
-        if stack_cells == 0:
+        if len(cells) == cells_before:
             first = next(p for p in pruned if p.stack == sname)
             problems.append(matrix.where(("stacks", sname), f"every cell is pruned, e.g. {first.name}: {first.reasons[0]}"))
     owners: dict[str, Cell] = {}

@@ -228,6 +228,14 @@ class Boundary(Strict):
     expect_first_fail: int | float | str
     smoke: SmokeSelector | None = None  # default: every smoke of the issue that has this parameter
 
+    @field_validator("expect_first_fail", mode="before")
+    @classmethod
+    def _scalar(cls, v: Any) -> Any:
+        """One line for a value of another type, not one per member of the union."""
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ValueError("must be a number or a string (a parameter value or a version)")
+        return v
+
 
 class KnownIssueSpec(Strict):
     id: Name
@@ -403,7 +411,7 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = m.group(1) if m else "1"
+        line = m.group(1) if m else str(len(text.splitlines()) or 1)  # "(at end of document)": the last line
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise MatrixError([f"{name}:{line}: syntax error: {detail}"]) from None
     locator = TomlLocator(text)
@@ -414,14 +422,9 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
         doc = MatrixDoc.model_validate(data)
     except ValidationError as exc:
         problems = []
-        seen: set[str] = set()
         for err in exc.errors():
-            loc = tuple(p for p in err["loc"]
-                        if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
-            line = f"{name}:{locator.line_of(loc)}: {key_path(loc)}: {friendly_message(err, MatrixDoc)}"
-            if line not in seen:
-                seen.add(line)
-                problems.append(line)
+            loc = tuple(p for p in err["loc"] if p != "[key]")  # a bad dict key is located at the key
+            problems.append(f"{name}:{locator.line_of(loc)}: {key_path(loc)}: {friendly_message(err, MatrixDoc)}")
         raise MatrixError(problems) from None
     return Matrix(doc, path, text)
 
