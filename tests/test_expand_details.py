@@ -238,10 +238,10 @@ def test_the_combination_count_names_its_arithmetic(tmp_path: Path) -> None:
     """Zipped axes count once; each include adds the product of the axes it leaves free."""
     text = ('[matrix]\npython = "3.13"\nmax_combinations = 3\n[stacks.s]\ngpu_required = false\n'
             'zip = [["torch", "triton"]]\ninclude = [{ six = "1.15.0" }, { six = "1.14.0", idna = "3.6" }]\n'
-            '[stacks.s.axes]\ntorch = ["2.9.0", "2.10.0"]\ntriton = ["3.5.0", "3.6.0"]\n'
+            '[stacks.s.axes]\ntorch = ["2.8.0", "2.9.0", "2.10.0"]\ntriton = ["3.4.0", "3.5.0", "3.6.0"]\n'
             '[stacks.s.packages]\nsix = ["1.16.0", "1.17.0"]\nidna = ["3.7", "3.10"]\n')
-    assert problems_of(tmp_path, text) == [
-        "m.toml:4: stacks.s: 14 combinations (torch+triton 2 x six 2 x idna 2 + 6 from include) are more than the "
+    assert problems_of(tmp_path, text) == [  # includes: torch+triton 3 x idna 2, then torch+triton 3
+        "m.toml:4: stacks.s: 21 combinations (torch+triton 3 x six 2 x idna 2 + 9 from include) are more than the "
         "limit of 3; raise it with [matrix] max_combinations or --max-combinations"]
 
 
@@ -331,7 +331,7 @@ def test_static_checks_report_every_problem_in_place(tmp_path: Path) -> None:
 
 SMOKE_MATRIX = """[matrix]
 python = "3.13"
-promotion = { required_smokes = ["nope-smoke", "*"] }
+promotion = { required_smokes = ["nope-smoke", "*", 5] }
 
 [[known_issues]]
 id = "k"
@@ -362,7 +362,7 @@ def test_smoke_names_are_checked_against_the_catalogue_beside_the_matrix(tmp_pat
     ]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    project = (SMOKE_MATRIX.replace('"nope-smoke", ', "").replace('"my-smoke", "my-smok"', '"six-assert-not-regex"')
+    project = (SMOKE_MATRIX.replace('"nope-smoke", ', "").replace(", 5]", "]").replace('"my-smoke", "my-smok"', '"six-assert-not-regex"')
                .replace('["other"]', '["my-smoke"]'))
     assert problems_of(elsewhere, project) == [
         "m.toml:13: stacks.s.smokes: unknown smoke 'my-smoke'",
@@ -386,6 +386,8 @@ def test_a_known_issues_boundary_names_its_own_smoke_and_a_parameter_or_axis(tmp
         "matrix.toml:29: known_issues.3.boundary.param: 'K' is neither a parameter of the issue's smokes (M) nor an axis",
         "matrix.toml:50: known_issues.6.boundary.param: 'Q' is neither a parameter of the issue's smokes (none "
         "declared) nor an axis",
+        "matrix.toml:57: known_issues.7.boundary.param: 'Z' is neither a parameter of the issue's smokes (K, M) nor "
+        "an axis",
     ]
 
 

@@ -46,20 +46,21 @@ def test_bytes_encodings_and_syntax(tmp_path: Path) -> None:
         assert problems(path) == [f"{path}: starts with a UTF-16 byte-order mark: save it as UTF-8"]
     path.write_bytes(b"\xef\xbb\xbf" + MINIMAL.encode())
     assert load_matrix(path).text == MINIMAL  # a UTF-8 byte-order mark is dropped
-    assert problems(path, text="[matrix]\npython 3.13\n") == [
+    assert problems(path, text="[matrix]\npython 3.13\n\n[stacks]\n") == [
         "m.toml:2: syntax error: Expected '=' after a key in a key/value pair"]
     assert problems(path, text="[matrix]\nx = [\n") == ["m.toml:2: syntax error: Invalid value (at end of document)"]
 
 
 def test_text_problems_are_every_key_and_value_in_line_order(tmp_path: Path) -> None:
     text = ('[matrix]\n"a\u200bb" = 1\n"c\u202e" = 2\npython = "3.1\u200b3"\n'
-            '[stacks.s]\nnote = "fine"\n"d\u200b" = { "e\u200b" = 1 }\n')
+            '[stacks.s]\nnote = "fine"\n"d\u200b" = { "e\u200b" = 1 }\n\n\n"f\u200b" = 1\n')
     assert problems(tmp_path / "m.toml", text=text) == [
         "m.toml:2: matrix.'a\\u200bb': key contains an invisible character (U+200B ZERO WIDTH SPACE) at character 2",
         "m.toml:3: matrix.'c\\u202e': key contains a bidirectional-text control (U+202E RIGHT-TO-LEFT OVERRIDE) at "
         "character 2",
         "m.toml:4: matrix.python: '3.1\\u200b3' contains an invisible character (U+200B ZERO WIDTH SPACE) at character 4",
         "m.toml:7: stacks.s.'d\\u200b': key contains an invisible character (U+200B ZERO WIDTH SPACE) at character 2",
+        "m.toml:10: stacks.s.'f\\u200b': key contains an invisible character (U+200B ZERO WIDTH SPACE) at character 2",
     ]  # the key's own value is not looked into; sorted by line although the walk is depth-first
 
 

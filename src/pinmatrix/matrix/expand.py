@@ -468,9 +468,8 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
     """Every smoke a stack selects, and every smoke a known issue names, must exist in the catalogue."""
     from pinmatrix.smoke.catalogue import SmokeError, load_catalogue, matches
 
-    local = matrix.root / "smoke"
-    try:
-        catalogue = load_catalogue(local if local.is_dir() else None)
+    try:  # the smoke/ folder beside the matrix, else $PINMATRIX_SMOKE_DIR or ./smoke (find_smoke_dir)
+        catalogue = load_catalogue(matrix.root / "smoke")
     except SmokeError:
         return []  # no catalogue next to the matrix or the package: nothing to check against
     names = [s.name for s in catalogue]
@@ -483,7 +482,7 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
     for path, table in promotions:
         wanted = (table or {}).get("required_smokes")
         if isinstance(wanted, list):
-            selectors.append(((*path, "required_smokes"), [w for w in wanted if isinstance(w, str) and w != "*"]))
+            selectors.append(((*path, "required_smokes"), [w for w in wanted if isinstance(w, str)]))
     for where, wanted in selectors:
         for sel in wanted:
             if not any(matches(sel, n) for n in names):

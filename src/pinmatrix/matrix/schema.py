@@ -411,7 +411,7 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = m.group(1) if m else str(len(text.splitlines()) or 1)  # "(at end of document)": the last line
+        line = m.group(1) if m else str(len(text.splitlines()))  # "(at end of document)" of a text that has one
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise MatrixError([f"{name}:{line}: syntax error: {detail}"]) from None
     locator = TomlLocator(text)
