@@ -280,3 +280,14 @@ def test_busy_store_is_retried_with_growing_waits_then_named(tmp_path: Path, mon
     assert str(err.value) == f"{tmp_path / 'r.sqlite'}: database is locked"
     assert len(calls) == ResultsStore.RETRIES and len(waits) == ResultsStore.RETRIES - 1
     assert store._retry(lambda: 0) == 0  # a falsy answer is returned as it is
+
+
+def test_status_filter_cpu_host_round_trip_and_a_label_without_capability(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.record_many([rec("a", status="pass"), rec("b", status="fail"), rec("c", status="pass", host=CPU)])
+    assert [r.smoke for r in store.query(status="fail")] == ["b"]
+    assert sorted(r.smoke for r in store.query(status="pass")) == ["a", "c"]
+    (cpu,) = store.query(smoke="c")
+    assert cpu.host == CPU and cpu.host.gpu_count == 0 and cpu.host.label() == "ci (cpu-only)"
+    unknown = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=2, driver="580.159.04")
+    assert unknown.label() == "2x NVIDIA H200 sm_? driver 580.159.04"
