@@ -73,3 +73,13 @@ def test_each_schema_problem_is_one_located_line(tmp_path: Path) -> None:
         "m.toml:6: known_issues.0.boundary.expect_first_fail: must be a number or a string (a parameter value or a "
         "version)",
     ]
+
+
+def test_an_unknown_key_inside_an_optional_table_names_that_tables_keys(tmp_path: Path) -> None:
+    """stacks.<name>.base is Optional[Base]: the message looks inside Base for the closest key or lists them."""
+    table = '[stacks.s]\ngpu_required = false\nbase = {{ suite = "trixie", {0} }}\n[stacks.s.packages]\nsix = ["1"]\n'
+    assert problems(tmp_path / "m.toml", text=table.format('mirorr = "https://x.org"')) == [
+        "m.toml:3: stacks.s.base.mirorr: unknown key (did you mean 'mirror'?)"]
+    assert problems(tmp_path / "m.toml", text=table.format("zzzz = 1")) == [
+        "m.toml:3: stacks.s.base.zzzz: unknown key (expected one of: image, kind, mirror, packages, source_date_epoch, "
+        "suite, variant)"]

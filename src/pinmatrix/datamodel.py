@@ -57,9 +57,9 @@ def _unwrap(tp: Any) -> Any:
             tp = typing.get_args(tp)[0]
         elif origin in (typing.Union, __import__("types").UnionType):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
-            tp = args[0] if len(args) == 1 else tp
             if len(args) != 1:
-                return tp
+                return tp  # a union of two types: no single model to walk into
+            tp = args[0]  # Optional[X] is X
         else:
             return tp
 
