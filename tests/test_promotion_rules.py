@@ -536,3 +536,16 @@ def test_a_promoted_repository_on_another_registry_is_refused(oci_registry: str)
                        registry=Registry(oci_registry))
     assert str(err.value) == (f"promoted repository other.example:5000/pinmatrix/known-good/{cell.stack} is on another "
                               f"registry than {source.name}")
+
+
+def test_a_tested_image_whose_build_tag_is_gone_is_refused(oci_registry: str) -> None:  # noqa: F811
+    """The tested digest is still in the registry, but the cell's build tag names nothing: refused by name."""
+    cell = _gpu_cell("3c4d5e6f7081")
+    repo = f"pinmatrix/{cell.stack}"
+    digest = push_image(oci_registry, repo, "not-the-cells-tag", "tested under another tag")
+    recs = [rec(s, "pass", digest, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
+    source = ImageRef.parse(f"{oci_registry}/{repo}:{cell.id}")
+    with pytest.raises(PromotionRefused) as err:
+        plan_promotion(cell, PromotionPolicy(), recs, source=source, registry_prefix=f"{oci_registry}/pinmatrix",
+                       registry=Registry(oci_registry))
+    assert str(err.value) == f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry"
