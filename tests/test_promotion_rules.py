@@ -540,7 +540,7 @@ def test_a_promoted_repository_on_another_registry_is_refused(oci_registry: str)
 
 def test_a_tested_image_whose_build_tag_is_gone_is_refused(oci_registry: str) -> None:  # noqa: F811
     """The tested digest is still in the registry, but the cell's build tag names nothing: refused by name."""
-    cell = _gpu_cell("3c4d5e6f7081")
+    cell = _gpu_cell("a7b8c9d0e1f2")
     repo = f"pinmatrix/{cell.stack}"
     digest = push_image(oci_registry, repo, "not-the-cells-tag", "tested under another tag")
     recs = [rec(s, "pass", digest, run="r1", finished="2026-11-29T10:00:00Z", cell=cell) for s in cell.smokes]
