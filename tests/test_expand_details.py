@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from pinmatrix.cell import IndexSpec
+from pinmatrix.errors import MatrixError
 from pinmatrix.matrix.expand import expand_matrix
 from pinmatrix.matrix.schema import load_matrix
 
@@ -15,9 +18,16 @@ MIRROR = IndexSpec(name="mirror", url="https://mirror.example.org/simple", defau
 EXTRA = IndexSpec(name="extra", url="https://extra.example.org/simple", explicit=True, packages=("six",))
 
 
-def expand(tmp_path: Path, text: str):
-    (tmp_path / "m.toml").write_text(text)
-    return expand_matrix(load_matrix(tmp_path / "m.toml"))
+def expand(tmp_path: Path, text: str, *, name: str = "m.toml", max_combinations: int | None = None):
+    (tmp_path / name).write_text(text)
+    return expand_matrix(load_matrix(tmp_path / name), max_combinations=max_combinations)
+
+
+def problems_of(tmp_path: Path, text: str, **kw) -> list[str]:
+    """The located lines of a matrix that expansion refuses (fails the test if it is accepted)."""
+    with pytest.raises(MatrixError) as err:
+        expand(tmp_path, text, **kw)
+    return err.value.problems
 
 
 def test_declared_indexes_reach_every_cell_and_a_non_default_cuda_adds_the_pytorch_index(tmp_path: Path) -> None:
@@ -141,21 +151,14 @@ flashinfer = ["0.7.0.post1", "0.6.8"]
 def test_a_python_the_base_lacks_is_refused_where_it_is_set(tmp_path: Path) -> None:
     """The Debian suite decides the Python: each mismatch and unknown suite is a line naming the key that set
     it (the stack's or the matrix's); a base pinned by digest is the user's to match."""
-    from pinmatrix.errors import MatrixError
-
     six = '[stacks.{0}]\ngpu_required = false\n{1}\n[stacks.{0}.packages]\nsix = ["1.17.0"]\n'
     image = "example.org/py@sha256:" + "0" * 64
     text = ('[matrix]\npython = "3.12"\n' + six.format("a", "") + six.format("b", 'python = "3.11"\nbase = { suite = "bookworm" }')
             + six.format("c", 'base = { suite = "sid2" }') + six.format("d", 'python = "3.11"')
             + six.format("e", 'base = { suite = "bookworm" }')
             + six.format("i", f'python = "3.9"\nbase = {{ kind = "image", image = "{image}" }}'))
-    (tmp_path / "m.toml").write_text(text)
-    try:
-        expand_matrix(load_matrix(tmp_path / "m.toml"))
-    except MatrixError as err:
-        problems = err.problems
     known = "bullseye (3.9), bookworm (3.11), trixie (3.13), forky (3.13)"
-    assert problems == [
+    assert problems_of(tmp_path, text) == [
         'm.toml:2: matrix.python: stack a wants Python 3.12 but its Debian trixie base has 3.13: set python = "3.13" '
         "or a base with 3.12 (another suite or a pinned image)",
         f"m.toml:16: stacks.c.base.suite: unknown Debian suite 'sid2' (known: {known})",
@@ -164,13 +167,8 @@ def test_a_python_the_base_lacks_is_refused_where_it_is_set(tmp_path: Path) -> N
         'm.toml:2: matrix.python: stack e wants Python 3.12 but its Debian bookworm base has 3.11: set python = '
         '"3.11" or a base with 3.12 (another suite or a pinned image)',
     ]
-    (tmp_path / "m.toml").write_text('[matrix]\npython = "3.13"\nbase = { suite = "hamm" }\n' + six.format("a", ""))
-    try:
-        expand_matrix(load_matrix(tmp_path / "m.toml"))
-    except MatrixError as err:
-        assert err.problems == [f"m.toml:3: matrix.base.suite: unknown Debian suite 'hamm' (known: {known})"]
-    else:
-        raise AssertionError("an unknown suite was accepted")
+    hamm = '[matrix]\npython = "3.13"\nbase = { suite = "hamm" }\n' + six.format("a", "")
+    assert problems_of(tmp_path, hamm) == [f"m.toml:3: matrix.base.suite: unknown Debian suite 'hamm' (known: {known})"]
 
 
 def test_the_cell_base_carries_the_mirror_and_an_image_base_has_no_suite(tmp_path: Path) -> None:
@@ -196,17 +194,6 @@ six = ["1.17.0"]
                       source_date_epoch=1, packages=("curl",)),
         "i": BaseSpec(kind="image", image=image, suite=None, source_date_epoch=1735689600, variant="extract"),
     }
-
-
-def problems_of(tmp_path: Path, text: str) -> list[str]:
-    from pinmatrix.errors import MatrixError
-
-    (tmp_path / "m.toml").write_text(text)
-    try:
-        expand_matrix(load_matrix(tmp_path / "m.toml"))
-    except MatrixError as err:
-        return err.problems
-    raise AssertionError("the matrix was accepted")
 
 
 STACK = '[matrix]\npython = "3.13"\n{0}[stacks.s]\ngpu_required = false\n{1}\n[stacks.s.packages]\n' \
@@ -376,11 +363,8 @@ def test_a_known_issues_boundary_names_its_own_smoke_and_a_parameter_or_axis(tmp
     import shutil
 
     shutil.copytree(Path(__file__).parent / "data" / "boundaries", tmp_path, dirs_exist_ok=True)
-    try:
-        expand_matrix(load_matrix(tmp_path / "matrix.toml"))
-    except Exception as err:
-        problems = getattr(err, "problems", [str(err)])
-    assert problems == [
+    text = (tmp_path / "matrix.toml").read_text()
+    assert problems_of(tmp_path, text, name="matrix.toml") == [
         "matrix.toml:15: known_issues.1.boundary.smoke: 'q-smoke' is not a smoke of this issue",
         "matrix.toml:22: known_issues.2.boundary.expect_first_fail: parameter 'M' is numeric",
         "matrix.toml:29: known_issues.3.boundary.param: 'K' is neither a parameter of the issue's smokes (M) nor an axis",
@@ -411,13 +395,6 @@ def test_every_stack_is_expanded_and_repeated_combinations_count_once(tmp_path: 
                    '[stacks.c.axes]\ntorch = ["2.7.0"]\ntriton = ["3.2.0", "3.3.0"]\n[stacks.c.packages]\nsix = ["1.17.0"]\n')
     result = expand(tmp_path, text)  # each include repeats a combination the product already has
     assert [c.name for c in result.cells] == ["c[triton=3.3.0]"] and [p.name for p in result.pruned] == ["c[triton=3.2.0]"]
-    (tmp_path / "m.toml").write_text(text)
-    from pinmatrix.errors import MatrixError
-
-    try:
-        expand_matrix(load_matrix(tmp_path / "m.toml"), max_combinations=4)
-    except MatrixError as err:
-        assert err.problems == ["m.toml:3: stacks.c: 5 combinations (torch 1 x triton 2 x six 1 + 3 from include) are "
-                                "more than the limit of 4; raise it with [matrix] max_combinations or --max-combinations"]
-    else:
-        raise AssertionError("max_combinations was not applied")
+    assert problems_of(tmp_path, text, max_combinations=4) == [
+        "m.toml:3: stacks.c: 5 combinations (torch 1 x triton 2 x six 1 + 3 from include) are more than the limit of "
+        "4; raise it with [matrix] max_combinations or --max-combinations"]
