@@ -32,6 +32,10 @@ from pinmatrix.lock.lockfile import LockEntry
 DEFAULT_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 _PLATFORM = re.compile(r"^(x86_64|aarch64)-manylinux_2_(\d+)$")
+# A wheel file name is one path component of the characters the wheel spec's escaping leaves: never a path.
+_FILENAME = re.compile(r"^[A-Za-z0-9_.+!]+(?:-[A-Za-z0-9_.+!]+){4,5}\.whl$")
+MAX_PAGE = 64 << 20  # one project's JSON page (the largest on the default index is a few MiB)
+MAX_WHEEL = 8 << 30  # a download with no declared size
 
 
 class WheelError(PinmatrixError):
@@ -119,6 +123,8 @@ class WheelFetcher:
         self._pages: dict[tuple[str, str], list[dict[str, object]]] = {}
 
     def _open(self, url: str, accept: str | None = None) -> Any:  # an http.client response
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise WheelError(f"{url!r}: an index URL must be http or https")
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
         handlers: list[urllib.request.BaseHandler] = []
         if url.startswith("https:"):
@@ -131,7 +137,10 @@ class WheelFetcher:
             url = f"{index.rstrip('/')}/{name}/"
             try:
                 with self._open(url, SIMPLE_JSON) as response:
-                    data = json.loads(response.read())
+                    body = response.read(MAX_PAGE + 1)
+                if len(body) > MAX_PAGE:
+                    raise WheelError(f"index {index}: the page of {name} is larger than {MAX_PAGE >> 20} MiB")
+                data = json.loads(body)
             except urllib.error.HTTPError as err:
                 if err.code == 404:
                     self._pages[key] = []
@@ -140,9 +149,10 @@ class WheelFetcher:
             except (urllib.error.URLError, TimeoutError, OSError) as err:
                 reason = getattr(err, "reason", err)
                 raise IndexUnreachable(index, str(reason)) from None
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 raise WheelError(f"index {index} does not speak the JSON simple API (PEP 691) for {name}") from None
             files = data.get("files", []) if isinstance(data, dict) else []
+            files = [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
             for f in files:
                 f["url"] = urllib.parse.urljoin(url, str(f.get("url", "")))
             self._pages[key] = files
@@ -161,8 +171,13 @@ class WheelFetcher:
                 filename = str(f.get("filename", ""))
                 hashes = f.get("hashes")
                 sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-                if not filename.endswith(".whl") or sha not in allowed:
+                if sha not in allowed:
                     continue
+                if not re.fullmatch(r"[A-Za-z0-9_.+!-]+", filename) or ".." in filename:
+                    raise WheelError(f"index {index}: the file name {filename[:120]!r} of {entry.name} is not a "
+                                     "wheel file name (a path or an unsafe character)")
+                if not _FILENAME.fullmatch(filename):
+                    continue  # an sdist, or not a wheel name
                 try:
                     _, version, _, tags = parse_wheel_filename(filename)
                 except InvalidWheelFilename:
@@ -175,7 +190,7 @@ class WheelFetcher:
                     continue
                 size = f.get("size")
                 wheel = WheelFile(entry.name, entry.version, filename, str(f["url"]), str(sha),
-                                  int(size) if isinstance(size, int) else None)
+                                  size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None)
                 if best is None or score < best[0]:
                     best = (score, wheel)
             if best is not None:
@@ -189,6 +204,11 @@ class WheelFetcher:
         return best[1]
 
     def path(self, wheel: WheelFile) -> Path:
+        """``CACHE/ab/SHA256/NAME.whl``: the folder is the lock's sha256; the name (checked by ``choose`` to be
+        one plain component) only keeps what an installer reads from it."""
+        if not re.fullmatch(r"[0-9a-f]{64}", wheel.sha256) or not _FILENAME.fullmatch(wheel.filename) \
+                or ".." in wheel.filename:
+            raise WheelError(f"{wheel.filename[:120]!r}: not a wheel file name or sha256 {wheel.sha256[:80]!r}")
         return self.cache_dir / wheel.sha256[:2] / wheel.sha256 / wheel.filename
 
     def fetch(self, wheel: WheelFile) -> Path:
@@ -199,11 +219,21 @@ class WheelFetcher:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
         digest = hashlib.sha256()
+        limit = wheel.size if wheel.size is not None else MAX_WHEEL
         try:
             with self._open(wheel.url) as response, open(tmp, "wb") as out:
+                total = 0
                 for chunk in iter(lambda: response.read(CHUNK), b""):
+                    total += len(chunk)
+                    if total > limit:
+                        raise WheelError(f"{wheel.filename}: the download is larger than the {limit} bytes "
+                                         "the index declared" if wheel.size is not None
+                                         else f"{wheel.filename}: the download is larger than {limit >> 30} GiB")
                     digest.update(chunk)
                     out.write(chunk)
+        except WheelError:
+            tmp.unlink(missing_ok=True)
+            raise
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             tmp.unlink(missing_ok=True)
             raise WheelError(f"{wheel.filename}: download failed: {getattr(err, 'reason', err)}") from None
