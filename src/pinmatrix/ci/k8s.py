@@ -4,24 +4,22 @@ runs the cell's smokes in the cell's image (by digest) and writes raw results to
 
 The smoke modules and the pod runner travel in one ConfigMap (the catalogue is plain Python, ~70 KB);
 the Job's container is the cell image itself with the runner started by the image's Python.
+Node pools (``--pools``) are the file ``ci slurm`` reads too (pinmatrix.ci.pools).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from pinmatrix.cell import Cell
+from pinmatrix.ci.pools import NodePool, load_pools, pool_fits
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.release.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
 from pinmatrix.smoke.bundle import incell_file, smoke_bundle
 from pinmatrix.smoke.runner import cell_smoke_env
@@ -30,82 +28,24 @@ SMOKE_MOUNT = "/opt/pinmatrix-smoke"
 RESULTS_MOUNT = "/results"
 IMAGE_PYTHON = "/opt/venv/bin/python"  # the cell image's environment (pinmatrix.smoke.container)
 RUNNER_NAME = "pinmatrix_pod_runner.py"
+__all__ = ["NodePool", "collect", "gfd_labels", "k8s_manifests", "load_pools", "pool_fits", "smoke_specs",
+           "validate"]
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_DRIVER = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 GFD_COMPUTE = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
 
 
-class NodePool(BaseModel):
-    """A set of identical GPU nodes, as GPU feature discovery labels them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=20)
-    gpu_product: str = Field(min_length=1)  # the nvidia.com/gpu.product label, e.g. NVIDIA-H200
-    driver: str = Field(pattern=r"^\d+\.\d+(\.\d+)?$")  # e.g. 580.159.04
-    capability: str = Field(pattern=r"^\d+\.\d+$")  # e.g. 9.0
-    gpus: int = Field(default=1, ge=1)  # GPUs per node: a Job asks for as many as its smokes need, up to this
-    node_selector: dict[str, str] = Field(default_factory=dict)  # extra labels, e.g. a node pool label
-    tolerations: list[dict[str, Any]] = Field(
-        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
-
-    @field_validator("gpu_product")
-    @classmethod
-    def _product(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", v) or len(v) > 63:
-            raise ValueError(f"{v!r} is not a valid label value (GFD writes products like NVIDIA-H200)")
-        return v
-
-    def labels(self) -> dict[str, str]:
-        parts = self.driver.split(".")
-        out = {GFD_PRODUCT: self.gpu_product}
-        for key, value in zip(GFD_DRIVER, parts):
-            out[key] = value
-        major, minor = self.capability.split(".")
-        out[GFD_COMPUTE[0]], out[GFD_COMPUTE[1]] = major, minor
-        out.update(self.node_selector)
-        return out
-
-
-def load_pools(path: Path) -> list[NodePool]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise PinmatrixError(f"{path}: no such node pool file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise PinmatrixError(f"{path}: not valid TOML: {err}") from None
-    pools = data.get("pool")
-    if not isinstance(pools, list) or not pools:
-        raise PinmatrixError(f"{path}: expected one or more [[pool]] tables")
-    out = []
-    for i, raw in enumerate(pools):
-        try:
-            out.append(NodePool.model_validate(raw))
-        except ValidationError as err:
-            first = err.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
-            raise PinmatrixError(f"{path}: pool[{i}].{key}: {first['msg']}") from None
-    names = [p.name for p in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup:
-        raise PinmatrixError(f"{path}: pool name {dup!r} appears twice")
+def gfd_labels(pool: NodePool) -> dict[str, str]:
+    """The pool's nodeSelector: its GPU feature discovery labels plus its own extra labels."""
+    parts = pool.driver.split(".")
+    out = {GFD_PRODUCT: pool.gpu_product}
+    for key, value in zip(GFD_DRIVER, parts):
+        out[key] = value
+    major, minor = pool.capability.split(".")
+    out[GFD_COMPUTE[0]], out[GFD_COMPUTE[1]] = major, minor
+    out.update(pool.node_selector)
     return out
-
-
-def pool_fits(cell: Cell, pool: NodePool) -> tuple[bool, str]:
-    """Whether a cell's smokes belong on a pool: the cell's driver pin (when it has one) is the pool's
-    driver, the cell's gpu pin names the pool's GPU, and the image runs there (driver floor, arch)."""
-    driver = cell.pins.get("driver")
-    if driver and version_tuple(driver) != version_tuple(pool.driver):
-        return False, f"the cell pins driver {driver}, pool {pool.name} runs {pool.driver}"
-    gpu = cell.pins.get("gpu")
-    if gpu and not host_matches_gpu(gpu, pool.capability, pool.gpu_product):
-        return False, f"the cell is for {gpu}, pool {pool.name} has capability {pool.capability}"
-    ok, reasons = host_meets(
-        Requirements(cell.gpu_required, cell.min_driver, cell.compute_capability, tuple(cell.arch_flags)),
-        HostFacts(driver=pool.driver, capability=pool.capability, gpu_count=pool.gpus))
-    return ok, "; ".join(reasons)
 
 
 def _dns(text: str, limit: int = 63) -> str:
@@ -211,7 +151,7 @@ def _job(cell: Cell, pool: NodePool | None, gpus: int, image: str, specs: list[s
     }
     if pool is not None:
         container["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
-        pod["nodeSelector"] = pool.labels()
+        pod["nodeSelector"] = gfd_labels(pool)
         pod["tolerations"] = [dict(t) for t in pool.tolerations]
     return {
         "apiVersion": "batch/v1", "kind": "Job",
