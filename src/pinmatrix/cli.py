@@ -16,8 +16,10 @@ from pinmatrix.commands import (
     arch_scan,
     bisect,
     build,
+    bundle,
     cells,
     ci,
+    engine_env,
     keygen,
     lock,
     promote,
@@ -37,10 +39,11 @@ PIPELINE: tuple[tuple[str, tuple[ModuleType, ...]], ...] = (
     ("matrix: read, check and expand matrix.toml", (validate, cells)),
     ("lock: pin every cell with hashes", (lock,)),
     ("image: assemble one OCI image per cell", (build,)),
+    ("bundle: carry a cell's wheels or image, in parts, to a host without network", (bundle,)),
     ("smoke: run kernels on GPU hosts, read binaries, find boundaries", (smoke, arch_scan, bisect)),
     ("results: the store and the report", (results, report)),
     ("release: promote by digest, verify, pull", (promote, verify, pull, keygen)),
-    ("ci: jobs per cell, the local registry", (ci, registry)),
+    ("ci: jobs per cell, the local registry, the engine's environment", (ci, registry, engine_env)),
 )
 COMMAND_MODULES: tuple[str, ...] = tuple(m.__name__.rsplit(".", 1)[1].replace("_", "-")
                                          for _, modules in PIPELINE for m in modules)

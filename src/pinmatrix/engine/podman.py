@@ -1,5 +1,6 @@
 """Podman/buildah backend: daemonless, containers-storage configured by the usual files or by
-``CONTAINERS_STORAGE_CONF`` / ``CONTAINERS_CONF``. Builds go through ``buildah bud --layers --isolation chroot
+``CONTAINERS_STORAGE_CONF`` / ``CONTAINERS_CONF``; without either, the project's own configuration
+(``engine.services.project_podman_env``), in every shell, the same one ``pinmatrix engine-env`` prints. Builds go through ``buildah bud --layers --isolation chroot
 --timestamp EPOCH``, which clamps every timestamp (config, history and file mtimes) so the same inputs give
 the same image id; podman runs, pushes and pulls against the same store."""
 
@@ -7,10 +8,13 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, last_line, tls_for
+from pinmatrix.engine.services import project_podman_env
 from pinmatrix.errors import EngineError
+from pinmatrix.paths import state_dir
 
 
 class PodmanEngine(OCIEngine):
@@ -18,6 +22,10 @@ class PodmanEngine(OCIEngine):
     binary = "podman"
     builder = "buildah"
     reproducible = True
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(env)
+        self.env.update(project_podman_env(state_dir(), self.env))
 
     def ensure_running(self) -> None:
         for tool in (self.binary, self.builder):

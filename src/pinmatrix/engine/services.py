@@ -10,9 +10,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pinmatrix.atomic import locked
 from pinmatrix.errors import EngineError
 
 PODMAN_ULIMITS = '["nofile=20000:20000", "nproc=32768:32768"]'
@@ -118,10 +120,10 @@ def start_dockerd(directory: Path, timeout: float = 60) -> Service:
     return Service("dockerd", proc.pid, directory, env, str(sock))
 
 
-def podman_config(directory: Path) -> Service:
+def podman_config(directory: Path, tools: Sequence[str] = ("podman", "buildah")) -> Service:
     """storage.conf (vfs) and containers.conf (runc, cgroupfs, ulimits) in ``directory``; podman and buildah
     read them through CONTAINERS_STORAGE_CONF and CONTAINERS_CONF. Nothing runs, so there is no PID."""
-    for tool in ("podman", "buildah"):
+    for tool in tools:
         if shutil.which(tool) is None:
             raise EngineError(f"{tool} is not installed (apt-get install podman buildah)")
     directory.mkdir(parents=True, exist_ok=True)
@@ -158,6 +160,28 @@ def podman_config(directory: Path) -> Service:
         if probe.returncode != 0 or probe.stdout.strip() != wanted:
             write_storage("vfs")
     return Service("podman", 0, directory, env)
+
+
+SYSTEM_STORAGE_CONF = Path("/etc/containers/storage.conf")
+
+
+def project_podman_env(state: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CONTAINERS_STORAGE_CONF / CONTAINERS_CONF that pinmatrix runs podman and buildah with, in any shell:
+    nothing when the user or the system configures containers-storage (CONTAINERS_STORAGE_CONF set, or
+    /etc/containers/storage.conf present), else the project's own configuration in ``state``/podman (vfs or
+    overlay, runc, ulimits the host allows), written on first use and reused after. ``pinmatrix engine-env``
+    prints the same variables for a shell, so a plain ``podman run`` sees the same store."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CONTAINERS_STORAGE_CONF") or SYSTEM_STORAGE_CONF.exists():
+        return {}
+    if shutil.which("podman", path=environ.get("PATH")) is None:
+        return {}  # the engine reports podman missing in its own words
+    directory = (state / "podman").resolve()
+    storage, containers = directory / "storage.conf", directory / "containers.conf"
+    with locked(directory / ".config.lock"):  # a second process waits for the first one's probe
+        if storage.is_file() and containers.is_file() and PODMAN_ULIMITS in containers.read_text():
+            return {"CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(containers)}
+        return podman_config(directory, tools=("podman",)).env
 
 
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:
