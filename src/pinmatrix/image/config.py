@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.image.toolchain import for_cell as cell_toolchains
 
 LOCK_LABEL = "io.pinmatrix.lock.sha256"  # the sha256 of the lock an image was built from
 
@@ -48,6 +49,10 @@ def cell_env(cell: Cell) -> dict[str, str]:
     if cell.gpu_required:
         env["NVIDIA_VISIBLE_DEVICES"] = "all"
         env["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility"
+    chains, _ = cell_toolchains(cell.smokes, cell.pins.get("cuda"))
+    for chain in chains:  # the CUDA toolchain's wheels are in the cell's lock: nvcc, CUDA_HOME (data/toolchains.toml)
+        if set(chain.wheels.requirements) <= set(cell.requirements):
+            env.update(chain.env(f"{VENV_PATH}/lib/python{cell.python}/site-packages", env["PATH"]))
     env.update(cell.variables())
     return env
 

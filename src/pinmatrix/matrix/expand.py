@@ -31,6 +31,7 @@ from pinmatrix.cell import (
 from pinmatrix.errors import MatrixError
 from pinmatrix.hashing import sha256_file
 from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
+from pinmatrix.image.toolchain import for_cell as cell_toolchains
 from pinmatrix.matrix.compat import (
     ArchFlag,
     CompatRules,
@@ -350,6 +351,10 @@ class _StackExpander:
                 continue
             requirements.append(f"{distribution(axis)}=={value.version}")
         requirements.extend(self.stack.extra)
+        # A stack whose smokes compile CUDA at run time gets the toolchain's wheels (data/toolchains.toml).
+        chains, chain_notes = cell_toolchains(self.stack.smokes, pins.get("cuda"))
+        notes.extend(chain_notes)
+        requirements.extend(r for chain in chains for r in chain.wheels.requirements if r not in requirements)
         flags = self.arch_flags(a)
         variant = a.get("env")
         env = dict(sorted(variant.vars.items())) if isinstance(variant, EnvVariant) else {}

@@ -1,0 +1,125 @@
+"""The CUDA toolchain a cell's image carries when its smokes compile CUDA at run time (FlashInfer's JIT).
+
+``data/toolchains.toml`` says which smokes need which toolchain and, per CUDA version, which PyPI wheels hold
+it. Expansion adds those requirements to the cell (so they are locked and installed like any other pin);
+the image's environment gets ``CUDA_HOME`` (the wheels' tree in the venv) and its ``bin`` on ``PATH``."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from pydantic import Field, ValidationError, field_validator
+
+from pinmatrix.datamodel import Strict, friendly_message, key_path
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.names import check_requirement_text
+from pinmatrix.smoke.catalogue import matches
+
+DATA_FILE = "data/toolchains.toml"
+
+
+class ToolchainError(PinmatrixError):
+    """data/toolchains.toml is not valid."""
+
+
+class CudaWheels(Strict):
+    """The wheels of one CUDA version and where they install under site-packages."""
+
+    requirements: tuple[str, ...]
+    home: str  # site-packages-relative folder holding bin/nvcc, include, lib
+    cudart: str  # the runtime library's file name in <home>/lib, e.g. libcudart.so.13
+
+    @field_validator("requirements")
+    @classmethod
+    def _reqs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must name at least one requirement")
+        return tuple(check_requirement_text(r) for r in value)
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, value: str) -> str:
+        parts = value.split("/")
+        if not value or value.startswith("/") or any(p in ("", ".", "..") for p in parts) or not value.isascii():
+            raise ValueError(f"{value!r} must be a relative folder under site-packages, like nvidia/cu13")
+        return value
+
+    @field_validator("cudart")
+    @classmethod
+    def _cudart(cls, value: str) -> str:
+        if "/" in value or not value.startswith("libcudart.so."):
+            raise ValueError(f"{value!r} must be a file name like libcudart.so.13")
+        return value
+
+
+class ToolchainSpec(Strict):
+    name: str
+    smokes: tuple[str, ...]
+    source: str
+    cuda: dict[str, CudaWheels] = Field(default_factory=dict)
+
+
+class ToolchainDoc(Strict):
+    toolchain: tuple[ToolchainSpec, ...]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The toolchain one cell needs: its name, the CUDA it is for and the wheels that hold it."""
+
+    name: str
+    cuda: str
+    wheels: CudaWheels
+
+    def cuda_home(self, site_packages: str) -> str:
+        return f"{site_packages.rstrip('/')}/{self.wheels.home}"
+
+    def env(self, site_packages: str, path: str) -> dict[str, str]:
+        """CUDA_HOME for FlashInfer (and torch's cpp_extension), nvcc's folder after the venv's on ``path``, and
+        CXX=g++: FlashInfer links with $CXX (default ``c++``, an alternative no extract base sets up)."""
+        home = self.cuda_home(site_packages)
+        first, sep, rest = path.partition(":")
+        return {"CUDA_HOME": home, "PATH": f"{first}{sep}{home}/bin:{rest}" if sep else f"{path}:{home}/bin",
+                "CXX": "g++"}
+
+
+def parse(text: str, where: str = DATA_FILE) -> ToolchainDoc:
+    try:
+        return ToolchainDoc.model_validate(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise ToolchainError(f"{where}: {exc}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ToolchainError(f"{where}: {key_path(tuple(err['loc']))}: {friendly_message(err, ToolchainDoc)}") from None
+
+
+@cache
+def shipped() -> ToolchainDoc:
+    return parse(resources.files("pinmatrix").joinpath(DATA_FILE).read_text(encoding="utf-8"))
+
+
+def needing(smokes: Iterable[str], doc: ToolchainDoc | None = None) -> list[ToolchainSpec]:
+    """The toolchains some of ``smokes`` (a stack's selectors) need."""
+    chosen = list(smokes)
+    return [spec for spec in (doc or shipped()).toolchain
+            if any(matches(sel, smoke) for sel in chosen for smoke in spec.smokes)]
+
+
+def for_cell(smokes: Iterable[str], cuda: str | None,
+             doc: ToolchainDoc | None = None) -> tuple[list[Toolchain], list[str]]:
+    """(the toolchains a cell with these smokes and this CUDA gets, notes for those it needs but cannot get)."""
+    found: list[Toolchain] = []
+    notes: list[str] = []
+    for spec in needing(smokes, doc):
+        wheels = spec.cuda.get(cuda) if cuda else None
+        if wheels is None:
+            known = ", ".join(sorted(spec.cuda)) or "none"
+            notes.append(f"its smokes compile CUDA at run time ({spec.name}) but {DATA_FILE} declares no wheels for "
+                         f"CUDA {cuda or '(no cuda axis)'} (declared: {known}): the image has no nvcc")
+            continue
+        found.append(Toolchain(name=spec.name, cuda=cuda or "", wheels=wheels))
+    return found, notes
