@@ -1,9 +1,12 @@
 """vLLM smoke: an engine starts on a tiny randomly initialised Llama written to a temporary directory (no
-hub, no tokenizer download) and generates tokens, under the cell's env flags (the runner exports them).
+hub, no tokenizer download) and generates tokens, under the cell's env flags (the runner exports them). The
+engine core is started by spawn, whether or not this process has initialised CUDA (vllm_engine.py says why);
+vLLM's attention backend and linear kernels, from its own log, go into the metrics (``backend.*``).
 
 Oracles (two lines each; no PyPI package ships a tiny causal LM to pin golden token ids to):
 - vllm-generate: the same weights in transformers' eager float32 model, teacher-forced on vLLM's tokens; each
   greedy token's logit must be within 5% of its row's standard deviation of the reference's maximum.
+Fault wrong-token (PINMATRIX_FAULT): token 3 replaced by its reference row's least likely token; it must fail.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import os
 import tempfile
 import time
 
-from _oracles import greedy_mismatch
+from _oracles import fault, greedy_mismatch
 from _smokelib import Context, Fail, main
+from vllm_engine import OutputTee, chosen_backends, force_wrong_token, prepare_engine_env
 
 SMOKES = {
     "vllm-generate": {
@@ -43,7 +47,10 @@ def _write_tiny_model(path: str) -> None:
 
 
 def engine(ctx: Context) -> None:
-    ctx.torch()
+    ctx.torch()  # CUDA is initialised in this process from here on: vLLM's engine core must be spawned
+    injected = fault(("wrong-token",))
+    prepare_engine_env()
+    tee = OutputTee().start()  # the engine core inherits fd 1/2: its log lines are kept for chosen_backends
     with tempfile.TemporaryDirectory(prefix="pinmatrix-vllm-") as model_dir:
         _write_tiny_model(model_dir)
         flags = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
@@ -59,12 +66,17 @@ def engine(ctx: Context) -> None:
         t0 = time.monotonic()
         outs = llm.generate([{"prompt_token_ids": PROMPT}], params)
         ctx.metric("generate_s", time.monotonic() - t0)
+        for key, value in sorted(chosen_backends(tee.text()).items()):
+            ctx.metric(f"backend.{key}", value)
         tokens = list(outs[0].outputs[0].token_ids)
         ctx.metric("tokens", len(tokens))
         ctx.metric("token_ids", " ".join(map(str, tokens)))
         if len(tokens) != 8:
             raise Fail(f"vLLM generated {tokens!r}, expected 8 token ids", "wrong-result")
         rows, tolerance = _reference_logits(model_dir, PROMPT, tokens)
+        if injected == "wrong-token":
+            tokens = force_wrong_token(tokens, rows, 3)
+            ctx.metric("fault_token", f"token 3 forced to {tokens[3]}")
         wrong = greedy_mismatch(tokens, rows, tolerance)
         if wrong:
             raise Fail(f"vLLM's greedy tokens differ from the reference model's: {wrong}", "wrong-result")

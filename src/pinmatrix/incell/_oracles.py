@@ -33,6 +33,8 @@ FAULTS = {
     "zero-row": "one row of the kernel's output is zeroed",
     "leak": "one allocation of every round is never freed",
     "slow": "the timed kernel runs twice per call",
+    "perturb-expert": "one MoE expert's down projection is multiplied by -3 in the checkpoint the engine loads",
+    "wrong-token": "one generated token is replaced by the reference's least likely token before the check",
 }
 UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24}
 TILE_BOUND_U = 4.0  # bound on a tile's or a row's relative error, in units of the output's unit roundoff
