@@ -1,5 +1,5 @@
-"""``pinmatrix ci``: emit CI job definitions from the matrix (GitHub Actions matrix, Kubernetes Jobs) and
-collect what Kubernetes smoke Jobs wrote back."""
+"""``pinmatrix ci``: emit CI job definitions from the matrix (GitHub Actions matrix, Kubernetes Jobs, Slurm job
+arrays) and collect what Kubernetes smoke Jobs and Slurm array tasks wrote back."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomi
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ci", help="emit CI jobs (GitHub Actions matrix, Kubernetes Jobs) and collect k8s results",
+    p = sub.add_parser("ci", help="emit CI jobs (GitHub Actions matrix, Kubernetes Jobs, Slurm arrays) and collect "
+                                  "their results",
                        description="Generate CI job definitions from the matrix. See docs/ci.md.")
     ci = p.add_subparsers(dest="ci_command", metavar="TARGET", required=True)
 
@@ -59,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--no-validate", action="store_true", help="skip schema validation")
     k.set_defaults(func=run_k8s)
 
+    _register_slurm(ci)
+
     c = ci.add_parser("collect", help="turn what k8s smoke Jobs wrote (run.json + logs) into result records",
                       description="Read every pod output directory (a run.json written by the pod runner) under the "
                                   "given paths, classify each smoke and apply known issues as `pinmatrix smoke` does, "
@@ -71,6 +74,71 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="print the records as JSON on stdout (the summary goes to stderr), or write them to FILE")
     c.set_defaults(func=run_collect)
+
+
+def _register_slurm(ci: argparse._SubParsersAction) -> None:
+    s = ci.add_parser(
+        "slurm", help="submit each stack's smokes as Slurm job arrays (one task per cell x GPU node pool)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Submit one job array per stack and node pool with sbatch: one task per cell x fitting pool, "
+                    "routed by the pool's [pool.slurm] partition and features (--constraint) and the smokes' "
+                    "needs (--gres=gpu:N, a time limit from their timeouts). Each task runs `pinmatrix smoke "
+                    "--cell ID` (host runtime with --wheels, or the cell image by digest through podman/docker) "
+                    "and writes its results under the submission directory; `pinmatrix ci slurm-collect DIR` "
+                    "reads them back. Cell x pool tasks whose every smoke already has a result for the same image "
+                    "digest in --results are not submitted again (--rerun submits them). See docs/ci.md.",
+        epilog="Examples:\n"
+               "  pinmatrix ci slurm --stack h200 --pools pools.toml --runtime podman\n"
+               "  pinmatrix ci slurm --stack demo --wheels wheels/ --print\n"
+               "  pinmatrix ci slurm-collect .pinmatrix/slurm/20261201-140000 --wait --json results.json\n"
+               "  pinmatrix results --import results.json")
+    add_matrix_argument(s)
+    add_selection_arguments(s)
+    s.add_argument("--pools", type=Path, metavar="FILE", help="node pools (the file `ci k8s` reads; GPU cells need it)")
+    s.add_argument("--runtime", choices=("host", "podman", "docker"), default="host",
+                   help="host: the node's Python with --wheels; podman/docker: the cell image, pulled by digest")
+    s.add_argument("--wheels", type=Path, metavar="DIR",
+                   help="host runtime: the cells' wheels (DIR/<cell id>/ when it exists, else DIR)")
+    s.add_argument("--registry", metavar="PREFIX", help="image runtimes: registry prefix (default: [matrix].registry)")
+    s.add_argument("--out", type=Path, default=Path(".pinmatrix/slurm"), metavar="DIR",
+                   help="submissions go to DIR/<submission id>/ on a filesystem the nodes share (default: "
+                        ".pinmatrix/slurm)")
+    s.add_argument("--submission-id", metavar="ID", help="names the submission (default: UTC timestamp)")
+    s.add_argument("--cpu-partition", metavar="NAME", help="partition of CPU-only cells (default: the cluster's)")
+    s.add_argument("--cpus-per-task", type=int, default=2, metavar="N", help="CPUs per task (default 2)")
+    s.add_argument("--time-limit", type=int, metavar="MIN",
+                   help="every task's time limit in minutes, instead of its smokes' timeouts plus a margin")
+    s.add_argument("--pinmatrix", metavar="PATH",
+                   help="the pinmatrix the nodes run (default: this interpreter with -m pinmatrix)")
+    s.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
+    s.add_argument("--smokes", dest="smoke_keyword", metavar="EXPR",
+                   help="only smokes whose name matches EXPR (passed to `pinmatrix smoke -k`)")
+    s.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
+                   help=f"the store whose results a rerun skips (default: {DEFAULT_PATH})")
+    s.add_argument("--rerun", action="store_true", help="submit every cell x pool, recorded or not")
+    s.add_argument("--print", dest="print_only", action="store_true",
+                   help="write the scripts and the manifest and print the scripts; submit nothing")
+    s.set_defaults(func=run_slurm)
+
+    c = ci.add_parser(
+        "slurm-collect", help="read back a Slurm submission's results; dead, timed-out or preempted tasks as failures",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="For every task of the submissions: its smokes' records (the task's --json, else its own "
+                    "store), with the Slurm job, array task, node and pool in environment.slurm and the node as "
+                    "the host name; every planned smoke without a record becomes a failure classed by how the "
+                    "task ended (slurm-timeout, slurm-cancelled, slurm-preempted, slurm-node-fail, "
+                    "slurm-task-failed, ...). Tasks still pending or running are listed and left for later.",
+        epilog="Examples:\n"
+               "  pinmatrix ci slurm-collect .pinmatrix/slurm/20261201-140000 --wait\n"
+               "  pinmatrix ci slurm-collect DIR --json results.json && pinmatrix results --import results.json")
+    c.add_argument("paths", nargs="+", type=Path, metavar="DIR", help="submission directories (submission.json)")
+    c.add_argument("--wait", action="store_true", help="first wait until no task is pending or running")
+    c.add_argument("--wait-timeout", type=float, default=6 * 3600.0, metavar="S", help="give up waiting after S s")
+    c.add_argument("--results", type=Path, default=None, metavar="PATH",
+                   help=f"record into this results store (default: {DEFAULT_PATH} unless --json is given)")
+    c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                   help="print the records as JSON on stdout (the summary goes to stderr), or write them to FILE")
+    c.set_defaults(func=run_slurm_collect)
 
 
 def run_github(args: argparse.Namespace) -> int:
@@ -164,3 +232,87 @@ def run_collect(args: argparse.Namespace) -> int:
           + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"),
           file=sys.stderr if args.json == "-" else sys.stdout)
     return 0
+
+
+def run_slurm(args: argparse.Namespace) -> int:
+    from pinmatrix.ci.pools import load_pools
+    from pinmatrix.ci.slurm import ScriptSettings, plan, prepare, submit
+    from pinmatrix.matrix.names import check_name
+    from pinmatrix.smoke.catalogue import find_smoke_dir
+
+    matrix, expansion = load(args.matrix)
+    cells = selected(matrix, expansion, args)
+    pools = load_pools(args.pools) if args.pools else []
+    sub_id = args.submission_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    try:
+        check_name(sub_id, "--submission-id")
+    except ValueError as err:
+        raise PinmatrixError(f"ci slurm: {err}") from None
+    if args.runtime != "host" and args.wheels:
+        raise PinmatrixError("ci slurm: --wheels is for the host runtime")
+    sub_dir = args.out / sub_id
+    if (sub_dir / "submission.json").exists():
+        raise PinmatrixError(f"ci slurm: {sub_dir} already holds a submission (choose another --submission-id)")
+    settings = ScriptSettings(
+        matrix=args.matrix, submission_dir=sub_dir.resolve(), runtime=args.runtime,
+        pinmatrix=(args.pinmatrix,) if args.pinmatrix else (sys.executable, "-m", "pinmatrix"),
+        smoke_dir=find_smoke_dir(args.smoke_dir), cpus_per_task=args.cpus_per_task,
+        cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword)
+    images = _images(cells, (args.registry or matrix.settings.registry).rstrip("/")) if args.runtime != "host" else None
+    store = ResultsStore(args.results) if args.results.exists() and not args.rerun else None
+    planned = plan(cells, pools, settings, images=images, wheels=args.wheels, store=store, rerun=args.rerun)
+    for line in planned.skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    for line in planned.recorded:
+        print(f"recorded {line}", file=sys.stderr)
+    for line in planned.warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    if not planned.arrays:
+        if not planned.recorded:
+            raise PinmatrixError("ci slurm: no task to submit (see the skipped lines above)")
+        print("ci slurm: nothing to submit: every task is recorded (--rerun submits them again)", file=sys.stderr)
+        return 0
+    submission = prepare(planned, settings, sub_id)
+    if args.print_only:
+        for array in submission.arrays:
+            sys.stdout.write(Path(array.script).read_text())
+        print(f"wrote {len(submission.arrays)} script(s) and {sub_dir / 'submission.json'}; nothing submitted",
+              file=sys.stderr)
+        return 0
+    submission = submit(submission, settings)
+    for array in submission.arrays:
+        print(f"submitted {array.name}: job {array.job_id}, {len(array.tasks)} task(s), "
+              f"{' '.join(o for o in array.options if o.startswith(('--partition', '--constraint', '--gres', '--time')))}")
+    print(f"collect with: pinmatrix ci slurm-collect {sub_dir} --wait")
+    return 0
+
+
+def run_slurm_collect(args: argparse.Namespace) -> int:
+    from pinmatrix.ci.slurm_collect import collect, wait
+
+    records = []
+    waiting: list[str] = []
+    tasks = 0
+    for path in args.paths:
+        if args.wait:
+            wait(path, timeout_s=args.wait_timeout, echo=lambda line: print(line, file=sys.stderr))
+        got = collect(path)
+        records += got.records
+        waiting += got.waiting
+        tasks += got.tasks
+    if args.json == "-":
+        print(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
+    elif args.json:
+        write_json_atomic(Path(args.json), [r.to_dict() for r in records])
+    if args.results or not args.json:
+        ResultsStore(args.results or DEFAULT_PATH).record_many(records)
+    for line in waiting:
+        print(f"not finished: {line}", file=sys.stderr)
+    counts: dict[str, int] = {}
+    for r in records:
+        key = r.status + (f" [{r.failure_class}]" if r.failure_class and r.failure_class.startswith("slurm-") else "")
+        counts[key] = counts.get(key, 0) + 1
+    print(f"collected {len(records)} result(s) from {tasks - len(waiting)} of {tasks} task(s): "
+          + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"),
+          file=sys.stderr if args.json == "-" else sys.stdout)
+    return 1 if waiting else 0

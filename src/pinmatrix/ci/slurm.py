@@ -1,0 +1,326 @@
+"""Slurm: the smokes of each stack as job arrays, one task per cell x GPU node pool, routed by the cell's needs.
+
+A pool (pinmatrix.ci.pools, the file ``ci k8s`` reads) names its nodes to Slurm by partition, node features
+(``--constraint=a&b``) and GPU generic-resource type; a task asks for as many GPUs as its smokes need (up to
+the pool's) and for the sum of its smokes' timeouts plus a margin. A Slurm array's tasks share one partition,
+constraint, gres and time limit, so a stack gets one array per pool it is routed to (one array when all its
+cells fit the same pools, the usual case).
+
+Each task runs ``pinmatrix smoke --cell ID`` (the host runtime with ``--wheels``, or the cell's image by
+digest through podman/docker, pulled first) with a store, logs and ``--json`` results of its own under the
+submission directory, which the submitting side reads back (pinmatrix.ci.slurm_collect). Nothing from the
+matrix becomes an sbatch option or a shell word unchecked: every ``#SBATCH`` value is a number or a name of
+the matrix grammar (names.py), cell ids are checked hex, paths must be plain (letters, digits, ``._+/-``), and
+every shell word is quoted with shlex.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from pinmatrix.atomic import atomic_write_text
+from pinmatrix.cell import Cell
+from pinmatrix.ci.pools import NodePool, pool_fits
+from pinmatrix.datamodel import Strict
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.names import Name, check_name, shown, text_problem
+from pinmatrix.results.store import ResultsStore, SmokeRecord
+
+SCHEMA = "pinmatrix-slurm-submission/1"
+MANIFEST = "submission.json"
+CPU_POOL = "cpu"
+MARGIN_S = {"host": 300, "podman": 900, "docker": 900}  # start-up, overlay build / image pull
+MAX_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indexes 0-1000)
+# Scheduler-caused ends that say nothing about the cell: a rerun submits those tasks again.
+RESUBMIT_CLASSES = frozenset({"slurm-cancelled", "slurm-preempted", "slurm-node-fail", "slurm-boot-fail",
+                              "slurm-lost", "slurm-no-result"})
+_CELL_ID = r"^[0-9a-f]{12}$"
+_JOB_ID = r"^[0-9]+$"
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._+/-]*")
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*@sha256:[0-9a-f]{64}")
+Runtime = Literal["host", "podman", "docker"]
+
+
+class TaskEntry(Strict):
+    """One array task: one cell on one pool."""
+
+    index: int = Field(ge=0, le=MAX_TASKS)
+    cell_id: str = Field(pattern=_CELL_ID)
+    stack: Name
+    pool: Name
+    smokes: tuple[Name, ...]
+    gpus: int = Field(ge=0, le=64)
+    image: str | None = Field(default=None, pattern=f"^{_IMAGE.pattern}$")
+    image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    wheels: str | None = None
+    # What the pool declares (for the record of a task that died before it measured its host).
+    gpu_product: str | None = None
+    driver: str | None = None
+    capability: str | None = None
+
+
+class ArrayEntry(Strict):
+    name: Name
+    script: str
+    directory: str
+    job_id: str | None = Field(default=None, pattern=_JOB_ID)
+    time_limit_min: int = Field(ge=1)
+    options: tuple[str, ...]
+    tasks: tuple[TaskEntry, ...]
+
+
+class Submission(Strict):
+    schema_: Literal["pinmatrix-slurm-submission/1"] = Field(alias="schema")
+    id: Name
+    matrix: str
+    runtime: Runtime
+    arrays: tuple[ArrayEntry, ...]
+
+
+@dataclass
+class Plan:
+    arrays: list[ArrayEntry] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # cell x pool not submitted, with the reason
+    recorded: list[str] = field(default_factory=list)  # cell x pool with every smoke recorded on this digest
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScriptSettings:
+    """What every task script of one submission shares."""
+
+    matrix: Path
+    submission_dir: Path
+    runtime: Runtime = "host"
+    pinmatrix: tuple[str, ...] = (sys.executable, "-m", "pinmatrix")
+    smoke_dir: Path | None = None
+    cpus_per_task: int = 2
+    cpu_partition: str | None = None
+    time_limit_min: int | None = None  # instead of the smokes' own sum (a partition's MaxTime, tests)
+    keyword: str | None = None  # pinmatrix smoke -k
+
+
+def plain_path(path: Path, what: str) -> str:
+    """``path`` made absolute; refused unless it is plain (it goes into #SBATCH lines and shell words)."""
+    text = str(Path(path).resolve())
+    if not _PLAIN_PATH.fullmatch(text) or "/-" in text:
+        raise PinmatrixError(f"ci slurm: {what} {shown(text)} must be a plain path (letters, digits, '.', '_', "
+                             "'+', '-' and '/', no part starting with '-') for job scripts")
+    return text
+
+
+def _smoke_needs(cell: Cell, smoke_dir: Path | None, keyword: str | None) -> tuple[tuple[str, ...], int, int]:
+    """The cell's smokes, the most GPUs one of them needs, and the seconds they may take in all."""
+    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.smoke.runner import effective_timeout, plan_smokes
+
+    smokes = plan_smokes(cell, load_catalogue(smoke_dir), keyword)
+    gpus = max([int(s.needs.get("gpus", 1)) for s in smokes if s.gpu] or [0])
+    seconds = sum(math.ceil(effective_timeout(s.timeout_s)) for s in smokes)
+    return tuple(s.name for s in smokes), gpus, seconds
+
+
+def _counts_for(rec: SmokeRecord, pool: NodePool | None) -> bool:
+    """Whether a recorded result stands for ``pool``: routed there by Slurm, or measured on a host that is
+    that pool's (driver and capability); any host for a CPU-only cell."""
+    if rec.failure_class in RESUBMIT_CLASSES:
+        return False
+    if pool is None:
+        return True
+    slurm = rec.environment.get("slurm")
+    if isinstance(slurm, dict) and slurm.get("pool") == pool.name:
+        return True
+    return rec.host.driver == pool.driver and rec.host.capability == pool.capability
+
+
+def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSettings, *,
+         images: dict[str, str] | None = None, wheels: Path | None = None, store: ResultsStore | None = None,
+         rerun: bool = False) -> Plan:
+    """The arrays to submit. ``images`` maps cell id -> reference by digest (image runtimes); ``store``:
+    cell x pool tasks whose every smoke already has a result there for the same image digest are left out
+    (unless ``rerun``), except results a scheduler caused (RESUBMIT_CLASSES)."""
+    out = Plan()
+    groups: dict[tuple[str, str, int, int], list[TaskEntry]] = {}
+    for cell in cells:
+        check_name(cell.stack, "stack")
+        image = digest = None
+        if settings.runtime != "host":
+            image = (images or {}).get(cell.id)
+            if not image or not _IMAGE.fullmatch(image):
+                out.skipped.append(f"{cell.id} {cell.name}: no image by digest in the registry (build and push it)")
+                continue
+            digest = image.split("@", 1)[1]
+        targets: list[NodePool | None] = [None]
+        if cell.gpu_required:
+            targets = []
+            for pool in pools:
+                ok, why = pool_fits(cell, pool)
+                if ok:
+                    targets.append(pool)
+                else:
+                    out.skipped.append(f"{cell.id} {cell.name} x pool {pool.name}: {why}")
+            if not targets:
+                out.skipped.append(f"{cell.id} {cell.name}: no node pool fits" + ("" if pools else " (no --pools)"))
+        smokes, gpus_needed, seconds = _smoke_needs(cell, settings.smoke_dir, settings.keyword)
+        done = store.query(cell_id=cell.id) if store is not None and not rerun else []
+        cell_wheels = None
+        if wheels is not None:
+            per_cell = Path(wheels) / cell.id
+            cell_wheels = plain_path(per_cell if per_cell.is_dir() else Path(wheels), "--wheels")
+        for target in targets:
+            pool_name = target.name if target else CPU_POOL
+            mine = {r.smoke for r in done if r.image_digest == digest and _counts_for(r, target)}
+            if smokes and set(smokes) <= mine:
+                on = f"image {digest}" if digest else "the host runtime"
+                out.recorded.append(f"{cell.id} {cell.name} x {pool_name}: every smoke recorded on {on}")
+                continue
+            gpus = min(target.gpus, max(1, gpus_needed)) if target else 0
+            minutes = settings.time_limit_min or math.ceil((seconds + MARGIN_S[settings.runtime]) / 60)
+            if settings.time_limit_min and settings.time_limit_min * 60 < seconds:
+                out.warnings.append(f"{cell.id} x {pool_name}: time limit {settings.time_limit_min} min is "
+                                    f"shorter than its smokes' timeouts ({math.ceil(seconds / 60)} min)")
+            key = (cell.stack, pool_name, gpus, minutes)
+            entries = groups.setdefault(key, [])
+            entries.append(TaskEntry(
+                index=len(entries), cell_id=cell.id, stack=cell.stack, pool=pool_name, smokes=smokes, gpus=gpus,
+                image=image, image_digest=digest, wheels=cell_wheels,
+                gpu_product=target.gpu_product if target else None, driver=target.driver if target else None,
+                capability=target.capability if target else None))
+    by_pool = {p.name: p for p in pools}
+    names: set[str] = set()
+    for (stack, pool_name, gpus, minutes), tasks in groups.items():
+        if len(tasks) > MAX_TASKS:
+            raise PinmatrixError(f"ci slurm: stack {stack} x pool {pool_name} has {len(tasks)} tasks, more than "
+                                 f"one array's {MAX_TASKS}: select fewer cells with -k")
+        name = f"{stack}-{pool_name}"
+        n = 2
+        while name in names:
+            name, n = f"{stack}-{pool_name}-{n}", n + 1
+        names.add(name)
+        directory = plain_path(settings.submission_dir / name, "the submission directory")
+        options = sbatch_options(by_pool.get(pool_name), gpus=gpus, minutes=minutes, settings=settings,
+                                 name=name, tasks=len(tasks), directory=directory)
+        out.arrays.append(ArrayEntry(name=name, script=f"{directory}.sbatch", directory=directory,
+                                     time_limit_min=minutes, options=options, tasks=tuple(tasks)))
+    return out
+
+
+def sbatch_options(pool: NodePool | None, *, gpus: int, minutes: int, settings: ScriptSettings, name: str,
+                   tasks: int, directory: str) -> tuple[str, ...]:
+    """The #SBATCH options of one array: each value a number, a checked name, or a plain path."""
+    check_name(name, "array name")
+    opts = [f"--job-name=pinmatrix-{name}", f"--array=0-{tasks - 1}", f"--time={minutes}",
+            f"--cpus-per-task={settings.cpus_per_task}", "--nodes=1", "--ntasks=1", "--no-requeue",
+            f"--output={directory}/%a/slurm.out"]
+    if pool is None:
+        if settings.cpu_partition:
+            opts.append(f"--partition={check_name(settings.cpu_partition, 'CPU partition')}")
+    else:
+        if pool.slurm.partition:
+            opts.append(f"--partition={pool.slurm.partition}")
+        opts.append("--constraint=" + "&".join(pool.slurm_features()))
+        gres = f"gpu:{pool.slurm.gres_type}:{gpus}" if pool.slurm.gres_type else f"gpu:{gpus}"
+        opts.append(f"--gres={gres}")
+    for opt in opts:
+        if not re.fullmatch(r"--[a-z-]+(=[A-Za-z0-9._+/%&:-]+)?", opt):  # the last line of defence
+            raise PinmatrixError(f"ci slurm: refusing the sbatch option {shown(opt)}")
+    return tuple(opts)
+
+
+def render_script(array: ArrayEntry, settings: ScriptSettings, runtime: Runtime) -> str:
+    """The batch script of one array: a case on $SLURM_ARRAY_TASK_ID picks the task's cell (a checked id),
+    image (a checked reference by digest) and wheels (a plain path); everything else is quoted."""
+    q = shlex.quote
+    matrix = plain_path(settings.matrix, "the matrix")
+    lines = ["#!/bin/bash",
+             f"# pinmatrix ci slurm: array {array.name}, {len(array.tasks)} task(s): one per cell x pool.",
+             *[f"#SBATCH {opt}" for opt in array.options],
+             "set -u",
+             'case "${SLURM_ARRAY_TASK_ID:-}" in']
+    for task in array.tasks:
+        words = [f"CELL={q(task.cell_id)}"]
+        if task.image:
+            words.append(f"IMAGE={q(task.image)}")
+        if task.wheels:
+            words.append(f"WHEELS={q(plain_path(Path(task.wheels), '--wheels'))}")
+        lines.append(f"  {task.index}) {' '.join(words)} ;;  # stack {task.stack}, pool {task.pool}")
+    lines += ['  *) echo "pinmatrix: no task ${SLURM_ARRAY_TASK_ID:-} in this array" >&2; exit 2 ;;', "esac",
+              f'TASK={q(array.directory)}/"$SLURM_ARRAY_TASK_ID"',
+              'mkdir -p "$TASK"',
+              'printf \'job=%s array=%s task=%s node=%s started=%s\\n\' "${SLURM_JOB_ID:-}" '
+              '"${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" "${SLURMD_NODENAME:-}" '
+              '"$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$TASK/started"']
+    smoke = [*map(q, settings.pinmatrix), "smoke", q(matrix), "--cell", '"$CELL"', "--runtime", runtime]
+    if runtime != "host":
+        lines.append(f'{q(runtime)} pull "$IMAGE" || echo "pinmatrix: pulling $IMAGE failed" >&2')
+        smoke += ["--image", '"$IMAGE"']
+    elif any(t.wheels for t in array.tasks):
+        smoke += ["--wheels", '"$WHEELS"', "--overlay", '"$TASK/overlay"']
+    if settings.smoke_dir is not None:
+        smoke += ["--smoke-dir", q(plain_path(settings.smoke_dir, "--smoke-dir"))]
+    if settings.keyword:
+        problem = text_problem(settings.keyword)
+        if problem:
+            raise PinmatrixError(f"ci slurm: -k {shown(settings.keyword)} {problem}")
+        smoke += ["-k", q(settings.keyword)]
+    smoke += ["--results", '"$TASK/results.sqlite"', "--logs", '"$TASK/logs"', "--json", '"$TASK/results.json"']
+    lines += [" ".join(smoke), "rc=$?", 'printf \'%s\\n\' "$rc" > "$TASK/finished"', 'exit "$rc"']
+    return "\n".join(lines) + "\n"
+
+
+def write_submission(submission: Submission, directory: Path) -> Path:
+    path = Path(directory) / MANIFEST
+    atomic_write_text(path, submission.model_dump_json(by_alias=True, indent=2) + "\n")
+    return path
+
+
+def prepare(plan_: Plan, settings: ScriptSettings, submission_id: str) -> Submission:
+    """Write every array's script and task directories, and the manifest (no job ids yet)."""
+    sub = Submission.model_validate({"schema": SCHEMA, "id": submission_id,
+                                     "matrix": plain_path(settings.matrix, "the matrix"),
+                                     "runtime": settings.runtime, "arrays": plan_.arrays})
+    for array in sub.arrays:
+        for task in array.tasks:
+            (Path(array.directory) / str(task.index)).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(array.script), render_script(array, settings, settings.runtime))
+    write_submission(sub, settings.submission_dir)
+    return sub
+
+
+def parse_job_id(stdout: str) -> str:
+    """``sbatch --parsable`` prints ``<job id>`` or ``<job id>;<cluster>``."""
+    first = stdout.strip().split(";", 1)[0]
+    if not re.fullmatch(r"[0-9]+", first):
+        raise PinmatrixError(f"sbatch answered {shown(stdout.strip())}, not a job id")
+    return first
+
+
+def submit(sub: Submission, settings: ScriptSettings, *, sbatch: str = "sbatch") -> Submission:
+    """Submit each array with ``sbatch --parsable``; the manifest is rewritten after each one, so it always
+    names exactly what was submitted."""
+    arrays = list(sub.arrays)
+    for i, array in enumerate(arrays):
+        try:
+            proc = subprocess.run([sbatch, "--parsable", array.script], capture_output=True, text=True,
+                                  timeout=120, cwd=settings.submission_dir)
+        except FileNotFoundError:
+            raise PinmatrixError(f"ci slurm: {sbatch} not found (is this a Slurm submit host?)") from None
+        except subprocess.TimeoutExpired:
+            raise PinmatrixError(f"ci slurm: {sbatch} {array.script} did not answer within 120 s") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            raise PinmatrixError(f"ci slurm: sbatch refused {array.script}: {shown(last, 300)}")
+        arrays[i] = array.model_copy(update={"job_id": parse_job_id(proc.stdout)})
+        sub = sub.model_copy(update={"arrays": tuple(arrays)})
+        write_submission(sub, settings.submission_dir)
+    return sub
