@@ -5,12 +5,43 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.expand import Expansion
 from pinmatrix.matrix.schema import Matrix
 from pinmatrix.matrix.selection import STDIN, select
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """The description wrapped as usual; an epilog that starts with ``Examples:`` kept line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("Examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*lines: str) -> dict[str, Any]:
+    """``add_parser`` keywords for an ``Examples:`` section: each line a command, optionally ``  # why``."""
+    return {"epilog": "Examples:\n" + "".join(f"  {line}\n" for line in lines), "formatter_class": ExamplesFormatter}
+
+
+def existing_file(text: str) -> Path:
+    """An argparse type: a file that exists, checked when the command line is read (before any setup), or '-'."""
+    path = Path(text)
+    if text != "-" and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: not a regular file" if path.exists() else f"{text}: no such file")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    """An argparse type: a directory that exists, checked when the command line is read."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such directory")
+    return path
 
 
 def add_matrix_argument(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,9 @@
   after ``cosign`` export to PKCS#8) work too.
 - The signing key comes from ``--signing-key`` or ``PINMATRIX_SIGNING_KEY``; trusted public keys from
   ``--key`` (repeatable) or ``PINMATRIX_TRUSTED_KEYS`` (paths separated by ``os.pathsep``).
+- A key file must be a regular file (a FIFO, a device such as ``/dev/zero``, a folder is refused at once),
+  at most ``MAX_KEY_FILE`` bytes, not writable by group or others; a private key also not readable by others
+  (``keygen`` writes 0600, its ``.pub`` 0644).
 - A key id is securesystemslib's default: the sha256 of the public key's canonical form, so signer and
   verifier agree without exchanging ids.
 
@@ -19,6 +22,7 @@ import base64
 import binascii
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +40,7 @@ SIGNING_KEY_ENV = "PINMATRIX_SIGNING_KEY"
 TRUSTED_KEYS_ENV = "PINMATRIX_TRUSTED_KEYS"
 PASSWORD_ENV = "PINMATRIX_KEY_PASSWORD"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+MAX_KEY_FILE = 64 << 10  # a PEM key: an RSA-8192 private key is under 7 KiB
 
 
 class SigningKeyError(PinmatrixError):
@@ -60,6 +65,7 @@ def _password() -> bytes | None:
 def generate_keypair(prefix: Path, *, force: bool = False) -> tuple[Path, Path, str]:
     """Write ``prefix.key`` and ``prefix.pub`` (ed25519). Returns (private path, public path, key id)."""
     private, public = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
+    private.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in (private, public):
         if path.exists() and not force:
             raise SigningKeyError(f"{path}: exists; pass --force to replace it")
@@ -70,16 +76,43 @@ def generate_keypair(prefix: Path, *, force: bool = False) -> tuple[Path, Path, 
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
     pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     atomic_write_bytes(private, pem, perms=0o600)
-    public.write_bytes(pub)
+    atomic_write_bytes(public, pub, perms=0o644)
+    os.chmod(private, 0o600)  # whatever the umask
+    os.chmod(public, 0o644)
     return private, public, SSlibKey.from_crypto(key.public_key()).keyid
+
+
+def read_key_file(path: Path, what: str, *, private: bool) -> bytes:
+    """The bytes of a key file, once it is known to be a regular file of at most ``MAX_KEY_FILE`` bytes that
+    group and others cannot write (nor, for a private key, others read). Opened without blocking, so a FIFO
+    is refused instead of waited on; checked on the open descriptor, so a swap after the check is no help."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as err:
+        raise SigningKeyError(f"{path}: cannot read the {what}: {err.strerror or err}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise SigningKeyError(f"{path}: the {what} is not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > MAX_KEY_FILE:
+            raise SigningKeyError(f"{path}: the {what} is {info.st_size} bytes, more than a key file's "
+                                  f"{MAX_KEY_FILE}")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o022:
+            who = "group and others" if mode & 0o022 == 0o022 else "group" if mode & 0o020 else "others"
+            raise SigningKeyError(f"{path}: the {what} is writable by {who} (mode {mode:04o}); chmod go-w {path}")
+        if private and mode & 0o004:
+            raise SigningKeyError(f"{path}: the {what} is readable by others (mode {mode:04o}); chmod 600 {path}")
+        data = handle.read(MAX_KEY_FILE + 1)
+    if len(data) > MAX_KEY_FILE:
+        raise SigningKeyError(f"{path}: the {what} is more than a key file's {MAX_KEY_FILE} bytes")
+    return data
 
 
 def load_signer(path: Path) -> CryptoSigner:
     """The signer for the PEM private key at ``path`` (decrypted with ``PINMATRIX_KEY_PASSWORD`` if set)."""
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise SigningKeyError(f"{path}: cannot read the signing key: {err.strerror or err}") from None
+    data = read_key_file(path, "signing key", private=True)
     try:
         key = serialization.load_pem_private_key(data, _password())
     except TypeError:
@@ -92,19 +125,19 @@ def load_signer(path: Path) -> CryptoSigner:
         raise SigningKeyError(f"{path}: unsupported key type: {err}") from None
 
 
-def signing_key_path(option: Path | None) -> Path | None:
-    """``--signing-key``, else ``PINMATRIX_SIGNING_KEY``, else None (unsigned)."""
+def signing_key_path(option: Path | None, default: Path | None = None) -> Path | None:
+    """``--signing-key``, else ``PINMATRIX_SIGNING_KEY``, else ``default`` when that file exists (the key
+    `pinmatrix keygen` made in the project), else None (unsigned)."""
     if option is not None:
         return option
     env = os.environ.get(SIGNING_KEY_ENV)
-    return Path(env) if env else None
+    if env:
+        return Path(env)
+    return default if default is not None and default.is_file() else None
 
 
 def load_public_key(path: Path) -> TrustedKey:
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise SigningKeyError(f"{path}: cannot read the public key: {err.strerror or err}") from None
+    data = read_key_file(path, "public key", private=False)
     try:
         public = serialization.load_pem_public_key(data)
     except ValueError:
@@ -118,11 +151,14 @@ def load_public_key(path: Path) -> TrustedKey:
         raise SigningKeyError(f"{path}: unsupported key type: {err}") from None
 
 
-def trusted_keys(options: Sequence[Path] = ()) -> list[TrustedKey]:
-    """``--key`` files, else the files in ``PINMATRIX_TRUSTED_KEYS``. Empty when neither names one."""
+def trusted_keys(options: Sequence[Path] = (), default: Path | None = None) -> list[TrustedKey]:
+    """``--key`` files, else the files in ``PINMATRIX_TRUSTED_KEYS``, else ``default`` when that file exists (the
+    public half of the project's own key). Empty when none names one."""
     paths = list(options)
     if not paths:
         paths = [Path(p) for p in os.environ.get(TRUSTED_KEYS_ENV, "").split(os.pathsep) if p.strip()]
+    if not paths and default is not None and default.is_file():
+        paths = [default]
     return [load_public_key(p) for p in paths]
 
 
