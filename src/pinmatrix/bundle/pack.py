@@ -1,0 +1,112 @@
+"""Packing: files concatenated in order and cut into parts of at most a given size, written with the manifest,
+the host's unpack script and any extra file (the lock) into a fresh folder that replaces the output at once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pinmatrix.atomic import atomic_write_bytes
+from pinmatrix.bundle.model import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCRIPT_NAME, BundleManifest, Part, part_name
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import CHUNK
+from pinmatrix.smoke.bundle import incell_file
+
+Say = Callable[[str], None]
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}
+MAX_PARTS = 20000
+
+
+class BundleError(PinmatrixError):
+    """A bundle cannot be made: a wheel or blob is missing, the output folder is someone else's, a bad size."""
+
+
+def parse_size(text: str) -> int:
+    """``56MB`` (10^6), ``60MiB`` (2^20), ``1000`` (bytes) as a byte count."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).upper() if m else ""
+    if not m or unit not in _UNITS:
+        raise BundleError(f"--part-size {text!r}: expected a size such as 56MB, 60MiB or 1000000")
+    size = int(float(m.group(1)) * _UNITS[unit])
+    if size < 1:
+        raise BundleError(f"--part-size {text!r}: a part holds at least one byte")
+    return size
+
+
+def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say) -> list[Part]:
+    """``files`` back to back, cut every ``part_size`` bytes into ``folder/part-NNN-of-MMM.bin``."""
+    total = sum(f.stat().st_size for f in files)
+    count = -(-total // part_size)
+    if count > MAX_PARTS:
+        raise BundleError(f"{total} bytes in parts of {part_size} would be {count} parts (at most {MAX_PARTS})")
+    parts: list[Part] = []
+    handle = None
+    digest = hashlib.sha256()
+    written = 0
+
+    def close() -> None:
+        nonlocal handle, written, digest
+        if handle is None:
+            return
+        handle.close()
+        name = part_name(len(parts), count)
+        parts.append(Part(name=name, size=written, sha256=digest.hexdigest()))
+        say(f"part {len(parts)}/{count} {name}: {written} bytes")
+        handle, written, digest = None, 0, hashlib.sha256()
+
+    for path in files:
+        with open(path, "rb") as source:
+            for chunk in iter(lambda: source.read(CHUNK), b""):
+                view = memoryview(chunk)
+                while view:
+                    if handle is None:
+                        handle = open(folder / part_name(len(parts), count), "xb")
+                    take = view[:part_size - written]
+                    handle.write(take)
+                    digest.update(take)
+                    written += len(take)
+                    view = view[len(take):]
+                    if written == part_size:
+                        close()
+    close()
+    return parts
+
+
+def publish(manifest: BundleManifest, parts_folder: Path, out: Path, extra: dict[str, bytes]) -> None:
+    """Write the manifest, the unpack script and ``extra`` into ``parts_folder``, then make it ``out``: an
+    existing ``out`` is replaced only when it is a bundle itself (it has a manifest) or empty."""
+    body = (manifest.model_dump_json(indent=1, exclude_none=True) + "\n").encode()
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{out}: the manifest would be {len(body)} bytes (at most {MAX_MANIFEST_BYTES})")
+    for name, data in extra.items():
+        atomic_write_bytes(parts_folder / name, data)
+    shutil.copyfile(incell_file(SCRIPT_NAME), parts_folder / SCRIPT_NAME)
+    atomic_write_bytes(parts_folder / MANIFEST_NAME, body)
+    old = None
+    if out.exists():
+        check_out(out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+    os.rename(parts_folder, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def check_out(out: Path) -> None:
+    """``out`` may become a bundle: absent, empty, or a bundle already (it is replaced)."""
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST_NAME).is_file())):
+        raise BundleError(f"{out}: exists and is not a bundle folder: not replacing it")
+
+
+def staging_folder(out: Path) -> Path:
+    """A fresh folder next to ``out`` (same file system, so the final rename is atomic)."""
+    out = out.absolute()
+    check_out(out)
+    folder = out.with_name(f".{out.name}.bundle-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
