@@ -137,14 +137,19 @@ flashinfer = ["0.7.0.post1", "0.6.8"]
                                     "datacenter GPU)",), ("9.0",)),
         "a[gpu=sm_121]": ((), ("12.1a",)),
         "v[flashinfer=0.7.0.post1]": ((), ()),
+        "v[flashinfer=0.6.8]": ((), ()),
+    }
+    # A wheel whose flashinfer pin contradicts the axis is kept, needing a source build: said once, not locked.
+    assert {c.name: c.needs for c in result.cells if c.needs} == {
+        "v[flashinfer=0.6.8]": ("a source build of vllm 0.33.0: its wheel pins torch==2.13.0 and "
+                                "flashinfer-python==0.7.0.post1, not flashinfer 0.6.8 (vLLM requirements/cuda.txt "
+                                "per release; flashinfer pins: PyPI wheels' Requires-Dist, 2026-12-01)",),
     }
     assert {p.name: p.reasons for p in result.pruned} == {
         "g[cuda=12.4,gpu=sm_121]": (f"arch 12.1 needs CUDA >= 12.9, the cell has CUDA 12.4 ({ARCH_SRC})",),
         "g[cuda=12.8,gpu=sm_121]": (f"{old_driver} ({CUDA_SRC})",
                                     f"arch 12.1 needs CUDA >= 12.9, the cell has CUDA 12.8 ({ARCH_SRC})"),
         "a[gpu=sm_90]": ("arch flags 12.1a build no code that runs on sm_90 (capability 9.0)",),
-        "v[flashinfer=0.6.8]": ("vllm 0.33.0 pins flashinfer-python==0.7.0.post1, not 0.6.8 (vLLM requirements/cuda.txt "
-                                "per release (the PyPI wheel's torch pin))",),
     }
 
 

@@ -96,6 +96,9 @@ class Cell:
     compute_capability: str | None  # "12.1" for gpu sm_121
     notes: tuple[str, ...] = field(default=())  # rule notes that did not prune (forward compat, source build)
     gpu_required: bool = True
+    # What the cell needs beyond a lock from the default index (another index, a source build), one line each
+    # (compat.toml's words); ``lock`` leaves such cells out unless asked (--with-needs) and says why once.
+    needs: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
 
 
@@ -42,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
         issues = ", ".join(k.id for k in c.known_issues) or "-"
         table.add_row(c.id, c.name, " ".join(c.arch_flags) or "-", patches, issues)
     console.print(table)
+    needs = group_needs(cells)
+    if needs:
+        console.print(f"\n{sum(1 for c in cells if c.needs)} cells need more than a lock from the default index:")
+        for need in needs:
+            console.print(f"  {need.line()}")
     if args.pruned:
         console.print(f"\n{len(pruned)} pruned combinations:")
         for p in pruned:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
 from pinmatrix.lock.resolve import LockResult, lock_cells, lock_path, owners_path, record_owner, stale_locks
+from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
 
 
@@ -20,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Resolve each selected cell with `uv pip compile --generate-hashes` for the cell's Python and "
                     "target platform, against the matrix's indexes as they stood at matrix.exclude_newer. A cell "
                     "that cannot be resolved is reported with uv's reason; the others still lock. Exit 1 if any "
-                    "cell failed. Cells without pip requirements are skipped. A full lock (no --stack/-k) removes "
+                    "cell failed. Cells without pip requirements are skipped, and so are cells that need more than a lock "
+                    "from the default index (the PyTorch index, a source build: `pinmatrix validate` lists them), "
+                    "each need said once, unless --with-needs. A full lock (no --stack/-k) removes "
                     "the locks this matrix made for cells it no longer has; locks/owners.json records which matrix "
                     "made which lock, so locks of another matrix in the same folder are never touched.",
     )
@@ -29,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", "-j", type=int, default=4, help="cells resolved at once (default 4)")
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, status, path, uv, reason} per cell as JSON on stdout")
+    p.add_argument("--with-needs", action="store_true",
+                   help="also lock cells that need another index or a source build (where that index is reachable)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     cells = [c for c in selected(matrix, expansion, args) if c.requirements]
     console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    if not args.with_needs:
+        for need in group_needs(cells):
+            console.print(f"not locked: {need.line()} (`pinmatrix cells --json` names them; --with-needs tries them)")
+        cells = [c for c in cells if not c.needs]
     total = len(cells)
     done = 0
 

@@ -7,6 +7,7 @@ import json
 
 from pinmatrix.commands._common import add_matrix_argument
 from pinmatrix.errors import MatrixError
+from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.validation import validate_matrix
 
 
@@ -16,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Check the matrix: schema (unknown keys with a did-you-mean, bad versions and specifiers), "
                     "patch ids, patch files and their sha256, versions the compatibility tables know, zip/include/"
                     "exclude rules, stacks whose every cell is pruned, duplicate cell ids. Exit 0 when clean, "
-                    "else 2 with one 'FILE:LINE: key: message' line per problem.",
+                    "else 2 with one 'FILE:LINE: key: message' line per problem. Cells that need more than a lock "
+                    "from the default index (the PyTorch index, a source build) are valid: one 'needs' line each "
+                    "need says how many.",
     )
     add_matrix_argument(p)
     p.add_argument("--json", action="store_true",
@@ -38,9 +41,13 @@ def run(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace, *, as_json: bool = False) -> int:
     matrix, expansion = validate_matrix(args.matrix)
     if as_json:
+        needs = [{"stack": n.stack, "need": n.text, "cells": list(n.cell_ids)} for n in group_needs(expansion.cells)]
         print(json.dumps({"matrix": str(args.matrix), "ok": True, "stacks": sorted(matrix.stacks),
-                          "cells": len(expansion.cells), "pruned": len(expansion.pruned), "problems": []}, indent=2))
+                          "cells": len(expansion.cells), "pruned": len(expansion.pruned), "needs": needs,
+                          "problems": []}, indent=2))
         return 0
     print(f"{args.matrix}: ok: {len(matrix.stacks)} stacks, {len(expansion.cells)} cells, "
           f"{len(expansion.pruned)} pruned combinations")
+    for need in group_needs(expansion.cells):
+        print(f"needs: {need.line()}")
     return 0

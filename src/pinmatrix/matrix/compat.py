@@ -36,6 +36,14 @@ class UnknownVersion(Exception):
 class CompatFinding:
     prune: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # What the cell needs beyond a lock from the default index (another index, a source build): the cell is
+    # kept, and ``validate``/``cells``/``lock`` say it once per need instead of failing per cell.
+    needs: tuple[str, ...] = ()
+
+
+def platform_arch(platform: str | None) -> str | None:
+    """'aarch64-manylinux_2_35' -> 'aarch64'; None stays None."""
+    return platform.split("-", 1)[0] if platform else None
 
 
 @cache
@@ -137,21 +145,36 @@ class CompatRules:
             return CompatFinding(notes=(f"{words}: needs the cuda-compat forward-compatibility package ({gpu} is a datacenter GPU)",))
         return CompatFinding(prune=(f"{words} ({self.source('cuda_min_driver')})",))
 
+    def default_cuda(self, torch: str, platform: str | None = None) -> str:
+        """What the default index serves of torch ``torch`` for ``platform``: a CUDA version, or "cpu"."""
+        series = self.torch_series(torch)
+        if platform_arch(platform) == "aarch64" and series.aarch64_default is not None:
+            return series.aarch64_default
+        return series.default_cuda
+
     @cache  # noqa: B019
-    def torch_pins(self, torch: str, triton: str | None, cuda: str | None) -> CompatFinding:
+    def torch_pins(self, torch: str, triton: str | None, cuda: str | None, platform: str | None = None) -> CompatFinding:
         series = self.torch_series(torch)
         prune: list[str] = []
         notes: list[str] = []
+        needs: list[str] = []
         src = self.source("torch")
         if triton is not None and cached_version(triton) != cached_version(series.triton):
             prune.append(f"torch {torch} pins triton=={series.triton}, not {triton} ({src})")
         if cuda is not None:
+            served = self.default_cuda(torch, platform)
             if cuda not in series.cuda:
                 prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series.cuda)}; {src})")
-            elif cuda != series.default_cuda:
+            elif cuda != served:
+                arch = platform_arch(platform)
+                on = f" {arch}" if arch == "aarch64" and series.aarch64_default is not None else ""
+                cite = self.doc.torch.aarch64_source if on and self.doc.torch.aarch64_source else src
+                what = "a CPU build" if served == "cpu" else f"CUDA {served}"
                 notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index "
-                             f"(the default index serves CUDA {series.default_cuda})")
-        return CompatFinding(tuple(prune), tuple(notes))
+                             f"(the default index serves {what})")
+                needs.append(f"the PyTorch index: the default index's torch {torch}{on} wheel is {what}, "
+                             f"not CUDA {cuda} ({cite})")
+        return CompatFinding(tuple(prune), tuple(notes), tuple(needs))
 
     @cache  # noqa: B019
     def xformers_pins(self, xformers: str, torch: str | None) -> CompatFinding:
@@ -166,6 +189,7 @@ class CompatRules:
         src = self.source("vllm")
         prune: list[str] = []
         notes: list[str] = []
+        needs: list[str] = []
         if torch is not None and cached_version(torch) not in cached_specifier(rule.torch):
             if source_build:
                 notes.append(f"vllm {vllm} is built from source against torch {torch} "
@@ -174,9 +198,13 @@ class CompatRules:
                 prune.append(f"vllm {vllm} pins torch{rule.torch}, not {torch} ({src}); "
                              "build it from source (source_build = true) to use another torch")
         pinned = rule.flashinfer
-        if flashinfer is not None and pinned is not None and cached_version(flashinfer) not in cached_specifier(pinned):
-            prune.append(f"vllm {vllm} pins flashinfer-python{pinned}, not {flashinfer} ({src})")
-        return CompatFinding(tuple(prune), tuple(notes))
+        if source_build:
+            needs.append(f"a source build of vllm {vllm} (source_build = true): the lock leaves it out and the "
+                         "image build installs no source build")
+        elif flashinfer is not None and pinned is not None and cached_version(flashinfer) not in cached_specifier(pinned):
+            needs.append(f"a source build of vllm {vllm}: its wheel pins torch{rule.torch} and flashinfer-python{pinned}, "
+                         f"not flashinfer {flashinfer} ({src})")
+        return CompatFinding(tuple(prune), tuple(notes), tuple(needs))
 
     @cache  # noqa: B019
     def arch_flags(self, flags: tuple[str, ...], cuda: str | None, gpu: str | None) -> CompatFinding:

@@ -60,6 +60,14 @@ class TorchSeries(Strict):
     triton: VersionText  # the triton it pins
     cuda: list[VersionText] = Field(min_length=1)  # its CUDA variants
     default_cuda: VersionText  # the variant the default index serves
+    # What the default index serves for aarch64 where that differs: "cpu" (a CPU build) or a CUDA version. Left
+    # out: the same as default_cuda.
+    aarch64_default: str | None = None
+
+    @field_validator("aarch64_default")
+    @classmethod
+    def _cpu_or_variant(cls, value: str | None) -> str | None:
+        return value if value in (None, "cpu") else names.check_version(str(value))
 
     @field_validator("default_cuda")
     @classmethod
@@ -78,6 +86,7 @@ class TorchSeries(Strict):
 
 class TorchTable(CompatTable):
     series: dict[VersionText, TorchSeries]
+    aarch64_source: OneLine = ""  # where the series' aarch64_default facts come from
 
 
 class XformersTable(CompatTable):

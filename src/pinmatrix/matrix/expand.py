@@ -260,17 +260,19 @@ class _StackExpander:
     def varying(self, assignments: list[Assignment]) -> list[str]:
         return [a for a in self.axes if len({display(x[a]) for x in assignments}) > 1]
 
-    def check(self, a: Assignment) -> tuple[list[str], list[str]]:
+    def check(self, a: Assignment) -> tuple[list[str], list[str], list[str]]:
+        """(prune reasons, notes, needs) of one combination."""
         r = self.rules
         prune: list[str] = []
         notes: list[str] = []
+        needs: list[str] = []
         get = lambda axis: version_of(a[axis]) if axis in a else None  # noqa: E731
         gpu = get("gpu")
         verdicts = []
         if "driver" in a and "cuda" in a:
             verdicts.append(r.driver_cuda(get("driver"), get("cuda"), gpu))
         if "torch" in a:
-            verdicts.append(r.torch_pins(get("torch"), get("triton"), get("cuda")))
+            verdicts.append(r.torch_pins(get("torch"), get("triton"), get("cuda"), self.platform))
         if "xformers" in a:
             verdicts.append(r.xformers_pins(get("xformers"), get("torch")))
         if "vllm" in a:
@@ -283,7 +285,8 @@ class _StackExpander:
         for v in verdicts:
             prune.extend(v.prune)
             notes.extend(v.notes)
-        return prune, notes
+            needs.extend(v.needs)
+        return prune, notes, needs
 
     def arch_flags(self, a: Assignment) -> tuple[str, ...]:
         if "arch" in a:
@@ -325,9 +328,8 @@ class _StackExpander:
         out = [IndexSpec(name=i.name, url=i.url, default=i.default, explicit=i.explicit, packages=tuple(i.packages))
                for i in self.settings.indexes]
         if "torch" in a and "cuda" in a:
-            series = self.rules.torch_series(version_of(a["torch"]))
             cuda = version_of(a["cuda"])
-            if cuda != series["default_cuda"] and self.settings.torch_index:
+            if cuda != self.rules.default_cuda(version_of(a["torch"]), self.platform) and self.settings.torch_index:
                 url = self.settings.torch_index.format(cuda_nodot=cuda.replace(".", ""))
                 out.append(IndexSpec(name=f"pytorch-cu{cuda.replace('.', '')}", url=url, explicit=True,
                                      packages=("torch",)))
@@ -337,7 +339,7 @@ class _StackExpander:
         label = ",".join(f"{axis}={display(a[axis])}" for axis in varying)
         name = f"{self.name}[{label}]" if label else self.name
         pins = {axis: version_of(v) for axis, v in a.items()}
-        prune, notes = self.check(a)
+        prune, notes, needs = self.check(a)
         if prune:
             return PrunedCell(stack=self.name, name=name, pins=pins, reasons=tuple(prune))
         patches = self.cell_patches(a)
@@ -378,6 +380,7 @@ class _StackExpander:
             min_driver=self.rules.min_driver(cuda) if cuda else None,
             compute_capability=capability_string(gpu) if gpu else None,
             notes=tuple(dict.fromkeys(notes)), gpu_required=self.stack.gpu_required,
+            needs=tuple(dict.fromkeys(needs)),
         )
 
 
