@@ -16,7 +16,9 @@ write the plain ``auth`` form this reads.
 
 The challenge (``WWW-Authenticate``) of a 401 answer is ``Basic realm=...`` (htpasswd) or
 ``Bearer realm=...,service=...,scope=...`` (token auth: the token is fetched from the realm with the
-credentials, if any, as Basic auth).
+credentials, if any, as Basic auth). A realm is used only over HTTPS (plain HTTP only on a loopback host) and
+only on the registry's own host name or one the user allowed (``PINMATRIX_TOKEN_HOSTS``, host names separated by
+spaces or commas): any other realm, a ``file:`` one included, is refused before anything is sent to it.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ import json
 import os
 import re
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.registry.ref import host_name, is_loopback
+
+TOKEN_HOSTS_ENV = "PINMATRIX_TOKEN_HOSTS"
 
 
 class AuthError(PinmatrixError):
@@ -149,6 +155,35 @@ def parse_challenge(header: str) -> Challenge | None:
     params = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3) or "").replace('\\"', '"')
               for m in _PARAM.finditer(rest)}
     return Challenge(scheme.lower(), params)
+
+
+def token_hosts(env: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The token-service host names the user allowed besides the registry's own (``PINMATRIX_TOKEN_HOSTS``)."""
+    text = (os.environ if env is None else env).get(TOKEN_HOSTS_ENV, "")
+    return tuple(h.lower() for h in re.split(r"[\s,]+", text) if h)
+
+
+def check_realm(realm: str, registry_host: str, allowed: tuple[str, ...] = ()) -> str:
+    """``realm`` as it may be asked for a token, or AuthError: https (http only on a loopback host), a host
+    name that is the registry's own or one of ``allowed``, no user info."""
+    try:
+        parts = urllib.parse.urlsplit(realm)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        raise AuthError(f"registry {registry_host}: token realm {realm[:120]!r} is not a URL") from None
+    name = (parts.hostname or "").lower()
+    if parts.scheme not in ("https", "http") or not name:
+        raise AuthError(f"registry {registry_host}: token realm {realm[:120]!r} is not an https URL; refused")
+    if parts.scheme == "http" and not is_loopback(name):
+        raise AuthError(f"registry {registry_host}: token realm {realm[:120]!r} is plain http on another machine; "
+                        "credentials go only over https")
+    if parts.username is not None or parts.password is not None:
+        raise AuthError(f"registry {registry_host}: token realm {realm[:120]!r} carries user info; refused")
+    own = host_name(registry_host).lower()
+    if name != own and name not in allowed:
+        raise AuthError(f"registry {registry_host}: token realm {realm[:120]!r} is on host {name}, not the "
+                        f"registry's; allow it with {TOKEN_HOSTS_ENV}={name} if it is the registry's token service")
+    return realm
 
 
 @contextmanager

@@ -9,6 +9,11 @@ Authentication follows the registry's 401 challenge: Basic (htpasswd) or Bearer 
 credentials ``podman login`` / ``docker login`` keep (``pinmatrix.registry.auth``). The Authorization header is never
 sent on to a redirect target. Blobs stream in 1 MiB chunks: an upload, a download, or a cross-repository copy
 that the registry does not mount never holds a whole layer in memory. HTTP for loopback hosts, HTTPS elsewhere.
+
+Every answer read whole is bounded (a manifest at 4 MiB, the size the distribution spec asks registries to
+accept; a token answer at 1 MiB) and parsed into a typed document (``_Document``: descriptors with a sha256
+digest and a size); an index or a referrers list names at most ``MAX_DESCRIPTORS`` manifests. Anything else is
+one line (RegistryError), never a traceback.
 """
 
 from __future__ import annotations
@@ -24,10 +29,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pinmatrix.hashing import sha256_digest
-from pinmatrix.registry.auth import AuthError, Credentials, auth_files, find_credentials, parse_challenge
+from pinmatrix.registry.auth import (
+    AuthError,
+    Credentials,
+    auth_files,
+    check_realm,
+    find_credentials,
+    parse_challenge,
+    token_hosts,
+)
 from pinmatrix.registry.blobs import CHUNK, Body, VerifyingReader
 from pinmatrix.registry.ref import ImageRef, RegistryError, is_digest, tls_verify_for
 
@@ -40,6 +55,72 @@ MANIFEST_TYPES = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 
 _REPO_IN_PATH = re.compile(r"^/v2/(.+?)/(?:manifests|blobs|tags|referrers)/")
+MAX_MANIFEST = 4 << 20  # a manifest, an index, a referrers list, a tag or catalog page
+MAX_TOKEN = 1 << 20  # a token service's answer
+MAX_DESCRIPTORS = 1000  # manifests named by one index or referrers list
+
+
+class _Descriptor(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    mediaType: str = ""  # noqa: N815 - the OCI field name
+    digest: Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+    size: int | None = Field(default=None, ge=0)
+    artifactType: str | None = None  # noqa: N815
+    annotations: dict[str, str] | None = None
+
+
+class _Document(BaseModel):
+    """A manifest or an index as far as pinmatrix reads it; other fields are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    mediaType: str | None = None  # noqa: N815
+    config: _Descriptor | None = None
+    layers: list[_Descriptor] = Field(default_factory=list, max_length=MAX_DESCRIPTORS)
+    manifests: list[_Descriptor] = Field(default_factory=list, max_length=MAX_DESCRIPTORS)
+    subject: _Descriptor | None = None
+
+
+def parse_document(body: bytes, where: str) -> dict[str, Any]:
+    """``body`` as a manifest/index JSON object whose descriptors are well formed, or one RegistryError line."""
+    doc = _json_object(body, where)
+    try:
+        _Document.model_validate(doc)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise RegistryError(f"{where}: {loc}: {first['msg']}") from None
+    return doc
+
+
+def _json_object(body: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise RegistryError(f"{where}: the registry's answer is not JSON") from None
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{where}: the registry's answer is not a JSON object")
+    return doc
+
+
+class _HttpRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed to http(s) URLs only (urllib would also follow one to ftp:); the Authorization
+    header is added unredirected, so it never travels with one."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise RegistryError(f"{req.full_url}: redirected to {newurl[:120]!r}, which is not http(s)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpRedirect)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a token service's redirect is an error, not followed
 
 
 @dataclass(frozen=True)
@@ -58,8 +139,9 @@ class Registry:
     None = found in the auth files on first use (``pinmatrix.registry.auth``), or given."""
 
     def __init__(self, host: str, *, insecure: bool | None = None, timeout: float = 60.0,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None, allowed_token_hosts: tuple[str, ...] | None = None) -> None:
         self.host = host
+        self.token_hosts = token_hosts() if allowed_token_hosts is None else allowed_token_hosts
         self.tls_verify = tls_verify_for(host, None if insecure is None else not insecure)
         insecure = not self.tls_verify
         self.base = f"{'http' if insecure else 'https'}://{host}"
@@ -117,6 +199,7 @@ class Registry:
         realm = challenge.params.get("realm")
         if not realm:
             raise RegistryError(f"registry {self.host}: Bearer challenge without a realm", 401)
+        check_realm(realm, self.host, self.token_hosts)
         query = [("service", challenge.params["service"])] if "service" in challenge.params else []
         query += [("scope", scope) for scope in challenge.scopes]
         url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
@@ -124,8 +207,8 @@ class Registry:
         if creds is not None:
             req.add_unredirected_header("Authorization", creds.basic())
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                body = resp.read()
+            with urllib.request.build_opener(_NoRedirect).open(req, timeout=self.timeout) as resp:
+                body = resp.read(MAX_TOKEN + 1)
         except urllib.error.HTTPError as err:
             err.close()
             if err.code in (401, 403):
@@ -136,12 +219,14 @@ class Registry:
         except (urllib.error.URLError, OSError) as err:
             raise RegistryError(f"registry {self.host}: token service {realm} unreachable: "
                                 f"{getattr(err, 'reason', err)}") from None
+        if len(body) > MAX_TOKEN:
+            raise RegistryError(f"registry {self.host}: token service {realm} answered more than {MAX_TOKEN} bytes")
         try:
             doc = json.loads(body)
             token = doc.get("token") or doc.get("access_token")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             token = None
-        if not isinstance(token, str) or not token:
+        if not isinstance(token, str) or not token or not re.fullmatch(r"[\x21-\x7e]+", token):
             raise RegistryError(f"registry {self.host}: token service {realm} returned no token")
         self._tokens[repository] = f"Bearer {token}"
 
@@ -165,11 +250,15 @@ class Registry:
                 data, length = body()
                 hdrs["Content-Length"] = str(length)
             req = urllib.request.Request(url, method=method, data=data, headers=hdrs)
-            sent = self._authorization(repository)
+            target = urllib.parse.urlsplit(url)
+            if target.scheme not in ("http", "https"):
+                raise RegistryError(f"registry {self.host}: {url[:120]!r} is not an http(s) URL")
+            # credentials only to the registry itself (an upload Location may name another host)
+            sent = self._authorization(repository) if url.startswith(self.base + "/") else None
             if sent:
                 req.add_unredirected_header("Authorization", sent)
             try:
-                resp = urllib.request.urlopen(req, timeout=self.timeout)
+                resp = _OPENER.open(req, timeout=self.timeout)
                 status = resp.status
             except urllib.error.HTTPError as err:
                 resp, status = err, err.code
@@ -185,7 +274,7 @@ class Registry:
                 answered = True
                 continue
             if status not in ok:
-                raw = resp.read()
+                raw = resp.read(1 << 16)
                 resp.close()
                 if status == 401:
                     creds = self.credentials(repository)
@@ -196,19 +285,29 @@ class Registry:
                 try:
                     errors = json.loads(raw).get("errors") or []
                     detail = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)
-                except (ValueError, AttributeError):
+                except (ValueError, AttributeError, RecursionError):
                     detail = raw[:200].decode("utf-8", "replace")
                 raise RegistryError(f"{method} {url.replace(self.base, self.host)}: HTTP {status} {detail}".rstrip(),
                                     status)
             return resp
 
-    def _request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                 data: Body = None, ok: tuple[int, ...] = (200,)) -> tuple[int, dict[str, str], bytes]:
-        """A request whose answer is small (manifests, lists): (status, lower-cased headers, body)."""
+    def _request(self, method: str, url: str, *, headers: dict[str, str] | None = None, data: Body = None,
+                 ok: tuple[int, ...] = (200,), max_bytes: int = MAX_MANIFEST) -> tuple[int, dict[str, str], bytes]:
+        """A request whose answer is small (manifests, lists): (status, lower-cased headers, body). An answer
+        longer than ``max_bytes`` is refused: by its Content-Length before it is read, else after that many."""
         resp = self._open(method, url, headers=headers, body=data, ok=ok)
         with resp:
-            return resp.status if hasattr(resp, "status") else resp.code, \
-                {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+            hdrs = {k.lower(): v for k, v in resp.headers.items()}
+            length = hdrs.get("content-length", "")
+            where = f"{method} {url.replace(self.base, self.host)}"
+            if method == "HEAD":  # its Content-Length is the resource's, and there is no body
+                return resp.status if hasattr(resp, "status") else resp.code, hdrs, b""
+            if length.isdigit() and int(length) > max_bytes:
+                raise RegistryError(f"{where}: the answer is {length} bytes, more than the {max_bytes} allowed")
+            body = resp.read(max_bytes + 1)
+            if len(body) > max_bytes:
+                raise RegistryError(f"{where}: the answer is more than the {max_bytes} bytes allowed")
+            return resp.status if hasattr(resp, "status") else resp.code, hdrs, body
 
     def ping(self) -> bool:
         try:
@@ -230,9 +329,11 @@ class Registry:
         digest = sha256_digest(body)
         if is_digest(reference) and digest != reference:
             raise RegistryError(f"{self.host}/{repository}@{reference}: registry served content with digest {digest}")
+        doc = parse_document(body, f"{self.host}/{repository}:{reference}" if not is_digest(reference)
+                             else f"{self.host}/{repository}@{reference}")
         media_type = hdrs.get("content-type", "").split(";")[0].strip()
         if media_type not in MANIFEST_TYPES:
-            media_type = json.loads(body).get("mediaType") or OCI_MANIFEST
+            media_type = doc.get("mediaType") or OCI_MANIFEST
         return Manifest(body=body, media_type=media_type, digest=digest)
 
     def resolve(self, ref: ImageRef) -> str | None:
@@ -252,7 +353,8 @@ class Registry:
         manifest = found.json
         if "config" not in manifest:
             raise RegistryError(f"registry {self.host}: {repository}:{reference} is an index, not one image")
-        return dict(json.loads(self.get_blob(repository, manifest["config"]["digest"])))
+        return _json_object(self.get_blob(repository, manifest["config"]["digest"]),
+                            f"{self.host}/{repository}:{reference} config")
 
     def labels(self, repository: str, reference: str) -> dict[str, str]:
         return _labels(self.image_config(repository, reference))
@@ -260,7 +362,8 @@ class Registry:
     def config_labels(self, repository: str, manifest: dict[str, Any]) -> dict[str, str]:
         """The labels in the config of an image whose manifest is at hand (the config is fetched by digest,
         so checked against it)."""
-        return _labels(json.loads(self.get_blob(repository, manifest["config"]["digest"])))
+        return _labels(_json_object(self.get_blob(repository, manifest["config"]["digest"]),
+                                    f"{self.host}/{repository} config"))
 
     def repositories(self) -> list[str]:
         """Every repository, following the catalog's pagination (at most 1000 names a page)."""
@@ -269,7 +372,7 @@ class Registry:
         while True:
             query = "/v2/_catalog?n=1000" + (f"&last={urllib.parse.quote(last)}" if last else "")
             _, headers, body = self._request("GET", query)
-            page = list(json.loads(body).get("repositories") or [])
+            page = [str(n) for n in _json_object(body, f"{self.host}/v2/_catalog").get("repositories") or []]
             names.extend(page)
             if not page or "next" not in headers.get("link", ""):
                 return names
@@ -290,7 +393,7 @@ class Registry:
             if "HTTP 404" in str(err):
                 return []
             raise
-        return sorted(json.loads(body).get("tags") or [])
+        return sorted(str(t) for t in _json_object(body, f"{self.host}/{repository} tags").get("tags") or [])
 
     # -- blobs ---------------------------------------------------------------------------------------
     def has_blob(self, repository: str, digest: str) -> bool:
@@ -435,7 +538,8 @@ class Registry:
         docs: list[dict[str, Any]] = []
         if self.supports_referrers_api(repository, digest):
             _, _, body = self._request("GET", f"/v2/{repository}/referrers/{digest}")
-            docs = list(json.loads(body).get("manifests") or [])
+            docs = list(parse_document(body, f"{self.host}/{repository} referrers of {digest}")
+                        .get("manifests") or [])
         else:
             index = self.get_manifest(repository, referrers_tag(digest))
             if index is not None:
@@ -485,7 +589,9 @@ class Registry:
 
 
 def _labels(config: dict[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in ((config.get("config") or {}).get("Labels") or {}).items()}
+    inner = config.get("config")
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
 def referrers_tag(digest: str) -> str:
