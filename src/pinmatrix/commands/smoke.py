@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_limit_argument
+from pinmatrix.commands._common import add_limit_argument, examples
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
@@ -25,8 +25,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell, "
             "host and image digest are skipped unless --rerun: a rebuilt or pushed image is smoked again. With "
             "--runtime docker/podman, cells whose image is not in the engine's store are listed and passed "
-            "over; the others are smoked, and the exit status is 1."
+            "over; the others are smoked, and the exit status is 1. --runtime chroot needs no engine: the cell's "
+            "image is taken from an OCI layout (--layout), unpacked once per manifest digest under --roots, and "
+            "each smoke runs inside it (own mount namespace, the host's /dev GPU nodes, /proc, /sys and NVIDIA "
+            "driver libraries bound in, the image's Env, User and WorkingDir, the image's own Python); run as root "
+            "or where user namespaces are allowed."
         ),
+        **examples("pinmatrix smoke --stack demo --rerun                      # the host's own environment",
+                   "pinmatrix smoke --stack demo --runtime chroot             # in each cell's image, no engine",
+                   "pinmatrix smoke --cell 'h200[xformers=0.0.35-int64]' --runtime chroot --layout /data/oci "
+                   "--json out.json"),
     )
     p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
                    help="the matrix file (default: ./matrix.toml); read only with --cell/--stack")
@@ -35,11 +43,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stack", "-s", metavar="S", help="every cell of stack S")
     p.add_argument("-k", dest="keyword", metavar="EXPR",
                    help="only smokes whose name matches EXPR, pytest-style: 'xformers and not fwd'")
-    p.add_argument("--runtime", choices=("host", "docker", "podman"), default="host",
+    p.add_argument("--runtime", choices=("host", "docker", "podman", "chroot"), default="host",
                    help="host: the current Python environment (plus --wheels/patch overlay); docker/podman: "
-                   "a fresh container of the cell's image per smoke")
+                   "a fresh container of the cell's image per smoke; chroot: the cell's image unpacked from an OCI "
+                   "layout and entered without an engine")
     p.add_argument("--image", metavar="REF", help="image to run (docker/podman; default: the cell's image "
-                   "reference in the matrix registry)")
+                   "reference in the matrix registry; chroot: a reference or manifest digest in --layout)")
+    p.add_argument("--layout", type=Path, metavar="DIR", default=None,
+                   help="chroot: the OCI image layout holding the cells' images (default: .pinmatrix/oci next to "
+                   "the matrix, where `pinmatrix build` writes them)")
+    p.add_argument("--roots", type=Path, metavar="DIR", default=None,
+                   help="chroot: where images are unpacked, one root per manifest digest, reused (default: "
+                   ".pinmatrix/roots next to the matrix)")
     p.add_argument("--wheels", type=Path, metavar="DIR",
                    help="host runtime: the cells' extra wheels, installed into a per-cell overlay on PYTHONPATH")
     p.add_argument("--overlay", type=Path, metavar="DIR", default=Path(".pinmatrix/overlay"),
@@ -99,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"cell {cell.id} {getattr(cell, 'name', '')}: {' '.join(names)}")
         return 0
     if args.runtime == "host" and args.image:
-        raise PinmatrixError("--image needs --runtime docker or podman")
+        raise PinmatrixError("--image needs --runtime docker, podman or chroot")
+    if args.runtime != "chroot" and (args.layout or args.roots):
+        raise PinmatrixError("--layout and --roots need --runtime chroot")
     options = RunOptions(
         smoke_dir=args.smoke_dir, keyword=args.keyword, rerun=args.rerun, timeout_s=args.timeout,
         python=args.python, logs_dir=args.logs, overlay_dir=args.overlay, wheels_dir=args.wheels,
@@ -117,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
     no_image: list[str] = []
     if args.runtime == "host":
         runs = run_cells(cells, store, options, host=host, run_id=run_id, echo=echo)
+    elif args.runtime == "chroot":
+        runs = _run_in_roots(cells, matrix, store, options, args, host, run_id, echo, no_image)
     else:
         runs = _run_in_images(cells, matrix, store, options, args, host, run_id, echo, no_image)
     records = [r for run in runs for r in run.records]
@@ -180,5 +199,46 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
             continue
         opts = replace(options, image_digest=digest, container=ContainerSmokes(engine, ref, smoke_dir,
                                                                                     log_cap=options.log_cap))
+        runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id, echo=echo))
+    return runs
+
+
+def _run_in_roots(cells: list[Any], matrix: Any, store: ResultsStore, options: Any, args: argparse.Namespace,
+                  host: HostFingerprint, run_id: str, echo: Any, no_image: list[str]) -> list[Any]:
+    """Smoke each cell inside its image unpacked from the OCI layout (the chroot runtime); a cell whose image the
+    layout lacks is appended to ``no_image`` and passed over."""
+    from dataclasses import replace
+
+    from pinmatrix.image.settings import image_ref
+    from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
+    from pinmatrix.smoke.chroot import find_image, prepare
+    from pinmatrix.smoke.runner import plan_smokes, run_cell
+
+    root = args.matrix.resolve().parent if matrix is not None else Path.cwd()
+    layout = args.layout or root / ".pinmatrix" / "oci"
+    roots = args.roots or root / ".pinmatrix" / "roots"
+    catalogue = load_catalogue(args.smoke_dir)
+    smoke_dir = find_smoke_dir(args.smoke_dir)
+    runs = []
+    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime chroot, layout {layout}")
+    for cell in cells:
+        if args.image:
+            ref = args.image
+        elif matrix is not None:
+            ref = image_ref(cell, matrix.settings.registry)
+        else:
+            raise PinmatrixError("--runtime chroot without --cell/--stack needs --image REF")
+        digest = find_image(layout, ref)
+        if digest is None:
+            no_image.append(f"cell {cell.id} {getattr(cell, 'name', '')}: {ref} is not in the OCI layout {layout} "
+                            "(build it with `pinmatrix build --engine none`, or unpack its bundle there)")
+            echo(f"cell {cell.id} {getattr(cell, 'name', '')}: no image {ref} in {layout}; passed over")
+            continue
+        echo(f"cell {cell.id} {getattr(cell, 'name', '')}: image {digest}")
+        runtime = prepare(layout, digest, roots, smoke_dir, smokes=plan_smokes(cell, catalogue, args.keyword),
+                          gpu_required=bool(getattr(cell, "gpu_required", False)),
+                          log_dir=options.logs_dir / run_id / "chroot" / digest[7:19],
+                          kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=echo)
+        opts = replace(options, image_digest=digest, container=runtime)
         runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id, echo=echo))
     return runs

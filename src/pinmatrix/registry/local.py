@@ -241,7 +241,7 @@ def needed_by(args: argparse.Namespace) -> tuple[Path, str] | None:
     command = getattr(args, "command", None)
     if command == "build" and getattr(args, "push", False):
         return _matrix_registry(args, getattr(args, "registry", None))
-    if command == "smoke" and getattr(args, "runtime", "host") != "host" and (args.cell or args.stack):
+    if command == "smoke" and getattr(args, "runtime", "host") in ("docker", "podman") and (args.cell or args.stack):
         return _matrix_registry(args, getattr(args, "image", None))
     if command == "promote":
         return _matrix_registry(args, getattr(args, "registry", None))

@@ -46,15 +46,9 @@ class ContainerSmokes:
                 "-v", f"{work}:{OUT_MOUNT}"]
         if self.gpus:
             args += self.engine.gpu_args()
-        passed = {k: v for k, v in env.items() if k.startswith(("PINMATRIX_", "VLLM_", "FLASHINFER_", "TORCH_",
-                                                                 "XFORMERS_", "NCCL_", "CUDA_", "NVIDIA_",
-                                                                 "TRITON_"))
-                  and k not in _HOST_ONLY}
-        passed["PINMATRIX_SMOKE_RESULT"] = f"{OUT_MOUNT}/{result_path.name}"
-        passed.pop("PINMATRIX_OVERLAY", None)
-        passed["PYTHONUNBUFFERED"] = "1"
-        passed["PYTHONPATH"] = INCELL_MOUNT  # _smokelib and _oracles, shipped with pinmatrix
-        args += _archscan_mounts(passed)
+        passed = image_smoke_env(env, result_path.name)
+        for source, target in archscan_binds(passed):
+            args += ["-v", f"{source}:{target}:ro"]
         for key, value in sorted(passed.items()):
             args += ["-e", f"{key}={value}"]
         module = f"{SMOKE_MOUNT}/{smoke.module.name}"
@@ -69,20 +63,34 @@ class ContainerSmokes:
             self.engine.call(["rm", "--force", name], check=False, timeout=60)
 
 
-def _archscan_mounts(passed: dict[str, str]) -> list[str]:
-    """The arch-coverage smoke's pinmatrix package and cuobjdump, mounted read-only; ``passed`` is rewritten to
-    the paths inside the container."""
-    args: list[str] = []
+def image_smoke_env(env: dict[str, str], result_name: str) -> dict[str, str]:
+    """What of a smoke's environment goes into an image (docker, podman, chroot): the cell's and the smoke's
+    variables, never the host's paths; the result file in the output mount, the in-cell runtime on PYTHONPATH."""
+    passed = {k: v for k, v in env.items() if k.startswith(("PINMATRIX_", "VLLM_", "FLASHINFER_", "TORCH_",
+                                                             "XFORMERS_", "NCCL_", "CUDA_", "NVIDIA_",
+                                                             "TRITON_"))
+              and k not in _HOST_ONLY}
+    passed["PINMATRIX_SMOKE_RESULT"] = f"{OUT_MOUNT}/{result_name}"
+    passed.pop("PINMATRIX_OVERLAY", None)
+    passed["PYTHONUNBUFFERED"] = "1"
+    passed["PYTHONPATH"] = INCELL_MOUNT  # _smokelib and _oracles, shipped with pinmatrix
+    return passed
+
+
+def archscan_binds(passed: dict[str, str]) -> list[tuple[Path, str]]:
+    """The arch-coverage smoke's pinmatrix package and cuobjdump, as (host folder, path in the image) to mount
+    read-only; ``passed`` is rewritten to the paths inside the image."""
+    binds: list[tuple[Path, str]] = []
     lib = passed.pop("PINMATRIX_LIB", None)
     if lib and (Path(lib) / "pinmatrix").is_dir():
-        args += ["-v", f"{(Path(lib) / 'pinmatrix').resolve()}:{LIB_MOUNT}/pinmatrix:ro"]
+        binds.append(((Path(lib) / "pinmatrix").resolve(), f"{LIB_MOUNT}/pinmatrix"))
         passed["PINMATRIX_LIB"] = LIB_MOUNT
     tool = passed.pop("PINMATRIX_CUOBJDUMP", None)
     if tool and Path(tool).is_file():
         root = Path(tool).resolve().parent.parent  # .../nvidia/cu13
-        args += ["-v", f"{root}:{TOOL_MOUNT}:ro"]
+        binds.append((root, TOOL_MOUNT))
         passed["PINMATRIX_CUOBJDUMP"] = f"{TOOL_MOUNT}/bin/{Path(tool).name}"
-    return args
+    return binds
 
 
 def _registry_digest(ref: str, image_id: str) -> str | None:

@@ -365,6 +365,8 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
     metrics.update(outcome.metrics)
     metrics = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in metrics.items()}
     environment = dict((proc.result or {}).get("environment") or {})
+    if options.runtime != "host":  # which image runtime ran it (docker, podman, chroot)
+        environment["runtime"] = options.runtime
     if overlay is not None:
         environment["overlay_wheels"] = overlay.wheels
         environment["overlay_patches"] = overlay.patches

@@ -1,0 +1,269 @@
+"""The chroot runtime: a cell's smokes inside its own image, with no container engine.
+
+The image (an OCI layout, by manifest digest) is unpacked once into a per-digest root (``chroot_rootfs``). Each
+smoke's first process is ``chroot_enter.py``, which makes a mount namespace, an overlay of that root, binds
+``/proc``, ``/sys``, a minimal ``/dev`` with the GPU nodes, the host's NVIDIA driver libraries (``chroot_host``)
+and the smoke catalogue, enters it, takes the image config's user, working directory and environment, and execs
+the image's own interpreter. The runner times, signals and reaps it as any smoke (``run_process``: timeout,
+crash isolation, log cap, parent-death signal, the guard). Results are recorded against the image's manifest
+digest and name the runtime, so they count as image runs for promotion.
+
+A host where this cannot work is refused before any smoke runs (``ChrootRefused``); a namespace or mount that
+fails is infrastructure (``ChrootSetupError``), never a smoke's result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.smoke.bundle import incell_dir
+from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.smoke.chroot_host import (
+    ChrootRefused,
+    DriverFiles,
+    check_architecture,
+    find_driver,
+    gpu_device_nodes,
+    privilege_mode,
+)
+from pinmatrix.smoke.chroot_rootfs import ImageRoot, Layout, unpack_image
+from pinmatrix.smoke.container import (
+    IMAGE_PYTHON,
+    INCELL_MOUNT,
+    OUT_MOUNT,
+    SMOKE_MOUNT,
+    archscan_binds,
+    image_smoke_env,
+)
+from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
+from pinmatrix.smoke.runner import ProcessResult, run_process
+
+RUNTIME = "chroot"
+DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and nvidia-smi (bin/) inside the root
+ENTER = Path(__file__).with_name("chroot_enter.py")
+SETUP_FAILED = 125
+MAX_ACCOUNT_FILE = 1 << 20
+_UNSAFE_IN_OVERLAY = (",", ":", "\n", "\0")
+
+
+class ChrootSetupError(PinmatrixError):
+    """Entering the root failed (namespace, mount, chroot, user): infrastructure, not a smoke result."""
+
+
+@dataclass(frozen=True)
+class ImageUser:
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+def _read_in_root(root: Path, path: str) -> str | None:
+    """A small file of the image (``/etc/passwd``), read without following any link out of the root."""
+    current = root
+    parts = [p for p in path.split("/") if p]
+    for part in parts:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ACCOUNT_FILE:
+        return None
+    return current.read_text(encoding="utf-8", errors="replace")
+
+
+def resolve_user(root: Path, user: str) -> ImageUser:
+    """The image config's ``User`` (``name``, ``uid``, ``name:group``, ``uid:gid``; empty: root) against the
+    image's own /etc/passwd and /etc/group, as engines do."""
+    passwd = [line.split(":") for line in (_read_in_root(root, "/etc/passwd") or "").splitlines()]
+    groups = [line.split(":") for line in (_read_in_root(root, "/etc/group") or "").splitlines()]
+    passwd = [p for p in passwd if len(p) >= 7]
+    groups = [g for g in groups if len(g) >= 4]
+    name, _, group = (user or "0").partition(":")
+    entry = next((p for p in passwd if p[0] == name), None) or next((p for p in passwd if p[2] == name), None)
+    if entry is not None and entry[2].isdigit() and entry[3].isdigit():
+        uid, gid, home, login = int(entry[2]), int(entry[3]), entry[5] or "/", entry[0]
+    elif name.isdigit():  # a uid the image does not list: its own group, as engines do
+        uid, gid, home, login = int(name), int(name), "/", ""
+    else:
+        raise ChrootRefused(f"the image's user {user!r} is not in its /etc/passwd")
+    if group:
+        found = next((g for g in groups if g[0] == group), None) or next((g for g in groups if g[2] == group), None)
+        if found is not None and found[2].isdigit():
+            gid = int(found[2])
+        elif group.isdigit():
+            gid = int(group)
+        else:
+            raise ChrootRefused(f"the image's group {group!r} is not in its /etc/group")
+    extra = sorted({int(g[2]) for g in groups if login and login in g[3].split(",") and g[2].isdigit()} | {gid})
+    return ImageUser(uid, gid, tuple(extra), home if uid != 0 or home != "/" else "/root")
+
+
+def image_interpreter(root: Path) -> str:
+    """The image's own Python: pinmatrix images have /opt/venv/bin/python; other images their PATH's python3."""
+    return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
+
+
+class ChrootSmokes:
+    """``options.container`` for the runner: one smoke in the image's root (the ContainerSmokes interface)."""
+
+    def __init__(self, image: ImageRoot, smoke_dir: Path, *, driver: DriverFiles, devices: Sequence[Path],
+                 mode: str, scratch_root: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP) -> None:
+        self.image = image
+        self.smoke_dir = Path(smoke_dir).resolve()
+        self.driver = driver
+        self.devices = [str(d) for d in devices]
+        self.mode = mode
+        self.scratch_root = scratch_root.resolve()
+        self.kill_grace_s = kill_grace_s
+        self.log_cap = log_cap
+        self.user = resolve_user(image.path, image.user)
+        if mode == "userns" and self.user.uid != 0:
+            raise ChrootRefused(f"the image runs as uid {self.user.uid}; in a user namespace this runtime maps only "
+                                "root (run as root for images with another user)")
+        self.python = image_interpreter(image.path)
+        for path in (str(image.path), str(self.scratch_root)):
+            if any(c in path for c in _UNSAFE_IN_OVERLAY):
+                raise ChrootRefused(f"{path}: an overlay cannot name a folder with ',' or ':' in its path")
+
+    def environment(self, passed: dict[str, str]) -> dict[str, str]:
+        """The image config's Env, then the cell's and smoke's variables, the driver folder on the library path."""
+        env = dict(self.image.env)
+        env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        env.setdefault("HOME", self.user.home)
+        env.update(passed)
+        if self.driver.libraries:
+            env["LD_LIBRARY_PATH"] = ":".join(filter(None, [f"{DRIVER_DIR}/lib", self.image.env.get("LD_LIBRARY_PATH")]))
+        if self.driver.binaries:
+            env["PATH"] = f"{env['PATH']}:{DRIVER_DIR}/bin"
+        return env
+
+    def spec(self, argv: list[str], env: dict[str, str], work: Path, scratch: Path,
+             extra_binds: list[tuple[Path, str]]) -> dict[str, Any]:
+        binds = [{"source": str(self.smoke_dir), "target": SMOKE_MOUNT, "readonly": True},
+                 {"source": str(incell_dir().resolve()), "target": INCELL_MOUNT, "readonly": True},
+                 {"source": str(work), "target": OUT_MOUNT, "readonly": False}]
+        binds += [{"source": str(s), "target": t, "readonly": True} for s, t in extra_binds]
+        return {
+            "unshared": not hasattr(os, "unshare"), "userns": self.mode == "userns", "parent": os.getpid(),
+            "lower": str(self.image.path), "scratch": str(scratch), "error_file": str(scratch / "setup-error"),
+            "binds": binds, "devices": self.devices,
+            "driver": {"dir": DRIVER_DIR,
+                       "libraries": [{"source": str(p), "names": list(n)} for p, n in self.driver.libraries.items()],
+                       "binaries": [str(b) for b in self.driver.binaries]},
+            "uid": self.user.uid, "gid": self.user.gid, "groups": list(self.user.groups),
+            "cwd": self.image.working_dir, "env": env, "argv": argv,
+        }
+
+    def launcher(self, spec_path: Path) -> list[str]:
+        enter = [sys.executable, "-I", "-S", str(ENTER), str(spec_path)]
+        if hasattr(os, "unshare"):
+            return enter
+        unshare = shutil.which("unshare")
+        if unshare is None:
+            raise ChrootRefused("the chroot runtime needs Python >= 3.12 (os.unshare) or util-linux's unshare")
+        user = ["--user", "--map-root-user"] if self.mode == "userns" else []
+        return [unshare, "--mount", "--propagation", "private", *user, "--", *enter]
+
+    def run(self, argv: list[str], env: dict[str, str], log_path: Path, result_path: Path, timeout: float,
+            extra_binds: Sequence[tuple[Path, str]] = ()) -> ProcessResult:
+        work = result_path.parent.resolve()
+        if self.user.uid != 0 and os.geteuid() == 0:
+            os.chown(work, self.user.uid, self.user.gid)  # the smoke writes its result file there
+        scratch = self.scratch_root / f"run-{secrets.token_hex(6)}"
+        scratch.mkdir(parents=True)
+        try:
+            spec_path = scratch / "spec.json"
+            spec_path.write_text(json.dumps(self.spec(argv, env, work, scratch, list(extra_binds))), encoding="utf-8")
+            host_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+            proc = run_process(self.launcher(spec_path), host_env, log_path, result_path, timeout, cwd=work,
+                               kill_grace_s=self.kill_grace_s, log_cap=self.log_cap)
+            error = scratch / "setup-error"
+            line = error.read_text(encoding="utf-8", errors="replace").strip() if error.is_file() else ""
+            if line or proc.returncode == SETUP_FAILED and not proc.result:
+                raise ChrootSetupError(f"image {self.image.digest}: {line or 'entering the root failed (exit 125)'}")
+            return proc
+        finally:
+            remove_tree(scratch)
+
+    def __call__(self, cell: Any, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
+                 timeout: float) -> ProcessResult:
+        passed = image_smoke_env(env, result_path.name)
+        extra = archscan_binds(passed)
+        argv = [self.python, "-X", "faulthandler", "-u", f"{SMOKE_MOUNT}/{smoke.module.name}", smoke.name]
+        return self.run(argv, self.environment(passed), log_path, result_path, timeout, extra)
+
+    def probe(self, log_path: Path) -> None:
+        """Enter the root once and run the image's interpreter: a host or image where that fails is named before
+        any smoke runs (ChrootSetupError), and the interpreter that does not start is named too."""
+        out = log_path.parent
+        out.mkdir(parents=True, exist_ok=True)
+        result = out / ".chroot-probe.result.json"
+        code = ("import json, os, sys; json.dump({'python': sys.version.split()[0], 'uid': os.getuid(), "
+                "'cwd': os.getcwd()}, open(os.environ['PINMATRIX_SMOKE_RESULT'], 'w'))")
+        env = self.environment({"PINMATRIX_SMOKE_RESULT": f"{OUT_MOUNT}/{result.name}"})
+        proc = self.run([self.python, "-c", code], env, log_path, result, 120)
+        if proc.returncode != 0 or not proc.result:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.is_file() else []
+            raise ChrootSetupError(f"image {self.image.digest}: its interpreter {self.python} does not run in the "
+                                   f"root (exit {proc.returncode}{': ' + tail[0][:200] if tail else ''}; log {log_path})")
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a scratch folder whatever modes a smoke left in it (an overlay's upper layer)."""
+    if not path.exists():
+        return
+    for folder, dirs, _ in os.walk(path):
+        for d in dirs:
+            p = os.path.join(folder, d)
+            if not os.path.islink(p):
+                try:
+                    os.chmod(p, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------- preparing a cell
+
+
+def find_image(layout_dir: Path, ref_or_digest: str) -> str | None:
+    """The manifest digest the layout's index names ``ref_or_digest`` (a reference or the digest itself)."""
+    return Layout(layout_dir).find(ref_or_digest)
+
+
+def prepare(layout_dir: Path, digest: str, roots: Path, smoke_dir: Path, *, smokes: Sequence[Smoke],
+            gpu_required: bool, log_dir: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
+            echo: Callable[[str], None] = print) -> ChrootSmokes:
+    """Check the host, unpack the image, and enter it once: the runtime for one image, or one refusal line."""
+    mode = privilege_mode()
+    image = unpack_image(layout_dir, digest, roots, echo=echo)
+    check_architecture(image.architecture, image.path)
+    devices = gpu_device_nodes()
+    driver = find_driver()
+    needs_gpu = gpu_required or any(s.gpu for s in smokes)
+    if devices and needs_gpu and not driver.found:
+        raise ChrootRefused(f"this host has GPU device nodes ({', '.join(d.name for d in devices[:4])}) but no NVIDIA "
+                            "driver library (libcuda.so*) in the ldconfig cache or the known folders "
+                            "(/usr/local/nvidia/lib64, /usr/lib/x86_64-linux-gnu, ...), and a smoke needs a GPU")
+    runtime = ChrootSmokes(image, smoke_dir, driver=driver if devices else DriverFiles(), devices=devices,
+                           mode=mode, scratch_root=roots / digest[7:] / "runs", kill_grace_s=kill_grace_s,
+                           log_cap=log_cap)
+    libs = len(runtime.driver.libraries)
+    echo(f"  root {image.path} ({'reused' if image.reused else 'unpacked'}), {mode}, "
+         f"{len(devices)} GPU node(s), {libs} driver file(s), interpreter {runtime.python}")
+    runtime.probe(log_dir / "chroot-probe.log")
+    return runtime
