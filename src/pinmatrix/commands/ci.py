@@ -110,7 +110,8 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
                    help="every task's time limit in minutes, instead of its smokes' timeouts plus a margin")
     s.add_argument("--pinmatrix", metavar="PATH",
                    help="the pinmatrix the nodes run (default: this interpreter with -m pinmatrix)")
-    s.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
+    s.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR",
+                   help="the smoke catalogue (default: smoke/ beside the matrix, else ./smoke)")
     s.add_argument("--smokes", dest="smoke_keyword", metavar="EXPR",
                    help="only smokes whose name matches EXPR (passed to `pinmatrix smoke -k`)")
     s.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
@@ -256,7 +257,7 @@ def run_slurm(args: argparse.Namespace) -> int:
     settings = ScriptSettings(
         matrix=args.matrix, submission_dir=sub_dir.resolve(), runtime=args.runtime,
         pinmatrix=(args.pinmatrix,) if args.pinmatrix else (sys.executable, "-m", "pinmatrix"),
-        smoke_dir=find_smoke_dir(args.smoke_dir), cpus_per_task=args.cpus_per_task,
+        smoke_dir=find_smoke_dir(args.smoke_dir or _beside(args.matrix, "smoke")), cpus_per_task=args.cpus_per_task,
         cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword)
     images = _images(cells, (args.registry or matrix.settings.registry).rstrip("/")) if args.runtime != "host" else None
     store = ResultsStore(args.results) if args.results.exists() and not args.rerun else None
@@ -285,6 +286,12 @@ def run_slurm(args: argparse.Namespace) -> int:
               f"{' '.join(o for o in array.options if o.startswith(('--partition', '--constraint', '--gres', '--time')))}")
     print(f"collect with: pinmatrix ci slurm-collect {sub_dir} --wait")
     return 0
+
+
+def _beside(matrix: Path, name: str) -> Path | None:
+    """``name`` next to the matrix file, when it is a folder there (the project's smoke catalogue)."""
+    path = matrix.parent / name
+    return path if str(matrix) != "-" and path.is_dir() else None
 
 
 def run_slurm_collect(args: argparse.Namespace) -> int:
