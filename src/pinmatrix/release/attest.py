@@ -76,10 +76,18 @@ def latest_per_smoke_host(records: Iterable[SmokeRecord]) -> list[SmokeRecord]:
     return sorted(latest.values(), key=lambda r: (r.smoke, r.host.id))
 
 
+def utc_stamp(moment: datetime) -> str:
+    """``2026-12-01T14:00:00Z``: the form every time in a statement takes (sortable as text)."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRecord], *,
-                          url: str | None = None, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+                          url: str | None = None, policy: dict[str, Any] | None = None,
+                          signed_at: datetime | None = None) -> dict[str, Any]:
     """The statement for ``image`` (which must carry its digest) from the latest result per smoke x host
-    recorded for ``cell`` against that digest."""
+    recorded for ``cell`` against that digest. It carries the signer's time (``signedAt``, ``signed_at`` or
+    now) and the run's (``runFinishedAt``: when the last of those results finished), so a verifier can take
+    the newest and refuse one older than what it already knows."""
     if not image.digest:
         raise RegistryError(f"{image}: an attestation subject needs a digest")
     latest = [r for r in latest_per_smoke_host(records) if r.cell_id == cell.id]
@@ -100,11 +108,14 @@ def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRe
         })
     predicate: dict[str, Any] = {
         "result": result,
+        "signedAt": utc_stamp(signed_at or datetime.now(timezone.utc)),
         "configuration": configuration,
         "passedTests": passed,
         "warnedTests": warned,
         "failedTests": failed,
     }
+    if latest:
+        predicate["runFinishedAt"] = utc_stamp(max(finished_key(r) for r in latest))
     if url:
         predicate["url"] = url
     statement: dict[str, Any] = {

@@ -33,8 +33,6 @@ from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
 from pinmatrix.results.store import STATUSES, SmokeRecord
 
-KNOWN_GOOD_FILE = Path("known-good.toml")
-
 
 class PromotionRefused(PinmatrixError):
     """The policy is not met (or the image changed since it was tested): nothing was promoted."""
@@ -321,7 +319,7 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
         raise PromotionRefused(f"copied {digest}, expected {plan.digest}")
     promoted = plan.target.with_digest(digest)
     tested = [r for r in records if r.cell_id == cell.id and r.image_digest == digest]
-    statement = test_result_statement(promoted, cell, tested, policy=policy.model_dump())
+    statement = test_result_statement(promoted, cell, tested, policy=policy.model_dump(), signed_at=moment)
     published = publish(registry, promoted, statement, bom=bom, signer=signer, now=moment)
     attestation = published.attestation
     registry.copy(promoted, plan.target.repository, [policy.tag])

@@ -96,7 +96,7 @@ def verify_entry(entry: dict[str, Any], registry: Registry, keys: Sequence[Trust
     except (ValueError, PinmatrixError) as err:
         raise PullRefused(f"{source}: {err}") from None
     result = verify_image(registry, ref, keys, expect_digest=entry["digest"], expect_cell=str(entry["cell_id"]),
-                          expect_stack=str(entry["stack"]))
+                          expect_stack=str(entry["stack"]), not_before=str(entry["promoted_at"]))
     if not result.ok:
         raise PullRefused(f"{label}: will not pull {ref}: {result.reason}")
     notes: list[str] = []
@@ -112,7 +112,8 @@ def verify_entry(entry: dict[str, Any], registry: Registry, keys: Sequence[Trust
         if now is None:
             notes.append(f"tag {tag} no longer exists")
         elif now != ref.digest:
-            moved = verify_image(registry, tag, keys, expect_stack=str(entry["stack"]))
+            moved = verify_image(registry, tag, keys, expect_stack=str(entry["stack"]),
+                                 not_before=str(entry["promoted_at"]))
             if not moved.ok:
                 raise PullRefused(f"{label}: will not pull {ref}: tag {tag} was moved to {now}, which does not "
                                   f"verify ({moved.reason}): the registry was changed outside `pinmatrix promote`")

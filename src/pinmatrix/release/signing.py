@@ -201,8 +201,9 @@ def parse_envelope(data: bytes) -> tuple[bytes, str, list[dict[str, Any]]]:
 
 
 def check_envelope(data: bytes, keys: Sequence[TrustedKey]) -> EnvelopeCheck:
-    """Verify a DSSE envelope against ``keys``: a signature by a trusted key id must verify over the
-    envelope's PAE. A signature by a trusted key id that does not verify is reported as such (tampering);
+    """Verify a DSSE envelope against ``keys``: EVERY signature by a trusted key id must verify over the
+    envelope's PAE (one good and one bad by the same key id is refused). A signature by a trusted key id that
+    does not verify is reported as such (tampering);
     signatures by other keys are not trusted, and say so."""
     try:
         payload, payload_type, signatures = parse_envelope(data)
@@ -213,7 +214,8 @@ def check_envelope(data: bytes, keys: Sequence[TrustedKey]) -> EnvelopeCheck:
     pae = envelope.pae()
     by_id = {k.keyid: k for k in keys}
     failed: list[str] = []
-    for sig in signatures:
+    verified: TrustedKey | None = None
+    for sig in signatures:  # every signature by a trusted key id must verify, not just one of them
         trusted = by_id.get(str(sig.get("keyid", "")))
         if trusted is None:
             continue
@@ -227,9 +229,11 @@ def check_envelope(data: bytes, keys: Sequence[TrustedKey]) -> EnvelopeCheck:
         except Exception:  # securesystemslib raises UnverifiedSignatureError / VerificationError
             failed.append(f"the signature by trusted key {trusted.keyid[:12]} ({trusted.source}) does not verify")
             continue
-        return EnvelopeCheck(payload, payload_type, keyids, trusted, None)
+        verified = verified or trusted
     if failed:
         return EnvelopeCheck(payload, payload_type, keyids, None, failed[0])
+    if verified is not None:
+        return EnvelopeCheck(payload, payload_type, keyids, verified, None)
     if not signatures:
         return EnvelopeCheck(payload, payload_type, keyids, None, "the envelope carries no signature")
     named = ", ".join(k[:12] or "(none)" for k in keyids)

@@ -5,8 +5,11 @@ An image verifies when ALL of these hold:
 2. at least one test-result attestation refers to it whose DSSE signature verifies with a trusted public key;
 3. that signed statement names the image's manifest digest as its subject, and the same repository as the
    reference (the registry host may differ: a mirror serves the same digests);
-4. its result is not FAILED, and its cell (``pinmatrix-cell/<id>`` with stack, name, python, platform and
-   pins) equals the image's ``io.pinmatrix.cell.*`` / ``io.pinmatrix.pin.*`` labels;
+4. of the signed test results, the newest (by its signed ``signedAt``, then ``runFinishedAt``) decides: its
+   result is PASSED or WARNED and agrees with its own lists (a failed test makes it FAILED, a warned one at
+   least WARNED), it is not older than what the caller already knows (``not_before``: the known-good
+   record's promotion time), and its cell (``pinmatrix-cell/<id>`` with stack, name, python, platform and
+   pins, every one of them present) equals the image's ``io.pinmatrix.cell.*`` / ``io.pinmatrix.pin.*`` labels;
 5. no attestation of the image carries a signature by a trusted key that does NOT verify (tampering is
    refused, not skipped), and every signed SBOM names the same digest, repository and cell (and the lock the
    image was built from, when the image has the ``io.pinmatrix.lock.sha256`` label).
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -63,6 +67,8 @@ class Verification(BaseModel):
     stack: str | None = None
     cell_name: str | None = None
     result: str | None = None
+    signed_at: str | None = None  # the newest signed result's signing time
+    run_finished_at: str | None = None
     keyids: list[str] = Field(default_factory=list)
     sbom: Literal["verified", "absent"] | None = None
     sbom_components: int | None = None
@@ -110,8 +116,8 @@ def label_problems(cell: dict[str, str], labels: dict[str, str]) -> list[str]:
     if image_id != cell["id"]:
         return [f"the attestation is for cell {cell['id']}, but the image's {CELL_LABEL}id label is {image_id}"]
     for key in CELL_FIELDS:
-        if key in cell and labels.get(CELL_LABEL + key) != cell[key]:
-            problems.append(f"cell {cell['id']}: the attestation says {key} {cell[key]!r}, the image's label "
+        if cell.get(key) is None or labels.get(CELL_LABEL + key) != cell[key]:
+            problems.append(f"cell {cell['id']}: the attestation says {key} {cell.get(key)!r}, the image's label "
                             f"{CELL_LABEL}{key} says {labels.get(CELL_LABEL + key)!r}")
     pins = {k[4:]: v for k, v in cell.items() if k.startswith("pin.")}
     image_pins = {k[len(PIN_LABEL):]: v for k, v in labels.items() if k.startswith(PIN_LABEL)}
@@ -120,6 +126,45 @@ def label_problems(cell: dict[str, str], labels: dict[str, str]) -> list[str]:
             problems.append(f"cell {cell['id']}: pin {axis} is {pins.get(axis)!r} in the attestation, "
                             f"{image_pins.get(axis)!r} in the image's labels")
     return problems
+
+
+def _moment(value: Any) -> datetime | None:
+    """A statement's ``2026-12-01T14:00:00Z`` as an aware datetime; None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def newest_first(results: Sequence[tuple[dict[str, Any], TrustedKey]]) -> list[tuple[dict[str, Any], TrustedKey]]:
+    """Signed test results, the newest first: by signing time, then the run's finishing time (a result
+    without either counts as the oldest)."""
+    def key(item: tuple[dict[str, Any], TrustedKey]) -> tuple[datetime, datetime]:
+        predicate = item[0].get("predicate") or {}
+        return (_moment(predicate.get("signedAt")) or _EPOCH, _moment(predicate.get("runFinishedAt")) or _EPOCH)
+
+    return sorted(results, key=key, reverse=True)
+
+
+def result_problem(predicate: dict[str, Any], digest: str) -> str | None:
+    """Whether a signed test result lets the image through: PASSED or WARNED, and in agreement with its lists."""
+    result = str(predicate.get("result", ""))
+    failed = predicate.get("failedTests") or []
+    warned = predicate.get("warnedTests") or []
+    if result not in ("PASSED", "WARNED"):
+        return f"the newest signed test result for {digest} is {result or 'missing'}, not PASSED"
+    if failed:
+        return (f"the newest signed test result for {digest} says {result} but lists {len(failed)} failed "
+                f"test(s) ({str(failed[0])[:80]})")
+    if warned and result != "WARNED":
+        return f"the newest signed test result for {digest} says {result} but lists {len(warned)} warned test(s)"
+    return None
 
 
 def _sbom_problems(bom: Any, cell: dict[str, str] | None, labels: dict[str, str]) -> list[str]:
@@ -138,9 +183,10 @@ def _sbom_problems(bom: Any, cell: dict[str, str] | None, labels: dict[str, str]
 
 def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], *,
                  expect_digest: str | None = None, expect_cell: str | None = None,
-                 expect_stack: str | None = None) -> Verification:
+                 expect_stack: str | None = None, not_before: str | None = None) -> Verification:
     """Verify the image ``ref`` names (by tag or digest) against ``keys``. ``expect_*``: what a known-good
-    record says it must be (its digest, cell id and stack)."""
+    record says it must be (its digest, cell id and stack); ``not_before``: the time of the promotion it
+    records (the newest signed result must not be older)."""
     out = Verification(reference=str(ref), trusted_keys=[k.keyid for k in keys])
     if not keys:
         out.problems.append("no trusted public key to verify with: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
@@ -216,20 +262,31 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
         out.problems.append(f"no test-result attestation signed by a trusted key "
                             f"({found} attestation(s) found: {detail})")
         return _finish(out)
+    ordered = newest_first(verified_results)
+    newest = ordered[0][0].get("predicate") or {}
+    out.result = str(newest.get("result", "")) or None
+    out.signed_at = str(newest.get("signedAt")) if newest.get("signedAt") is not None else None
+    out.run_finished_at = str(newest.get("runFinishedAt")) if newest.get("runFinishedAt") is not None else None
+    problem = result_problem(newest, digest)
+    if problem:
+        out.problems.append(problem)
+    if not_before is not None:
+        floor, signed = _moment(not_before), _moment(newest.get("signedAt"))
+        if floor is None or signed is None or signed < floor:
+            out.problems.append(f"the newest signed test result for {digest} was signed at "
+                                f"{out.signed_at or 'an unknown time'}, before the recorded promotion at {not_before} "
+                                "(a newer result is being withheld?)")
     cells: list[dict[str, str]] = []
-    for statement, key in verified_results:
+    for statement, key in ordered:
         cell = statement_cell(statement)
-        result = str((statement.get("predicate") or {}).get("result", ""))
-        out.result = out.result or result
         if key.keyid not in out.keyids:
             out.keyids.append(key.keyid)
-        if result not in ("PASSED", "WARNED"):
-            out.problems.append(f"the signed test result for {digest} is {result or 'missing'}, not PASSED")
         if cell is None:
             out.problems.append("the signed test-result statement names no pinmatrix cell")
             continue
         cells.append(cell)
-        out.problems.extend(label_problems(cell, labels))
+        if statement is ordered[0][0]:
+            out.problems.extend(label_problems(cell, labels))
     if cells:
         first = cells[0]
         out.cell_id, out.stack, out.cell_name = first["id"], first.get("stack"), first.get("name")
