@@ -103,7 +103,8 @@ class VenvRuntime:
             made = subprocess.run([uv, "venv", "--quiet", "--clear", "--python", request, str(venv)],
                                   capture_output=True, text=True, env=_uv_env(), check=False)
             if made.returncode != 0:
-                raise CannotProbe(f"no venv for python {request}: {_last(made.stderr)}")
+                raise CannotProbe(f"no venv for python {request} ({_last(made.stderr)}); --runtime podman or "
+                                  "--runtime docker probes in an image of the cell, with its own Python")
             inst = subprocess.run([uv, "pip", "install", "--quiet", "--python", str(python), "--require-hashes",
                                    "--no-deps", "-r", str(lock.resolve())],
                                   capture_output=True, text=True, env=_uv_env(), check=False)

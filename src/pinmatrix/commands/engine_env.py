@@ -6,12 +6,7 @@ import argparse
 import json
 import shlex
 
-EXAMPLES = """\
-examples:
-  eval "$(pinmatrix engine-env)"        # this shell's podman/buildah now use pinmatrix's store
-  podman images                         # the images `pinmatrix build --engine podman` loaded
-  pinmatrix engine-env --json           # {"CONTAINERS_STORAGE_CONF": ..., "CONTAINERS_CONF": ...}
-"""
+from pinmatrix.commands._common import examples
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "a plain `podman run` in your shell sees the images pinmatrix built and pulled (as `eval "
                     "\"$(minikube docker-env)\"` does for docker). Nothing is printed when podman uses your own "
                     "or the system's configuration.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        **examples('eval "$(pinmatrix engine-env)"   # this shell\'s podman and buildah use pinmatrix\'s store',
+                   "podman images                    # the images pinmatrix built, loaded and pulled",
+                   "pinmatrix engine-env --json      # the same variables as a JSON object"),
     )
     p.add_argument("--json", action="store_true", help="print the variables as a JSON object instead")
     p.set_defaults(func=run)

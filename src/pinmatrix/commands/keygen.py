@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pinmatrix.commands._common import examples
+from pinmatrix.paths import KEY_PREFIX
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -13,17 +16,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "when that is set) and PREFIX.pub (the public key to give to whoever verifies). Sign with "
                     "`pinmatrix promote --signing-key PREFIX.key` (or PINMATRIX_SIGNING_KEY); verify with "
                     "`pinmatrix verify --key PREFIX.pub` / `pinmatrix pull --key PREFIX.pub` (or "
-                    "PINMATRIX_TRUSTED_KEYS). Keep the private key out of the repository.",
+                    "PINMATRIX_TRUSTED_KEYS). Keep the private key out of the repository. The default pair, in the "
+                    f"project's {KEY_PREFIX.parent}/, is the one promote signs with and pull and verify trust when "
+                    "no key is named.",
+        **examples("pinmatrix keygen                      # .pinmatrix/keys/signing.key and .pub",
+                   "pinmatrix keygen --out ci/pinmatrix   # ci/pinmatrix.key and ci/pinmatrix.pub",
+                   "PINMATRIX_KEY_PASSWORD=... pinmatrix keygen --out release   # the private key encrypted"),
     )
-    p.add_argument("--out", type=Path, default=Path("pinmatrix"), metavar="PREFIX",
-                   help="path prefix of the two files (default: ./pinmatrix -> pinmatrix.key, pinmatrix.pub)")
+    p.add_argument("--out", type=Path, default=None, metavar="PREFIX",
+                   help=f"path prefix of the two files (default: {KEY_PREFIX} in the project root -> "
+                   f"{KEY_PREFIX.name}.key, {KEY_PREFIX.name}.pub)")
     p.add_argument("--force", action="store_true", help="replace existing files")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pinmatrix.paths import project_root
     from pinmatrix.release.signing import generate_keypair
 
-    private, public, keyid = generate_keypair(args.out, force=args.force)
+    private, public, keyid = generate_keypair(args.out or project_root() / KEY_PREFIX, force=args.force)
     print(f"wrote {private} (private, keep it secret) and {public} (public); key id {keyid}")
     return 0

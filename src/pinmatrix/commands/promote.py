@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_matrix_argument
+from pinmatrix.commands._common import add_matrix_argument, examples, existing_file
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.settings import image_ref
 from pinmatrix.matrix.selection import load, select
+from pinmatrix.paths import KNOWN_GOOD_FILE, SIGNING_KEY
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.promote import (
-    KNOWN_GOOD_FILE,
     PromotionRefused,
     execute,
     plan_promotion,
@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "test-result attestation, move the known-good tag and record the decision in known-good.toml. "
                     "Refuses, with every reason, when the policy is not met or the cell's tag no longer names the "
                     "tested digest. Exit status: 0 promoted (or already promoted), 1 refused, 2 bad input.",
+        **examples("pinmatrix promote --stack demo --dry-run --json   # what would be promoted; each refusal's reason",
+                   "pinmatrix promote --stack demo                     # signs with .pinmatrix/keys/signing.key",
+                   "PINMATRIX_SIGNING_KEY=ci.key pinmatrix promote --cell 0123456789ab --json"),
     )
     add_matrix_argument(p)
     p.add_argument("--cell", "-c", action="append", default=[], metavar="ID", help="promote this cell (repeatable)")
@@ -43,14 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
     p.add_argument("--known-good", type=Path, default=None, metavar="PATH",
-                   help="the promotion record (default: known-good.toml next to the matrix)")
+                   help=f"the promotion record (default: {KNOWN_GOOD_FILE} next to the matrix)")
     p.add_argument("--registry", metavar="PREFIX", help="registry prefix (default: [matrix].registry)")
     p.add_argument("--dry-run", "-n", action="store_true", help="check and show what would happen; change nothing")
     p.add_argument("--force", action="store_true", help="promote again a cell already recorded with the same digest")
-    p.add_argument("--signing-key", type=Path, default=None, metavar="FILE.key",
+    p.add_argument("--signing-key", type=existing_file, default=None, metavar="FILE.key",
                    help="sign the evidence (test-result attestation and SBOM) as DSSE envelopes with this PEM private "
-                   "key (default: PINMATRIX_SIGNING_KEY; `pinmatrix keygen` makes one). Unsigned evidence is never "
-                   "accepted by `pinmatrix pull` or `verify`")
+                   f"key (default: PINMATRIX_SIGNING_KEY, else the project's {SIGNING_KEY} when `pinmatrix keygen` "
+                   "made it). Unsigned evidence is never accepted by `pinmatrix pull` or `verify`")
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, signed_by, steps, "
                    "reasons} per cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from pinmatrix.release.attest import lock_for_sbom
     from pinmatrix.release.signing import load_signer, signing_key_path
 
-    key_path = signing_key_path(args.signing_key)
+    key_path = signing_key_path(args.signing_key, matrix.root / SIGNING_KEY)
     signer = load_signer(key_path) if key_path is not None else None
     unsigned_warning = signer is None
 
@@ -142,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         if unsigned_warning:
             unsigned_warning = False
-            print("warning: no signing key (--signing-key or PINMATRIX_SIGNING_KEY): the evidence is unsigned, and "
+            print(f"warning: no signing key (--signing-key, PINMATRIX_SIGNING_KEY or {SIGNING_KEY} from `pinmatrix "
+                  "keygen`): the evidence is unsigned, and "
                   "`pinmatrix pull` and `verify` will refuse these images", file=sys.stderr)
         lock_text, why_not = lock_for_sbom(registry, plan.source.with_digest(plan.digest), lock_path(cell, matrix.root))
         if lock_text is None:

@@ -7,8 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from pinmatrix.commands._common import examples, existing_file
 from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.release.promote import KNOWN_GOOD_FILE, read_known_good
+from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
+from pinmatrix.release.promote import read_known_good
 from pinmatrix.release.pull import judge, pick, verify_entry
 from pinmatrix.results.store import HostFingerprint
 
@@ -22,10 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "over are listed on stderr with the reason. The image is verified first, as `pinmatrix verify` "
                     "does (a test-result attestation signed by a trusted key for that digest, repository and cell); "
                     "one that does not verify is refused with the reason (exit status 2).",
+        **examples("pinmatrix pull --stack demo                  # verified, pulled; prints REGISTRY/REPO@sha256:...",
+                   "pinmatrix pull --stack demo --print --json   # what it would pull, and why, without pulling",
+                   "pinmatrix pull --key ci/pinmatrix.pub         # trust this key instead of the project's own"),
     )
     p.add_argument("--stack", "-s", metavar="S", help="only cells of stack S")
-    p.add_argument("--known-good", type=Path, default=KNOWN_GOOD_FILE, metavar="PATH",
-                   help="the promotion record (default: ./known-good.toml)")
+    p.add_argument("--known-good", type=Path, default=known_good_file(), metavar="PATH",
+                   help=f"the promotion record (default: {KNOWN_GOOD_FILE} in the project root, next to matrix.toml)")
     p.add_argument("--print", dest="print_only", action="store_true", help="print the reference without pulling")
     p.add_argument("--engine", choices=["auto", "docker", "podman"], default="auto",
                    help="the engine that pulls (default: auto: the first that is running, docker then podman)")
@@ -33,9 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="judge for the host described in FILE (a HostFingerprint as JSON; - reads stdin) instead of "
                    "this one")
     p.add_argument("--quiet", "-q", action="store_true", help="do not list the cells passed over")
-    p.add_argument("--key", action="append", type=Path, default=[], metavar="FILE.pub",
+    p.add_argument("--key", action="append", type=existing_file, default=[], metavar="FILE.pub",
                    help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
-                   "separated by ':')")
+                   f"separated by ':', else the project's {PUBLIC_KEY} that `pinmatrix keygen` made)")
     p.add_argument("--json", action="store_true",
                    help="print {reference, digest, stack, cell, pulled, engine, host, passed_over} as JSON on stdout")
     p.set_defaults(func=run)
@@ -88,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     from pinmatrix.release.signing import trusted_keys
 
     registry = Registry(str(chosen.entry["reference"]).split("/", 1)[0])
-    ref, verified, notes = verify_entry(chosen.entry, registry, trusted_keys(args.key), str(args.known_good))
+    ref, verified, notes = verify_entry(chosen.entry, registry, trusted_keys(args.key, public_key()),
+                                        str(args.known_good))
     if not args.quiet:
         print(f"verified {ref}: cell {verified.cell_id}, result {verified.result}, signed by "
               f"{', '.join(k[:12] for k in verified.keyids)}", file=sys.stderr)

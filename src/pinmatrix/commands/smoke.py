@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_limit_argument, examples
+from pinmatrix.commands._common import add_limit_argument, examples, existing_dir
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--roots", type=Path, metavar="DIR", default=None,
                    help="chroot: where images are unpacked, one root per manifest digest, reused (default: "
                    ".pinmatrix/roots next to the matrix)")
-    p.add_argument("--wheels", type=Path, metavar="DIR",
+    p.add_argument("--wheels", type=existing_dir, metavar="DIR",
                    help="host runtime: the cells' extra wheels, installed into a per-cell overlay on PYTHONPATH")
     p.add_argument("--overlay", type=Path, metavar="DIR", default=Path(".pinmatrix/overlay"),
                    help="host runtime: where per-cell overlays (wheels + installed-tree patches) are made "

@@ -4,9 +4,10 @@ key you trust?"""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from pinmatrix.commands._common import examples, existing_file
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.paths import PUBLIC_KEY, public_key
 
 
 class NotVerified(PinmatrixError):
@@ -24,12 +25,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "io.pinmatrix.cell.* and io.pinmatrix.pin.* labels; no attestation signed by a trusted key was "
                     "tampered with; a signed SBOM, when present, names the same image and cell. Exit status: 0 "
                     "verified, 1 does not verify (the reason on stderr), 2 bad input.",
+        **examples('pinmatrix verify "$(pinmatrix pull --stack demo --print -q)"   # the image pull would choose',
+                   "pinmatrix verify REGISTRY/pinmatrix/known-good/demo:known-good --json",
+                   "pinmatrix verify REF --key ci/pinmatrix.pub   # trust this key instead of the project's own"),
     )
     p.add_argument("reference", metavar="REF",
                    help="the image, e.g. 127.0.0.1:5000/pinmatrix/known-good/demo:known-good")
-    p.add_argument("--key", action="append", type=Path, default=[], metavar="FILE.pub",
+    p.add_argument("--key", action="append", type=existing_file, default=[], metavar="FILE.pub",
                    help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
-                   "separated by ':')")
+                   f"separated by ':', else the project's {PUBLIC_KEY} that `pinmatrix keygen` made)")
     p.add_argument("--json", action="store_true", help="print the verification as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -41,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from pinmatrix.release.verify import verify_image
 
     ref = ImageRef.parse(args.reference)
-    keys = trusted_keys(args.key)
+    keys = trusted_keys(args.key, public_key())
     if not keys:
-        raise PinmatrixError("verify: no trusted public key: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
+        raise PinmatrixError("verify: no trusted public key: pass --key FILE.pub, set PINMATRIX_TRUSTED_KEYS or run "
+                             "`pinmatrix keygen` (the project's own pair)")
     result = verify_image(Registry(ref.registry), ref, keys)
     if args.json:
         print(result.to_json())

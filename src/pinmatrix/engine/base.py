@@ -88,6 +88,11 @@ class OCIEngine(ABC):
             raise EngineError(self.not_installed_message())
         return [exe, *args]
 
+    def other_engine_hint(self) -> str:
+        """How to choose the other engine, in the words of each command that takes one."""
+        other = "podman" if self.name == "docker" else "docker"
+        return f"or use {other} (`--engine {other}` for build and pull, `--runtime {other}` for smoke and bisect)"
+
     def not_installed_message(self) -> str:
         return f"engine {self.name}: `{self.binary}` is not installed (not on PATH)"
 

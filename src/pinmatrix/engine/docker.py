@@ -22,13 +22,13 @@ class DockerEngine(OCIEngine):
 
     def ensure_running(self) -> None:
         if not self.is_installed():
-            raise EngineError(f"{self.not_installed_message()}; install docker.io or choose --engine podman")
+            raise EngineError(f"{self.not_installed_message()}; install docker.io {self.other_engine_hint()}")
         proc = self.call(["version", "--format", "{{.Server.Version}}"], check=False, timeout=30)
         if proc.returncode != 0:
             host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
             raise EngineError(
                 f"engine docker: the Docker daemon is not running at {host} ({last_line(proc.stderr)}); "
-                "start dockerd or choose --engine podman"
+                f"start dockerd {self.other_engine_hint()}"
             )
 
     def build(

@@ -32,7 +32,7 @@ class PodmanEngine(OCIEngine):
             if not self.which(tool):
                 raise EngineError(
                     f"engine podman: `{tool}` is not installed (not on PATH); install podman and buildah "
-                    "or choose --engine docker"
+                    f"{self.other_engine_hint()}"
                 )
         proc = self.call(["info", "--format", "json"], check=False, timeout=60)
         if proc.returncode != 0:
