@@ -72,6 +72,17 @@ cuda = ["13.0"]
 gpu = ["sm_90"]
 arch = ["9.0"]
 
+[stacks.slurm-gpu-slow]
+description = "a GPU cell whose second smoke sleeps: its task is preempted by a job of a higher partition"
+smokes = ["host-probe", "slurm-sleep"]
+[stacks.slurm-gpu-slow.packages]
+six = ["1.16.0"]
+[stacks.slurm-gpu-slow.axes]
+driver = ["580.159.04"]
+cuda = ["13.0"]
+gpu = ["sm_90"]
+arch = ["9.0"]
+
 [stacks.slurm-slow]
 description = "a smoke that outlives its task: one task cancelled, one past its time limit"
 gpu_required = false
@@ -163,7 +174,8 @@ def _wait(what: str, check, timeout: float, procs: list[subprocess.Popen[bytes]]
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """munged + slurmctld + slurmd of one node (8 CPUs, gres gpu:2, features sm_90 and
-    nvidia-driver-580.159.04, partition gpu), all under a temp dir; the env that reaches them (SLURM_CONF)."""
+    nvidia-driver-580.159.04; partition gpu, and partition urgent whose jobs preempt gpu's), all under a temp
+    dir; the env that reaches them (SLURM_CONF)."""
     require_binaries("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel")
     d = tmp_path_factory.mktemp("slurm")
     for sub in ("munge", "state", f"spool/{NODE}", "log", "dev"):
@@ -207,7 +219,10 @@ KillWait=2
 MinJobAge=600
 InactiveLimit=0
 NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} CPUs=8 RealMemory=4000 Gres=gpu:2 Features=sm_90,nvidia-driver-580.159.04 State=UNKNOWN
-PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=2
 """)
     (d / "gres.conf").write_text(f"NodeName={NODE} Name=gpu File={d / 'dev'}/gpu[0-1]\n")
     env = dict(os.environ, SLURM_CONF=str(conf))
@@ -252,6 +267,21 @@ def _job_id(out: str, array: str) -> str:
     return m.group(1)
 
 
+def _sleeping(task_dir: Path) -> bool:
+    """The task recorded its first smoke and started the sleep."""
+    db = task_dir / "results.sqlite"
+    return db.exists() and bool(ResultsStore(db).query(smoke="host-probe")) and \
+        bool(list((task_dir / "logs").rglob("slurm-sleep.log")))
+
+
+def _until(what: str, check, timeout: float = 60) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout:g} s")
+        time.sleep(0.5)
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project: Path, tmp_path: Path,
@@ -263,14 +293,13 @@ def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project
     common = [str(matrix), "--pools", str(project / "pools.toml"), "--wheels", str(project / "wheels"),
               "--out", str(out), "--results", str(store), "--cpus-per-task", "1"]
 
-    # The slow stack first: two tasks whose second smoke sleeps past the 1-minute limit.
-    assert main(["ci", "slurm", *common, "--stack", "slurm-slow", "--time-limit", "1",
-                 "--submission-id", "slow"]) == 0
+    # The slow stacks first: three tasks whose second smoke sleeps past the 1-minute limit.
+    assert main(["ci", "slurm", *common, "-k", "slow", "--time-limit", "1", "--submission-id", "slow"]) == 0
     captured = capsys.readouterr()
-    slow_job = _job_id(captured.out, "slurm-slow-cpu")
+    slow_job, gpu_slow_job = _job_id(captured.out, "slurm-slow-cpu"), _job_id(captured.out, "slurm-gpu-slow-h200")
     assert "time limit 1 min is shorter than its smokes' timeouts" in captured.err
 
-    assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu", "--submission-id", "fast"]) == 0
+    assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu and not slow", "--submission-id", "fast"]) == 0
     captured = capsys.readouterr()
     demo_job, gpu_job = _job_id(captured.out, "demo-cpu"), _job_id(captured.out, "slurm-gpu-h200")
     # the b200 pool does not fit the sm_90 cell: named, not submitted
@@ -282,16 +311,8 @@ def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project
     assert "#SBATCH --gres" not in (out / "fast" / "demo-cpu.sbatch").read_text()
 
     # Cancel slow task 0 once its first smoke is recorded and the sleep is running.
-    slow_dir = out / "slow" / "slurm-slow-cpu"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        db = slow_dir / "0" / "results.sqlite"
-        if db.exists() and ResultsStore(db).query(smoke="host-probe") and (slow_dir / "0" / "logs").exists() \
-                and list((slow_dir / "0" / "logs").rglob("slurm-sleep.log")):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"slow task 0 never reached its sleep: {_squeue_states(slow_job)}")
+    slow_dir, gpu_slow_dir = out / "slow" / "slurm-slow-cpu", out / "slow" / "slurm-gpu-slow-h200"
+    _until("slow task 0 reaching its sleep", lambda: _sleeping(slow_dir / "0"))
     assert _squeue_states(slow_job).get(f"{slow_job}_0") == "RUNNING"
     # Still running: collect names it and records nothing for it.
     assert main(["ci", "slurm-collect", str(out / "slow"), "--json", str(tmp_path / "early.json")]) == 1
@@ -302,7 +323,6 @@ def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project
                  "--json", str(tmp_path / "fast.json")]) == 0
     assert "collected 10 result(s) from 5 of 5 task(s)" in capsys.readouterr().out
     fast = json.loads((tmp_path / "fast.json").read_text())
-    by = {(r["stack"], r["cell_id"], r["smoke"]): r for r in fast}
     demo = [r for r in fast if r["stack"] == "demo"]
     assert len(demo) == 8 and all(r["status"] == "pass" for r in demo), [(r["smoke"], r["reason"]) for r in demo]
     gpu = {r["smoke"]: r for r in fast if r["stack"] == "slurm-gpu"}
@@ -314,48 +334,63 @@ def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project
         assert r["host"]["hostname"] == NODE and s["node"] == NODE and s["state"] == "COMPLETED"
         assert s["array_job_id"] in (demo_job, gpu_job) and r["run_id"] == f"slurm-{s['array_job_id']}_{s['array_task_id']}"
         assert s["job_id"] and s["pool"] == ("h200" if r["stack"] == "slurm-gpu" else "cpu")
-    assert len(by) == 10
+    assert len({(r["cell_id"], r["smoke"]) for r in fast}) == 10
+
+    # A job of the higher partition that needs both GPUs preempts the sleeping GPU task.
+    _until("the slow GPU task reaching its sleep", lambda: _sleeping(gpu_slow_dir / "0"))
+    subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--gres=gpu:2", "--output=/dev/null",
+                    "--wrap=true"], check=True, capture_output=True)
 
     assert main(["ci", "slurm-collect", str(out / "slow"), "--wait", "--wait-timeout", "110",
                  "--json", str(tmp_path / "slow.json")]) == 0
     summary = capsys.readouterr().out
-    assert "collected 4 result(s) from 2 of 2 task(s)" in summary
-    assert "1 fail [slurm-cancelled]" in summary and "1 fail [slurm-timeout]" in summary and "2 pass" in summary
+    assert "collected 6 result(s) from 3 of 3 task(s)" in summary, summary
+    for cls in ("slurm-cancelled", "slurm-timeout", "slurm-preempted"):
+        assert f"1 fail [{cls}]" in summary
     slow = json.loads((tmp_path / "slow.json").read_text())
-    tasks = {}
+    tasks: dict[tuple[str, int], dict[str, dict]] = {}
     for r in slow:
-        tasks.setdefault(r["environment"]["slurm"]["array_task_id"], {})[r["smoke"]] = r
-    assert tasks[0]["host-probe"]["status"] == "pass" and tasks[1]["host-probe"]["status"] == "pass"
-    cancelled, timed_out = tasks[0]["slurm-sleep"], tasks[1]["slurm-sleep"]
+        s = r["environment"]["slurm"]
+        tasks.setdefault((s["array"], s["array_task_id"]), {})[r["smoke"]] = r
+    assert all(t["host-probe"]["status"] == "pass" for t in tasks.values())  # measured before each end
+    cancelled = tasks[("slurm-slow-cpu", 0)]["slurm-sleep"]
+    timed_out = tasks[("slurm-slow-cpu", 1)]["slurm-sleep"]
+    preempted = tasks[("slurm-gpu-slow-h200", 0)]["slurm-sleep"]
     assert (cancelled["status"], cancelled["failure_class"]) == ("fail", "slurm-cancelled")
     assert cancelled["environment"]["slurm"]["state"] == "CANCELLED"
     assert (timed_out["status"], timed_out["failure_class"]) == ("fail", "slurm-timeout")
     assert "ended TIMEOUT at its time limit (1 min)" in timed_out["reason"] and f"on {NODE}" in timed_out["reason"]
+    assert (preempted["status"], preempted["failure_class"]) == ("fail", "slurm-preempted")
+    assert preempted["environment"]["slurm"]["array_job_id"] == gpu_slow_job
     assert cancelled["host"]["hostname"] == NODE  # the measured host of the task's first smoke
     # slurmstepd's own line in each task's output says the same, for when the controller has forgotten
-    stepd = {i: state_from_output((slow_dir / str(i) / "slurm.out").read_text()) for i in (0, 1)}
-    assert stepd[0] is not None and stepd[0].state == "CANCELLED" and stepd[0].node == NODE
-    assert stepd[1] is not None and stepd[1].state == "TIMEOUT"
+    stepd = {name: state_from_output((d / "slurm.out").read_text())
+             for name, d in (("cancelled", slow_dir / "0"), ("timeout", slow_dir / "1"),
+                             ("preempted", gpu_slow_dir / "0"))}
+    assert stepd["cancelled"] is not None and stepd["cancelled"].state == "CANCELLED" and stepd["cancelled"].node == NODE
+    assert stepd["timeout"] is not None and stepd["timeout"].state == "TIMEOUT"
+    assert stepd["preempted"] is not None and stepd["preempted"].state == "PREEMPTED"
 
     # Import and report.
     assert main(["results", "--results", str(store), "--import", str(tmp_path / "fast.json"),
                  str(tmp_path / "slow.json")]) == 0
-    assert "imported 14 record(s)" in capsys.readouterr().out
+    assert "imported 16 record(s)" in capsys.readouterr().out
     assert main(["report", str(matrix), "--results", str(store), "--out", str(tmp_path / "report"), "-f", "md"]) in (0, 1)
     capsys.readouterr()
     md = next((tmp_path / "report").glob("*.md")).read_text()
-    assert "slurm-timeout" in md and "slurm-cancelled" in md
+    assert all(cls in md for cls in ("slurm-timeout", "slurm-cancelled", "slurm-preempted"))
 
     # A rerun submits only what has no result on the digest: nothing of the fast submission; of the slow one,
-    # the cancelled task (a cancellation says nothing about the cell), not the one that ran out of time.
-    assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu", "--submission-id", "fast2"]) == 0
+    # the cancelled and the preempted task (the scheduler ended them), not the one that ran out of time.
+    assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu and not slow", "--submission-id", "fast2"]) == 0
     assert "nothing to submit: every task is recorded" in capsys.readouterr().err
-    assert main(["ci", "slurm", *common, "--stack", "slurm-slow", "--submission-id", "slow2", "--print"]) == 0
+    assert main(["ci", "slurm", *common, "-k", "slow", "--submission-id", "slow2", "--print"]) == 0
     printed = capsys.readouterr()
     manifest = json.loads((out / "slow2" / "submission.json").read_text())
-    (array,) = manifest["arrays"]
-    assert [t["cell_id"] for t in array["tasks"]] == [cancelled["cell_id"]] and array["job_id"] is None
-    assert "#SBATCH --array=0-0" in printed.out and "nothing submitted" in printed.err
+    again = {a["name"]: [t["cell_id"] for t in a["tasks"]] for a in manifest["arrays"]}
+    assert again == {"slurm-slow-cpu": [cancelled["cell_id"]], "slurm-gpu-slow-h200": [preempted["cell_id"]]}
+    assert all(a["job_id"] is None for a in manifest["arrays"]) and "nothing submitted" in printed.err
+    assert printed.out.count("#SBATCH --array=0-0") == 2
     assert re.search(rf"recorded {timed_out['cell_id']} .* every smoke recorded on the host runtime", printed.err)
 
 
