@@ -149,9 +149,9 @@ def project(tmp_path: Path) -> Iterator[Project]:
 
 def make_wheels_bundle(project: Project, out: Path, *, host: HostPackages | None = None, python: str | None = "3.12",
                        exclude: tuple[str, ...] = ("nvidia-*",), lock: str | None = None,
-                       part_size: int = 4096) -> BundleManifest:
+                       part_size: int = 4096, platform: str | None = None) -> BundleManifest:
     request = WheelsRequest(cell=project.cell, lock_text=lock or project.lock, lock_source="locks/x.txt",
-                            python=python, host=host, exclude=exclude, part_size=part_size, out=out,
+                            python=python, platform=platform, host=host, exclude=exclude, part_size=part_size, out=out,
                             cache_dir=project.cache)
     return bundle_wheels(request, WheelFetcher(project.cache / "wheels"), quiet)
 
@@ -236,7 +236,17 @@ def test_a_locked_package_without_a_wheel_is_one_line_naming_it(project: Project
         make_wheels_bundle(project, tmp_path / "b", lock=cell_313_only)
 
 
-@pytest.mark.parametrize("fault", ["tampered", "truncated", "missing", "extra"])
+def test_the_hosts_platform_picks_the_wheels(project: Project, tmp_path: Path) -> None:
+    manifest = make_wheels_bundle(project, tmp_path / "b", platform="x86_64-manylinux_2_35")
+    assert manifest.platform == "x86_64-manylinux_2_35" and "the cell's is x86_64-manylinux_2_28" in (manifest.note or "")
+    with pytest.raises(BundleError, match=r"fast==1.0: no wheel for cp312 aarch64-manylinux_2_28"):
+        make_wheels_bundle(project, tmp_path / "c", platform="aarch64-manylinux_2_28")
+    with pytest.raises(BundleError, match=r"--platform 'linux_x86_64': expected ARCH-manylinux_2_N"):
+        make_wheels_bundle(project, tmp_path / "c", platform="linux_x86_64")
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("fault", ["tampered", "truncated", "missing", "extra", "symlink"])
 def test_a_bad_part_is_refused_with_one_line_naming_it(project: Project, tmp_path: Path, fault: str) -> None:
     manifest = make_wheels_bundle(project, tmp_path / "b")
     bundle = tmp_path / "b"
@@ -249,12 +259,16 @@ def test_a_bad_part_is_refused_with_one_line_naming_it(project: Project, tmp_pat
         part.write_bytes(part.read_bytes()[:-1])
     elif fault == "missing":
         part.unlink()
+    elif fault == "symlink":
+        (tmp_path / "elsewhere.bin").write_bytes(part.read_bytes())
+        part.unlink()
+        part.symlink_to(tmp_path / "elsewhere.bin")
     else:
         part = bundle / f"part-{len(manifest.parts) + 1:03d}-of-{len(manifest.parts):03d}.bin"
         part.write_bytes(b"more")
     line = refusal(unbundle(bundle, "--out", str(tmp_path / "dest")))
     assert str(part) in line and {"tampered": "tampered part", "truncated": "truncated part", "missing": "missing part",
-                                  "extra": "extra part"}[fault] in line, line
+                                  "extra": "extra part", "symlink": "not a regular file"}[fault] in line, line
     assert not (tmp_path / "dest").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -438,6 +452,17 @@ def test_a_tampered_blob_is_refused_before_the_layout_changes(images, tmp_path: 
         bundle_image(ImageRequest(layout.root, plain, frozenset(), 5000, tmp_path / "b"), quiet)
 
 
+def test_a_layout_whose_index_cannot_be_updated_is_left_as_it_was(images, tmp_path: Path) -> None:  # noqa: ANN001
+    layout, made = images
+    plain, _ = made["plain"]
+    bundle_image(ImageRequest(layout.root, plain, frozenset(), 5000, tmp_path / "b"), quiet)
+    host = tmp_path / "host"
+    (host / "blobs" / "sha256").mkdir(parents=True)
+    (host / "index.json").write_text("{not json")
+    assert "index.json: not a readable OCI index" in refusal(unbundle(tmp_path / "b", "--out", str(host)))
+    assert list((host / "blobs" / "sha256").iterdir()) == [] and (host / "index.json").read_text() == "{not json"
+
+
 def test_bundle_image_cli_json_and_one_line_errors(images, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     layout, made = images
     plain, _ = made["plain"]
@@ -480,3 +505,19 @@ def test_a_host_blob_list_is_digests_only(tmp_path: Path) -> None:
     path.write_text(f"{'a' * 64}\n../etc/passwd\n")
     with pytest.raises(BundleError, match=r"have.txt:2: not a sha256 digest"):
         read_host_has(path)
+
+
+def test_the_host_checks_that_the_blobs_are_the_images_own(images, tmp_path: Path) -> None:  # noqa: ANN001
+    layout, made = images
+    plain, blobs = made["plain"]
+    manifest = bundle_image(ImageRequest(layout.root, plain, frozenset(), 5000, tmp_path / "b"), quiet)
+    module = unbundle_module()
+    checked = module.check_manifest(json.loads((tmp_path / "b" / "manifest.json").read_text()))
+    module.check_image_closure(checked, layout.read_blob)
+    short = {**checked, "blobs": [b for b in checked["blobs"] if b["digest"] != blobs[-1]]}
+    with pytest.raises(module.Refused, match=f"refers to {blobs[-1]}"):
+        module.check_image_closure(short, layout.read_blob)
+    stray = {"digest": "sha256:" + "c" * 64, "media_type": LAYER, "size": 1, "offset": None}
+    with pytest.raises(module.Refused, match=f"blob sha256:{'c' * 64} is not part of image"):
+        module.check_image_closure({**checked, "blobs": [*checked["blobs"], stray]}, layout.read_blob)
+    assert manifest.image and manifest.image.digest == plain

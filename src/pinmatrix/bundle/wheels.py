@@ -128,7 +128,8 @@ class WheelsRequest:
     cell: Cell
     lock_text: str
     lock_source: str  # "locks/<id>.txt", for messages
-    python: str | None  # the host's Python; None: the cell's
+    python: str | None  # the host's Python; None: the host probe's, else the cell's
+    platform: str | None  # the host's platform tag (ARCH-manylinux_2_N); None: the cell's
     host: HostPackages | None
     exclude: tuple[str, ...]
     part_size: int
@@ -146,7 +147,10 @@ def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> Bu
     if lock.cell_id is not None and lock.cell_id != cell.id:
         raise BundleError(f"{request.lock_source}: a lock for cell {lock.cell_id}, not {cell.id}")
     keep, left_out = plan(lock.entries, request.exclude, request.host)
-    target = Target(python=python, platform=cell.platform)
+    platform = request.platform or cell.platform
+    if not re.fullmatch(r"(x86_64|aarch64)-manylinux_2_[0-9]{1,3}", platform):
+        raise BundleError(f"--platform {platform!r}: expected ARCH-manylinux_2_N (x86_64 or aarch64)")
+    target = Target(python=python, platform=platform)
     choices = WheelChoices(request.cache_dir, fetcher)
     chosen, problems = [], []
     for i, entry in enumerate(keep):
@@ -165,9 +169,11 @@ def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> Bu
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])})" if len(problems) > 1 else ""
         raise BundleError(f"cell {cell.id}: {problems[0]}{more}")
     files, items, offset = [], [], 0
-    for wheel in chosen:
+    for i, wheel in enumerate(chosen):
+        cached = fetcher.path(wheel).is_file()
         path = fetcher.fetch(wheel)  # checked against the lock's sha256 before it is cached
         size = path.stat().st_size
+        say(f"{'cached' if cached else 'fetched'} {i + 1}/{len(chosen)} {wheel.filename}: {size} bytes")
         items.append(WheelItem(name=wheel.name, version=wheel.version, filename=wheel.filename, size=size,
                                sha256=wheel.sha256, offset=offset))
         files.append(path)
@@ -175,13 +181,16 @@ def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> Bu
     say(f"{len(items)} wheel(s), {offset} bytes; {len(left_out)} left out")
     note = (f"wheels chosen for the host's CPython {python} (cp{python.replace('.', '')}); the cell's Python is "
             f"{cell.python}" if python != cell.python else f"wheels for the cell's CPython {python}")
+    if platform != cell.platform:
+        note += f"; for the host's platform {platform}, the cell's is {cell.platform}"
+
     folder = staging_folder(request.out)
     try:
         parts = write_parts(files, request.part_size, folder, say)
         manifest = BundleManifest(
             kind="wheels", pinmatrix_version=__version__, cell_id=cell.id,
             lock_sha256=sha256_bytes(request.lock_text.encode("utf-8")), python=python, cell_python=cell.python,
-            platform=cell.platform, note=note, wheels=items, left_out=left_out, part_size=request.part_size,
+            platform=platform, note=note, wheels=items, left_out=left_out, part_size=request.part_size,
             total_size=offset, parts=parts)
         publish(manifest, folder, request.out.absolute(), {LOCK_NAME: request.lock_text.encode("utf-8")})
     finally:

@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--cell", required=True, metavar="ID", help="the cell's id or name")
     w.add_argument("--stack", "-s", metavar="S", help="look for the cell in stack S only")
     w.add_argument("--python", metavar="X.Y", help="the host's CPython (default: the host probe's, else the cell's)")
-    w.add_argument("--platform", metavar="P", help="check that the cell's platform is P (e.g. x86_64-manylinux_2_35)")
+    w.add_argument("--platform", metavar="P",
+                   help="the host's platform, ARCH-manylinux_2_N (default: the cell's; its wheels must be locked)")
     host = w.add_mutually_exclusive_group()
     host.add_argument("--host-packages", type=Path, metavar="FILE",
                       help="the host's `pip list --format json`: what it has at the locked version is left out")
@@ -126,9 +127,6 @@ def run_wheels(args: argparse.Namespace) -> int:
         raise PinmatrixError(f"{args.matrix}: no cell with id or name {args.cell!r}"
                              + (f" in stack {args.stack!r}" if args.stack else ""))
     cell = cells[0]
-    if args.platform and args.platform != cell.platform:
-        raise PinmatrixError(f"cell {cell.id}: its platform is {cell.platform}, not {args.platform} (lock a cell "
-                             "for that platform)")
     root = Path(matrix.root)
     lock = lock_path(cell, root)
     try:
@@ -142,7 +140,7 @@ def run_wheels(args: argparse.Namespace) -> int:
     cache = args.cache_dir or root / ".pinmatrix" / "cache"
     fetcher = WheelFetcher(cache / "wheels", context=ssl_context([Path(p) for p in matrix.settings.ca_certificates]))
     request = WheelsRequest(cell=cell, lock_text=lock_text, lock_source=str(lock.relative_to(root)),
-                            python=args.python, host=host, exclude=tuple(args.exclude), part_size=part_size,
+                            python=args.python, platform=args.platform, host=host, exclude=tuple(args.exclude), part_size=part_size,
                             out=args.out, cache_dir=cache)
     manifest = bundle_wheels(request, fetcher, _say(args))
     return _print(args, manifest, args.out)

@@ -258,7 +258,9 @@ def check_parts(bundle: Path, manifest: dict[str, Any], say: Any) -> None:
             refuse(f"{bundle / entry}: extra part: the manifest does not list it")
     for i, part in enumerate(manifest["parts"]):
         path = bundle / part["name"]
-        if not path.is_file() or path.is_symlink():
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            refuse(f"{path}: not a regular file: refused as a part")
+        if not path.is_file():
             refuse(f"{path}: missing part ({i + 1} of {len(listed)}, {part['size']} bytes)")
         size = path.stat().st_size
         if size != part["size"]:
@@ -481,6 +483,9 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict
                     refuse(f"blob {blob['digest']} ({blob['size']} bytes): not in the bundle and not in "
                            f"{' or '.join(map(str, places)) or 'DEST'}{hint}")
                 present[blob["digest"]] = found
+    index: dict[str, Any] | None = None
+    if manifest["kind"] == "image" and dest is not None:
+        index = _read_index(dest)  # a DEST whose index cannot be updated is refused before anything moves
     staging: Path | None = None
     if dest is not None:
         dest = dest.absolute()
@@ -509,7 +514,7 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict
                 return _blob_from_stream(bundle, manifest, digest)
             check_image_closure(manifest, read_blob)
         if dest is not None and staging is not None:
-            _commit(manifest, staging, dest, present)
+            _commit(manifest, staging, dest, present, index)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -536,7 +541,8 @@ def _blob_from_stream(bundle: Path, manifest: dict[str, Any], digest: str) -> by
         stream.close()
 
 
-def _commit(manifest: dict[str, Any], staging: Path, dest: Path, present: dict[str, Path]) -> None:
+def _commit(manifest: dict[str, Any], staging: Path, dest: Path, present: dict[str, Path],
+            index: dict[str, Any] | None) -> None:
     """Everything is checked: move it into DEST, each file by a rename, the layout's index last."""
     if manifest["kind"] == "wheels":
         if not dest.exists():
@@ -562,8 +568,8 @@ def _commit(manifest: dict[str, Any], staging: Path, dest: Path, present: dict[s
             os.replace(tmp, target)
     if not (dest / "oci-layout").exists():
         _write_atomic(dest / "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-    index = _index_with(_read_index(dest), manifest["image"])
-    _write_atomic(dest / "index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode())
+    updated = _index_with(index if index is not None else _read_index(dest), manifest["image"])
+    _write_atomic(dest / "index.json", json.dumps(updated, sort_keys=True, separators=(",", ":")).encode())
 
 
 def main(argv: list[str] | None = None) -> int:
