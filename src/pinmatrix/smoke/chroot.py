@@ -247,13 +247,15 @@ def find_image(layout_dir: Path, ref_or_digest: str) -> str | None:
 
 def prepare(layout_dir: Path, digest: str, roots: Path, smoke_dir: Path, *, smokes: Sequence[Smoke],
             gpu_required: bool, log_dir: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
-            echo: Callable[[str], None] = print) -> ChrootSmokes:
-    """Check the host, unpack the image, and enter it once: the runtime for one image, or one refusal line."""
+            echo: Callable[[str], None] = print, dev: Path = Path("/dev"),
+            driver: DriverFiles | None = None) -> ChrootSmokes:
+    """Check the host, unpack the image, and enter it once: the runtime for one image, or one refusal line.
+    ``dev`` and ``driver`` are where the GPU nodes and the driver's files are looked for (default: this host's)."""
     mode = privilege_mode()
     image = unpack_image(layout_dir, digest, roots, echo=echo)
     check_architecture(image.architecture, image.path)
-    devices = gpu_device_nodes()
-    driver = find_driver()
+    devices = gpu_device_nodes(dev)
+    driver = find_driver() if driver is None else driver
     needs_gpu = gpu_required or any(s.gpu for s in smokes)
     if devices and needs_gpu and not driver.found:
         raise ChrootRefused(f"this host has GPU device nodes ({', '.join(d.name for d in devices[:4])}) but no NVIDIA "
