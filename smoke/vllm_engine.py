@@ -19,6 +19,7 @@ time: the runner, CI and vLLM's spawned engine core all import it without torch.
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import os
 import re
@@ -46,8 +47,8 @@ def prepare_engine_env(environ: Any = None) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- output tee
 class OutputTee:
     """fd 1 and 2 of this process, and so of every process it starts from now on, go into one pipe; a thread
-    copies what arrives to the original stdout (the runner's log) and keeps it (``text()``). Meant to stay in
-    place until the smoke process ends (vLLM's engine core may hold the pipe until then)."""
+    copies what arrives to the original stdout (the runner's log) and keeps it (``text()``). ``stop()`` when the
+    smoke's work is done."""
 
     def __init__(self, keep: int = 8 << 20) -> None:
         self.keep = keep
@@ -58,6 +59,7 @@ class OutputTee:
         self._thread: threading.Thread | None = None
         self._saved: tuple[int, int] | None = None
         self._read = -1
+        self._fault_file: Any = None
 
     def start(self) -> OutputTee:
         sys.stdout.flush()
@@ -67,6 +69,9 @@ class OutputTee:
         os.dup2(write, 1)
         os.dup2(write, 2)
         os.close(write)
+        if faulthandler.is_enabled():  # a hang's stacks (the runner's SIGABRT) go straight to the log, not the pipe
+            self._fault_file = os.fdopen(os.dup(self._saved[1]), "w")
+            faulthandler.enable(file=self._fault_file, all_threads=True)
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
         return self
@@ -96,7 +101,8 @@ class OutputTee:
             return b"".join(self._chunks).decode(errors="replace")
 
     def stop(self) -> None:
-        """Put fd 1 and 2 back (the tests use this; a smoke keeps the tee to the end)."""
+        """Put fd 1 and 2 back: the smoke's own last lines (its status, the result line) then reach the log
+        directly; a process that still holds the pipe (vLLM's engine core) gets EPIPE if it writes again."""
         if self._saved is None:
             return
         sys.stdout.flush()
@@ -104,11 +110,20 @@ class OutputTee:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        while select.select([self._read], [], [], 0)[0]:  # what the pump had not read yet
+            data = os.read(self._read, 1 << 16)
+            if not data:
+                break
+            os.write(self._saved[0], data)
         os.dup2(self._saved[0], 1)
         os.dup2(self._saved[1], 2)
         for fd in (*self._saved, self._read):
             os.close(fd)
         self._saved = None
+        if self._fault_file is not None:
+            faulthandler.enable(file=sys.stderr, all_threads=True)
+            self._fault_file.close()
+            self._fault_file = None
 
 
 # ------------------------------------------------------------------------------------------- log parsing

@@ -51,6 +51,13 @@ def engine(ctx: Context) -> None:
     injected = fault(("wrong-token",))
     prepare_engine_env()
     tee = OutputTee().start()  # the engine core inherits fd 1/2: its log lines are kept for chosen_backends
+    try:
+        _engine_and_check(ctx, injected, tee)
+    finally:
+        tee.stop()
+
+
+def _engine_and_check(ctx: Context, injected: str | None, tee: OutputTee) -> None:
     with tempfile.TemporaryDirectory(prefix="pinmatrix-vllm-") as model_dir:
         _write_tiny_model(model_dir)
         flags = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}

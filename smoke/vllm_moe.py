@@ -10,6 +10,8 @@ each token must be its greedy choice or within T sd of its row's maximum, and ev
 and its token) within L sd of the reference's (sd: the reference row's standard deviation); BOUNDS holds (T, L).
 - vllm-moe-bf16: the reference has the checkpoint's very bf16 weights; T = L = 0.1 sd (bf16 activations moved
   logprobs 0.014 sd in a CPU emulation, one perturbed expert 2.1 sd).
+- vllm-moe-bf16-triton: the same oracle, vLLM's Triton MoE kernels asked for (its own choice on sm_90 is FlashInfer
+  CUTLASS, a JIT build of FlashInfer's whole fused-MoE module on first use).
 - vllm-moe-fp8: the reference's weights are quantised to e4m3 and back as vLLM does it (amax/448 per fused q/k/v,
   o_proj, expert w1+w3, w2); only the dynamic e4m3 activations differ (emulated: 0.11 sd): T = 0.3, L = 0.4 sd.
 - vllm-moe-nvfp4: the reference's experts are the written e2m1 codes x e4m3 block scales x global scale, exactly;
@@ -45,6 +47,14 @@ SMOKES = {
         "description": "LLM() on a local 2-layer random Mixtral (8 experts, top-2), bf16, 8 greedy tokens with "
         "top-5 logprobs, against transformers' float32 model teacher-forced on them; backends from vLLM's log.",
         "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"], "min_capability": "8.0"},
+        "timeout_s": 600,
+    },
+    "vllm-moe-bf16-triton": {
+        "func": "moe_bf16",
+        "description": "vllm-moe-bf16 with vLLM's Triton fused-MoE kernels asked for by name (moe_backend='triton'), "
+        "where vLLM's own choice needs a long FlashInfer JIT build (FlashInfer CUTLASS on sm_90).",
+        "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"], "min_capability": "8.0"},
+        "engine": {"moe_backend": "triton"},
         "timeout_s": 480,
     },
     "vllm-moe-fp8": {
@@ -247,10 +257,13 @@ def _expert_input_amax(torch: Any, model: Any, ids: list[int]) -> dict[str, floa
 def _generate(ctx: Context, model_dir: str, quantization: str | None, tee: OutputTee) -> tuple[list[int], Any]:
     from vllm import LLM, SamplingParams
 
+    asked = dict(ctx.spec.get("engine") or {})  # e.g. moe_backend="triton"; none: vLLM chooses
+    ctx.metric("moe_backend_asked", str(asked.get("moe_backend", "auto")))
     t0 = time.monotonic()
     try:
         llm = LLM(model=model_dir, skip_tokenizer_init=True, enforce_eager=True, dtype="bfloat16",
-                  max_model_len=128, max_num_seqs=4, gpu_memory_utilization=0.25, seed=0, quantization=quantization)
+                  max_model_len=128, max_num_seqs=4, gpu_memory_utilization=0.25, seed=0, quantization=quantization,
+                  **asked)
     except Exception as err:
         text = tee.text()
         for key, value in sorted(chosen_backends(text).items()):
@@ -314,6 +327,13 @@ def _run(ctx: Context, kind: str) -> None:
         if k.startswith(("VLLM_USE_FLASHINFER", "VLLM_FLASHINFER")):
             ctx.metric(f"env.{k}", v)
     tee = OutputTee().start()
+    try:
+        _engine_and_check(ctx, kind, torch, injected, tee)
+    finally:
+        tee.stop()
+
+
+def _engine_and_check(ctx: Context, kind: str, torch: Any, injected: str | None, tee: OutputTee) -> None:
     with tempfile.TemporaryDirectory(prefix="pinmatrix-vllm-moe-") as tmp:
         src = os.path.join(tmp, "bf16")
         _write_model(src)

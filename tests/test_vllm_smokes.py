@@ -252,6 +252,21 @@ def test_spawned_engine_core_output_is_captured_and_still_logged(tmp_path: Path)
     assert "after stop" not in got["text"]
 
 
+def test_a_hangs_stacks_reach_the_log_not_the_pipe(tmp_path: Path) -> None:
+    """Under -X faulthandler (as the runner starts smokes), the runner's SIGABRT on a timeout must still print the
+    Python stacks to the log while the tee holds fd 2."""
+    script = tmp_path / "hang.py"
+    script.write_text("import os, signal, vllm_engine\n"
+                      "tee = vllm_engine.OutputTee().start()\n"
+                      "def waiting_for_the_engine():\n"
+                      "    os.kill(os.getpid(), signal.SIGABRT)\n"
+                      "waiting_for_the_engine()\n")
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", str(script)], capture_output=True, text=True,
+                          env=_env(), timeout=60)
+    assert proc.returncode == -6
+    assert "Fatal Python error: Aborted" in proc.stderr and "waiting_for_the_engine" in proc.stderr
+
+
 def test_nvfp4_skips_on_sm90_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     assert vm.nvfp4_unsupported("10.0") is None and vm.nvfp4_unsupported("12.1") is None
     reason = vm.nvfp4_unsupported("9.0")
@@ -284,7 +299,7 @@ def test_fault_names_are_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_smokes_run_through_the_runner_and_skip_without_a_gpu(tmp_path: Path) -> None:
-    names = ("vllm-generate", "vllm-moe-bf16", "vllm-moe-fp8", "vllm-moe-nvfp4")
+    names = ("vllm-generate", "vllm-moe-bf16", "vllm-moe-bf16-triton", "vllm-moe-fp8", "vllm-moe-nvfp4")
     store = ResultsStore(tmp_path / "r.sqlite")
     opts = RunOptions(smoke_dir=SMOKE, logs_dir=tmp_path / "logs", repo_root=ROOT)
     runs = run_cells([HostCell(id="aaaaaaaaaab1", smokes=names)], store, opts,
@@ -301,6 +316,9 @@ def test_catalogue_and_the_shipped_h200_vllm_stack() -> None:
     assert stack.platform == "x86_64-manylinux_2_35"  # vllm 0.20.0's x86_64 wheel tag
     assert set(stack.smokes) == {"host-probe", "vllm-generate", "vllm-moe-bf16", "vllm-moe-fp8", "vllm-moe-nvfp4"}
     assert all(name in catalogue for name in stack.smokes)
+    assert catalogue["vllm-moe-bf16-triton"].module.name == "vllm_moe.py"  # selected with its group vllm-moe-bf16
+    assert vm.SMOKES["vllm-moe-bf16-triton"]["engine"] == {"moe_backend": "triton"}
+    assert "engine" not in vm.SMOKES["vllm-moe-bf16"]  # vLLM's own choice
     required = (stack.promotion or {})["required_smokes"]
     assert "vllm-moe-nvfp4" not in required and set(required) == set(stack.smokes) - {"vllm-moe-nvfp4"}
     _, expansion = validate_matrix(ROOT / "matrix.toml")

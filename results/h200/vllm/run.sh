@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The exact command behind results/h200/vllm/: the vLLM smokes of the shipped matrix's `h200-vllm` stack (vllm 0.20.0
+# on the host's torch 2.11.0+cu130) on one H200 in pinmatrix's host runtime, each cell's wheels installed as its
+# overlay from the unpacked bundle (`pinmatrix bundle wheels`, then `python3 -I unbundle.py BUNDLE --out DIR`).
+#
+#   bash results/h200/vllm/run.sh WHEELS_DIR [PHASE...]          (from the repository root; OUT, BUDGET_S optional)
+#
+# WHEELS_DIR: the unpacked bundle (a folder of the wheels the host lacks). Carried beside it, ignored by git:
+#   .whl/pm/   pinmatrix's own dependencies for the host's Python 3.12 (as for results/h200/run.sh)
+#   .whl/uv/   optional: the uv 0.13.9 wheel; with it the overlays are installed by uv (seconds) instead of pip
+# Phases, in the order given (default: real faults), all inside one budget of BUDGET_S seconds (default 540):
+#   real        both cells (env default, env fp8-moe): host-probe, vllm-generate, vllm-moe-bf16-triton, vllm-moe-fp8,
+#               vllm-moe-nvfp4 (a skip on sm_90): 3 engine starts per cell
+#   faults      PINMATRIX_FAULT=perturb-expert (vllm-moe-bf16-triton, vllm-moe-fp8), then wrong-token (vllm-generate,
+#               vllm-moe-bf16-triton, vllm-moe-fp8), env default: every one must FAIL; a store of their own
+#   flashinfer  vllm-moe-bf16 with vLLM's own MoE choice (FlashInfer CUTLASS on sm_90: FlashInfer JIT-builds its
+#               fused-MoE module on first use), env default then fp8-moe, each capped by what is left of the budget
+# One device command may run 10 minutes: call it once per phase (results and the FlashInfer JIT cache stay on the
+# warm machine between calls; FRESH=1 starts over). Everything is written under $OUT.
+set -uo pipefail
+WHEELS=${1:?usage: run.sh WHEELS_DIR [real|faults|flashinfer ...]}
+shift
+PHASES=${*:-real faults}
+OUT=${OUT:-results/h200/vllm/out}
+BUDGET_S=${BUDGET_S:-540}
+PY=${PY:-python3}
+START=$(date +%s)
+STATE=.pinmatrix/vllm
+STORE=$STATE/results.sqlite        # the real runs
+FAULT_STORE=$STATE/faults.sqlite   # the fault-injected runs, never mixed with real results
+mkdir -p "$OUT"
+[[ ${FRESH:-0} == 1 ]] && rm -rf "$STATE"
+mkdir -p "$STATE"
+[[ -d $WHEELS ]] && compgen -G "$WHEELS/*.whl" > /dev/null || { echo "no wheels in $WHEELS" >&2; exit 2; }
+if ! "$PY" -c 'import pydantic, tomlkit, rich' 2> /dev/null; then
+  if [[ ! -d $STATE/pmsite ]]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STATE/pmsite" .whl/pm/*.whl || exit 1
+  fi
+  export PYTHONPATH=$PWD/$STATE/pmsite
+fi
+if compgen -G ".whl/uv/uv-*.whl" > /dev/null; then
+  [[ -x $STATE/uvsite/bin/uv ]] || "$PY" -m pip install -q --no-index --no-deps --target "$STATE/uvsite" .whl/uv/uv-*.whl
+  export PATH=$PWD/$STATE/uvsite/bin:$PATH PINMATRIX_OVERLAY_INSTALLER=uv
+fi
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 VLLM_LOGGING_COLOR=0 NO_COLOR=1
+DEFAULT='h200-vllm[env=default]'
+FP8MOE='h200-vllm[env=fp8-moe]'
+REAL_K='not vllm-moe-bf16 or triton'   # every smoke of the stack but vllm-moe-bf16 itself (phase flashinfer)
+
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+smoke() {  # smoke TAG CELL STORE [pinmatrix smoke args...]; PINMATRIX_FAULT passes through the environment
+  local tag=$1 cell=$2 store=$3 t
+  shift 3
+  t=$(left)
+  if (( t < 75 )); then echo "== $tag: not run, $t s of the budget left"; return; fi
+  echo "== $tag ($cell${PINMATRIX_FAULT:+, fault $PINMATRIX_FAULT}): $t s left, $(date -u +%T)"
+  timeout --signal=INT --kill-after=20 "$t" "$PY" -m pinmatrix.cli smoke matrix.toml --stack h200-vllm \
+    --cell "$cell" --wheels "$WHEELS" --results "$store" --logs "$STATE/logs" --timeout $(( t - 15 )) \
+    --json "$OUT/$tag.json" "$@"
+  echo "== $tag: exit $? after $(( BUDGET_S - $(left) )) s of the budget"
+}
+echo "== host: $(date -u)"
+nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader
+"$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__)'
+echo "nvcc: $(command -v nvcc || echo absent); wheels: $(ls "$WHEELS"/*.whl | wc -l) in $WHEELS ($(du -sh "$WHEELS" | cut -f1)); overlay installer: ${PINMATRIX_OVERLAY_INSTALLER:-pip}"
+for phase in $PHASES; do
+  case $phase in
+    real)
+      smoke real-default "$DEFAULT" "$STORE" -k "$REAL_K"
+      smoke real-fp8-moe "$FP8MOE" "$STORE" -k "$REAL_K" ;;
+    faults)
+      PINMATRIX_FAULT=perturb-expert smoke fault-perturb-expert "$DEFAULT" "$FAULT_STORE" --rerun \
+        -k 'triton or vllm-moe-fp8'
+      PINMATRIX_FAULT=wrong-token smoke fault-wrong-token "$DEFAULT" "$FAULT_STORE" --rerun \
+        -k 'vllm-generate or triton or vllm-moe-fp8' ;;
+    flashinfer)
+      smoke flashinfer-default "$DEFAULT" "$STORE" -k 'vllm-moe-bf16 and not triton'
+      smoke flashinfer-fp8-moe "$FP8MOE" "$STORE" -k 'vllm-moe-bf16 and not triton' ;;
+    *) echo "unknown phase $phase (real, faults, flashinfer)" >&2; exit 2 ;;
+  esac
+done
+for s in "$STORE" "$FAULT_STORE"; do
+  [[ -f $s ]] || continue
+  name=$(basename "$s" .sqlite)
+  "$PY" -m pinmatrix.cli results --results "$s" --json > "$OUT/$name.json"
+  "$PY" -m pinmatrix.cli results --results "$s"
+  "$PY" -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' "$s" "$OUT/$name.sqlite"
+done
+[[ -d $STATE/logs ]] && tar czf "$OUT/logs.tgz" -C "$STATE" logs
+echo "== done in $(( $(date +%s) - START )) s"
