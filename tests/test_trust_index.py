@@ -137,3 +137,16 @@ def test_a_page_that_is_not_a_json_files_list_is_one_line(index: str, tmp_path: 
     _Hostile.pages = {"/simple/tiny/": page}
     with pytest.raises(WheelError, match=r"does not speak the JSON simple API|no wheel with a locked hash"):
         _choose(index, tmp_path / "cache")
+
+
+def test_a_damaged_cached_wheel_is_fetched_again(index: str, tmp_path: Path) -> None:
+    _serve("tiny-1.0-py3-none-any.whl", size=len(BODY))
+    fetcher, wheel = _choose(index, tmp_path / "cache")
+    path = fetcher.fetch(wheel)
+    path.write_bytes(b"damaged")
+    assert WheelFetcher(tmp_path / "cache").fetch(wheel).read_bytes() == BODY  # re-hashed, so re-downloaded
+    dead = tmp_path / "cache" / SHA[:2] / SHA / ".tiny-1.0-py3-none-any.whl.999999999.part"
+    dead.write_bytes(b"left by a killed build")
+    path.unlink()
+    WheelFetcher(tmp_path / "cache").fetch(wheel)
+    assert not dead.exists()

@@ -130,7 +130,7 @@ class LayerCache:
             desc = LayerDescriptor.from_json(json.loads(path.read_text()))
         except (ValueError, KeyError):
             return None
-        return desc if self.layout.has_blob(desc.digest) else None
+        return desc if self.layout.intact_blob(desc.digest, desc.size) else None  # re-hashed; damaged: rebuilt
 
     def put(self, key: str, desc: LayerDescriptor, what: str) -> None:
         atomic_write_text(self.dir / f"{key}.json", json.dumps({**desc.to_json(), "what": what}, sort_keys=True))

@@ -3,14 +3,23 @@
 Every cell image is written here first, as data: blobs under their digests, a manifest per image, and an
 ``index.json`` entry whose ``org.opencontainers.image.ref.name`` annotation is the image reference. Engines load
 images from it (``oci-archive`` streamed to ``docker load`` / ``podman load``) and skopeo pushes from it, so the
-manifest digest a registry serves is the one computed here."""
+manifest digest a registry serves is the one computed here.
+
+A blob is trusted only while its bytes hash to its name: a cached blob is re-hashed before it is reused
+(``intact_blob``, once per process), and a damaged one is removed so that it is built again (a fresh file, so a
+hard link it shared with another layout is not written through). Temporary files that a killed build left in
+the blob folder (their writer's pid is gone) are removed when the layout is opened."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import json
+import os
+import re
 import tarfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +35,39 @@ MEDIA_TYPE_CONFIG = "application/vnd.oci.image.config.v1+json"
 MEDIA_TYPE_INDEX = "application/vnd.oci.image.index.v1+json"
 REF_NAME = "org.opencontainers.image.ref.name"
 CONTAINERD_NAME = "io.containerd.image.name"  # what `docker load` reads to tag an OCI archive's image
+# What pinmatrix's writers name their temporary files: LayerWriter's ".layer-PID-ID.tmp", atomic's
+# ".NAME.PID.HEX.tmp", a download's ".NAME.PID.part".
+_TEMPORARY = re.compile(r"^\.(?:layer-(\d+)-[0-9a-f]+\.tmp|.+\.(\d+)\.[0-9a-f]+\.tmp|.+\.(\d+)\.part)$")
+_CHUNK = 1 << 20
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def remove_dead_temporaries(directory: Path) -> list[Path]:
+    """Remove the temporary files in ``directory`` whose writer (the pid in the name) is no longer running;
+    returns what was removed. Another running build's files are left alone."""
+    removed: list[Path] = []
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return removed
+    for path in entries:
+        m = _TEMPORARY.match(path.name)
+        if not m or not path.is_file():
+            continue
+        pid = int(next(g for g in m.groups() if g is not None))
+        if pid != os.getpid() and not _alive(pid):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 class LayoutError(PinmatrixError):
@@ -55,9 +97,12 @@ class OCILayout:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.blobs = root / "blobs" / "sha256"
+        self._intact: set[str] = set()
+        self._intact_lock = threading.Lock()
 
     def init(self) -> OCILayout:
         self.blobs.mkdir(parents=True, exist_ok=True)
+        remove_dead_temporaries(self.blobs)
         marker = self.root / "oci-layout"
         if not marker.exists():
             atomic_write_bytes(marker, canonical_json({"imageLayoutVersion": "1.0.0"}))
@@ -78,10 +123,32 @@ class OCILayout:
     def has_blob(self, digest: str) -> bool:
         return self.blob_path(digest).is_file()
 
+    def intact_blob(self, digest: str, size: int | None = None) -> bool:
+        """Whether the blob exists and its bytes hash to ``digest`` (and, given, are ``size`` long). A damaged
+        blob is removed, so whoever needs it builds it again. Checked once per process per digest."""
+        with self._intact_lock:
+            if digest in self._intact:
+                return True
+        path = self.blob_path(digest)
+        hasher, length = hashlib.sha256(), 0
+        try:
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(_CHUNK), b""):
+                    hasher.update(chunk)
+                    length += len(chunk)
+        except FileNotFoundError:
+            return False
+        if oci_digest(hasher.hexdigest()) != digest or (size is not None and length != size):
+            path.unlink(missing_ok=True)
+            return False
+        with self._intact_lock:
+            self._intact.add(digest)
+        return True
+
     def put_blob(self, data: bytes) -> str:
         digest = oci_digest(sha256_bytes(data))
         path = self.blob_path(digest)
-        if not path.exists():
+        if not self.intact_blob(digest):
             atomic_write_bytes(path, data)
         return digest
 
@@ -152,7 +219,8 @@ class OCILayout:
         return [image.config_digest, *(layer["digest"] for layer in image.manifest["layers"]), image.digest]
 
     def missing_blobs(self, image: StoredImage) -> list[str]:
-        return [d for d in self.blobs_of(image) if not self.has_blob(d)]
+        """The image's blobs that are absent or damaged (a damaged one is removed: it is to be rebuilt)."""
+        return [d for d in self.blobs_of(image) if not self.intact_blob(d)]
 
     def write_archive(self, images: Iterable[StoredImage], out: BinaryIO) -> None:
         """An ``oci-archive`` of ``images`` (a tar of a layout holding only them) written to ``out``: what

@@ -26,7 +26,8 @@ from packaging.utils import (
 
 from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.hashing import CHUNK
+from pinmatrix.hashing import CHUNK, sha256_file
+from pinmatrix.image.oci import remove_dead_temporaries
 from pinmatrix.lock.lockfile import LockEntry
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -121,6 +122,7 @@ class WheelFetcher:
         self.context = context or ssl_context()
         self.timeout = timeout
         self._pages: dict[tuple[str, str], list[dict[str, object]]] = {}
+        self._intact: set[str] = set()  # cached wheels re-hashed in this process
 
     def _open(self, url: str, accept: str | None = None) -> Any:  # an http.client response
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
@@ -215,8 +217,12 @@ class WheelFetcher:
         """The cached wheel file, downloaded now if absent; its sha256 is checked before it is kept."""
         target = self.path(wheel)
         if target.is_file():
-            return target
+            if wheel.sha256 in self._intact or sha256_file(target) == wheel.sha256:
+                self._intact.add(wheel.sha256)
+                return target
+            target.unlink(missing_ok=True)  # damaged in the cache: fetched again
         target.parent.mkdir(parents=True, exist_ok=True)
+        remove_dead_temporaries(target.parent)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
         digest = hashlib.sha256()
         limit = wheel.size if wheel.size is not None else MAX_WHEEL
@@ -241,6 +247,7 @@ class WheelFetcher:
             tmp.unlink(missing_ok=True)
             raise WheelError(f"{wheel.filename}: sha256 {digest.hexdigest()} does not match the lock's {wheel.sha256}")
         os.replace(tmp, target)
+        self._intact.add(wheel.sha256)
         return target
 
 
