@@ -331,3 +331,60 @@ def test_each_gpu_smoke_documents_its_oracle_in_two_lines(module: str) -> None:
         i = at[0]
         assert lines[i + 1].startswith("  "), f"{module}: {name}'s oracle needs its second line"
         assert i + 2 >= len(lines) or not lines[i + 2].startswith("  "), f"{module}: {name}: two lines, not more"
+
+
+# ------------------------------------------------------------------ the elementwise check's negative control
+
+def test_the_planted_probe_counts_once_whatever_the_reference() -> None:
+    for value in (-1.0, 0.0, 1.0, -1e6, 3e-8, 65504.0):
+        ref = np.full((1, 64), value, dtype=np.float32)
+        probe = o.planted_probe(ref)
+        assert o.count_outside(probe, ref) == 1, value
+        assert (ref == value).all() and probe[0, -1] != value  # a copy: the reference is untouched
+    ref = np.array([[1.0, np.nan]], dtype=np.float32)
+    assert o.count_outside(ref, ref) == 1  # a NaN is outside
+    assert o.count_outside(np.array([1.0 + 2.9e-2]), np.array([1.0])) == 0  # just inside the bound
+    assert o.count_outside(np.array([1.0 + 1.1e-2 + 2e-2]), np.array([1.0])) == 1
+
+
+def _judge(out: np.ndarray, ref: np.ndarray, count=o.count_outside):  # noqa: ANN001, ANN202
+    """What the tiled-matmul smokes do: compare, then the control on the reference's last row."""
+    return o.comparison_failure(count(out, ref), out.size, count(o.planted_probe(ref[-1:]), ref[-1:]), "case")
+
+
+def test_a_kernel_wrong_only_in_its_last_row_is_a_wrong_result_not_a_harness_error() -> None:
+    a = to_bf16(RNG.standard_normal((128, 256)).astype(np.float32) * 256**-0.25)
+    b = to_bf16(RNG.standard_normal((256, 128)).astype(np.float32) * 256**-0.25)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    out = bf16_gemm(a, b)
+    assert _judge(out, ref) is None
+    wrong = out.copy()
+    wrong[-1] += 1.0  # every element of the last row off
+    assert _judge(wrong, ref) == ("wrong-result", "case: 128 of 16384 output elements wrong")
+    # the old control planted into the kernel's own last row: there it counts 128, not 1
+    old_probe = wrong[-1:].copy()
+    old_probe[0, -1] = ref[-1, -1] + 1 + 4 * abs(ref[-1, -1])
+    assert o.count_outside(old_probe, ref[-1:]) == 128
+    nan = out.copy()
+    nan[-1, -1] = np.nan
+    assert _judge(nan, ref) == ("wrong-result", "case: 1 of 16384 output elements wrong")
+
+
+def test_a_comparison_that_cannot_fail_is_a_harness_error() -> None:
+    ref = np.ones((64, 64))
+    assert _judge(ref.copy(), ref, count=lambda out, r: 0) == (
+        "harness-error", "comparison self-check: a planted wrong element was counted 0 times")
+    assert _judge(ref.copy(), ref, count=lambda out, r: out.size) == ("wrong-result",
+                                                                     "case: 4096 of 4096 output elements wrong")
+    assert o.comparison_failure(0, 10, 2, "x") == ("harness-error",
+                                                   "comparison self-check: a planted wrong element was counted 2 times")
+    assert o.comparison_failure(0, 10, 1, "x") is None
+
+
+def test_the_tiled_matmul_smoke_uses_the_independent_control() -> None:
+    source = (ROOT / "smoke" / "xformers_tiled.py").read_text()
+    tree = ast.parse(source)
+    judge = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_control")
+    calls = {c.func.id for c in ast.walk(judge) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    assert "planted_probe" in calls
+    assert "out[-1:]" not in source  # nothing is planted into the kernel's output

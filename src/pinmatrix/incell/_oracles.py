@@ -275,6 +275,41 @@ def zero_row(out: Any, row: int = 5) -> Any:
     return y
 
 
+# ------------------------------------------------------------------ elementwise tolerance and its control
+ATOL, RTOL = 1e-2, 2e-2  # |out - ref| <= ATOL + RTOL |ref|: the element check of the tiled-matmul smokes
+
+
+def count_outside(out: Any, ref: Any, atol: float = ATOL, rtol: float = RTOL) -> int:
+    """How many elements of ``out`` are outside ``|out - ref| <= atol + rtol |ref|`` (a NaN counts)."""
+    o, r = _f64(out), _f64(ref)
+    d = o - r
+    d = d * d
+    limit = atol + rtol * (r * r) ** 0.5
+    return int(_tolist((~(d <= limit * limit)).sum()))
+
+
+def planted_probe(ref_rows: Any) -> Any:
+    """The negative control's input: a copy of the REFERENCE's rows (never the kernel's output, so a kernel
+    wrong there cannot disturb the control) whose last element is moved by 1 + 4|ref|, outside the tolerance
+    whatever its value (ref + 2 ref + 1 was not, at ref = -1). Compared with ``ref_rows`` it must count 1."""
+    probe = copy(ref_rows)
+    target = probe.reshape(-1) if not _is_torch(probe) else probe.view(-1)
+    value = target[-1]
+    target[-1] = value + 1 + 4 * abs(value)
+    return probe
+
+
+def comparison_failure(bad: int, total: int, control_count: int, what: str) -> tuple[str, str] | None:
+    """(failure class, reason) of an elementwise comparison, or None when it passed. A wrong output is
+    ``wrong-result`` and is reported first; only a correct-looking output whose control was not counted
+    exactly once (the comparison could not have failed) is ``harness-error``."""
+    if bad:
+        return "wrong-result", f"{what}: {bad} of {total} output elements wrong"
+    if control_count != 1:
+        return "harness-error", f"comparison self-check: a planted wrong element was counted {control_count} times"
+    return None
+
+
 # ------------------------------------------------------------------------------------------- timings
 @dataclass(frozen=True)
 class TimingVerdict:
