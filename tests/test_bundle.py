@@ -236,6 +236,18 @@ def test_a_locked_package_without_a_wheel_is_one_line_naming_it(project: Project
         make_wheels_bundle(project, tmp_path / "b", lock=cell_313_only)
 
 
+def test_an_exclusion_that_matches_nothing_is_said(project: Project, tmp_path: Path) -> None:
+    said: list[str] = []
+    request = WheelsRequest(cell=project.cell, lock_text=project.lock, lock_source="locks/x.txt", python="3.12",
+                            platform=None, host=None, exclude=("Nvidia_*", "tensorflow"), part_size=1 << 20,
+                            out=tmp_path / "b", cache_dir=project.cache)
+    manifest = bundle_wheels(request, WheelFetcher(project.cache / "wheels"), said.append)
+    assert [x.name for x in manifest.left_out or []] == ["nvidia-thing"]  # names compare as canonical names
+    assert [line for line in said if line.startswith("note:")] == [
+        "note: --exclude tensorflow matches no package of locks/x.txt"]
+    assert len(manifest.parts) == 1 and manifest.parts[0].size == manifest.total_size
+
+
 def test_the_hosts_platform_picks_the_wheels(project: Project, tmp_path: Path) -> None:
     manifest = make_wheels_bundle(project, tmp_path / "b", platform="x86_64-manylinux_2_35")
     assert manifest.platform == "x86_64-manylinux_2_35" and "the cell's is x86_64-manylinux_2_28" in (manifest.note or "")
@@ -295,7 +307,7 @@ def test_a_wheel_whose_bytes_differ_from_the_lock_is_refused_before_install(proj
     make_wheels_bundle(project, tmp_path / "b")
     dest = tmp_path / "dest"
     dest.mkdir()
-    (dest / "old-1.0-py3-none-any.whl").write_bytes(b"kept as it was")
+    (dest / "notes.txt").write_bytes(b"kept as it was")
 
     def flip(stream: bytes, manifest: dict) -> bytes:  # type: ignore[type-arg]
         wheel = manifest["wheels"][1]
@@ -305,8 +317,8 @@ def test_a_wheel_whose_bytes_differ_from_the_lock_is_refused_before_install(proj
     _rewrite_stream(tmp_path / "b", flip)
     line = refusal(unbundle(tmp_path / "b", "--out", str(dest)))
     assert "beta-2.0-py3-none-any.whl: sha256" in line and "nothing installed" in line
-    assert [p.name for p in dest.iterdir()] == ["old-1.0-py3-none-any.whl"]
-    assert (dest / "old-1.0-py3-none-any.whl").read_bytes() == b"kept as it was"
+    assert [p.name for p in dest.iterdir()] == ["notes.txt"]
+    assert (dest / "notes.txt").read_bytes() == b"kept as it was"
 
     # the manifest made to name the new bytes' sha256: the lock that travels with it still says otherwise
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
@@ -317,7 +329,17 @@ def test_a_wheel_whose_bytes_differ_from_the_lock_is_refused_before_install(proj
     assert "beta-2.0-py3-none-any.whl: not in lock.txt" in refusal(unbundle(tmp_path / "b", "--out", str(dest)))
     (tmp_path / "b" / "lock.txt").write_text(project.lock + "# edited\n")
     assert "lock.txt: sha256" in refusal(unbundle(tmp_path / "b", "--out", str(dest)))
-    assert [p.name for p in dest.iterdir()] == ["old-1.0-py3-none-any.whl"]
+    assert [p.name for p in dest.iterdir()] == ["notes.txt"]
+
+
+def test_wheels_go_into_a_folder_without_other_wheels(project: Project, tmp_path: Path) -> None:
+    make_wheels_bundle(project, tmp_path / "b")
+    dest = tmp_path / "dest"
+    assert unbundle(tmp_path / "b", "--out", str(dest)).returncode == 0
+    assert unbundle(tmp_path / "b", "--out", str(dest)).returncode == 0  # the same bundle again: replaced
+    (dest / "old-0.1-py3-none-any.whl").write_bytes(b"an earlier cell's")
+    line = refusal(unbundle(tmp_path / "b", "--out", str(dest)))
+    assert "holds 1 wheel(s) this bundle does not (old-0.1-py3-none-any.whl)" in line
 
 
 # -- the manifest, checked on the host ----------------------------------------------------------------------------

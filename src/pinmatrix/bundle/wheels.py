@@ -147,6 +147,9 @@ def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> Bu
     if lock.cell_id is not None and lock.cell_id != cell.id:
         raise BundleError(f"{request.lock_source}: a lock for cell {lock.cell_id}, not {cell.id}")
     keep, left_out = plan(lock.entries, request.exclude, request.host)
+    for pattern in request.exclude:
+        if not any(fnmatch.fnmatchcase(e.name, _pattern(pattern)) for e in lock.entries):
+            say(f"note: --exclude {pattern} matches no package of {request.lock_source}")
     platform = request.platform or cell.platform
     if not re.fullmatch(r"(x86_64|aarch64)-manylinux_2_[0-9]{1,3}", platform):
         raise BundleError(f"--platform {platform!r}: expected ARCH-manylinux_2_N (x86_64 or aarch64)")

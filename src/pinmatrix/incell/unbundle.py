@@ -483,6 +483,12 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict
                     refuse(f"blob {blob['digest']} ({blob['size']} bytes): not in the bundle and not in "
                            f"{' or '.join(map(str, places)) or 'DEST'}{hint}")
                 present[blob["digest"]] = found
+    if manifest["kind"] == "wheels" and dest is not None and dest.is_dir():
+        ours = {w["filename"] for w in manifest["wheels"]}
+        foreign = sorted(p.name for p in dest.iterdir() if p.name.endswith(".whl") and p.name not in ours)
+        if foreign:
+            refuse(f"{dest}: holds {len(foreign)} wheel(s) this bundle does not ({foreign[0]}): `smoke --wheels` "
+                   "would install those too; unpack into an empty folder")
     index: dict[str, Any] | None = None
     if manifest["kind"] == "image" and dest is not None:
         index = _read_index(dest)  # a DEST whose index cannot be updated is refused before anything moves
