@@ -10,7 +10,15 @@ from pathlib import Path
 from rich.console import Console
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
-from pinmatrix.lock.resolve import LockResult, lock_cells, lock_path, owners_path, record_owner, stale_locks
+from pinmatrix.lock.resolve import (
+    LockResult,
+    lock_cells,
+    lock_path,
+    owners_path,
+    page_reader,
+    record_owner,
+    stale_locks,
+)
 from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
 
@@ -21,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Resolve each selected cell with `uv pip compile --generate-hashes` for the cell's Python and "
                     "target platform, against the matrix's indexes as they stood at matrix.exclude_newer. A cell "
                     "that cannot be resolved is reported with uv's reason; the others still lock. Exit 1 if any "
-                    "cell failed. Cells without pip requirements are skipped, and so are cells that need more than a lock "
+                    "cell failed. A lock whose wheels do not meet the cell's platform (a manylinux floor too low) is refused, "
+                    "naming the distributions and their wheels' tags. Cells without pip requirements are skipped, and so are cells that need more than a lock "
                     "from the default index (the PyTorch index, a source build: `pinmatrix validate` lists them), "
                     "each need said once, unless --with-needs. A full lock (no --stack/-k) removes "
                     "the locks this matrix made for cells it no longer has; locks/owners.json records which matrix "
@@ -72,8 +81,9 @@ def run(args: argparse.Namespace) -> int:
         elif not res.ok:
             console.print(f"          {res.reason}")
 
+    extra_ca = [p for p in (Path(matrix.root) / c for c in matrix.settings.ca_certificates) if p.exists()]
     results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
-                         jobs=args.jobs, on_done=report)
+                         jobs=args.jobs, on_done=report, fetcher=page_reader(extra_ca))
     root, owner = Path(matrix.root), matrix.path.name
     full = args.stack is None and args.keyword is None
     if full and owner != "<stdin>":  # a matrix read from stdin has no name to own locks by

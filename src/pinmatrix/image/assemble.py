@@ -30,7 +30,7 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
-from pinmatrix.image.config import cell_env, cell_labels, image_config
+from pinmatrix.image.config import cell_env, cell_labels, image_config, oci_arch
 from pinmatrix.image.install import VenvLayout, install_wheel
 from pinmatrix.image.layer import (
     DEFAULT_GZIP_LEVEL,
@@ -48,12 +48,14 @@ from pinmatrix.image.oci import (
 from pinmatrix.image.patch_sources import resolve_patch
 from pinmatrix.image.patching import apply_patch, parse_patch
 from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
+from pinmatrix.image.runnable import check_layers, summary
 from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.lock.lockfile import LockEntry
 from pinmatrix.registry.auth import find_credentials
 from pinmatrix.smoke.bundle import smoke_bundle, smoke_files
 
 LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
+MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
 INSTALLER_VERSION = importlib.metadata.version("installer")
 MAX_LAYERS = 100  # like buildLayeredImage: the smallest wheels share one layer past this many
@@ -77,6 +79,7 @@ class AssemblySettings:
     jobs: int = 4  # wheels fetched and laid out at once
     max_layers: int = MAX_LAYERS
     registry_authfile: Path | None = None
+    check_runnable: bool = True  # every ELF's interpreter and libraries resolve in the image (runnable.py)
 
     def layout(self) -> OCILayout:
         return OCILayout(self.layout_dir).init()
@@ -271,6 +274,21 @@ class Assembler:
                                 f"about {need / 1e9:.1f} GB free under {self.settings.cache_dir} and "
                                 f"{self.settings.layout_dir}, {free / 1e9:.1f} GB are")
 
+    def _check_runnable(self, cell: Cell, descriptors: Sequence[LayerDescriptor], base: BaseLayers,
+                        env: dict[str, str], on_step: Callable[[str], None]) -> None:
+        """Refuse an image whose ELF files would not start in it (runnable.py), before its manifest exists."""
+        variables = {k: v for k, _, v in (e.partition("=") for e in base.env)}
+        variables.update(env)
+        arch, _ = oci_arch(cell.platform)
+        found = check_layers([(self.layout.blob_path(d.digest), d.media_type) for d in descriptors], arch,
+                             variables)
+        for p in found:
+            if p.optional:
+                on_step(f"runnable: {p.path} {p.what.split(' (searched ', 1)[0]}: optional, {p.optional}")
+        problems = [p for p in found if not p.optional]
+        if problems:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): the image would not run: {summary(problems)}")
+
     # -- one cell --------------------------------------------------------------------------------------------
 
     def plan(self, cell: Cell, lock_text: str, log: Path, *, dry: bool = False) -> tuple[AssembledImage, dict[str, object]]:
@@ -383,6 +401,9 @@ class Assembler:
         on_step("config")
         image.layers = _merge_small(image.layers, self.settings.max_layers, self, epoch)
         descriptors = [*base.layers, *(p.descriptor for p in image.layers[1:] if p.descriptor)]
+        if self.settings.check_runnable:
+            on_step("runnable")
+            self._check_runnable(cell, descriptors, base, ctx["env"], on_step)  # type: ignore[arg-type]
         history = [f"base {base.name}"] * len(base.layers) + [p.name for p in image.layers[1:]]
         config = image_config(platform=cell.platform, env=ctx["env"], labels=ctx["labels"],  # type: ignore[arg-type]
                               diff_ids=[d.diff_id for d in descriptors], history=history, epoch=epoch,
@@ -420,13 +441,24 @@ def _merge_small(layers: list[PlannedLayer], max_layers: int, assembler: Assembl
     by_size = sorted(wheel_layers, key=lambda p: (-(p.descriptor.size if p.descriptor else 0), p.name))
     small = sorted(by_size[max(keep, 0):], key=lambda p: p.name)
     merged = PlannedLayer("wheels:" + ",".join(p.name.split(":", 1)[1] for p in small),
-                          _key("merged", LAYOUT_FORMAT, [p.key for p in small]))
+                          _key("merged", LAYOUT_FORMAT, MERGE_FORMAT, [p.key for p in small]))
 
     def build(writer: LayerWriter) -> None:
-        for part in small:
+        # Each path once: a directory the first time (the writer skips repeats), any other entry only from the
+        # last layer that has it, as the layers' own order would have left it.
+        last: dict[str, int] = {}
+        for i, part in enumerate(small):
             assert part.descriptor is not None
             with open_layer(assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type) as tar:
                 for member in tar:
+                    if not member.isdir():
+                        last[member.name.removeprefix("./").rstrip("/")] = i
+        for i, part in enumerate(small):
+            assert part.descriptor is not None
+            with open_layer(assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type) as tar:
+                for member in tar:
+                    if not member.isdir() and last.get(member.name.removeprefix("./").rstrip("/")) != i:
+                        continue
                     writer.add_member(member, tar.extractfile(member) if member.isreg() else None)
 
     assembler._cached_or_build(merged, build, epoch)

@@ -168,10 +168,11 @@ class LayerWriter:
         self.entries += 1
 
     def add_member(self, member: tarfile.TarInfo, stream: IO[bytes] | None) -> None:
-        """Copy an entry of another tar (a root filesystem) keeping its type, mode, owner ids and link target;
-        names, user names, times and PAX extras are normalised."""
+        """Copy an entry of another tar (a root filesystem, a wheel's layer) keeping its type, mode, owner ids and
+        link target; names, user names, times and PAX extras are normalised. A directory this layer already holds
+        is not written again (a layer holds each path once: containers/storage refuses repeats)."""
         name = self._clean(member.name.removeprefix("./").rstrip("/")) if member.name not in (".", "./") else ""
-        if not name:
+        if not name or (member.isdir() and name in self._dirs):
             return
         info = tarfile.TarInfo(name)
         info.type, info.mode, info.uid, info.gid = member.type, member.mode, member.uid, member.gid

@@ -77,9 +77,24 @@ def _stream_load(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> No
             code = proc.wait()
         if code != 0:
             output.seek(0)
-            text = output.read().decode("utf-8", "replace")
-            last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["no output"]
-            raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {code}): {last[0]}")
+            text = output.read(MAX_LOAD_OUTPUT).decode("utf-8", "replace")
+            raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {code}): {load_cause(text)}")
+
+
+MAX_LOAD_OUTPUT = 1 << 20  # bytes of the engine's output read for the cause
+
+
+def load_cause(text: str, archive_format: str = "oci-archive") -> str:
+    """Why the engine refused a load, in one line: podman tries every image format and lists each one's error
+    after an ``Error:`` line, the last being for a format pinmatrix did not send (``dir``); the cause is the
+    error line with the entry for the format it sent. Else the ``Error:`` line, else the last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    error = next((ln.removeprefix("Error:").strip() for ln in lines if ln.startswith("Error:")), None)
+    entry = next((ln.removeprefix("*").strip() for ln in lines if ln.removeprefix("*").strip().startswith(
+        f"{archive_format}:")), None)
+    if error is not None:
+        return f"{error.rstrip(':')}; {entry}" if entry else error
+    return lines[-1] if lines else "no output"
 
 
 def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool,

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -34,6 +35,17 @@ DEFAULT_SOURCE_DATE_EPOCH = 1_735_689_600
 # The Python each Debian suite ships as python3: a cell's Python must be its base's.
 DEBIAN_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "forky": "3.13"}
 REQUIRED_PACKAGES: tuple[str, ...] = ("python3",)
+# An extract base runs no maintainer script, so it holds only what packages ship: these ship what any program
+# needs to start (trixie's base-files: the usr-merge links /bin, /lib -> usr/..., so the ELF interpreter
+# /lib/ld-linux-aarch64.so.1 resolves; dash: /usr/bin/sh; the C++ runtime torch and vLLM link).
+EXTRACT_PACKAGES: tuple[str, ...] = ("base-files", "dash", "libgcc-s1", "libstdc++6")
+# What maintainer scripts would have made, written as data into an extract base where the packages left it out:
+# the accounts (vLLM's import asks for the user's name) and update-ca-certificates' bundle.
+EXTRACT_PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+EXTRACT_GROUP = b"root:x:0:\nnogroup:x:65534:\n"
+CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
+CA_SOURCES = "usr/share/ca-certificates/"
+EXTRACT_FORMAT = 1  # bump when what an extract base gets beyond its packages changes
 PATH_EXCLUDES: tuple[str, ...] = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*",
                                   "/usr/share/locale/*", "/usr/share/lintian/*")
 # Host state mmdebstrap copies in, and what the container runtime provides at run time instead.
@@ -59,7 +71,10 @@ class RootfsInputs:
     format: int = ROOTFS_FORMAT
 
     def key(self) -> str:
-        return sha256_bytes(json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode())[:20]
+        data: dict[str, object] = asdict(self)
+        if self.variant == "extract":
+            data["extract_format"] = EXTRACT_FORMAT
+        return sha256_bytes(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())[:20]
 
 
 @dataclass(frozen=True)
@@ -117,7 +132,8 @@ def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"),
 def rootfs_inputs(spec: BaseSpec, platform: str) -> RootfsInputs:
     return RootfsInputs(
         suite=spec.suite or DEFAULT_SUITE,
-        packages=tuple(sorted(set(REQUIRED_PACKAGES) | set(spec.packages))),
+        packages=tuple(sorted(set(REQUIRED_PACKAGES) | set(spec.packages)
+                              | (set(EXTRACT_PACKAGES) if spec.variant == "extract" else set()))),
         source_date_epoch=spec.source_date_epoch if spec.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH,
         arch=debian_arch(platform),
         mirror=(spec.mirror or host_debian_mirror()).rstrip("/"),
@@ -151,10 +167,14 @@ def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
         raise BaseImageError(f"mmdebstrap {inputs.suite} ({inputs.arch}) failed (exit {proc.returncode}): {tail[0]}")
 
 
-def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int) -> tuple[LayerDescriptor, str | None]:
-    """The Debian tree as a layer (host state and device nodes left out); also the python3 X.Y it holds."""
+def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int, *,
+                  extract: bool = False) -> tuple[LayerDescriptor, str | None]:
+    """The Debian tree as a layer (host state and device nodes left out); also the python3 X.Y it holds.
+    ``extract``: the tree was only unpacked, so what maintainer scripts make is added as data (``extract_data``)."""
     writer = LayerWriter(layout.blobs, epoch=epoch)
     python: str | None = None
+    names: set[str] = set()
+    certs: dict[str, bytes] = {}
     try:
         with tarfile.open(tar_path, "r:") as src:
             for member in src:
@@ -163,11 +183,36 @@ def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int) -> tuple[LayerD
                     continue
                 if name == "usr/bin/python3" and member.issym():
                     python = member.linkname.removeprefix("python")
-                writer.add_member(member, src.extractfile(member) if member.isreg() else None)
+                names.add(name)
+                stream = src.extractfile(member) if member.isreg() else None
+                if extract and stream is not None and name.startswith(CA_SOURCES) and name.endswith(".crt") \
+                        and member.size <= 1 << 20:
+                    certs[name] = stream.read(1 << 20)
+                    writer.add_member(member, io.BytesIO(certs[name]))
+                    continue
+                writer.add_member(member, stream)
+            if extract:
+                for name, data in extract_data(names, certs):
+                    writer.add_bytes(name, data)
     except BaseException:
         writer.abort()
         raise
     return writer.close(), python
+
+
+def extract_data(names: set[str], certs: dict[str, bytes]) -> list[tuple[str, bytes]]:
+    """The files an extract base lacks because no maintainer script ran: ``/etc/passwd`` and ``/etc/group``
+    (root and nobody), and the CA bundle update-ca-certificates would write (every certificate under
+    /usr/share/ca-certificates, in its sorted order). Files the packages did ship are left as they are."""
+    out: list[tuple[str, bytes]] = []
+    if "etc/passwd" not in names:
+        out.append(("etc/passwd", EXTRACT_PASSWD))
+    if "etc/group" not in names:
+        out.append(("etc/group", EXTRACT_GROUP))
+    if CA_BUNDLE not in names and certs:
+        bundle = b"".join(data if data.endswith(b"\n") else data + b"\n" for _, data in sorted(certs.items()))
+        out.append((CA_BUNDLE, bundle))
+    return out
 
 
 def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Path, log: Path, *,
@@ -195,7 +240,8 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
         with tempfile.TemporaryDirectory(prefix="pinmatrix-rootfs-", dir=cache_dir) as tmp:
             tar_path = Path(tmp) / "rootfs.tar"
             _mmdebstrap(inputs, tar_path, log)
-            layer, python = _rootfs_layer(tar_path, layout, inputs.source_date_epoch)
+            layer, python = _rootfs_layer(tar_path, layout, inputs.source_date_epoch,
+                                          extract=inputs.variant == "extract")
         _link_or_copy(layout.blob_path(layer.digest), kept)  # another layout on this machine reuses it
         atomic_write_text(record, json.dumps({"inputs": asdict(inputs), "layer": layer.to_json(), "python": python},
                                              indent=1, sort_keys=True))

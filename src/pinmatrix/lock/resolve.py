@@ -16,9 +16,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import LockError
+from pinmatrix.image.wheels import (
+    DEFAULT_INDEX,
+    IndexUnreachable,
+    WheelError,
+    WheelFetcher,
+    cell_target,
+    ssl_context,
+)
+from pinmatrix.lock.lockfile import LockFileError, parse_lock
 
 LOCK_DIR = Path("locks")
 
@@ -97,7 +108,71 @@ def _uv_reason(stderr: str) -> str:
     return text[:600] if text else "uv failed without a message"
 
 
-def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None = None) -> LockResult:
+def _wheel_platforms(fetcher: WheelFetcher, cell: Cell, name: str, hashes: set[str]) -> list[str]:
+    """The platform tags of the wheels whose sha256 the lock lists for ``name`` (on any of the cell's indexes)."""
+    indexes = [i.url for i in cell.indexes] or [DEFAULT_INDEX]
+    tags: set[str] = set()
+    for index in indexes:
+        for f in fetcher.files(index, name):
+            file_hashes = f.get("hashes")
+            sha = file_hashes.get("sha256") if isinstance(file_hashes, dict) else None
+            if sha not in hashes:
+                continue
+            try:
+                tags.update(t.platform for t in parse_wheel_filename(str(f.get("filename", "")))[3])
+            except InvalidWheelFilename:
+                continue
+    return sorted(tags)
+
+
+def _floor(platforms: list[str], arch: str) -> int | None:
+    """The lowest glibc minor of ``manylinux_2_N_<arch>`` among ``platforms`` (the platform floor they need)."""
+    minors = [int(p.split("_")[2]) for p in platforms
+              if p.startswith("manylinux_2_") and p.endswith(f"_{arch}") and p.split("_")[2].isdigit()]
+    return min(minors) if minors else None
+
+
+def platform_floor_problem(cell: Cell, body: str, fetcher: WheelFetcher) -> str | None:
+    """None when every locked distribution has a wheel (with a locked hash) for the cell's platform; else one
+    line naming each distribution that has none and the platform tags its wheels carry. uv resolves such a lock
+    (it may fall back to an sdist); the image build installs wheels only, so the lock is refused here."""
+    try:
+        lock = parse_lock(body, "the new lock")
+    except LockFileError as err:
+        return str(err)
+    target = cell_target(cell)
+    try:
+        arch = target.arch
+    except WheelError:
+        return None  # not ARCH-manylinux_2_N: no image is built for it, no floor to check
+    missing: list[str] = []
+    floors: list[int] = []
+    for entry in lock.entries:
+        try:
+            fetcher.choose(entry, target, cell.indexes)
+        except IndexUnreachable:
+            raise
+        except WheelError:
+            tags = _wheel_platforms(fetcher, cell, entry.name, {h.split(":", 1)[1] for h in entry.hashes})
+            floor = _floor(tags, arch)
+            if floor is not None:
+                floors.append(floor)
+            missing.append(f"{entry.name}=={entry.version} (its wheels: {', '.join(tags) or 'none, an sdist only'})")
+    if not missing:
+        return None
+    hint = (f"; lock for {arch}-manylinux_2_{max(floors)} or newer" if len(floors) == len(missing) else "")
+    return f"the locked wheels do not meet the platform {cell.platform}: {'; '.join(missing)}{hint}"
+
+
+def page_reader(extra_ca: Sequence[Path] = ()) -> WheelFetcher:
+    """A reader of the indexes' JSON pages (it downloads no wheel) trusting the system's and ``extra_ca``."""
+    return WheelFetcher(Path(tempfile.gettempdir()) / "pinmatrix-no-wheels", context=ssl_context(extra_ca))
+
+
+def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None = None,
+              fetcher: WheelFetcher | None = None) -> LockResult:
+    """Lock one cell; with ``fetcher``, a lock whose wheels do not meet the cell's platform is refused (not
+    written), naming the distributions and their wheels' tags."""
     uv = uv or find_uv()
     target = lock_path(cell, root)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -113,6 +188,13 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
         if proc.returncode != 0:
             return LockResult(cell, target, ok=False, reason=_uv_reason(proc.stderr))
         body = out.read_text(encoding="utf-8")
+    if fetcher is not None:
+        try:
+            problem = platform_floor_problem(cell, body, fetcher)
+        except WheelError as err:
+            return LockResult(cell, target, ok=False, reason=f"cannot check the locked wheels' platforms: {err}")
+        if problem:
+            return LockResult(cell, target, ok=False, reason=problem)
     content = header(cell, uv_version(uv)) + body
     if target.is_file() and target.read_text(encoding="utf-8") == content:
         return LockResult(cell, target, ok=True, changed=False)
@@ -121,12 +203,15 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
 
 
 def lock_cells(cells: Sequence[Cell], root: Path = Path("."), exclude_newer: str | None = None, jobs: int = 4,
-               on_done: Callable[[LockResult], None] | None = None) -> list[LockResult]:
-    """Lock every cell; one that cannot be resolved does not stop the others."""
+               on_done: Callable[[LockResult], None] | None = None,
+               fetcher: WheelFetcher | None = None) -> list[LockResult]:
+    """Lock every cell; one that cannot be resolved does not stop the others. With ``fetcher`` (``page_reader``),
+    each lock's wheels are checked against its cell's platform through the indexes' JSON pages, each page read
+    once for all cells."""
     uv = find_uv()
     results: list[LockResult] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(lock_cell, c, root, exclude_newer, uv) for c in cells]
+        futures = [pool.submit(lock_cell, c, root, exclude_newer, uv, fetcher) for c in cells]
         for fut in futures:
             res = fut.result()
             results.append(res)

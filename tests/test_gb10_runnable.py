@@ -1,0 +1,162 @@
+"""The static runnability check (image/runnable.py, image/elf.py) on tiny ELF files compiled here with Debian's
+gcc: a missing interpreter and a missing library are named, $ORIGIN RPATH and the config's LD_LIBRARY_PATH are
+honoured, the driver's libraries are host-provided, optional plugins do not fail, a malformed header is named as
+such; and the extract base gets what a program needs as data."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import struct
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import require_binaries
+from pinmatrix.image.elf import ElfError, read_elf_bytes
+from pinmatrix.image.layer import MEDIA_TYPE_TAR
+from pinmatrix.image.rootfs import CA_BUNDLE, EXTRACT_PACKAGES, extract_data, rootfs_inputs
+from pinmatrix.image.runnable import check_layers, parse_rules, summary
+from pinmatrix.cell import BaseSpec
+
+INTERP = "/lib64/ld-linux-x86-64.so.2"
+
+
+def _compile(tmp: Path, name: str, source: str, *args: str) -> bytes:
+    require_binaries("gcc")
+    src = tmp / f"{name}.c"
+    src.write_text(source)
+    out = tmp / name
+    subprocess.run(["gcc", "-o", str(out), str(src), *args], check=True, capture_output=True)
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def elves(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    tmp = tmp_path_factory.mktemp("elves")
+    lib = _compile(tmp, "libgone.so.1", "int gone(void) { return 1; }\n", "-shared", "-fPIC", "-Wl,-soname,libgone.so.1")
+    shutil.copy(tmp / "libgone.so.1", tmp / "libgone.so")
+    prog = _compile(tmp, "prog", "int gone(void);\nint main(void) { return gone(); }\n", f"-L{tmp}", "-lgone",
+                    "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--disable-new-dtags")
+    plain = _compile(tmp, "plain", "int main(void) { return 0; }\n")
+    return {"lib": lib, "prog": prog, "plain": plain}
+
+
+def _layer(tmp: Path, files: dict[str, bytes], links: dict[str, str] | None = None) -> tuple[Path, str]:
+    path = tmp / f"layer-{len(list(tmp.glob('layer-*')))}.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return path, MEDIA_TYPE_TAR
+
+
+def _system(tmp: Path) -> tuple[Path, str]:
+    """A loader and a C library where an amd64 Debian image has them (contents do not matter to the check)."""
+    return _layer(tmp, {"usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2": b"loader",
+                        "usr/lib/x86_64-linux-gnu/libc.so.6": b"libc"},
+                  {"lib64": "usr/lib64", "usr/lib64/ld-linux-x86-64.so.2": "../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+                   "lib": "usr/lib"})
+
+
+def test_the_reader_gets_interpreter_needed_soname_and_rpath(elves: dict[str, bytes]) -> None:
+    prog = read_elf_bytes(elves["prog"])
+    assert (prog.interpreter, prog.arch) == (INTERP, "amd64")
+    assert prog.needed == ("libgone.so.1", "libc.so.6") and prog.rpath == ("$ORIGIN/../lib",) and not prog.runpath
+    lib = read_elf_bytes(elves["lib"])
+    assert (lib.soname, lib.interpreter) == ("libgone.so.1", None)
+
+
+@pytest.mark.parametrize(("cut", "message"), [
+    (lambda b: b[:40], "the ELF header"),
+    (lambda b: b[:4] + b"\x09" + b[5:], "unknown ELF class 9"),
+    (lambda b: b[:32] + struct.pack("<Q", 1 << 40) + b[40:], "the program header table"),
+    (lambda b: b[:56] + struct.pack("<H", 60000) + b[58:], "program headers are more than"),
+])
+def test_a_malformed_header_is_named_as_such(elves: dict[str, bytes], cut, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(ElfError, match=message):
+        read_elf_bytes(cut(elves["plain"]))
+
+
+def test_a_missing_loader_and_a_missing_library_are_named(elves: dict[str, bytes], tmp_path: Path) -> None:
+    progs = _layer(tmp_path, {"opt/app/bin/prog": elves["prog"], "usr/bin/plain": elves["plain"],
+                              "opt/app/bin/broken": elves["plain"][:4] + b"\x09" + elves["plain"][5:]})
+    problems = check_layers([progs], "amd64", {})
+    found = {(p.path, p.what.split(" (searched", 1)[0]) for p in problems}
+    assert found == {
+        ("/opt/app/bin/prog", f"its interpreter {INTERP} is not in the image"),
+        ("/usr/bin/plain", f"its interpreter {INTERP} is not in the image"),
+        ("/opt/app/bin/prog", "needs libgone.so.1, which is nowhere in the image"),
+        ("/opt/app/bin/prog", "needs libc.so.6, which is nowhere in the image"),
+        ("/usr/bin/plain", "needs libc.so.6, which is nowhere in the image"),
+        ("/opt/app/bin/broken", "malformed ELF file: unknown ELF class 9 (1: 32-bit, 2: 64-bit)"),
+    }
+    line = summary([p for p in problems if "libgone" in p.what])
+    assert line.startswith("1 ELF problem(s): needs libgone.so.1") and "/opt/app/bin/prog" in line
+    searched = next(p.what for p in problems if "libgone" in p.what)
+    assert "/opt/app/bin/../lib" in searched  # $ORIGIN expanded to the file's own folder
+
+    # With the system layer the loader (through /lib64 -> usr/lib64 -> ../lib/...) and libc resolve.
+    problems = check_layers([_system(tmp_path), progs], "amd64", {})
+    assert {p.what.split(" (", 1)[0] for p in problems if p.path == "/opt/app/bin/prog"} == {
+        "needs libgone.so.1, which is nowhere in the image"}
+
+
+def test_rpath_origin_ld_library_path_and_the_host_driver_resolve(elves: dict[str, bytes], tmp_path: Path) -> None:
+    system = _system(tmp_path)
+    beside = _layer(tmp_path, {"opt/app/bin/prog": elves["prog"], "opt/app/lib/libgone.so.1": elves["lib"]})
+    assert check_layers([system, beside], "amd64", {}) == []
+    # Elsewhere, found through the config's LD_LIBRARY_PATH only.
+    apart = _layer(tmp_path, {"srv/prog": elves["prog"], "srv/libs/libgone.so.1": elves["lib"]})
+    assert check_layers([system, apart], "amd64", {"LD_LIBRARY_PATH": "/srv/libs"}) == []
+    # The driver's libraries come from the host; a later layer's whiteout removes a library again.
+    gone = _layer(tmp_path, {"opt/app/lib/.wh.libgone.so.1": b""})
+    problems = check_layers([system, beside, gone], "amd64", {})
+    assert [p.what.split(" (", 1)[0] for p in problems] == ["needs libgone.so.1, which is nowhere in the image"]
+
+
+def test_driver_libraries_are_host_provided_and_optional_plugins_do_not_fail(tmp_path: Path) -> None:
+    require_binaries("gcc")
+    for name in ("cuda", "nvidia-ml", "mlx5"):
+        _compile(tmp_path, f"lib{name}.so.1", "int f(void) { return 0; }\n", "-shared", "-fPIC",
+                 f"-Wl,-soname,lib{name}.so.1")
+        shutil.copy(tmp_path / f"lib{name}.so.1", tmp_path / f"lib{name}.so")
+    uses = _compile(tmp_path, "libuses.so", "int f(void);\nint g(void) { return f(); }\n", "-shared", "-fPIC",
+                    f"-L{tmp_path}", "-lcuda", "-lnvidia-ml")
+    plugin = _compile(tmp_path, "plugin.so", "int f(void);\nint g(void) { return f(); }\n", "-shared", "-fPIC",
+                      f"-L{tmp_path}", "-lmlx5")
+    site = "opt/venv/lib/python3.13/site-packages"
+    layer = _layer(tmp_path, {f"{site}/torch/lib/libuses.so": uses,
+                              f"{site}/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3": plugin})
+    problems = [p for p in check_layers([_system(tmp_path), layer], "amd64", {}) if "libc.so" not in p.what]
+    assert [(p.path, p.what.split(" (", 1)[0], bool(p.optional)) for p in problems] == [
+        (f"/{site}/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3",
+         "needs libmlx5.so.1, which is nowhere in the image", True)]
+
+
+def test_the_rules_file_is_checked(tmp_path: Path) -> None:
+    from pinmatrix.image.runnable import RunnableError
+
+    with pytest.raises(RunnableError, match=r"runnable.toml: loader: required key is missing"):
+        parse_rules("[host_provided]\nsource = 'x'\nlibraries = []\n[optional]\nsource = 'y'\n")
+
+
+def test_an_extract_base_gets_what_programs_need_to_start() -> None:
+    spec = BaseSpec(kind="mmdebstrap", suite="trixie", packages=("python3",), variant="extract", mirror="http://m")
+    inputs = rootfs_inputs(spec, "aarch64-manylinux_2_35")
+    assert set(EXTRACT_PACKAGES) <= set(inputs.packages) and {"base-files", "dash", "libstdc++6"} <= set(inputs.packages)
+    minbase = rootfs_inputs(BaseSpec(kind="mmdebstrap", suite="trixie", packages=("python3",), mirror="http://m"),
+                            "x86_64-manylinux_2_28")
+    assert "dash" not in minbase.packages
+    certs = {"usr/share/ca-certificates/mozilla/B.crt": b"B", "usr/share/ca-certificates/mozilla/A.crt": b"A\n"}
+    made = dict(extract_data({"usr/bin/python3"}, certs))
+    assert made["etc/passwd"].startswith(b"root:x:0:0:root:/root:/bin/sh\n")
+    assert made["etc/group"].startswith(b"root:x:0:\n") and made[CA_BUNDLE] == b"A\nB\n"
+    assert dict(extract_data({"etc/passwd", "etc/group", CA_BUNDLE}, certs)) == {}
