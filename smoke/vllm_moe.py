@@ -14,6 +14,8 @@ and its token) within L sd of the reference's (sd: the reference row's standard 
   CUTLASS, a JIT build of FlashInfer's whole fused-MoE module on first use).
 - vllm-moe-fp8: the reference's weights are quantised to e4m3 and back as vLLM does it (amax/448 per fused q/k/v,
   o_proj, expert w1+w3, w2); only the dynamic e4m3 activations differ (emulated: 0.11 sd): T = 0.3, L = 0.4 sd.
+- vllm-moe-block-fp8: the reference's experts are the written e4m3 values x their 128x128 block scales, exactly;
+  vLLM's activations are e4m3 per 128-element group (emulated: see BOUNDS): T = 0.3, L = 0.4 sd.
 - vllm-moe-nvfp4: the reference's experts are the written e2m1 codes x e4m3 block scales x global scale, exactly;
   FP4 activations (emulated: 0.12 sd) allow T = 0.5, L = 0.6 sd. Skipped below sm_100 (no FP4 tensor cores).
 Faults (PINMATRIX_FAULT), each must fail: perturb-expert (the expert layer 0 ranks first for the last prompt token
@@ -64,6 +66,14 @@ SMOKES = {
         "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"], "min_capability": "8.9"},
         "timeout_s": 480,
     },
+    "vllm-moe-block-fp8": {
+        "func": "moe_block_fp8",
+        "description": "The same Mixtral from a 128x128-block FP8 checkpoint of its experts (written here; "
+        "DeepSeek-style weight_scale_inv), against the reference with the dequantised experts; the block "
+        "scheme is the one FlashInfer CUTLASS takes on sm_90 (VLLM_USE_FLASHINFER_MOE_FP8=1).",
+        "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"], "min_capability": "8.9"},
+        "timeout_s": 600,
+    },
     "vllm-moe-nvfp4": {
         "func": "moe_nvfp4",
         "description": "The same Mixtral with NVFP4 experts (a ModelOpt checkpoint written here), against the "
@@ -86,12 +96,14 @@ CONFIG = {
 }
 # (token bound, logprob bound) in reference-row standard deviations; see the module docstring.
 # Chosen from a CPU emulation of each path against its reference (results/h200/vllm/calibrate.py): clean runs
-# worst logprob 0.014 (bf16), 0.105 (fp8), 0.123 (nvfp4) sd; with the perturbed expert 2.15, 2.25, 1.79 sd.
-BOUNDS = {"bf16": (0.1, 0.1), "fp8": (0.3, 0.4), "nvfp4": (0.5, 0.6)}
+# worst logprob 0.014 (bf16), 0.105 (fp8), 0.030 (block-fp8), 0.123 (nvfp4) sd; with the perturbed expert 2.15,
+# 2.25, 2.14, 1.79 sd.
+BOUNDS = {"bf16": (0.1, 0.1), "fp8": (0.3, 0.4), "block-fp8": (0.3, 0.4), "nvfp4": (0.5, 0.6)}
 FAULTS = ("perturb-expert", "wrong-token")
 FP8_MAX = 448.0
 FP4_MAX = 6.0
 NVFP4_BLOCK = 16
+FP8_BLOCK = 128
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -178,55 +190,89 @@ def nvfp4_quantize(torch: Any, w: Any) -> tuple[Any, Any, Any, Any]:
     return packed, block_scale, torch.tensor(scale_2, dtype=torch.float32), deq
 
 
-def _nvfp4_tensors(torch: Any, src: str, input_amax: dict[str, float]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``src``'s tensors with every expert weight in ModelOpt NVFP4 (weight, weight_scale, weight_scale_2,
-    input_scale), and the exact dequantised float32 of each quantised weight."""
+def _quantized_experts(torch: Any, src: str, quantize: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``src``'s tensors with every expert weight replaced by ``quantize(stem, weight)`` -> (its checkpoint
+    tensors, its exact dequantised float32), and those dequantised weights by name."""
     from safetensors.torch import load_file
 
     out: dict[str, Any] = {}
     deq: dict[str, Any] = {}
     for name, t in load_file(os.path.join(src, "model.safetensors")).items():
-        if ".block_sparse_moe.experts." not in name or not name.endswith(".weight"):
+        if ".block_sparse_moe.experts." in name and name.endswith(".weight"):
+            parts, deq[name] = quantize(name[: -len(".weight")], t)
+            out.update(parts)
+        else:
             out[name] = t
-            continue
-        stem = name[: -len(".weight")]
-        packed, block_scale, scale_2, deq[name] = nvfp4_quantize(torch, t)
-        out[name], out[stem + ".weight_scale"], out[stem + ".weight_scale_2"] = packed, block_scale, scale_2
-        out[stem + ".input_scale"] = torch.tensor(input_amax[stem] / (FP4_MAX * FP8_MAX), dtype=torch.float32)
     return out, deq
 
 
-def _write_nvfp4(torch: Any, src: str, dst: str, input_amax: dict[str, float]) -> int:
-    """``dst``: ``src`` with its experts in ModelOpt NVFP4 (attention, gate, embeddings and lm_head excluded,
-    kept bf16). Returns the number of quantised weights."""
+def _save_checkpoint(src: str, dst: str, tensors: dict[str, Any], quantization_config: dict[str, Any]) -> None:
+    """``dst``: ``tensors`` and ``src``'s config with ``quantization_config`` (how vLLM reads a quantised model)."""
     import shutil
 
     from safetensors.torch import save_file
 
-    out, deq = _nvfp4_tensors(torch, src, input_amax)
     os.makedirs(dst, exist_ok=True)
-    save_file(out, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    save_file(tensors, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
     for f in os.listdir(src):
         if f.endswith(".json") and f != "config.json":
             shutil.copy(os.path.join(src, f), dst)
     with open(os.path.join(src, "config.json")) as fh:
         config = json.load(fh)
-    config["quantization_config"] = {
-        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": NVFP4_BLOCK, "kv_cache_quant_algo": None,
-        "exclude_modules": ["lm_head", "model.embed_tokens", "model.layers.*.self_attn*",
-                            "model.layers.*.block_sparse_moe.gate"],
-    }
+    config["quantization_config"] = quantization_config
     with open(os.path.join(dst, "config.json"), "w") as fh:
         json.dump(config, fh, indent=1)
-    return len(deq)
 
 
-def _nvfp4_reference(torch: Any, model: Any, src: str, input_amax: dict[str, float]) -> None:
-    """The reference's experts become the dequantised NVFP4 weights of the unperturbed checkpoint ``src``."""
-    _, deq = _nvfp4_tensors(torch, src, input_amax)
+def _dequantised_into(torch: Any, model: Any, deq: dict[str, Any]) -> None:
     with torch.no_grad():
         for name, value in deq.items():
             model.get_parameter(name).copy_(value)
+
+
+def _nvfp4_quantizer(torch: Any, input_amax: dict[str, float]) -> Any:
+    def quantize(stem: str, w: Any) -> tuple[dict[str, Any], Any]:
+        packed, block_scale, scale_2, deq = nvfp4_quantize(torch, w)
+        input_scale = torch.tensor(input_amax[stem] / (FP4_MAX * FP8_MAX), dtype=torch.float32)
+        return {stem + ".weight": packed, stem + ".weight_scale": block_scale, stem + ".weight_scale_2": scale_2,
+                stem + ".input_scale": input_scale}, deq
+    return quantize
+
+
+NVFP4_CONFIG = {
+    "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": NVFP4_BLOCK, "kv_cache_quant_algo": None,
+    "exclude_modules": ["lm_head", "model.embed_tokens", "model.layers.*.self_attn*",
+                        "model.layers.*.block_sparse_moe.gate"],
+}
+
+
+def fp8_block_quantize(torch: Any, w: Any) -> tuple[Any, Any, Any]:
+    """One weight (out, in) in 128x128-block FP8 as vLLM's Fp8Config with weight_block_size reads it: e4m3
+    values, one float32 ``weight_scale_inv`` (amax / 448, the multiplier) per block, and the exact dequantised."""
+    out_f, in_f = w.shape
+    if out_f % FP8_BLOCK or in_f % FP8_BLOCK:
+        raise ValueError(f"a {out_f}x{in_f} weight is not made of {FP8_BLOCK}x{FP8_BLOCK} blocks")
+    blocks = w.float().reshape(out_f // FP8_BLOCK, FP8_BLOCK, in_f // FP8_BLOCK, FP8_BLOCK)
+    scale = (blocks.abs().amax(dim=(1, 3)) / FP8_MAX).clamp(min=1e-12)
+    q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    deq = (q.float() * scale[:, None, :, None]).reshape(out_f, in_f)
+    return q.reshape(out_f, in_f), scale, deq
+
+
+def _block_fp8_quantizer(torch: Any) -> Any:
+    def quantize(stem: str, w: Any) -> tuple[dict[str, Any], Any]:
+        q, scale, deq = fp8_block_quantize(torch, w)
+        return {stem + ".weight": q, stem + ".weight_scale_inv": scale}, deq
+    return quantize
+
+
+def block_fp8_config() -> dict[str, Any]:
+    """Fp8Config of a 128x128-block FP8 checkpoint of the experts; attention stays bf16 (ignored_layers names
+    every shard of each fused q/k/v, as vLLM's is_layer_skipped wants), gate and lm_head are never quantised."""
+    ignored = [f"model.layers.{i}.self_attn.{p}_proj" for i in range(CONFIG["num_hidden_layers"])
+               for p in ("q", "k", "v", "o")]
+    return {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [FP8_BLOCK, FP8_BLOCK],
+            "ignored_layers": ignored}
 
 
 def _expert_input_amax(torch: Any, model: Any, ids: list[int]) -> dict[str, float]:
@@ -346,14 +392,19 @@ def _engine_and_check(ctx: Context, kind: str, torch: Any, injected: str | None,
             engine_dir = os.path.join(tmp, "perturbed")
             expert = _perturbed_copy(torch, _load_reference(torch, src).to("cuda"), src, engine_dir)
             ctx.metric("fault_expert", f"layer 0 expert {expert} w2 x {PERTURB_FACTOR:g}")
-        if kind == "nvfp4":
-            greedy = reference.generate(torch.tensor([PROMPT], device="cuda"), max_new_tokens=NEW_TOKENS,
-                                        do_sample=False)[0].tolist()
-            amax = _expert_input_amax(torch, reference, greedy)
-            nv_dir = os.path.join(tmp, "nvfp4")
-            ctx.metric("nvfp4_weights", _write_nvfp4(torch, engine_dir, nv_dir, amax))
-            _nvfp4_reference(torch, reference, src, amax)
-            engine_dir = nv_dir
+        if kind in ("nvfp4", "block-fp8"):
+            if kind == "nvfp4":
+                greedy = reference.generate(torch.tensor([PROMPT], device="cuda"), max_new_tokens=NEW_TOKENS,
+                                            do_sample=False)[0].tolist()
+                quantize, config = _nvfp4_quantizer(torch, _expert_input_amax(torch, reference, greedy)), NVFP4_CONFIG
+            else:
+                quantize, config = _block_fp8_quantizer(torch), block_fp8_config()
+            quant_dir = os.path.join(tmp, kind)
+            tensors, deq = _quantized_experts(torch, engine_dir, quantize)  # the perturbed expert too, if any
+            _save_checkpoint(engine_dir, quant_dir, tensors, config)
+            ctx.metric("quantised_weights", len(deq))
+            _dequantised_into(torch, reference, _quantized_experts(torch, src, quantize)[1])
+            engine_dir = quant_dir
         log(f"[{ctx.name}] engine on {engine_dir} (quantization={quantization})")
         tokens, logprobs = _generate(ctx, engine_dir, quantization, tee)
         rows = reference_rows(torch, reference, tokens)
@@ -366,6 +417,10 @@ def moe_bf16(ctx: Context) -> None:
 
 def moe_fp8(ctx: Context) -> None:
     _run(ctx, "fp8")
+
+
+def moe_block_fp8(ctx: Context) -> None:
+    _run(ctx, "block-fp8")
 
 
 def nvfp4_unsupported(capability: str) -> str | None:

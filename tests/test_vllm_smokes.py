@@ -289,6 +289,18 @@ def test_nvfp4_skips_on_sm90_with_its_reason(monkeypatch: pytest.MonkeyPatch) ->
     assert "NVFP4" not in str(err.value)
 
 
+def test_block_fp8_checkpoint_config_keeps_attention_bf16() -> None:
+    """vLLM's is_layer_skipped matches ignored_layers by full name and wants every shard of a fused q/k/v alike."""
+    config = vm.block_fp8_config()
+    assert config["quant_method"] == "fp8" and config["weight_block_size"] == [128, 128]
+    assert config["activation_scheme"] == "dynamic"
+    layers = vm.CONFIG["num_hidden_layers"]
+    assert sorted(config["ignored_layers"]) == sorted(f"model.layers.{i}.self_attn.{p}_proj" for i in range(layers)
+                                                      for p in "qkvo")
+    for dim in ("hidden_size", "intermediate_size"):  # expert weights are made of whole 128x128 blocks
+        assert vm.CONFIG[dim] % vm.FP8_BLOCK == 0
+
+
 def test_fault_names_are_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in vm.FAULTS:
         monkeypatch.setenv("PINMATRIX_FAULT", name)
@@ -299,7 +311,8 @@ def test_fault_names_are_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_smokes_run_through_the_runner_and_skip_without_a_gpu(tmp_path: Path) -> None:
-    names = ("vllm-generate", "vllm-moe-bf16", "vllm-moe-bf16-triton", "vllm-moe-fp8", "vllm-moe-nvfp4")
+    names = ("vllm-generate", "vllm-moe-bf16", "vllm-moe-bf16-triton", "vllm-moe-fp8", "vllm-moe-block-fp8",
+             "vllm-moe-nvfp4")
     store = ResultsStore(tmp_path / "r.sqlite")
     opts = RunOptions(smoke_dir=SMOKE, logs_dir=tmp_path / "logs", repo_root=ROOT)
     runs = run_cells([HostCell(id="aaaaaaaaaab1", smokes=names)], store, opts,
@@ -314,7 +327,8 @@ def test_catalogue_and_the_shipped_h200_vllm_stack() -> None:
     matrix = load_matrix(ROOT / "matrix.toml")
     stack = matrix.stacks["h200-vllm"]
     assert stack.platform == "x86_64-manylinux_2_35"  # vllm 0.20.0's x86_64 wheel tag
-    assert set(stack.smokes) == {"host-probe", "vllm-generate", "vllm-moe-bf16", "vllm-moe-fp8", "vllm-moe-nvfp4"}
+    assert set(stack.smokes) == {"host-probe", "vllm-generate", "vllm-moe-bf16", "vllm-moe-fp8", "vllm-moe-block-fp8",
+                                 "vllm-moe-nvfp4"}
     assert all(name in catalogue for name in stack.smokes)
     assert catalogue["vllm-moe-bf16-triton"].module.name == "vllm_moe.py"  # selected with its group vllm-moe-bf16
     assert vm.SMOKES["vllm-moe-bf16-triton"]["engine"] == {"moe_backend": "triton"}

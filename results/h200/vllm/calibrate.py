@@ -2,11 +2,12 @@
 activation quantisation of vLLM's kernels done by hooks: e4m3 per token before the attention projections, e4m3
 per tensor before each expert's w1/w3/w2, NVFP4 blocks before the experts) against the smoke's own reference, on
 the smoke's own model, clean and with the perturb-expert fault. Needs torch (a CPU build is enough) and
-transformers 4.57.6; run from the repository root:  python results/h200/vllm/calibrate.py bf16 fp8 nvfp4
+transformers 4.57.6; run from the repository root:  python results/h200/vllm/calibrate.py [bf16 fp8 block-fp8 nvfp4]
 
 Measured 2026-12-01 (torch 2.13.0+cpu): worst token / worst logprob deviation in reference-row sd,
   bf16  clean 0.0 / 0.014   perturbed 1.10 / 2.15
   fp8   clean 0.047 / 0.105 perturbed 0.52 / 2.25
+  block-fp8 clean 0.008 / 0.030 perturbed 0.49 / 2.14
   nvfp4 clean 0.0 / 0.123   perturbed 0.44 / 1.79
 """
 import os
@@ -37,6 +38,15 @@ def per_tensor(_module, args):
     return None if args[0].numel() == 0 else (_qdq_e4m3(args[0], args[0].abs().max()),)
 
 
+def per_group_128(_module, args):
+    """vLLM's block FP8 MoE: dynamic e4m3 per token and 128-element group."""
+    x = args[0]
+    if x.numel() == 0:
+        return None
+    g = x.reshape(*x.shape[:-1], x.shape[-1] // 128, 128)
+    return (_qdq_e4m3(g, g.abs().amax(dim=-1, keepdim=True)).reshape(x.shape),)
+
+
 def nvfp4_activation(_module, args):
     """NVFP4 activations: e2m1 values in 16-element blocks with e4m3 block scales."""
     x = args[0]
@@ -53,7 +63,7 @@ def emulate(model, kind):
         if kind == "fp8":
             hooks += [m.register_forward_pre_hook(per_token) for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj)]
         for e in layer.block_sparse_moe.experts:
-            hook = {"fp8": per_tensor, "nvfp4": nvfp4_activation}.get(kind)
+            hook = {"fp8": per_tensor, "block-fp8": per_group_128, "nvfp4": nvfp4_activation}.get(kind)
             if hook:
                 hooks += [m.register_forward_pre_hook(hook) for m in (e.w1, e.w3, e.w2)]
     model = model.to(torch.bfloat16)
@@ -83,11 +93,14 @@ def run(kind, perturb):
         if kind == "fp8":
             vm._fp8_reference(torch, ref)
             vm._fp8_reference(torch, eng)
-        if kind == "nvfp4":
-            greedy = ref.generate(torch.tensor([vm.PROMPT]), max_new_tokens=vm.NEW_TOKENS, do_sample=False)[0]
-            amax = vm._expert_input_amax(torch, ref, greedy.tolist())
-            vm._nvfp4_reference(torch, ref, src, amax)
-            vm._nvfp4_reference(torch, eng, eng_dir, amax)
+        if kind in ("nvfp4", "block-fp8"):
+            if kind == "nvfp4":
+                greedy = ref.generate(torch.tensor([vm.PROMPT]), max_new_tokens=vm.NEW_TOKENS, do_sample=False)[0]
+                quantize = vm._nvfp4_quantizer(torch, vm._expert_input_amax(torch, ref, greedy.tolist()))
+            else:
+                quantize = vm._block_fp8_quantizer(torch)
+            vm._dequantised_into(torch, ref, vm._quantized_experts(torch, src, quantize)[1])
+            vm._dequantised_into(torch, eng, vm._quantized_experts(torch, eng_dir, quantize)[1])
         toks, lps = emulate(eng, kind)
         rows = vm.reference_rows(torch, ref, toks)
         c = compare_generation(toks, lps, rows, *vm.BOUNDS[kind])
@@ -96,6 +109,6 @@ def run(kind, perturb):
 
 
 if __name__ == "__main__":
-    for kind in sys.argv[1:] or ("bf16", "fp8", "nvfp4"):
+    for kind in sys.argv[1:] or ("bf16", "fp8", "block-fp8", "nvfp4"):
         for perturb in (False, True):
             run(kind, perturb)

@@ -10,15 +10,18 @@
 #   .whl/uv/   optional: the uv 0.13.9 wheel; with it the overlays are installed by uv (seconds) instead of pip
 # Phases, in the order given (default: real faults), all inside one budget of BUDGET_S seconds (default 540):
 #   real        both cells (env default, env fp8-moe): host-probe, vllm-generate, vllm-moe-bf16-triton, vllm-moe-fp8,
-#               vllm-moe-nvfp4 (a skip on sm_90): 3 engine starts per cell
-#   faults      PINMATRIX_FAULT=perturb-expert (vllm-moe-bf16-triton, vllm-moe-fp8), then wrong-token (vllm-generate,
-#               vllm-moe-bf16-triton, vllm-moe-fp8), env default: every one must FAIL; a store of their own
-#   flashinfer  vllm-moe-bf16 with vLLM's own MoE choice (FlashInfer CUTLASS on sm_90: FlashInfer JIT-builds its
-#               fused-MoE module on first use), env default then fp8-moe, each capped by what is left of the budget
+#               vllm-moe-block-fp8 (env default only: under fp8-moe vLLM picks FlashInfer CUTLASS, see flashinfer),
+#               vllm-moe-nvfp4 (a skip on sm_90): 4 + 3 engine starts
+#   faults      env default, every one must FAIL, in a store of their own: PINMATRIX_FAULT=perturb-expert for
+#               vllm-moe-bf16-triton, vllm-moe-fp8, vllm-moe-block-fp8; wrong-token for vllm-generate
+#   faults-more wrong-token for the three MoE smokes of faults (the same oracle code, another fault)
+#   flashinfer  what needs FlashInfer's fused-MoE module, JIT-built on first use (a long nvcc build, then cached):
+#               vllm-moe-bf16 (vLLM's own choice on sm_90: FlashInfer CUTLASS) in both cells, and
+#               vllm-moe-block-fp8 under fp8-moe (VLLM_USE_FLASHINFER_MOE_FP8=1: FlashInfer CUTLASS block FP8)
 # One device command may run 10 minutes: call it once per phase (results and the FlashInfer JIT cache stay on the
 # warm machine between calls; FRESH=1 starts over). Everything is written under $OUT.
 set -uo pipefail
-WHEELS=${1:?usage: run.sh WHEELS_DIR [real|faults|flashinfer ...]}
+WHEELS=${1:?usage: run.sh WHEELS_DIR [real|faults|faults-more|flashinfer ...]}
 shift
 PHASES=${*:-real faults}
 OUT=${OUT:-results/h200/vllm/out}
@@ -47,6 +50,7 @@ export PYTHONUNBUFFERED=1 VLLM_LOGGING_COLOR=0 NO_COLOR=1
 DEFAULT='h200-vllm[env=default]'
 FP8MOE='h200-vllm[env=fp8-moe]'
 REAL_K='not vllm-moe-bf16 or triton'   # every smoke of the stack but vllm-moe-bf16 itself (phase flashinfer)
+FI_K='vllm-moe-bf16 and not triton'     # vllm-moe-bf16 alone
 
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 smoke() {  # smoke TAG CELL STORE [pinmatrix smoke args...]; PINMATRIX_FAULT passes through the environment
@@ -68,16 +72,17 @@ for phase in $PHASES; do
   case $phase in
     real)
       smoke real-default "$DEFAULT" "$STORE" -k "$REAL_K"
-      smoke real-fp8-moe "$FP8MOE" "$STORE" -k "$REAL_K" ;;
+      smoke real-fp8-moe "$FP8MOE" "$STORE" -k "($REAL_K) and not block-fp8" ;;
     faults)
       PINMATRIX_FAULT=perturb-expert smoke fault-perturb-expert "$DEFAULT" "$FAULT_STORE" --rerun \
-        -k 'triton or vllm-moe-fp8'
-      PINMATRIX_FAULT=wrong-token smoke fault-wrong-token "$DEFAULT" "$FAULT_STORE" --rerun \
-        -k 'vllm-generate or triton or vllm-moe-fp8' ;;
+        -k 'triton or fp8'
+      PINMATRIX_FAULT=wrong-token smoke fault-wrong-token "$DEFAULT" "$FAULT_STORE" --rerun -k vllm-generate ;;
+    faults-more)
+      PINMATRIX_FAULT=wrong-token smoke fault-wrong-token-moe "$DEFAULT" "$FAULT_STORE" --rerun -k 'triton or fp8' ;;
     flashinfer)
-      smoke flashinfer-default "$DEFAULT" "$STORE" -k 'vllm-moe-bf16 and not triton'
-      smoke flashinfer-fp8-moe "$FP8MOE" "$STORE" -k 'vllm-moe-bf16 and not triton' ;;
-    *) echo "unknown phase $phase (real, faults, flashinfer)" >&2; exit 2 ;;
+      smoke flashinfer-default "$DEFAULT" "$STORE" -k "$FI_K"
+      smoke flashinfer-fp8-moe "$FP8MOE" "$STORE" -k "($FI_K) or block-fp8" ;;
+    *) echo "unknown phase $phase (real, faults, faults-more, flashinfer)" >&2; exit 2 ;;
   esac
 done
 for s in "$STORE" "$FAULT_STORE"; do
