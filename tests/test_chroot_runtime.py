@@ -127,6 +127,8 @@ def where(ctx: Context) -> None:
     ctx.metric("gid", os.getgid())
     ctx.metric("cwd", os.getcwd())
     ctx.metric("flag", os.environ.get("PMTEST_FLAG", ""))
+    ctx.metric("cuda_home", os.environ.get("CUDA_HOME", ""))
+    ctx.metric("cuda_visible", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     ctx.metric("home", os.environ.get("HOME", ""))
     ctx.metric("python", sys.executable)
     ctx.metric("ld_library_path", os.environ.get("LD_LIBRARY_PATH", ""))
@@ -241,6 +243,21 @@ def test_a_hard_link_in_one_layer_shares_the_inode(tmp_path: Path) -> None:
     assert os.stat(root / "f").st_ino == os.stat(root / "g").st_ino
 
 
+def test_gzip_layers_without_a_gzip_binary_are_inflated_in_process(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import pinmatrix.smoke.chroot_rootfs as rootfs
+
+    layout = tmp_path / "oci"
+    blob = layer([_entry("g", data=b"gzip!" * 1000)])
+    digest = add_image(layout, "t:gzip", [blob])
+    monkeypatch.setattr(rootfs.shutil, "which", lambda _name: None)
+    assert (unpack_image(layout, digest, tmp_path / "roots").path / "g").read_bytes() == b"gzip!" * 1000
+    path = layout / "blobs" / "sha256" / hashlib.sha256(blob).hexdigest()
+    path.write_bytes(blob[:-4] + bytes(4))  # the gzip trailer damaged: caught by the digest, in-process too
+    with pytest.raises(RootfsError, match="does not match its digest"):
+        unpack_image(layout, digest, tmp_path / "roots2")
+
+
 @pytest.mark.skipif(shutil.which("zstd") is None, reason="Debian's zstd binary is not installed")
 def test_zstd_layers(tmp_path: Path) -> None:
     layout = tmp_path / "oci"
@@ -328,7 +345,7 @@ def looking_glass(demo: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     assert manifest["layers"]
     digest = add_image(demo["layout"], "t:looking-glass", [extra], base=first,
                        config={"Env": [*json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
-                                       ["config"]["Env"], "PMTEST_FLAG=from-image"],
+                                       ["config"]["Env"], "PMTEST_FLAG=from-image", "CUDA_HOME=/image/cuda"],
                                "User": "pmtest", "WorkingDir": "/srv/work"})
     smokes = tmp_path / "smoke"
     smokes.mkdir()
@@ -340,12 +357,19 @@ def _run(runtime: ChrootSmokes, smokes: Path, tmp: Path) -> Any:
     store = ResultsStore(tmp / "r.sqlite")
     options = RunOptions(smoke_dir=smokes, logs_dir=tmp / "logs", runtime="chroot", image_digest=runtime.image.digest,
                          container=runtime)
-    os.environ["PMTEST_HOST_PATH"] = str(REPO / "matrix.toml")  # passed only if the runtime leaks host variables
+    host = {"PMTEST_HOST_PATH": str(REPO / "matrix.toml"),  # passed only if the runtime leaked host variables
+            "CUDA_HOME": "/host/cuda", "CUDA_VISIBLE_DEVICES": "0"}  # the image's CUDA_HOME wins, the other passes
+    saved = {k: os.environ.get(k) for k in host}
+    os.environ.update(host)
     try:
         run = run_cell(HostCell(), load_catalogue(smokes), store, options, host=HostFingerprint.make(hostname="t"),
                        run_id="t-run", echo=lambda _line: None)
     finally:
-        del os.environ["PMTEST_HOST_PATH"]
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     (record,) = run.records
     return record
 
@@ -364,6 +388,7 @@ def test_the_images_env_user_and_working_dir_apply_and_its_root_stays_as_unpacke
     assert (m["uid"], m["gid"], m["cwd"], m["flag"], m["home"]) == (4242, 4343, "/srv/work", "from-image",
                                                                      "/home/pmtest")
     assert m["python"] == "/opt/venv/bin/python" and m["proc"] == 1
+    assert (m["cuda_home"], m["cuda_visible"]) == ("/image/cuda", "0")
     assert m["host_repo_visible"] == 0  # the host's files are not there
     assert set(m["dev"].split(",")) == {"full", "null", "random", "tty", "urandom", "zero", "shm", "fd", "stdin",
                                         "stdout", "stderr"}

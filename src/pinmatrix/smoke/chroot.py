@@ -140,11 +140,14 @@ class ChrootSmokes:
                 raise ChrootRefused(f"{path}: an overlay cannot name a folder with ',' or ':' in its path")
 
     def environment(self, passed: dict[str, str]) -> dict[str, str]:
-        """The image config's Env, then the cell's and smoke's variables, the driver folder on the library path."""
-        env = dict(self.image.env)
-        env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        """The image config's Env over what the runner passes from the host (a host's CUDA_HOME must not hide the
+        image's own toolchain), the runner's PINMATRIX_* controls over both, the in-cell runtime first on
+        PYTHONPATH, the driver folder first on the library path."""
+        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **passed, **self.image.env}
         env.setdefault("HOME", self.user.home)
-        env.update(passed)
+        env.update({k: v for k, v in passed.items() if k.startswith("PINMATRIX_")})
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = ":".join(filter(None, [INCELL_MOUNT, self.image.env.get("PYTHONPATH")]))
         if self.driver.libraries:
             env["LD_LIBRARY_PATH"] = ":".join(filter(None, [f"{DRIVER_DIR}/lib", self.image.env.get("LD_LIBRARY_PATH")]))
         if self.driver.binaries:

@@ -4,7 +4,8 @@
 - Every blob is read through its sha256: the manifest and config before they are parsed, each layer as it is
   unpacked; the root is renamed into place only once every layer's digest and size matched, so a tampered blob
   leaves nothing behind (the work happens in ``<roots>/.tmp-<hex>-*``, then one rename).
-- Layers are plain, gzip or zstd tars (zstd through Debian's ``zstd`` binary), applied in order with the OCI
+- Layers are plain, gzip or zstd tars (inflated by a ``pigz``/``gzip``/``zstd`` process beside this one, gzip
+  in-process where there is no binary), applied in order with the OCI
   whiteouts: ``.wh.NAME`` removes NAME of the layers below, ``.wh..wh..opq`` empties its directory of them.
 - Modes, times and (when run as root) owners are the layers'. Links are created, never followed: a member whose
   path is absolute, holds ``..`` or passes through a symlink, and a hard link to anything outside the root or not
@@ -232,15 +233,16 @@ def _tar_stream(raw: _Verified, compression: str) -> Iterator[IO[bytes]]:
     if compression == "none":
         yield cast(BinaryIO, raw)
         return
-    if compression == "gzip":
+    tool = (shutil.which("pigz") or shutil.which("gzip")) if compression == "gzip" else shutil.which("zstd")
+    if tool is None and compression == "gzip":  # in this process, one core for everything
         with gzip.GzipFile(fileobj=cast(BinaryIO, raw), mode="rb") as stream:
             yield cast(IO[bytes], stream)
         return
-    zstd = shutil.which("zstd")
-    if zstd is None:
+    if tool is None:
         raise RootfsError(f"layer {raw.digest} is zstd-compressed and no zstd binary is installed "
                           "(Debian: apt-get install zstd)")
-    proc = subprocess.Popen([zstd, "-d", "-c", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    # A decompressor process beside this one: it inflates while this one hashes the blob and makes the files.
+    proc = subprocess.Popen([tool, "-d", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     assert proc.stdin is not None and proc.stdout is not None
     failure: list[BaseException] = []
@@ -272,7 +274,7 @@ def _tar_stream(raw: _Verified, compression: str) -> Iterator[IO[bytes]]:
     if failure:
         raise failure[0]
     if code != 0:
-        raise RootfsError(f"layer {raw.digest}: zstd cannot decompress it (exit {code})")
+        raise RootfsError(f"layer {raw.digest}: {Path(tool).name} cannot decompress it (exit {code})")
 
 
 # ------------------------------------------------------------------------------------------- applying a layer
