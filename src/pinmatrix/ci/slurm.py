@@ -88,7 +88,7 @@ class Submission(Strict):
 
 
 @dataclass
-class Plan:
+class SlurmPlan:
     arrays: list[ArrayEntry] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # cell x pool not submitted, with the reason
     recorded: list[str] = field(default_factory=list)  # cell x pool with every smoke recorded on this digest
@@ -145,11 +145,11 @@ def _counts_for(rec: SmokeRecord, pool: NodePool | None) -> bool:
 
 def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSettings, *,
          images: dict[str, str] | None = None, wheels: Path | None = None, store: ResultsStore | None = None,
-         rerun: bool = False) -> Plan:
+         rerun: bool = False) -> SlurmPlan:
     """The arrays to submit. ``images`` maps cell id -> reference by digest (image runtimes); ``store``:
     cell x pool tasks whose every smoke already has a result there for the same image digest are left out
     (unless ``rerun``), except results a scheduler caused (RESUBMIT_CLASSES)."""
-    out = Plan()
+    out = SlurmPlan()
     groups: dict[tuple[str, str, int, int], list[TaskEntry]] = {}
     for cell in cells:
         check_name(cell.stack, "stack")
@@ -284,7 +284,7 @@ def write_submission(submission: Submission, directory: Path) -> Path:
     return path
 
 
-def prepare(plan_: Plan, settings: ScriptSettings, submission_id: str) -> Submission:
+def prepare(plan_: SlurmPlan, settings: ScriptSettings, submission_id: str) -> Submission:
     """Write every array's script and task directories, and the manifest (no job ids yet)."""
     sub = Submission.model_validate({"schema": SCHEMA, "id": submission_id,
                                      "matrix": plain_path(settings.matrix, "the matrix"),
