@@ -335,6 +335,7 @@ def test_catalogue_and_the_shipped_h200_vllm_stack() -> None:
     assert "engine" not in vm.SMOKES["vllm-moe-bf16"]  # vLLM's own choice
     required = (stack.promotion or {})["required_smokes"]
     assert "vllm-moe-nvfp4" not in required and set(required) == set(stack.smokes) - {"vllm-moe-nvfp4"}
+    assert (stack.promotion or {})["accept"] == ["pass", "xfail"]  # the fp8-moe cell's refusal is a known issue
     _, expansion = validate_matrix(ROOT / "matrix.toml")
     cells = {c.name: c for c in expansion.cells if c.stack == "h200-vllm"}
     assert set(cells) == {"h200-vllm[env=default]", "h200-vllm[env=fp8-moe]"}
