@@ -1,5 +1,12 @@
 """Known issues that name a boundary (``boundary = { param = "M", expect_first_fail = 33289 }``): during a
-search the issue applies only on its failing side, and the result confirms the boundary or flags it moved."""
+search the issue applies only on its failing side, and the result confirms the boundary or flags it moved.
+
+A boundary is about a quantity, not about the parameter alone: M=33289 is where the output's M*N elements
+pass 2^31 for the smoke's N=64512. When the smoke declares its quantities (``smoke/params.py``), the boundary
+is read as "this quantity passes this limit" (``in_quantity``: the one quantity that crosses a limit between
+expect_first_fail - 1 and expect_first_fail at the smoke's own dimensions), so a probe whose quantity stays
+below the limit is outside the issue (a plain pass, not XPASS), and with another fixed N the expected first
+failure is the M where M*N passes 2^31 there (``expected_in``), not the declared 33289."""
 
 from __future__ import annotations
 
@@ -18,6 +25,11 @@ class BoundarySpec:
     expect_first_fail: int | float | str
     smoke: str | None
     failure_class: str | None  # the class the issue expects on its failing side
+    quantity: str | None = None  # the declared quantity the boundary is about ("output elements M*N")
+    limit: float | None = None  # the limit it passes there (2^31)
+    limit_name: str | None = None
+    inclusive: bool = False  # True: failing from quantity == limit on ("reach"); False: above it ("pass")
+    declared_at: dict[str, Any] | None = None  # the dimensions expect_first_fail was declared for
 
 
 @dataclass
@@ -62,31 +74,89 @@ def _before(value: Any, limit: Any) -> bool:
     return value < limit
 
 
-def cell_at(cell: Any, value: Any, boundaries: list[BoundarySpec]) -> Any:
-    """``cell`` as a probe at ``value`` sees it: a known issue whose boundary lies above ``value`` does not
-    apply there (a pass below the boundary is a plain pass, a failure there is unexpected)."""
-    outside = {b.issue for b in boundaries if _before(value, b.expect_first_fail)}
+def in_quantity(b: BoundarySpec, decl: Any) -> BoundarySpec:
+    """``b`` read in the quantity it is about, when ``decl`` (the smoke's SmokeParams) lets it be found: the
+    one declared quantity of ``b.param`` that crosses a limit between expect_first_fail - 1 and
+    expect_first_fail at the smoke's own dimensions. Otherwise ``b`` as it is (scoped by the parameter)."""
+    from pinmatrix.bisect.param import crossings
+
+    want = b.expect_first_fail
+    if decl is None or b.param not in getattr(decl, "params", {}) or isinstance(want, bool) \
+            or not isinstance(want, int):
+        return b
+    base = decl.values({})
+    at_fail, at_pass = {**base, b.param: want}, {**base, b.param: want - 1}
+    found = crossings(decl, b.param, at_pass, at_fail)
+    quantities = {c.quantity for c in found}
+    if len(quantities) != 1:
+        return b
+    declared = [c for c in found if not c.limit.startswith("2^")]
+    chosen = (declared or found)[0]
+    return replace(b, quantity=chosen.quantity, limit=chosen.limit_value, limit_name=chosen.limit,
+                   inclusive=chosen.verb == "reach", declared_at={k: v for k, v in base.items() if k != b.param})
+
+
+def past(b: BoundarySpec, value: Any, dims: dict[str, Any] | None = None, decl: Any = None) -> bool:
+    """Whether a probe at ``value`` (with every dimension in ``dims``) is on the boundary's failing side."""
+    if b.quantity is not None and b.limit is not None and decl is not None and dims is not None:
+        q = decl.quantity(b.quantity, {**dims, b.param: value})
+        return bool(q >= b.limit if b.inclusive else q > b.limit)
+    return not _before(value, b.expect_first_fail)
+
+
+def expected_in(b: BoundarySpec, values: list[Any], dims: dict[str, Any] | None = None, decl: Any = None) -> Any:
+    """The first of ``values`` (ascending) on the failing side; the declared value when none is, or when the
+    boundary is not read in a quantity."""
+    if b.quantity is None:
+        return b.expect_first_fail
+    lo, hi = 0, len(values)
+    while lo < hi:  # a product of positive dimensions grows with the parameter
+        mid = (lo + hi) // 2
+        if past(b, values[mid], dims, decl):
+            hi = mid
+        else:
+            lo = mid + 1
+    return values[lo] if lo < len(values) else b.expect_first_fail
+
+
+def cell_at(cell: Any, value: Any, boundaries: list[BoundarySpec], dims: dict[str, Any] | None = None,
+            decl: Any = None) -> Any:
+    """``cell`` as a probe at ``value`` sees it: a known issue whose boundary lies above ``value`` (in its
+    quantity, given ``dims`` and ``decl``) does not apply there (a pass below the boundary is a plain pass, a
+    failure there is unexpected)."""
+    outside = {b.issue for b in boundaries if not past(b, value, dims, decl)}
     if not outside:
         return cell
     return replace(cell, known_issues=tuple(ki for ki in cell.known_issues if ki.id not in outside))
 
 
+def _scope(b: BoundarySpec, want: Any) -> str:
+    """How the expectation was made, when it is not the declared value as it stands."""
+    if b.quantity is None or b.declared_at is None:
+        return ""
+    at = ", ".join(f"{k}={v}" for k, v in sorted(b.declared_at.items()) if not isinstance(v, str))
+    return (f" ({b.quantity} {'reach' if b.inclusive else 'pass'} {b.limit_name}; the matrix declares "
+            f"{b.param}={b.expect_first_fail} for {at})") if str(want) != str(b.expect_first_fail) else ""
+
+
 def check(boundaries: list[BoundarySpec], first_fail: Any, failure_class: str | None, *, exact: bool,
-          where: str) -> list[BoundaryCheck]:
-    """Compare each expected boundary with what the search found (``first_fail`` None: nothing failed)."""
+          where: str, expected: dict[str, Any] | None = None) -> list[BoundaryCheck]:
+    """Compare each expected boundary with what the search found (``first_fail`` None: nothing failed).
+    ``expected``: issue id -> the first failure expected for this search's dimensions (``expected_in``)."""
     out = []
     for b in boundaries:
-        want = b.expect_first_fail
+        want = (expected or {}).get(b.issue, b.expect_first_fail)
         if first_fail is None:
             status, msg = "not-found", f"known issue {b.issue}: expected the first failure at {b.param}={want}, " \
                                        f"but nothing failed {where}"
         elif not exact:
             status, msg = "unknown", f"known issue {b.issue}: the search did not narrow the boundary to one point"
         elif str(first_fail) == str(want):
-            status, msg = "confirmed", f"known issue {b.issue}: boundary confirmed, first failure at {b.param}={want}"
+            status, msg = "confirmed", (f"known issue {b.issue}: boundary confirmed, first failure at "
+                                        f"{b.param}={want}{_scope(b, want)}")
         else:
             status, msg = "moved", (f"known issue {b.issue}: boundary moved: first failure at {b.param}={first_fail}, "
-                                    f"the matrix expects {want}")
+                                    f"the matrix expects {want}{_scope(b, want)}")
         if status == "confirmed" and b.failure_class and failure_class and failure_class != b.failure_class:
             msg += f" (but the class is {failure_class}, the issue expects {b.failure_class})"
         out.append(BoundaryCheck(b.issue, b.param, want, first_fail, status, msg, b.failure_class, failure_class))

@@ -114,13 +114,14 @@ def run_param_bisect(*, cell: Any, smoke: Smoke, space: ParamSpace, overrides: d
     assert decl is not None
     base = decl.values(overrides)
     fixed = {k: v for k, v in base.items() if k != space.name}
+    boundaries = [bnd.in_quantity(b, decl) for b in boundaries]  # in the quantity each is about
 
     def dims(i: int) -> dict[str, Any]:
         return {**base, space.name: space.value(i)}
 
     def probe(i: int) -> ProbeOutcome:
         v = space.value(i)
-        return prober.probe(i, v, f"{space.name}={v}", bnd.cell_at(cell, v, boundaries), dims(i),
+        return prober.probe(i, v, f"{space.name}={v}", bnd.cell_at(cell, v, boundaries, dims(i), decl), dims(i),
                             lambda: prepare(cell)).verdict
 
     res = bisect(space.n, probe, high_first=True, max_skips=max_skips)
@@ -178,5 +179,8 @@ def run_param_bisect(*, cell: Any, smoke: Smoke, space: ParamSpace, overrides: d
             first, exact = lo_v, True
         else:
             first, exact = rep.first_fail, res.outcome == "change"
-        rep.boundary = bnd.check(boundaries, first, rep.failure_class, exact=exact, where=f"in [{lo_v}, {hi_v}]")
+        values = [space.value(i) for i in range(space.n)]
+        expected = {b.issue: bnd.expected_in(b, values, base, decl) for b in boundaries}
+        rep.boundary = bnd.check(boundaries, first, rep.failure_class, exact=exact, where=f"in [{lo_v}, {hi_v}]",
+                                 expected=expected)
     return rep
