@@ -543,3 +543,24 @@ def test_the_host_checks_that_the_blobs_are_the_images_own(images, tmp_path: Pat
     with pytest.raises(module.Refused, match=f"blob sha256:{'c' * 64} is not part of image"):
         module.check_image_closure({**checked, "blobs": [*checked["blobs"], stray]}, layout.read_blob)
     assert manifest.image and manifest.image.digest == plain
+
+
+def test_bundle_wheels_cli_names_the_cell_or_its_missing_lock(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import shutil
+
+    from conftest import REPO
+
+    shutil.copy(REPO / "matrix.toml", tmp_path / "matrix.toml")
+    for folder in ("patches", "smoke"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    from pinmatrix.matrix.selection import load
+
+    cell = load(tmp_path / "matrix.toml")[1].cells[0]
+    base = ["bundle", "wheels", str(tmp_path / "matrix.toml"), "--part-size", "56MB", "--out", str(tmp_path / "b")]
+    assert main([*base, "--cell", "nosuchcell"]) == 2
+    assert capsys.readouterr().err.strip() == f"pinmatrix: error: {tmp_path / 'matrix.toml'}: no cell with id or " \
+                                              "name 'nosuchcell'"
+    assert main([*base, "--cell", cell.id]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"no lock for cell {cell.id} (run `pinmatrix lock -k {cell.id}`)" in err[0], err
+    assert not (tmp_path / "b").exists()
