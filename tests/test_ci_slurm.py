@@ -478,9 +478,18 @@ def test_matrix_text_never_becomes_an_option_or_a_shell_word(tmp_path: Path, cap
     (array,) = plan(demo, [], bad).arrays
     with pytest.raises(PinmatrixError, match="U\\+001B ESCAPE"):
         render_script(array, bad, "host")
-    assert main(["ci", "slurm", str(ROOT / "matrix.toml"), "--stack", "demo", "--out", str(tmp_path),
-                 "--submission-id", "a b", "--print"]) == 2
-    assert "--submission-id 'a b'" in capsys.readouterr().err
+    base = ["ci", "slurm", str(ROOT / "matrix.toml"), "--stack", "demo", "--out", str(tmp_path), "--print"]
+    for extra, message in ((["--submission-id", "a b"], "--submission-id 'a b': ' ' is not allowed"),
+                           (["--cpu-partition", "cpu --wrap=id"], "--cpu-partition 'cpu --wrap=id'"),
+                           (["--cpus-per-task", "0"], "--cpus-per-task 0: expected 1 to 1024")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "submission.json").write_text('{"schema": "pinmatrix-slurm-submission/1", "id": "x;id"}')
+    assert main(["ci", "slurm-collect", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "submission.json: id: " in err[0], err
 
 
 def test_scheduler_answers_parsed() -> None:

@@ -110,6 +110,14 @@ class ScriptSettings:
     keyword: str | None = None  # pinmatrix smoke -k
 
 
+def checked_name(value: str, what: str) -> str:
+    """A name of the matrix grammar, or one error line naming ``what``."""
+    try:
+        return check_name(value, what)
+    except ValueError as err:
+        raise PinmatrixError(f"ci slurm: {err}") from None
+
+
 def plain_path(path: Path, what: str) -> str:
     """``path`` made absolute; refused unless it is plain (it goes into #SBATCH lines and shell words)."""
     text = str(Path(path).resolve())
@@ -150,9 +158,13 @@ def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSetti
     cell x pool tasks whose every smoke already has a result there for the same image digest are left out
     (unless ``rerun``), except results a scheduler caused (RESUBMIT_CLASSES)."""
     out = SlurmPlan()
+    if not 1 <= settings.cpus_per_task <= 1024:
+        raise PinmatrixError(f"ci slurm: --cpus-per-task {settings.cpus_per_task}: expected 1 to 1024")
+    if settings.time_limit_min is not None and not 1 <= settings.time_limit_min <= 525600:
+        raise PinmatrixError(f"ci slurm: --time-limit {settings.time_limit_min}: expected 1 to 525600 minutes")
     groups: dict[tuple[str, str, int, int], list[TaskEntry]] = {}
     for cell in cells:
-        check_name(cell.stack, "stack")
+        checked_name(cell.stack, "stack")
         image = digest = None
         if settings.runtime != "host":
             image = (images or {}).get(cell.id)
@@ -218,13 +230,13 @@ def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSetti
 def sbatch_options(pool: NodePool | None, *, gpus: int, minutes: int, settings: ScriptSettings, name: str,
                    tasks: int, directory: str) -> tuple[str, ...]:
     """The #SBATCH options of one array: each value a number, a checked name, or a plain path."""
-    check_name(name, "array name")
+    checked_name(name, "array name")
     opts = [f"--job-name=pinmatrix-{name}", f"--array=0-{tasks - 1}", f"--time={minutes}",
             f"--cpus-per-task={settings.cpus_per_task}", "--nodes=1", "--ntasks=1", "--no-requeue",
             f"--output={directory}/%a/slurm.out"]
     if pool is None:
         if settings.cpu_partition:
-            opts.append(f"--partition={check_name(settings.cpu_partition, 'CPU partition')}")
+            opts.append(f"--partition={checked_name(settings.cpu_partition, '--cpu-partition')}")
     else:
         if pool.slurm.partition:
             opts.append(f"--partition={pool.slurm.partition}")

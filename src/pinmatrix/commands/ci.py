@@ -237,18 +237,14 @@ def run_collect(args: argparse.Namespace) -> int:
 
 def run_slurm(args: argparse.Namespace) -> int:
     from pinmatrix.ci.pools import load_pools
-    from pinmatrix.ci.slurm import ScriptSettings, plan, prepare, submit
-    from pinmatrix.matrix.names import check_name
+    from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, submit
     from pinmatrix.smoke.catalogue import find_smoke_dir
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
     pools = load_pools(args.pools) if args.pools else []
     sub_id = args.submission_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    try:
-        check_name(sub_id, "--submission-id")
-    except ValueError as err:
-        raise PinmatrixError(f"ci slurm: {err}") from None
+    checked_name(sub_id, "--submission-id")
     if args.runtime != "host" and args.wheels:
         raise PinmatrixError("ci slurm: --wheels is for the host runtime")
     sub_dir = args.out / sub_id
