@@ -85,6 +85,12 @@ def _icon(text: str) -> str:
     return ICONS.get(text.split(" ", 1)[0], "")
 
 
+def _dot(text: str) -> str:
+    """The verdict's colour as a CSS dot (the page's .av classes): it needs no emoji font."""
+    verdict = text.split(" ", 1)[0]
+    return f'<span class="av av-{escape(verdict)}" aria-hidden="true"></span>' if verdict in ICONS else ""
+
+
 def arch_scan_markdown(tables: list[dict[str, Any]]) -> list[str]:
     lines = ["## Arch scan: what each cell's CUDA binaries run on its GPU", ""]
     for t in tables:
@@ -108,7 +114,7 @@ def arch_scan_html(tables: list[dict[str, Any]]) -> str:
                      "<th>arch</th>" + "".join(f"<th>{escape(p)}</th>" for p in t["packages"])
                      + "<th>findings</th></tr></thead><tbody>")
         for r in t["rows"]:
-            tds = "".join(f"<td>{_icon(v)} {escape(v)}</td>" for v in r["verdicts"].values())
+            tds = "".join(f"<td>{_dot(v)}{escape(v)}</td>" for v in r["verdicts"].values())
             parts.append(f"<tr><td title=\"{escape(r['name'])}\"><code>{escape(r['id'])}</code></td>"
                          f"<td>{escape(' '.join(r['arch_flags']) or '-')}</td>{tds}"
                          f"<td>{escape('; '.join(r['findings']) or '-')}</td></tr>")

@@ -2,17 +2,43 @@
 
 from __future__ import annotations
 
-from pinmatrix.report.model import STATUS_LABELS, Report
+from pinmatrix.report.model import STATUS_LABELS, CellRow, Report, SmokeResult
 from pinmatrix.sanitize import markdown_code, markdown_text
 
 ICONS: dict[str, str] = {
     "pass": "🟢", "skip": "⚪", "missing": "◻️", "xfail": "🟡", "xpass": "🟣", "degraded": "🟠", "fail": "🔴",
+    "error": "⚫",
 }
 
 
 def _cell(text: object) -> str:
     """A value for a Markdown table cell or list item: HTML, markup and terminal escapes made inert."""
     return markdown_text(text)
+
+
+def _runs(result: SmokeResult) -> str:
+    return "".join(ICONS.get(run.status, "") for run in result.history.runs)
+
+
+def _since(result: SmokeResult) -> str:
+    """Since when it is broken, and when it last passed, in words."""
+    h = result.history
+    parts = []
+    if h.failing_since is not None:
+        streak = f", {h.failing_runs} runs in a row" if h.failing_runs > 1 else ""
+        parts.append(f"since run {markdown_code(h.failing_since.run_id)} ({_cell(h.failing_since.finished_at)}){streak}")
+    if h.last_pass is not None:
+        parts.append(f"last pass run {markdown_code(h.last_pass.run_id)} ({_cell(h.last_pass.finished_at)})")
+    else:
+        parts.append(f"never passed there ({h.total} run{'' if h.total == 1 else 's'})")
+    return "; ".join(parts)
+
+
+def _failure_line(cell: CellRow, r: SmokeResult, max_reason: int) -> str:
+    reason = r.reason if len(r.reason) <= max_reason else r.reason[: max_reason - 1] + "…"
+    fc = f" {markdown_code(r.failure_class)}" if r.failure_class else ""
+    return (f"- {ICONS[r.status]} **{_cell(r.smoke)}** in {markdown_code(cell.id)} {_cell(cell.name)} on "
+            f"{_cell(r.host_label)}:{fc} {_cell(reason)} — {_since(r)} {_runs(r)}").rstrip()
 
 
 def render_markdown(report: Report, *, max_reason: int = 120) -> str:
@@ -22,6 +48,15 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
     lines.append(f"{len(report.cells)} cells in {len(report.stacks)} stacks: {summary or 'no cells'} "
                  f"(generated {report.generated_at}).")
     lines.append("")
+    failures = report.failures
+    if failures:
+        broken_cells = len({c.id for c, _ in failures})
+        lines += [f"## What broke: {len(failures)} result{'' if len(failures) == 1 else 's'} in {broken_cells} of "
+                  f"{len(report.cells)} cells", ""]
+        lines += [_failure_line(c, r, max_reason) for c, r in failures]
+        lines.append("")
+    else:
+        lines += ["Nothing broke: no smoke failed, degraded or passed unexpectedly in its latest run.", ""]
     for stack in report.stacks:
         lines.append(f"## {ICONS[stack.status]} {_cell(stack.name)}")
         lines.append("")
@@ -40,18 +75,15 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
             row = [f"{ICONS[cell.status]} {cell.status_label}", f"{markdown_code(cell.id)} {_cell(cell.name)}",
                    *(_cell(cell.pins.get(a, "")) for a in stack.axes), smokes, _cell(cell.failure_class or "")]
             lines.append("| " + " | ".join(row) + " |")
-        problems = [(c, r) for c in stack.cells for r in c.results if r.status in ("fail", "degraded", "xpass")]
-        if problems:
-            lines.append("")
-            lines.append("<details><summary>Failures and surprises</summary>")
-            lines.append("")
-            for cell, r in problems:
-                reason = r.reason if len(r.reason) <= max_reason else r.reason[: max_reason - 1] + "…"
-                fc = f" {markdown_code(r.failure_class)}" if r.failure_class else ""
-                lines.append(f"- {ICONS[r.status]} {markdown_code(cell.id)} {_cell(cell.name)} / **{_cell(r.smoke)}** on "
-                             f"{_cell(r.host_label)}:{fc} {_cell(reason)}")
-            lines.append("")
-            lines.append("</details>")
+        hosts = stack.hosts
+        if hosts:
+            lines += ["", "Cells × hosts:", ""]
+            lines.append("| cell | " + " | ".join(_cell(h) for h in hosts) + " |")
+            lines.append("|" + "---|" * (len(hosts) + 1))
+            for cell in stack.cells:
+                per = cell.host_status(hosts)
+                lines.append(f"| {markdown_code(cell.id)} | "
+                             + " | ".join(f"{ICONS[per[h]]} {STATUS_LABELS[per[h]]}" for h in hosts) + " |")
         lines.append("")
     if report.arch_scan:
         from pinmatrix.report.archscan import arch_scan_markdown

@@ -20,6 +20,10 @@ from pinmatrix.sanitize import terminal_text
 
 LOG_EXCERPT_LINES = 40
 LOG_EXCERPT_CHARS = 6000
+BROKEN: tuple[str, ...] = ("fail", "degraded", "xpass")
+"""The statuses a report leads with: what broke (and the surprise of a known issue that no longer fails)."""
+HISTORY_RUNS = 10
+"""How many of the latest runs of a cell x smoke the report shows."""
 
 
 def natural_key(text: str) -> list[tuple[int, int | str]]:
@@ -87,6 +91,61 @@ def read_log_excerpt(log_path: str | None, roots: Sequence[Path] = (), run_id: s
 
 
 @dataclass(frozen=True)
+class HistoryRun:
+    """One recorded run of a smoke of a cell on one host."""
+
+    run_id: str
+    finished_at: str
+    status: str
+    host_label: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"run_id": self.run_id, "finished_at": self.finished_at, "status": self.status,
+                "host_label": self.host_label}
+
+
+@dataclass(frozen=True)
+class SmokeHistory:
+    """What the results store remembers of a cell x smoke: its last runs and, when the latest run broke, since
+    when (the first broken run after the last pass, on the host that is broken now)."""
+
+    runs: tuple[HistoryRun, ...] = ()  # the last HISTORY_RUNS, oldest first
+    total: int = 0  # every plain run recorded
+    failing_since: HistoryRun | None = None
+    failing_runs: int = 0  # runs since then, that one included, all broken (on that host)
+    last_pass: HistoryRun | None = None
+
+    @classmethod
+    def of(cls, runs: Sequence[HistoryRun]) -> SmokeHistory:
+        """The history of one cell x smoke x host, from its runs oldest first."""
+        since: HistoryRun | None = None
+        streak = 0
+        for run in reversed(runs):
+            if run.status not in BROKEN:
+                break
+            since, streak = run, streak + 1
+        last_pass = next((r for r in reversed(runs) if r.status == "pass"), None)
+        return cls(tuple(runs[-HISTORY_RUNS:]), len(runs), since, streak, last_pass)
+
+    @classmethod
+    def merge(cls, parts: Sequence[SmokeHistory]) -> SmokeHistory:
+        """One cell x smoke over its hosts: the latest runs of all, broken since the earliest host's start."""
+        runs = sorted((r for h in parts for r in h.runs), key=lambda r: r.finished_at)
+        broken = [h for h in parts if h.failing_since is not None]
+        first = min(broken, key=lambda h: h.failing_since.finished_at if h.failing_since else "", default=None)
+        passes = [h.last_pass for h in parts if h.last_pass is not None]
+        return cls(tuple(runs[-HISTORY_RUNS:]), sum(h.total for h in parts),
+                   first.failing_since if first else None, first.failing_runs if first else 0,
+                   max(passes, key=lambda r: r.finished_at, default=None))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": [r.to_dict() for r in self.runs], "total": self.total,
+                "failing_since": self.failing_since.to_dict() if self.failing_since else None,
+                "failing_runs": self.failing_runs,
+                "last_pass": self.last_pass.to_dict() if self.last_pass else None}
+
+
+@dataclass(frozen=True)
 class SmokeResult:
     """The latest result of one smoke on one host."""
 
@@ -106,6 +165,7 @@ class SmokeResult:
     log_path: str | None
     log_excerpt: str | None
     host_vs_lock: dict[str, Any] | None = None  # host runtime: how the host differed from the cell's lock
+    history: SmokeHistory = field(default_factory=SmokeHistory)  # this cell x smoke on this host
 
     def to_dict(self, *, with_log: bool = False) -> dict[str, Any]:
         data = {
@@ -113,7 +173,7 @@ class SmokeResult:
             "reason": self.reason, "host_id": self.host_id, "host_label": self.host_label, "host": self.host,
             "run_id": self.run_id, "finished_at": self.finished_at, "duration_s": self.duration_s,
             "metrics": self.metrics, "known_issue": self.known_issue, "image_digest": self.image_digest,
-            "log_path": self.log_path, "host_vs_lock": self.host_vs_lock,
+            "log_path": self.log_path, "host_vs_lock": self.host_vs_lock, "history": self.history.to_dict(),
         }
         if with_log:
             data["log_excerpt"] = self.log_excerpt
@@ -136,11 +196,30 @@ class CellRow:
 
     @property
     def smoke_status(self) -> dict[str, str]:
-        """Per smoke: the worst latest status across hosts ("missing" when no host has run it)."""
+        """Per smoke: the worst latest status across hosts ("missing" when no host has run it), the worst
+        smokes first (then in the cell's order)."""
         by_smoke: dict[str, list[str]] = defaultdict(list)
         for r in self.results:
             by_smoke[r.smoke].append(r.status)
-        return {s: worst(by_smoke.get(s, [])) for s in self.smokes}
+        status = {s: worst(by_smoke.get(s, [])) for s in self.smokes}
+        return dict(sorted(status.items(), key=lambda kv: -SEVERITY.get(kv[1], SEVERITY["fail"])))
+
+    def host_status(self, hosts: Iterable[str]) -> dict[str, str]:
+        """Per host label: the worst latest status of the cell's smokes there ("missing": nothing ran there)."""
+        return {h: worst(r.status for r in self.results if r.host_label == h) for h in hosts}
+
+    @property
+    def history(self) -> dict[str, SmokeHistory]:
+        """Per smoke with results: its runs over every host, and since when it is broken."""
+        parts: dict[str, list[SmokeHistory]] = defaultdict(list)
+        for r in self.results:
+            parts[r.smoke].append(r.history)
+        return {smoke: SmokeHistory.merge(p) for smoke, p in parts.items()}
+
+    @property
+    def broken(self) -> list[SmokeResult]:
+        """The latest results that broke (fail, degraded, unexpected pass), worst first."""
+        return [r for r in self.results if r.status in BROKEN]
 
     @property
     def status(self) -> str:
@@ -217,6 +296,11 @@ class StackReport:
     def status(self) -> str:
         return worst(c.status for c in self.cells)
 
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts with results in this stack (the grid's columns)."""
+        return sorted({r.host_label for c in self.cells for r in c.results})
+
     def values(self, axis: str) -> list[str]:
         """The distinct values of an axis across the stack's cells, in natural order."""
         return sorted({c.pins[axis] for c in self.cells if axis in c.pins}, key=natural_key)
@@ -245,6 +329,12 @@ class Report:
     def smoke_counts(self) -> dict[str, int]:
         return dict(Counter(s for c in self.cells for s in c.smoke_status.values()))
 
+    @property
+    def failures(self) -> list[tuple[CellRow, SmokeResult]]:
+        """Every broken latest result, worst first, then by stack and cell as the page shows them."""
+        found = [(c, r) for c in self.cells for r in c.broken]
+        return sorted(found, key=lambda cr: -SEVERITY[cr[1].status])
+
 
 def concrete_smokes(selectors: Sequence[str], result_names: Iterable[str],
                     catalogue: Sequence[str] | None = None) -> list[str]:
@@ -266,7 +356,14 @@ def _axis_order(axes: Iterable[str]) -> list[str]:
     return known + sorted(a for a in axes if a not in KNOWN_AXES)
 
 
-def _result(rec: SmokeRecord, log_roots: Sequence[Path]) -> SmokeResult:
+def _severity_first(results: Iterable[SmokeResult], order: Sequence[str]) -> list[SmokeResult]:
+    """Results worst first, then in the cell's smoke order, then by host."""
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(results, key=lambda r: (-SEVERITY.get(r.status, SEVERITY["fail"]), rank.get(r.smoke, len(rank)),
+                                          r.smoke, r.host_label))
+
+
+def _result(rec: SmokeRecord, log_roots: Sequence[Path], history: SmokeHistory | None = None) -> SmokeResult:
     return SmokeResult(
         smoke=rec.smoke, status=rec.status, failure_class=rec.failure_class, reason=rec.reason,
         host_id=rec.host.id, host_label=rec.host.label(), host=rec.host.to_dict(), run_id=rec.run_id,
@@ -274,6 +371,7 @@ def _result(rec: SmokeRecord, log_roots: Sequence[Path]) -> SmokeResult:
         known_issue=rec.known_issue, image_digest=rec.image_digest, log_path=rec.log_path,
         log_excerpt=read_log_excerpt(rec.log_path, log_roots, rec.run_id),
         host_vs_lock=(rec.environment or {}).get("host_vs_lock"),
+        history=history or SmokeHistory(),
     )
 
 
@@ -313,14 +411,22 @@ def build_report(
     its promotion policy requires (see CellRow.status); ``descriptions`` maps stack -> its description."""
     stacks_wanted = None if stack is None else ({stack} if isinstance(stack, str) else set(stack))
     latest: dict[tuple[str, str, str], SmokeRecord] = {}
+    runs: dict[tuple[str, str, str], list[HistoryRun]] = defaultdict(list)
     for rec in records:  # records come oldest first: later ones replace earlier ones
         if rec.params:  # a bisect probe (one parameter value of a search) is not the cell's verdict
             continue
         if stacks_wanted is None or rec.stack in stacks_wanted:
-            latest[(rec.cell_id, rec.host.id, rec.smoke)] = rec
+            key = (rec.cell_id, rec.host.id, rec.smoke)
+            latest[key] = rec
+            runs[key].append(HistoryRun(rec.run_id, rec.finished_at, rec.status, rec.host.label()))
+    histories = {key: SmokeHistory.of(sorted(found, key=lambda r: r.finished_at)) for key, found in runs.items()}
     by_cell: dict[str, list[SmokeRecord]] = defaultdict(list)
     for rec in latest.values():
         by_cell[rec.cell_id].append(rec)
+
+    def results_of(recs: list[SmokeRecord], order: Sequence[str]) -> list[SmokeResult]:
+        made = (_result(r, log_roots, histories[(r.cell_id, r.host.id, r.smoke)]) for r in recs)
+        return _severity_first(made, order)
 
     rows: dict[str, CellRow] = {}
     for cell in cells:
@@ -334,8 +440,7 @@ def build_report(
             pins["patches"] = " + ".join(applied)
         rows[cell.id] = CellRow(
             id=cell.id, stack=cell.stack, name=cell.name, pins=pins,
-            in_matrix=True, smokes=smokes,
-            results=sorted((_result(r, log_roots) for r in recs), key=lambda r: (r.smoke, r.host_label)),
+            in_matrix=True, smokes=smokes, results=results_of(recs, smokes),
             min_driver=cell.min_driver, compute_capability=cell.compute_capability,
             gpu_required=cell.gpu_required,
             required=list(required[cell.id]) if required is not None and cell.id in required else None,
@@ -346,7 +451,7 @@ def build_report(
         rows[cell_id] = CellRow(
             id=cell_id, stack=recs[0].stack, name=f"{recs[0].stack} {cell_id} (not in matrix)", pins={},
             in_matrix=False, smokes=sorted({r.smoke for r in recs}),
-            results=sorted((_result(r, log_roots) for r in recs), key=lambda r: (r.smoke, r.host_label)),
+            results=results_of(recs, sorted({r.smoke for r in recs})),
         )
 
     by_stack: dict[str, list[CellRow]] = defaultdict(list)
@@ -354,7 +459,9 @@ def build_report(
         by_stack[row.stack].append(row)
     stacks: list[StackReport] = []
     for name in sorted(by_stack):
-        stack_rows = sorted(by_stack[name], key=lambda r: (not r.in_matrix, natural_key(r.name), r.id))
+        # broken cells first, then the rest in the matrix's natural order
+        stack_rows = sorted(by_stack[name], key=lambda r: (-SEVERITY[r.status] if r.status in BROKEN else 0,
+                                                           not r.in_matrix, natural_key(r.name), r.id))
         if any("patches" in r.pins for r in stack_rows):  # a pseudo-axis: filters, pivot and diff see it
             for r in stack_rows:
                 if r.in_matrix:
@@ -365,12 +472,27 @@ def build_report(
         stack_smokes: list[str] = []
         for r in stack_rows:
             stack_smokes += [s for s in r.smokes if s not in stack_smokes]
+        # the smoke columns: the ones that broke somewhere in the stack first
+        stack_smokes.sort(key=lambda smoke: -SEVERITY[worst(r.smoke_status[smoke] for r in stack_rows
+                                                             if smoke in r.smoke_status)])
         stacks.append(StackReport(
             name=name, axes=varying, fixed=fixed, smokes=stack_smokes, cells=stack_rows,
             pivot=choose_pivot(varying, stack_rows, pivot), description=(descriptions or {}).get(name, ""),
         ))
+    stacks.sort(key=lambda st: -SEVERITY[st.status] if st.status in BROKEN else 0)  # stable: by name otherwise
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Report(title=title, generated_at=stamp, stacks=stacks)
+
+
+def failure_to_dict(cell: CellRow, result: SmokeResult) -> dict[str, Any]:
+    """One line of "what broke": the cell, the smoke, the host, the reason and since when."""
+    history = result.history
+    return {"stack": cell.stack, "cell": cell.id, "name": cell.name, "smoke": result.smoke, "status": result.status,
+            "host_label": result.host_label, "failure_class": result.failure_class, "reason": result.reason,
+            "known_issue": result.known_issue, "run_id": result.run_id, "finished_at": result.finished_at,
+            "failing_since": history.failing_since.to_dict() if history.failing_since else None,
+            "failing_runs": history.failing_runs,
+            "last_pass": history.last_pass.to_dict() if history.last_pass else None}
 
 
 def report_to_dict(report: Report, *, with_logs: bool = False, with_results: bool = True) -> dict[str, Any]:
@@ -382,6 +504,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
         "generated_at": report.generated_at,
         "counts": report.counts,
         "smoke_counts": report.smoke_counts,
+        "failures": [failure_to_dict(c, r) for c, r in report.failures],
         **({"arch_scan": report.arch_scan} if report.arch_scan else {}),
         "stacks": [
             {
@@ -393,6 +516,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
                 "smokes": s.smokes,
                 "pivot": list(s.pivot) if s.pivot else None,
                 "counts": s.counts,
+                "hosts": s.hosts,
                 "cells": [
                     {
                         "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
@@ -400,7 +524,9 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
                         "required_smokes": c.required, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
                         "min_driver": c.min_driver, "compute_capability": c.compute_capability,
                         "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
-                        **({"results": [r.to_dict(with_log=with_logs) for r in c.results]} if with_results else {}),
+                        "host_status": c.host_status(s.hosts),
+                        **({"results": [r.to_dict(with_log=with_logs) for r in c.results],
+                            "history": {k: h.to_dict() for k, h in c.history.items()}} if with_results else {}),
                     }
                     for c in s.cells
                 ],
