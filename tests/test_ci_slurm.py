@@ -247,6 +247,7 @@ PartitionName=urgent Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=2
         _wait("the Slurm node", idle, 30, procs, logs)
         yield {"SLURM_CONF": str(conf)}
     finally:
+        _cancel_everything(env)  # job steps outlive slurmd (proctrack/linuxproc): end them while it runs
         for proc in reversed(procs):  # slurmd, slurmctld, munged: each by its PID
             proc.terminate()
             try:
@@ -254,6 +255,21 @@ PartitionName=urgent Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=2
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _cancel_everything(env: dict[str, str]) -> None:
+    """Cancel every job of this private cluster and wait (up to 20 s) until none is left."""
+    def jobs() -> list[str]:
+        proc = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True)
+        return proc.stdout.split() if proc.returncode == 0 else []
+
+    left = jobs()
+    if left:
+        subprocess.run(["scancel", *left], env=env, capture_output=True)
+    deadline = time.monotonic() + 20
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = jobs()
 
 
 def _squeue_states(job_id: str) -> dict[str, str]:
