@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_promote import _matrix_for, oci_registry, push_image  # noqa: F401 - the fixture
 
 from conftest import require_binaries
 from pinmatrix.ci.k8s import gfd_labels
@@ -527,3 +528,27 @@ def test_scheduler_answers_parsed() -> None:
     assert state_from_output(line.format("NODE FAILURE")).state == "NODE_FAIL"  # type: ignore[union-attr]
     assert state_from_output(line.replace(" DUE TO {}", "")).state == "CANCELLED"  # type: ignore[union-attr]
     assert state_from_output("all fine\n") is None
+
+
+@pytest.mark.registry
+def test_image_runtime_tasks_pull_the_pushed_digest(oci_registry: str, tmp_path: Path,  # noqa: F811
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--runtime podman: each task's image is the registry's digest for the cell's build tag, pulled by
+    digest; a cell never pushed is named and not submitted."""
+    monkeypatch.chdir(tmp_path)
+    matrix_path = _matrix_for(tmp_path, f"{oci_registry}/slurmtest")
+    (tmp_path / "smoke").symlink_to(ROOT / "smoke")
+    _, expansion = load(matrix_path)
+    h200 = [c for c in expansion.cells if c.stack == "h200"]
+    digest = push_image(oci_registry, "slurmtest/h200", h200[0].id, "h200 image for slurm")
+    (tmp_path / "pools.toml").write_text(POOLS)
+    rc = main(["ci", "slurm", str(matrix_path), "--stack", "h200", "--pools", "pools.toml", "--runtime", "podman",
+               "--out", "subs", "--submission-id", "img", "--print"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    image = f"{oci_registry}/slurmtest/h200@{digest}"
+    assert f"IMAGE={image} " in captured.out and 'podman pull "$IMAGE"' in captured.out
+    assert f"skipped {h200[1].id}" in captured.err and "no image by digest" in captured.err
+    (array,) = json.loads((tmp_path / "subs" / "img" / "submission.json").read_text())["arrays"]
+    assert [(t["cell_id"], t["image"], t["image_digest"]) for t in array["tasks"]] == [(h200[0].id, image, digest)]

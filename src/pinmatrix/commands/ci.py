@@ -153,7 +153,7 @@ def run_github(args: argparse.Namespace) -> int:
     return 0
 
 
-def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
+def _images(cells, prefix: str, command: str = "ci k8s") -> dict[str, str]:  # noqa: ANN001
     from pinmatrix.image.settings import image_ref
     from pinmatrix.registry.client import Registry
     from pinmatrix.registry.ref import ImageRef, RegistryError
@@ -166,7 +166,7 @@ def _images(cells, prefix: str) -> dict[str, str]:  # noqa: ANN001
         try:
             digest = registry.resolve(ref)
         except RegistryError as err:
-            raise PinmatrixError(f"ci k8s: cannot look up cell images: {err}") from None
+            raise PinmatrixError(f"{command}: cannot look up cell images: {err}") from None
         if digest:
             images[cell.id] = str(ref.with_digest(digest))
     return images
@@ -255,7 +255,8 @@ def run_slurm(args: argparse.Namespace) -> int:
         pinmatrix=(args.pinmatrix,) if args.pinmatrix else (sys.executable, "-m", "pinmatrix"),
         smoke_dir=find_smoke_dir(args.smoke_dir or _beside(args.matrix, "smoke")), cpus_per_task=args.cpus_per_task,
         cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword)
-    images = _images(cells, (args.registry or matrix.settings.registry).rstrip("/")) if args.runtime != "host" else None
+    images = (_images(cells, (args.registry or matrix.settings.registry).rstrip("/"), "ci slurm")
+              if args.runtime != "host" else None)
     store = ResultsStore(args.results) if args.results.exists() and not args.rerun else None
     planned = plan(cells, pools, settings, images=images, wheels=args.wheels, store=store, rerun=args.rerun)
     for line in planned.skipped:
