@@ -6,7 +6,7 @@
 #   bash results/h200/vllm/run.sh WHEELS_DIR [PHASE...]          (from the repository root; OUT, BUDGET_S optional)
 #
 # WHEELS_DIR: the unpacked bundle (a folder of the wheels the host lacks). Carried beside it, ignored by git:
-#   .whl/pm/   pinmatrix's own dependencies for the host's Python 3.12 (as for results/h200/run.sh)
+#   .whl/pm/   pinmatrix's own dependencies for the host's Python 3.12 (as for results/h200/run.sh; PM=DIR elsewhere)
 #   .whl/uv/   optional: the uv 0.13.9 wheel; with it the overlays are installed by uv (seconds) instead of pip
 # Phases, in the order given (default: real faults), all inside one budget of BUDGET_S seconds (default 540):
 #   real        both cells (env default, env fp8-moe): host-probe, vllm-generate, vllm-moe-bf16-triton, vllm-moe-fp8,
@@ -35,9 +35,12 @@ mkdir -p "$OUT"
 [[ ${FRESH:-0} == 1 ]] && rm -rf "$STATE"
 mkdir -p "$STATE"
 [[ -d $WHEELS ]] && compgen -G "$WHEELS/*.whl" > /dev/null || { echo "no wheels in $WHEELS" >&2; exit 2; }
-if ! "$PY" -c 'import pydantic, tomlkit, rich' 2> /dev/null; then
-  if [[ ! -d $STATE/pmsite ]]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STATE/pmsite" .whl/pm/*.whl || exit 1
+PM=${PM:-.whl/pm}  # PM=none: the interpreter has pinmatrix's dependencies itself
+if [[ $PM != none ]]; then
+  if [[ ! -f $STATE/pmsite/.done ]]; then
+    rm -rf "$STATE/pmsite"
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$STATE/pmsite" "$PM"/*.whl || exit 1
+    touch "$STATE/pmsite/.done"
   fi
   export PYTHONPATH=$PWD/$STATE/pmsite
 fi
