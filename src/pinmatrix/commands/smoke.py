@@ -157,7 +157,10 @@ def run(args: argparse.Namespace) -> int:
     for r in xpass:
         print(f"note: {r.smoke} on cell {r.cell_id} passed although known issue {r.known_issue} expects it "
               "to fail: the issue may be gone", file=sys.stderr)
-    return 1 if counts.get("fail") or no_image else 0
+    for r in (r for r in records if r.status == "error"):
+        print(f"infrastructure error: {r.smoke} on cell {r.cell_id}: {r.reason} (not counted against the cell)",
+              file=sys.stderr)
+    return 1 if counts.get("fail") or counts.get("error") or no_image else 0
 
 
 def _stderr_echo(line: str) -> None:

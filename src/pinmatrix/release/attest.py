@@ -32,6 +32,7 @@ from pinmatrix.image.config import LOCK_LABEL
 from pinmatrix.registry.client import Manifest, Registry
 from pinmatrix.registry.ref import ImageRef, RegistryError
 from pinmatrix.release.sbom import CYCLONEDX_PREDICATE
+from pinmatrix.report.statuses import INFRA_STATUSES
 from pinmatrix.results.store import SmokeRecord
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRe
     the newest and refuse one older than what it already knows."""
     if not image.digest:
         raise RegistryError(f"{image}: an attestation subject needs a digest")
-    latest = [r for r in latest_per_smoke_host(records) if r.cell_id == cell.id]
+    latest = [r for r in latest_per_smoke_host(r for r in records if r.status not in INFRA_STATUSES)
+              if r.cell_id == cell.id]  # an infrastructure error is no result: it hides none
     passed = [test_name(r) for r in latest if r.status in PASSED]
     warned = [test_name(r) for r in latest if r.status in WARNED]
     failed = [test_name(r) for r in latest if r.status in FAILED]

@@ -31,6 +31,7 @@ from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
+from pinmatrix.report.statuses import INFRA_STATUSES
 from pinmatrix.results.store import STATUSES, SmokeRecord
 
 
@@ -68,9 +69,10 @@ class PromotionPolicy(BaseModel):
     @field_validator("accept")
     @classmethod
     def _statuses(cls, v: list[str]) -> list[str]:
-        bad = [s for s in v if s not in STATUSES]
+        verdicts = [s for s in STATUSES if s not in INFRA_STATUSES]  # an infrastructure error is no verdict
+        bad = [s for s in v if s not in verdicts]
         if bad:
-            raise ValueError(f"unknown status {bad[0]!r} (statuses: {', '.join(STATUSES)})")
+            raise ValueError(f"unknown status {bad[0]!r} (statuses: {', '.join(verdicts)})")
         if "fail" in v:
             raise ValueError("'fail' can never count as clean")
         return v
@@ -167,7 +169,8 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
     """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences."""
     from pinmatrix.smoke.catalogue import matches
 
-    records = [r for r in records if r.cell_id == cell.id]
+    every = [r for r in records if r.cell_id == cell.id]
+    records = [r for r in every if r.status not in INFRA_STATUSES]  # the harness failed: never the cell's
     check = Check(cell_id=cell.id)
 
     def counted_host_run(r: SmokeRecord) -> bool:
@@ -187,7 +190,9 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
             matching = [r for r in records if (r.smoke == smoke if catalogue is not None else matches(smoke, r.smoke))
                         and (gpu == "*" or host_matches_gpu(gpu, r.host.capability, r.host.gpu_name))]
             if not matching:
-                check.problems.append(f"missing result: smoke {smoke!r} has no result on {where}")
+                errors = sum(1 for r in every if r.status in INFRA_STATUSES and r.smoke == smoke)
+                check.problems.append(f"missing result: smoke {smoke!r} has no result on {where}"
+                                      + (f" ({errors} infrastructure error(s), not counted)" if errors else ""))
                 continue
             latest = latest_per_smoke_host(matching)  # per host, by finish time
             bad = [r for r in latest if r.status not in accept]

@@ -1,7 +1,8 @@
 """JUnit XML: one test case per cell x smoke (worst latest status across hosts), one suite per cell.
 
 Mapping: pass and xpass -> passed (xpass carries a system-out note), fail and degraded -> <failure> with
-the failure class as its type, xfail and skip -> <skipped>, no result -> <skipped message="no result">.
+the failure class as its type, an infrastructure error -> <error> (the harness, not the cell: counted in
+``errors``, never in ``failures``), xfail and skip -> <skipped>, no result -> <skipped message="no result">.
 
 The output follows the xunit2 schema (Jenkins xunit-plugin's junit-10.xsd, which pytest validates its own
 junit_family=xunit2 files against; tests/data/junit-10.xsd): a suite per cell, so that the cell's name and
@@ -14,16 +15,17 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from pinmatrix.report.model import Report, worst
+from pinmatrix.report.statuses import INFRA_STATUSES
 
 
 def render_junit(report: Report) -> str:
     root = ET.Element("testsuites", name=report.title)
-    totals: dict[str, float] = {"tests": 0, "failures": 0, "time": 0.0}
+    totals: dict[str, float] = {"tests": 0, "failures": 0, "errors": 0, "time": 0.0}
     for stack in report.stacks:
         for cell in stack.cells:
             suite = ET.SubElement(root, "testsuite", name=f"{stack.name}.{cell.id}", package=stack.name,
                                   timestamp=report.generated_at)
-            counts: dict[str, float] = {"tests": 0, "failures": 0, "skipped": 0, "time": 0.0}
+            counts: dict[str, float] = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
             props = ET.SubElement(suite, "properties")
             ET.SubElement(props, "property", name="cell", value=cell.name)
             ET.SubElement(props, "property", name="status", value=cell.status_label)
@@ -51,6 +53,12 @@ def render_junit(report: Report) -> str:
                     el = ET.SubElement(case, "failure", type=first.failure_class or status,
                                        message=f"{status}: {first.reason}"[:500])
                     el.text = detail
+                elif status in INFRA_STATUSES:
+                    counts["errors"] += 1
+                    first = bad[0]
+                    el = ET.SubElement(case, "error", type=first.failure_class or "infra",
+                                       message=f"infrastructure error: {first.reason}"[:500])
+                    el.text = detail
                 elif status in ("skip", "xfail"):
                     counts["skipped"] += 1
                     first = bad[0]
@@ -59,16 +67,14 @@ def render_junit(report: Report) -> str:
                 elif status == "missing":
                     counts["skipped"] += 1
                     ET.SubElement(case, "skipped", message="no result recorded on any host")
-                if detail and status not in ("fail", "degraded"):  # a failure already carries it
+                if detail and status not in ("fail", "degraded", *INFRA_STATUSES):  # a failure already carries it
                     out = ET.SubElement(case, "system-out")
                     out.text = detail
             for key, count in counts.items():
                 suite.set(key, f"{count:.3f}" if key == "time" else str(int(count)))
                 if key in totals:
                     totals[key] += count
-            suite.set("errors", "0")
     for key, total in totals.items():
         root.set(key, f"{total:.3f}" if key == "time" else str(int(total)))
-    root.set("errors", "0")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

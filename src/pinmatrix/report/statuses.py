@@ -3,13 +3,17 @@ parser from these without importing a renderer (jinja2)."""
 
 from __future__ import annotations
 
-# Worst last. "missing" = a smoke selected for the cell that has no result on any host.
+# Worst last. "missing" = a smoke selected for the cell that has no result on any host; "error" = the
+# infrastructure failed (the runtime could not start the smoke): no verdict on the cell, never counted
+# against it (promotion ignores it), JUnit <error>.
 SEVERITY: dict[str, int] = {
-    "pass": 0, "skip": 1, "missing": 2, "xfail": 3, "xpass": 4, "degraded": 5, "fail": 6,
+    "pass": 0, "skip": 1, "missing": 2, "error": 3, "xfail": 4, "xpass": 5, "degraded": 6, "fail": 7,
 }
+INFRA_STATUSES: tuple[str, ...] = ("error",)
 SEVERITY_ORDER: tuple[str, ...] = tuple(sorted(SEVERITY, key=SEVERITY.__getitem__))
 STATUS_LABELS: dict[str, str] = {
-    "pass": "pass", "skip": "skipped", "missing": "no result", "xfail": "expected failure",
+    "pass": "pass", "skip": "skipped", "missing": "no result", "error": "infrastructure error",
+    "xfail": "expected failure",
     "xpass": "unexpected pass", "degraded": "degraded", "fail": "FAIL",
 }
 # format -> the file it is written to

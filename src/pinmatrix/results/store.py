@@ -29,7 +29,7 @@ from pinmatrix.results.storefile import ResultsError
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import PinmatrixError
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded")
+STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded", "error")  # error: infrastructure
 DEFAULT_PATH = Path(".pinmatrix/results.sqlite")
 SCHEMA_VERSION = 1
 

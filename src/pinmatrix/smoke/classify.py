@@ -142,9 +142,12 @@ def classify(
     log_text: str,
     timeout_s: float,
     signatures: tuple[Signature, ...] | None = None,
+    infra: str | None = None,
 ) -> Outcome:
     """Decide status, class and reason for one smoke run.
 
+    - the runtime failed before the smoke ran (``infra``: why; no result JSON): error / infra, a class of its
+      own that is no verdict on the cell (promotion does not count it, JUnit reports <error>);
     - timed out: fail / timeout (whatever was printed);
     - killed by a signal (negative return code): fail / crash, named by the signal;
     - no result JSON: fail, classed by the first failure signature in the log, else "error";
@@ -168,6 +171,8 @@ def classify(
         metrics["log_signatures"] = ", ".join(m.signature.failure_class for m in faults)
     seen = f" (log: {faults[0].line})" if faults else ""
 
+    if infra is not None and result is None and not timed_out:
+        return Outcome("error", "infra", terminal_text(infra)[:500], metrics)
     if timed_out:
         return Outcome("fail", "timeout", f"timed out after {timeout_s:g} s{seen}", metrics)
     if returncode is not None and returncode < 0:

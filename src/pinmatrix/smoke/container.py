@@ -22,6 +22,7 @@ LIB_MOUNT = "/opt/pinmatrix-lib"  # the pinmatrix package, for the arch-coverage
 TOOL_MOUNT = "/opt/pinmatrix-cuda"  # cuobjdump from its wheel
 IMAGE_PYTHON = "/opt/venv/bin/python"
 # Variables that describe the host, not the cell: never copied into the container.
+ENGINE_FAILED = 125  # `docker run` / `podman run`: the error is the engine's, not the command's
 _HOST_ONLY = {"PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME",
               "TMPDIR", "LD_LIBRARY_PATH", "TERM", "HOSTNAME"}
 
@@ -56,11 +57,24 @@ class ContainerSmokes:
         argv = self.engine._argv(args)
         try:
             # cleanup: the container goes too when the runner is killed (the guard runs it; guard.py)
-            return run_process(argv, dict(self.engine.env), log_path, result_path, timeout, cwd=work,
+            proc = run_process(argv, dict(self.engine.env), log_path, result_path, timeout, cwd=work,
                                kill_grace_s=self.kill_grace_s, log_cap=self.log_cap,
                                cleanup=self.engine._argv(["rm", "--force", name]))
+            if proc.returncode == ENGINE_FAILED and proc.result is None and not proc.timed_out:
+                # docker/podman run: 125 is the engine's own failure (the container never started)
+                last = _last_log_line(log_path)
+                proc.infra = f"{self.engine.name} could not start the container (exit status 125){last}"
+            return proc
         finally:
             self.engine.call(["rm", "--force", name], check=False, timeout=60)
+
+
+def _last_log_line(log_path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()[-20:] if ln.strip()]
+    except OSError:
+        return ""
+    return f": {lines[-1][:300]}" if lines else ""
 
 
 def image_smoke_env(env: dict[str, str], result_name: str) -> dict[str, str]:

@@ -146,6 +146,7 @@ class ProcessResult:
     timed_out: bool
     result: dict[str, Any] | None
     seconds: float
+    infra: str | None = None  # the runtime itself failed (no smoke ran): an infrastructure error, said how
 
 
 def effective_timeout(timeout_s: float | None) -> float:
@@ -358,7 +359,7 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
     finished = now()
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     outcome: Outcome = classify(result=proc.result, returncode=proc.returncode, timed_out=proc.timed_out,
-                                log_text=log_text, timeout_s=timeout)
+                                log_text=log_text, timeout_s=timeout, infra=proc.infra)
     verdict = apply_known_issues(smoke.name, outcome.status, outcome.failure_class, outcome.reason,
                                  getattr(cell, "known_issues", ()) or ())
     metrics = dict((proc.result or {}).get("metrics") or {})
