@@ -239,10 +239,11 @@ def _nvfp4_quantizer(torch: Any, input_amax: dict[str, float]) -> Any:
     return quantize
 
 
+# config.json style of vLLM 0.20.0's ModelOptQuantConfigBase.from_config: quant_algo, group_size, and "ignore"
+# (wildcards; "exclude_modules" is read only from a legacy hf_quant_config.json "quantization" table).
 NVFP4_CONFIG = {
-    "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": NVFP4_BLOCK, "kv_cache_quant_algo": None,
-    "exclude_modules": ["lm_head", "model.embed_tokens", "model.layers.*.self_attn*",
-                        "model.layers.*.block_sparse_moe.gate"],
+    "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": NVFP4_BLOCK,
+    "ignore": ["lm_head", "model.embed_tokens", "model.layers.*.self_attn*", "model.layers.*.block_sparse_moe.gate"],
 }
 
 

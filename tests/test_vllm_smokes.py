@@ -301,6 +301,16 @@ def test_block_fp8_checkpoint_config_keeps_attention_bf16() -> None:
         assert vm.CONFIG[dim] % vm.FP8_BLOCK == 0
 
 
+def test_nvfp4_checkpoint_config_is_the_config_json_form_vllm_reads() -> None:
+    """vLLM 0.20.0 ModelOptQuantConfigBase.from_config: without a "quantization" table (the legacy
+    hf_quant_config.json) it reads quant_algo, group_size and the exclusions from "ignore"."""
+    config = vm.NVFP4_CONFIG
+    assert config["quant_method"] == "modelopt" and config["quant_algo"] == "NVFP4" and "quantization" not in config
+    assert config["group_size"] == vm.NVFP4_BLOCK == 16
+    assert "exclude_modules" not in config
+    assert {"lm_head", "model.layers.*.self_attn*", "model.layers.*.block_sparse_moe.gate"} <= set(config["ignore"])
+
+
 def test_fault_names_are_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in vm.FAULTS:
         monkeypatch.setenv("PINMATRIX_FAULT", name)
