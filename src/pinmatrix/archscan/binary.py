@@ -23,11 +23,18 @@ import re
 import struct
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
+# A container header: the magic, a 2-byte version, a header size of 16 (searched for in C, not per magic).
+_CONTAINER = re.compile(re.escape(FATBIN_MAGIC) + rb"..\x10\x00", re.DOTALL)
+MAX_BINARY_BYTES = 4 << 30  # larger files are named, not read (the largest CUDA libraries are ~1.5 GB)
+MAX_CONTAINERS = 65536  # fatbin containers read from one file
+SCAN_SECONDS = 60.0  # the header parser's time for one file
+_ARCHS = range(10, 1000)  # sm_10 ... sm_999: an entry naming another number is a malformed header
 ELF_MAGIC = b"\x7fELF"
 EM_CUDA = 190
 # Entry kinds in a fatbin entry header: 1 = PTX, 2 = ELF (SASS); 0x10 is taken as SASS too.
@@ -96,31 +103,58 @@ def _containers(data: bytes | mmap.mmap) -> list[tuple[int, int, list[tuple[str,
     """(start, end, entries) of every fatbin container: those the CUDA runtime registers (the ELF section
     .nv_fatbin) and those a library keeps elsewhere and loads itself (cuFFT, cuBLASLt keep most kernels in
     .data), found by their magic and checked header by header."""
+    return _scan(data)[0]
+
+
+@dataclass
+class _Scan:
+    malformed: int = 0  # containers whose entries name no real architecture
+    first_malformed: int | None = None  # offset of the first
+    stopped: str | None = None  # why the parser stopped before the end of the file
+
+
+def _scan(data: bytes | mmap.mmap, seconds: float = SCAN_SECONDS) -> tuple[list[tuple[int, int, list[tuple[str, int]]]],
+                                                                          _Scan]:
+    """``_containers`` with what it refused: a container with an entry for an architecture outside sm_10 ..
+    sm_999 (sm_0 is a malformed header, not a target) is counted as malformed, not found; at most
+    ``MAX_CONTAINERS`` containers and ``seconds`` of parsing."""
     found: list[tuple[int, int, list[tuple[str, int]]]] = []
-    pos = data.find(FATBIN_MAGIC)
+    report = _Scan()
     size = len(data)
-    while pos != -1 and pos + 16 <= size:
+    deadline = time.monotonic() + seconds
+    m = _CONTAINER.search(data)
+    while m is not None and m.start() + 16 <= size:
+        pos = m.start()
+        if len(found) + report.malformed >= MAX_CONTAINERS or time.monotonic() > deadline:
+            report.stopped = (f"the header parser stopped at offset {pos} after {len(found) + report.malformed} "
+                              f"containers" + ("" if time.monotonic() <= deadline else f" and {seconds:g} s"))
+            break
         _, _version, header, body = struct.unpack_from("<IHHQ", data, pos)
         end = pos + header + body
-        if header != 16 or end > size or body == 0:
-            pos = data.find(FATBIN_MAGIC, pos + 4)
+        if end > size or body == 0:
+            m = _CONTAINER.search(data, pos + 4)
             continue
         entries: list[tuple[str, int]] = []
+        bad = False
         entry = pos + header
         while entry + 32 <= end:
             kind, _unknown, entry_header, payload = struct.unpack_from("<HHIQ", data, entry)
             arch = struct.unpack_from("<I", data, entry + 28)[0]
             if entry_header < 64 or entry_header > 4096 or entry + entry_header + payload > end:
                 break
-            if kind in _PTX_KINDS:
-                entries.append(("ptx", arch))
-            elif kind in _SASS_KINDS:
-                entries.append(("sass", arch))
+            if kind in _PTX_KINDS or kind in _SASS_KINDS:
+                if arch not in _ARCHS:
+                    bad = True
+                    break
+                entries.append(("ptx" if kind in _PTX_KINDS else "sass", arch))
             entry += entry_header + payload
-        if entries:
+        if bad:
+            report.malformed += 1
+            report.first_malformed = pos if report.first_malformed is None else report.first_malformed
+        elif entries:
             found.append((pos, end, entries))
-        pos = data.find(FATBIN_MAGIC, max(end, pos + 4))
-    return found
+        m = _CONTAINER.search(data, max(end, pos + 4) if not bad else pos + 4)
+    return found, report
 
 
 def wrap_containers(data: bytes | mmap.mmap, spans: list[tuple[int, int]], out: Path) -> None:
@@ -235,9 +269,17 @@ def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
     name = label or str(path)
     if size < 64:
         return None
+    if size > MAX_BINARY_BYTES:
+        return BinaryTargets(name, size, [], TOOL_HEADER, exact=False, grouped=False,
+                             notes=[f"not read: {size} bytes, more than the {MAX_BINARY_BYTES} a binary may have"])
     fallback_note = _fallback_note()
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        found = _containers(data)
+        found, scanned = _scan(data)
+        refused = ([f"{scanned.malformed} malformed fatbin container header(s) (the first at offset "
+                    f"{scanned.first_malformed}: an entry for no real architecture), not counted as targets"]
+                   if scanned.malformed else []) + ([scanned.stopped] if scanned.stopped else [])
+        if refused and not found and _cubin_number(data) is None:
+            return BinaryTargets(name, size, [], TOOL_HEADER, exact=False, grouped=False, notes=refused)
         cubin = _cubin_number(data) if not found else None
         containers = [entries for _, _, entries in found]
         if cubin is not None:
@@ -270,15 +312,15 @@ def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
             for c in containers:
                 groups.append(tuple(t for _, t in entries[i:i + len(c)]))
                 i += len(c)
-            return BinaryTargets(name, size, groups, TOOL_CUOBJDUMP, exact=True)
+            return BinaryTargets(name, size, groups, TOOL_CUOBJDUMP, exact=True, notes=refused)
         if entries:
             return BinaryTargets(
                 name, size, [tuple(dict.fromkeys(t for _, t in entries))], TOOL_CUOBJDUMP, exact=True,
                 grouped=False,
                 notes=[f"cuobjdump's {len(entries)} entries do not line up with the {len(flat)} fatbin "
-                       "headers found: targets are the union, not per kernel group"])
+                       "headers found: targets are the union, not per kernel group", *refused])
     return BinaryTargets(name, size, [_names(c) for c in containers], TOOL_HEADER, exact=False,
-                         notes=[fallback_note])
+                         notes=[fallback_note, *refused])
 
 
 def _fallback_note() -> str:
