@@ -504,3 +504,63 @@ def test_an_unsafe_layer_is_one_line_from_the_command(demo: dict[str, Any], tmp_
     evil_digest = "sha256:" + hashlib.sha256(evil).hexdigest()
     assert done.stderr.strip().splitlines()[-1] == (
         f"pinmatrix: error: layer {evil_digest}: member 'usr/lib/os-release-link': a '..' path; refused")
+
+
+def _interpreter_for(uid: int) -> str | None:
+    """This interpreter, or the system's of the same version, if ``uid`` may run it (pytest's may live in /root)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, f"/usr/bin/python{version}"):
+        probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "env", candidate, "-c",
+                                "import sys; print(sys.version_info[:2])"], capture_output=True, text=True,
+                               check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == str(sys.version_info[:2]):
+            return candidate
+    return None
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None or shutil.which("unshare") is None,
+                    reason="needs util-linux setpriv and unshare")
+def test_without_root_the_image_runs_in_a_user_namespace(demo: dict[str, Any]) -> None:
+    import sysconfig
+    import tempfile
+
+    nobody = 65534
+    python = _interpreter_for(nobody)
+    if python is None:
+        pytest.skip("no interpreter of this version that an unprivileged user may run")
+    if subprocess.run(["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups", "unshare", "--user",
+                       "--map-root-user", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("unprivileged user namespaces are not allowed here")
+    cell, digest = sorted(demo["digests"].items())[0]
+    work = Path(tempfile.mkdtemp(prefix="pinmatrix-userns-"))
+    try:
+        os.chmod(work, 0o777)
+        layout = work / "oci"
+        blobs = layout / "blobs" / "sha256"
+        blobs.mkdir(parents=True)
+        manifest = json.loads((demo["layout"] / "blobs" / "sha256" / digest[7:]).read_bytes())
+        for d in [digest, manifest["config"]["digest"], *(layer["digest"] for layer in manifest["layers"])]:
+            shutil.copy(demo["layout"] / "blobs" / "sha256" / d[7:], blobs / d[7:])
+        shutil.copy(demo["layout"] / "index.json", layout / "index.json")
+        for folder, dirs, files in os.walk(work):
+            for name in dirs:
+                os.chmod(os.path.join(folder, name), 0o755)
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o644)
+        os.chmod(work, 0o777)
+        path = os.pathsep.join([str(REPO / "src"), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        done = subprocess.run(
+            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups", "env", f"HOME={work}",
+             f"PYTHONPATH={path}", python, "-m", "pinmatrix", "smoke", str(REPO / "matrix.toml"), "--stack", "demo",
+             "--cell", cell, "--runtime", "chroot", "--layout", str(layout), "--roots", str(work / "roots"),
+             "--results", str(work / "r.sqlite"), "--logs", str(work / "logs"), "--json", str(work / "run.json")],
+            capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert ", userns, " in done.stdout + done.stderr
+        records = json.loads((work / "run.json").read_text())
+        assert {r["status"] for r in records} == {"pass"} and {r["image_digest"] for r in records} == {digest}
+        unpacked = work / "roots" / digest[7:] / "rootfs" / "etc" / "passwd"
+        assert unpacked.stat().st_uid == nobody  # unpacked as that user: its own files are root's inside
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -50,6 +50,13 @@ class SetupError(Exception):
     pass
 
 
+PHASE = ["starting"]  # what enter() was doing, for the one line a failure becomes
+
+
+def phase(what: str) -> None:
+    PHASE[0] = what
+
+
 def _b(value: str | None) -> bytes | None:
     return None if value is None else os.fsencode(value)
 
@@ -156,6 +163,7 @@ def populate(spec: dict, root: str) -> None:  # type: ignore[type-arg]
 
 
 def enter(spec: dict) -> None:  # type: ignore[type-arg]
+    phase("making the mount namespace")
     if not spec.get("unshared"):
         flags = CLONE_NEWNS | (CLONE_NEWUSER if spec.get("userns") else 0)
         uid, gid = os.getuid(), os.getgid()
@@ -171,16 +179,25 @@ def enter(spec: dict) -> None:  # type: ignore[type-arg]
             with open("/proc/self/gid_map", "w") as fh:
                 fh.write(f"0 {gid} 1")
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host
+    phase("mounting the root")
     root = make_root(spec)
+    phase("binding /proc, /sys, /dev, the driver and the catalogue into the root")
     populate(spec, root)
+    phase("entering the root")
     os.chroot(root)
     os.chdir("/")
     cwd = spec.get("cwd") or "/"
+    phase(f"entering the working directory {cwd}")
     os.makedirs(cwd, exist_ok=True)
     os.chdir(cwd)
     uid, gid = int(spec.get("uid", 0)), int(spec.get("gid", 0))
-    if uid or gid or spec.get("groups"):
-        os.setgroups([int(g) for g in spec.get("groups", [])])
+    groups = sorted({int(g) for g in spec.get("groups", [])})
+    phase(f"becoming uid {uid} gid {gid} groups {groups}")
+    if spec.get("userns"):  # this user is root in here and may not set groups: the image's user must be root
+        if (uid, gid) != (0, 0):
+            raise SetupError(f"in a user namespace only root is mapped, and the image runs as {uid}:{gid}")
+    elif (uid, gid) != (os.getuid(), os.getgid()) or groups != sorted(set(os.getgroups())):
+        os.setgroups(groups)
         os.setgid(gid)
         os.setuid(uid)
     _libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)  # cleared by the change of user
@@ -208,9 +225,12 @@ def main(argv: list[str]) -> int:
                 if folder and os.access(os.path.join(folder, program), os.X_OK):
                     program = os.path.join(folder, program)
                     break
+        phase(f"starting {program}")
         os.execve(program, spec["argv"], env)
-    except (SetupError, OSError) as err:
+    except SetupError as err:
         line = f"pinmatrix chroot: setup failed: {err}"
+    except OSError as err:
+        line = f"pinmatrix chroot: setup failed while {PHASE[0]}: {err}"
     os.write(error_fd, (line + "\n").encode())
     print(line, file=sys.stderr)
     return SETUP_FAILED
