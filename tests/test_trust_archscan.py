@@ -84,3 +84,20 @@ def test_a_file_above_the_size_bound_is_named_not_read(tmp_path: Path, monkeypat
                            "may have"]
     monkeypatch.setattr(binary, "MAX_BINARY_BYTES", path.stat().st_size)
     assert read_binary(path, None).groups == [("sm_90",)] * 4  # type: ignore[union-attr]
+
+
+def test_a_wheel_member_above_the_bound_is_named_not_extracted(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    from pinmatrix.archscan import wheels
+
+    wheel = tmp_path / "bomb-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("bomb/libhuge.so", b"\0" * (8 << 20))  # 8 MiB of zeros: a few KiB compressed
+        zf.writestr("bomb/libok.so", b"\0" * 64 + container(90))
+    monkeypatch.setattr(wheels, "MAX_BINARY_BYTES", 1 << 20)
+    scan = wheels.scan_wheel(wheel, None, "header")
+    by_path = {b.path: b for b in scan.binaries}
+    assert by_path["bomb/libhuge.so"].notes == [f"not read: {8 << 20} bytes, more than the {1 << 20} a binary may have"]
+    assert by_path["bomb/libok.so"].groups == [("sm_90",)]

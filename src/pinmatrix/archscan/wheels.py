@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pinmatrix.archscan.binary import BinaryTargets, read_binary
+from pinmatrix.archscan.binary import MAX_BINARY_BYTES, TOOL_HEADER, BinaryTargets, read_binary
 from pinmatrix.hashing import sha256_bytes, sha256_file
 
 SCAN_VERSION = 2  # bump when what read_binary reports changes
@@ -57,6 +57,11 @@ def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path |
             if info.is_dir() or not _CANDIDATE.search(info.filename) or info.file_size < 64:
                 continue
             candidates += 1
+            if info.file_size > MAX_BINARY_BYTES:  # named, not extracted: the reader would not read it either
+                binaries.append(BinaryTargets(info.filename, info.file_size, [], TOOL_HEADER, exact=False, grouped=False,
+                                              notes=[f"not read: {info.file_size} bytes, more than the "
+                                                     f"{MAX_BINARY_BYTES} a binary may have"]))
+                continue
             scratch = Path(tmp) / "member"
             with zf.open(info) as src, open(scratch, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
