@@ -42,8 +42,8 @@ INFO 12-01 14:02:51 [utils.py:253] non-default args: {{'model': '/tmp/m', 'skip_
 WARNING 12-01 14:02:52 [system_utils.py:157] We must use the `spawn` multiprocessing start method.
 {P} [cuda.py:369] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].
 {P} [model_executor/.../oracle/unquantized.py:261] Using FlashInfer CUTLASS Unquantized MoE backend out of potential backends: ['FlashInfer TRTLLM', 'FlashInfer CUTLASS', 'TRITON', 'BATCHED_TRITON'].
-{P} [model_executor/.../oracle/unquantized.py:343] Using MoEPrepareAndFinalizeNoEP
-{P} [model_executor/kernels/linear/__init__.py:455] Selected CutlassFP8ScaledMMLinearKernel for Fp8LinearMethod
+{P} [model_executor/.../oracle/unquantized.py:343] Using MoEPrepareAndFinalizeNoDPEPModular
+{P} [model_executor/kernels/linear/__init__.py:389] Selected CutlassFP8ScaledMMLinearKernel for Fp8OnlineLinearMethod
 {P} [model_executor/.../fused_moe/fused_moe.py:1092] Using default MoE config. Performance might be sub-optimal! Config file not found at ['/x/E=8,N=512,device_name=NVIDIA_H200.json']
 {P} [model_executor/.../oracle/fp8.py:394] Using TRITON Fp8 MoE backend out of potential backends: ['AITER', 'FLASHINFER_TRTLLM', 'FLASHINFER_CUTLASS', 'DEEPGEMM', 'TRITON', 'MARLIN', 'BATCHED_DEEPGEMM', 'BATCHED_TRITON', 'XPU'].
 {P} [cuda.py:369] Using FLASHINFER attention backend out of potential backends: ['FLASHINFER'].
@@ -57,8 +57,8 @@ def test_backends_parsed_from_vllm_log_lines() -> None:
     assert got["moe_backend.unquantized"] == "FlashInfer CUTLASS"
     assert got["moe_backend.unquantized.candidates"].split(" | ")[:2] == ["FlashInfer TRTLLM", "FlashInfer CUTLASS"]
     assert got["moe_backend.fp8"] == "TRITON"
-    assert got["moe_prepare_finalize"] == "MoEPrepareAndFinalizeNoEP"
-    assert got["linear_kernel.Fp8LinearMethod"] == "CutlassFP8ScaledMMLinearKernel"
+    assert got["moe_prepare_finalize"] == "MoEPrepareAndFinalizeNoDPEPModular"
+    assert got["linear_kernel.Fp8OnlineLinearMethod"] == "CutlassFP8ScaledMMLinearKernel"
     assert got["moe_kernel_config"] == "default"
 
 
