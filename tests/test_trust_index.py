@@ -150,3 +150,28 @@ def test_a_damaged_cached_wheel_is_fetched_again(index: str, tmp_path: Path) -> 
     path.unlink()
     WheelFetcher(tmp_path / "cache").fetch(wheel)
     assert not dead.exists()
+
+
+class _Redirect(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(302)
+        self.send_header("Location", "ftp://127.0.0.1/tiny.whl")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_redirect_to_another_scheme_is_refused(index: str, tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _serve("tiny-1.0-py3-none-any.whl", url=f"http://127.0.0.1:{server.server_port}/tiny.whl")
+        fetcher, wheel = _choose(index, tmp_path / "cache")
+        with pytest.raises(WheelError, match=r"redirected to 'ftp://127\.0\.0\.1/tiny\.whl', which is not http\(s\)"):
+            fetcher.fetch(wheel)
+        assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    finally:
+        server.shutdown()
+        server.server_close()

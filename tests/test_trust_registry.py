@@ -378,3 +378,26 @@ def test_an_upload_location_that_is_not_http_is_refused(servers: list[ThreadingH
     host, _ = _registry(servers, Behaviour(upload_location="file:///tmp/pinmatrix-upload"))
     with pytest.raises(RegistryError, match=r"'file:///tmp/pinmatrix-upload\?digest=.*' is not an http\(s\) URL"):
         Registry(host).push_blob("repo", b"data")
+
+
+class _Tags(BaseHTTPRequestHandler):
+    body = b""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@pytest.mark.parametrize("body", [b'{"tags": 5}', b'{"tags": [1, 2]}', b'{"tags": {"a": 1}}', b'{"repositories": 5}'])
+def test_a_tag_or_catalog_list_that_is_not_names_is_one_line(servers: list[ThreadingHTTPServer], body: bytes) -> None:
+    handler = type("Handler", (_Tags,), {"body": body})
+    server = _server("127.0.0.1", handler)
+    servers.append(server)
+    reg = Registry(f"127.0.0.1:{server.server_port}")
+    with pytest.raises(RegistryError, match=r"(tags|repositories) is not a list of names"):
+        reg.repositories() if b"repositories" in body else reg.tags("repo")

@@ -114,6 +114,16 @@ def _indexes_for(entry: LockEntry, indexes: Sequence[IndexSpec]) -> list[str]:
     return default + [i.url for i in indexes if not i.default and not i.explicit]
 
 
+class _HttpOnlyRedirect(urllib.request.HTTPRedirectHandler):
+    """An index's redirects are followed to http(s) URLs only (urllib would follow one to ftp: too)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise WheelError(f"{req.full_url}: redirected to {newurl[:120]!r}, which is not http(s)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 class WheelFetcher:
     """Find and fetch the wheels of lock entries; the cache is keyed by sha256, so every cell shares it."""
 
@@ -128,7 +138,7 @@ class WheelFetcher:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             raise WheelError(f"{url!r}: an index URL must be http or https")
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-        handlers: list[urllib.request.BaseHandler] = []
+        handlers: list[urllib.request.BaseHandler] = [_HttpOnlyRedirect()]
         if url.startswith("https:"):
             handlers.append(urllib.request.HTTPSHandler(context=self.context))
         return urllib.request.build_opener(*handlers).open(request, timeout=self.timeout)

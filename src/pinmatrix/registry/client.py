@@ -104,6 +104,14 @@ def _json_object(body: bytes, where: str) -> dict[str, Any]:
     return doc
 
 
+def _names(doc: dict[str, Any], key: str, where: str) -> list[str]:
+    """A tag list's ``tags`` or the catalog's ``repositories``: a list of strings (null: none), else one line."""
+    value = doc.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RegistryError(f"{where}: {key} is not a list of names")
+    return list(value)
+
+
 class _HttpRedirect(urllib.request.HTTPRedirectHandler):
     """Redirects are followed to http(s) URLs only (urllib would also follow one to ftp:); the Authorization
     header is added unredirected, so it never travels with one."""
@@ -372,7 +380,7 @@ class Registry:
         while True:
             query = "/v2/_catalog?n=1000" + (f"&last={urllib.parse.quote(last)}" if last else "")
             _, headers, body = self._request("GET", query)
-            page = [str(n) for n in _json_object(body, f"{self.host}/v2/_catalog").get("repositories") or []]
+            page = _names(_json_object(body, f"{self.host}/v2/_catalog"), "repositories", f"{self.host}/v2/_catalog")
             names.extend(page)
             if not page or "next" not in headers.get("link", ""):
                 return names
@@ -393,7 +401,8 @@ class Registry:
             if "HTTP 404" in str(err):
                 return []
             raise
-        return sorted(str(t) for t in _json_object(body, f"{self.host}/{repository} tags").get("tags") or [])
+        where = f"{self.host}/{repository} tags"
+        return sorted(_names(_json_object(body, where), "tags", where))
 
     # -- blobs ---------------------------------------------------------------------------------------
     def has_blob(self, repository: str, digest: str) -> bool:
