@@ -46,6 +46,7 @@ _ELF_SM = re.compile(r"\bsm=(\d+[af]?)\b")
 
 TOOL_CUOBJDUMP = "cuobjdump"
 TOOL_HEADER = "fatbin-header"
+TOOL_TKINFO = "cubin-note"  # a bare cubin's .note.nv.tkinfo (ptxas's -arch, suffix included)
 
 
 @dataclass
@@ -193,6 +194,33 @@ def _cubin_number(data: bytes | mmap.mmap) -> int | None:
     return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
 
 
+_TKINFO_ARCH = re.compile(rb"-arch[ =](sm_\d+[af]?)(?![0-9a-z])")
+
+
+def _cubin_note_target(data: bytes | mmap.mmap) -> str | None:
+    """The exact target of a bare cubin from its ``.note.nv.tkinfo`` note: ptxas records its command line there
+    (``-arch sm_100f -m 64``). e_flags and cuobjdump's ``sm=`` field drop the family suffix (an sm_100f cubin
+    reads as sm_100 in both), the note keeps it. None when the cubin has no such note."""
+    try:
+        shoff = struct.unpack_from("<Q", data, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        if shentsize < 64 or not 0 < shnum <= 65535 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+            return None
+        sections = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
+        if names_at + names_size > len(data):
+            return None
+        names = bytes(data[names_at:names_at + names_size])
+        for name, _type, _flags, _addr, offset, size in sections:
+            end = names.find(b"\0", name)
+            if names[name:end] == b".note.nv.tkinfo" and offset + size <= len(data) and size <= 1 << 16:
+                m = _TKINFO_ARCH.search(bytes(data[offset:offset + size]))
+                return m.group(1).decode() if m else None
+    except struct.error:
+        return None
+    return None
+
+
 # --- cuobjdump ------------------------------------------------------------------------------------------------
 class ToolFailed(Exception):
     """cuobjdump could not read a file it was given."""
@@ -283,6 +311,9 @@ def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
         cubin = _cubin_number(data) if not found else None
         containers = [entries for _, _, entries in found]
         if cubin is not None:
+            noted = _cubin_note_target(data)
+            if noted is not None and _number(noted) == ("sass", cubin):
+                return BinaryTargets(name, size, [(noted,)], TOOL_TKINFO, exact=True)
             if cuobjdump:
                 try:
                     target = cuobjdump_cubin_target(path, cuobjdump)

@@ -209,14 +209,15 @@ def _pip_download(lines: list[str], platform: str, python: str, dest: Path) -> s
         os.unlink(reqs)
 
 
-def _sha256(path: Path, index: dict[str, list]) -> str:
+def _sha256(path: Path, index: dict[str, list], key: str | None = None) -> str:
     """sha256 of a cached wheel, remembered by size and mtime so a warm scan does not re-read gigabytes."""
     st = path.stat()
-    known = index.get(path.name)
+    key = key or path.name
+    known = index.get(key)
     if known and known[0] == st.st_size and known[1] == st.st_mtime_ns:
         return str(known[2])
     digest = sha256_file(path)
-    index[path.name] = [st.st_size, st.st_mtime_ns, digest]
+    index[key] = [st.st_size, st.st_mtime_ns, digest]
     return digest
 
 
@@ -233,13 +234,50 @@ def _find(pin: Pin, dest: Path, index: dict[str, list]) -> tuple[Path, str] | No
     return None
 
 
-def fetch_wheels(pins: CellPins, cache: Path | None = None, log=None) -> list[Wheel]:
-    """Download (once) the wheel of every pin for the pins' platform and Python; hash-checked by pip."""
+def _compatible(filename: str, platform: str, python: str) -> bool:
+    """A wheel file name installs for the uv platform and CPython ``python`` (the tags pip would accept)."""
+    try:
+        _name, _version, _build, tags = parse_wheel_filename(filename)
+    except ValueError:
+        return False
+    nodot = python.replace(".", "")
+    platforms = set(pip_platforms(platform)) | {"any"}
+    interpreters = {f"cp{nodot}", "py3", f"py{nodot}", "cp3"} | {f"cp3{m}" for m in range(2, int(nodot[1:]) + 1)}
+    return any(t.platform in platforms and t.interpreter in interpreters and t.abi in {f"cp{nodot}", "abi3", "none"}
+               and (t.abi != "abi3" or t.interpreter.startswith("cp")) for t in tags)
+
+
+def _from_build_cache(pin: Pin, build_wheels: Path, platform: str, python: str,
+                      index: dict[str, list]) -> tuple[Path, str] | None:
+    """The pin's wheel where ``pinmatrix build`` keeps it (``<cache>/wheels/ab/<sha256>/<file>.whl``, one folder
+    per locked hash), for this platform and Python, its sha256 checked: no second download of the same file."""
+    for digest in pin.hashes:
+        folder = build_wheels / digest[:2] / digest
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.whl")):
+            if _compatible(path.name, platform, python) and _sha256(path, index, str(path)) == digest:
+                return path, digest
+    return None
+
+
+def fetch_wheels(pins: CellPins, cache: Path | None = None, log=None, build_cache: Path | None = None) -> list[Wheel]:
+    """The wheel of every pin for the pins' platform and Python: from the build's wheel cache (``build_cache``,
+    the ``--cache-dir`` of ``pinmatrix build``) where it already holds it, else downloaded once with pip
+    (hash-checked) into the arch-scan cache."""
     dest = wheel_dir(pins.platform, pins.python, cache)
     dest.mkdir(parents=True, exist_ok=True)
     index_path = dest / ".sha256.json"
     index: dict[str, list] = json.loads(index_path.read_text()) if index_path.is_file() else {}
-    todo = [p for p in pins.pins if _find(p, dest, index) is None]
+    reused: dict[str, tuple[Path, str]] = {}
+    if build_cache is not None and (build_cache / "wheels").is_dir():
+        for p in pins.pins:
+            hit = _from_build_cache(p, build_cache / "wheels", pins.platform, pins.python, index)
+            if hit:
+                reused[p.name] = hit
+        if reused and log:
+            log(f"{len(reused)} wheel(s) from the build's cache {build_cache / 'wheels'}")
+    todo = [p for p in pins.pins if p.name not in reused and _find(p, dest, index) is None]
     if todo:
         if log:
             log(f"downloading {len(todo)} wheel(s) for {pins.platform}, python {pins.python} into {dest}")
@@ -251,7 +289,7 @@ def fetch_wheels(pins: CellPins, cache: Path | None = None, log=None) -> list[Wh
                     log(f"  {p.name}=={p.version}: {_pip_reason(proc.stderr)}")
     wheels: list[Wheel] = []
     for p in pins.pins:
-        hit = _find(p, dest, index)
+        hit = reused.get(p.name) or _find(p, dest, index)
         if hit:
             wheels.append(Wheel(p, hit[0], sha256=hit[1]))
         else:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 ICONS = {"native": "🟢", "ptx-jit": "🟡", "partial": "🟠", "cannot-run": "🔴", "missing": "⚫",
-         "no-device-code": "⚪", "no-gpu": "⚪"}
+         "no-device-code": "⚪", "no-gpu": "⚪", "other-gpus": "🔵"}
 
 
 def _table_cell(text: object) -> str:
@@ -23,13 +23,21 @@ def _short(p: dict[str, Any]) -> str:
         jit = sum(b["counts"].get("ptx-jit", 0) for b in p["binaries"])
         if bad:
             detail = f" {bad}/{groups} groups cannot run"
-        elif v != "ptx-jit":  # whole binaries that cannot run (built only for other GPUs)
+        elif v != "ptx-jit":  # whole binaries that cannot run
             dead = sum(b["verdict"] == "cannot-run" for b in p["binaries"])
             detail = f" {dead}/{len(p['binaries'])} binaries cannot run" + (f", {jit}/{groups} groups JIT" if jit else "")
         else:
             detail = f" {jit}/{groups} groups JIT"
-        return f"{ICONS[v]} {v}{detail}"
-    return f"{ICONS.get(v, '')} {v}"
+        return f"{ICONS[v]} {v}{detail}{_other_part(p)}"
+    if v == "other-gpus":
+        return f"{ICONS[v]} other GPUs only ({len(p['binaries'])} binaries)"
+    return f"{ICONS.get(v, '')} {v}{_other_part(p)}"
+
+
+def _other_part(p: dict[str, Any]) -> str:
+    """', 3/7 binaries only for other GPUs': said beside the verdict they are left out of."""
+    other = sum(b["verdict"] == "other-gpus" for b in p["binaries"])
+    return f", {other}/{len(p['binaries'])} binaries only for other GPUs" if other else ""
 
 
 def _interesting(packages: list[dict[str, Any]], stack_packages: tuple[str, ...]) -> list[str]:
@@ -44,8 +52,10 @@ def render_scan_markdown(doc: dict[str, Any], *, stack_packages: tuple[str, ...]
         lines.append(f"Command: `{doc['command']}`")
     lines += ["", "Verdicts for the cell's GPU, per kernel group (one fatbin: the kernels the runtime picks "
               "code from): 🟢 native, 🟡 PTX JIT, 🟠 partial (some kernel groups of this GPU's generation, "
-              "or some binaries, cannot run), 🔴 cannot run, ⚫ not fetched, ⚪ no device code. Groups built only for other GPU generations "
-              "are listed, not counted.", ""]
+              "or some binaries, cannot run), 🔴 cannot run, 🔵 other GPUs only (every kernel group is for another GPU "
+              "generation: libraries never load it here), ⚫ not fetched, ⚪ no device code. Groups and binaries built only for "
+              "other GPU generations are listed, not counted in a package's verdict. Binaries of one folder with the same "
+              "targets and verdict are one row.", ""]
     by_stack: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for cell in doc["cells"]:
         by_stack[cell["stack"]].append(cell)
@@ -112,14 +122,32 @@ def _stack_section(stack: str, cells: list[dict[str, Any]], stack_packages: tupl
             details.append("")
             details.append("| binary | SASS | PTX | verdict |")
             details.append("|---|---|---|---|")
-            for b in p["binaries"]:
+            for label, b in fold_rows(p["binaries"]):
                 exact = "" if b["exact"] else " (suffixes not visible: fatbin header parser)"
-                details.append(f"| `{_table_cell(b['path'])}` | {' '.join(b['sass']) or '-'} | {' '.join(b['ptx']) or '-'} | "
+                details.append(f"| {label} | {' '.join(b['sass']) or '-'} | {' '.join(b['ptx']) or '-'} | "
                                f"{ICONS.get(b['verdict'], '')} {_table_cell(_binary_words(b))}{exact} |")
             details.append("")
     if details:
         lines += ["<details><summary>Binaries, exact targets and verdicts</summary>", "", *details, "</details>", ""]
     return lines
+
+
+def fold_rows(binaries: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """One row per folder and (targets, verdict): flashinfer-cubin's 10,560 cubins are a few rows, each naming its
+    folder and how many files it stands for; a binary alone in its kind keeps its own path."""
+    rows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for b in binaries:
+        folder = b["path"].rsplit("/", 1)[0] if "/" in b["path"] else ""
+        # single-group binaries (cubins, one-unit libraries) fold; a multi-group library is its own row
+        key = (folder, tuple(b["sass"]), tuple(b["ptx"]), b["verdict"], b["exact"]) if b["groups"] == 1 else (b["path"],)
+        rows.setdefault(key, []).append(b)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for key, members in rows.items():
+        if len(members) == 1:
+            out.append((f"`{_table_cell(members[0]['path'])}`", members[0]))
+        else:
+            out.append((f"`{_table_cell(key[0] or '.')}/` ({len(members)} files)", members[0]))
+    return out
 
 
 def _binary_words(b: dict[str, Any]) -> str:

@@ -16,12 +16,14 @@ from pinmatrix.archflag import ArchFlag, arch_rules
 from pinmatrix.archscan import verdict as V
 from pinmatrix.archscan.binary import BinaryTargets
 from pinmatrix.archscan.fetch import cell_pins, fetch_wheels
+from pinmatrix.archscan.layers import aot_layer, scan_aot_layer
 from pinmatrix.archscan.tools import cache_dir, cuobjdump, cuobjdump_version
 from pinmatrix.archscan.wheels import WheelScan, scan_wheel
 from pinmatrix.cell import AXIS_DISTRIBUTION, NON_PACKAGE_AXES, Cell
 
 SCHEMA = "pinmatrix-arch-scan/1"
-STACK_PACKAGES: tuple[str, ...] = ("torch", "triton", "xformers", "flashinfer-python", "vllm")
+STACK_PACKAGES: tuple[str, ...] = ("torch", "triton", "xformers", "flashinfer-python", "vllm", "flashinfer-aot")
+AOT_PACKAGE = "flashinfer-aot"  # the image's layer of FlashInfer modules compiled for the cell (image/jitcache.py)
 
 
 @dataclass
@@ -85,70 +87,111 @@ def _cell_packages(cell: Cell) -> dict[str, str]:
     return out
 
 
-def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]],
-              verdicts: dict[str, list[V.BinaryVerdict]]) -> list[dict[str, Any]]:
+def own_packages(cell: Cell, names: list[str] | None = None) -> list[str]:
+    """The stack's own packages among ``names`` (default: the cell's pins): its pinned packages but the prebuilt
+    bases (torch, triton) and the companions that hold its kernels (``[own_packages]`` in data/arch_rules.toml)."""
+    rules = arch_rules().get("own_packages", {})
+    not_own = {canonicalize_name(n) for n in rules.get("not_own", [])}
+    own = [n for n in _cell_packages(cell) if n not in not_own]
+    own += [canonicalize_name(n) for n in rules.get("also", []) if canonicalize_name(n) not in own]
+    return [n for n in own if names is None or n in names]
+
+
+def _fp4_groups(bins: list[BinaryTargets], fp4: set[str], native: str) -> tuple[list[str], list[str]]:
+    """(lines for the binaries whose FP4 groups lack ``native``, lines for those whose FP4 groups carry it)."""
+    lacking: list[str] = []
+    carrying: list[str] = []
+    for b in bins:
+        groups = [g for g in b.groups if fp4 & set(g)]
+        without = [g for g in groups if native not in g]
+        if without:
+            held = " ".join(sorted({t for g in without for t in g if t in fp4}))
+            lacking.append(f"{b.path}: {len(without)}/{len(b.groups)} kernel group(s) hold {held} and no {native}")
+        if len(without) < len(groups) or any(native in g for g in b.groups):
+            n = sum(1 for g in b.groups if native in g)
+            carrying.append(f"{b.path}: {n} kernel group(s) carry {native}")
+    return lacking, carrying
+
+
+def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]]) -> list[dict[str, Any]]:
+    """Known issues confirmed or flagged from the FP4 kernel groups of the stack's own packages."""
     filed = {k.id for k in cell.known_issues}
+    own = own_packages(cell, list(scans))
     out: list[dict[str, Any]] = []
-    cap = V.parse_gpu(gpu)
-    all_sass = {t for bins in scans.values() for b in bins for t in b.sass}
     for rule in arch_rules().get("evidence", []):
         if rule["gpu"] != gpu:
             continue
-        specific = set(rule["arch_specific"])
+        fp4, native = set(rule["fp4_targets"]), rule["native_target"]
         found: list[str] = []
-        for package, bins in scans.items():
-            for b in bins:
-                n = sum(1 for g in b.groups if specific & set(g) and V.group_verdict(g, cap).verdict == V.CANNOT)
-                if n:
-                    found.append(f"{package}: {b.path}: {n} kernel group(s) hold {'/'.join(sorted(specific & {t for g in b.groups for t in g}))} "
-                                 f"code and nothing that runs on {gpu}")
-        has_native = rule["native_target"] in all_sass
+        carriers: list[str] = []
+        for package in own:
+            lacking, carrying = _fp4_groups(scans[package], fp4, native)
+            found += [f"{package}: {line}" for line in lacking]
+            carriers += [f"{package}: {line}" for line in carrying]
         is_filed = rule["known_issue"] in filed
-        if found and not has_native:
+        if found:
             status = "confirmed" if is_filed else "flagged"
         elif is_filed:
             status = "not-seen"
         else:
             continue
+        also = (f"; {native} is carried by " + "; ".join(carriers)) if carriers else f"; no own package carries {native}"
         if status == "confirmed":
-            words = f"confirmed from the binaries: {rule['mechanism']}"
+            words = f"confirmed from the stack's own FP4 kernels: {rule['mechanism']}{also}"
         elif status == "flagged":
             words = (f"flagged: the cell is not filed under {rule['known_issue']} (its arch flags "
-                     f"{' '.join(cell.arch_flags) or 'none'}), but its binaries show the mechanism: {rule['mechanism']}")
+                     f"{' '.join(cell.arch_flags) or 'none'}), but its own packages show the mechanism: "
+                     f"{rule['mechanism']}{also}")
         else:
-            words = ("filed against this cell, but no binary read here shows it"
-                     + (f" ({rule['native_target']} is present)" if has_native else ""))
+            words = (f"filed against this cell, but no FP4 kernel group of its own packages ({', '.join(own) or 'none read'}) "
+                     f"lacks {native}" + (f"; {'; '.join(carriers)}" if carriers else ""))
         out.append({"known_issue": rule["known_issue"], "status": status, "message": words, "evidence": found,
-                    "native_target_present": has_native, "source": rule["source"]})
+                    "native_target_present": bool(carriers), "carriers": carriers, "packages": own,
+                    "source": rule["source"]})
     return out
 
 
 def _arch_flag_checks(cell: Cell, scans: dict[str, list[BinaryTargets]]) -> list[dict[str, Any]]:
+    """Per arch flag: which of the stack's own packages carry its exact SASS (what the flag reached), and which
+    other packages carry it whatever the flag (torch's prebuilt FP8 unit, cuSPARSELt)."""
+    own = set(own_packages(cell, list(scans)))
     checks: list[dict[str, Any]] = []
     for text in cell.arch_flags:
         try:
             flag = ArchFlag.parse(text)
         except ValueError:
             continue  # a bare '+PTX' marker
-        honoured = [f"{pkg}: {b.path}" for pkg, bins in scans.items() for b in bins if V.honours(b, flag) is True]
-        unknown = [f"{pkg}: {b.path}" for pkg, bins in scans.items() for b in bins if V.honours(b, flag) is None]
+        honoured = [f"{pkg}: {b.path}" for pkg, bins in scans.items() if pkg in own for b in bins
+                    if V.honours(b, flag) is True]
+        unknown = [f"{pkg}: {b.path}" for pkg, bins in scans.items() if pkg in own for b in bins
+                   if V.honours(b, flag) is None]
+        prebuilt = [f"{pkg}: {b.path}" for pkg, bins in scans.items() if pkg not in own for b in bins
+                    if V.honours(b, flag) is True]
+        packages = sorted({h.split(":", 1)[0] for h in honoured})
         if honoured:
-            words = f"{len(honoured)} binary(ies) carry {flag.sass_name}"
+            words = (f"honoured by {', '.join(packages)}: {len(honoured)} binary(ies) carry {flag.sass_name}")
         elif unknown:
-            words = f"{len(unknown)} binary(ies) carry {flag.major}{flag.minor} code of unknown suffix (no cuobjdump)"
+            words = f"{len(unknown)} binary(ies) of the stack carry {flag.major}{flag.minor} code of unknown suffix (no cuobjdump)"
         else:
-            words = (f"no binary in this cell honours {text}: none carries {flag.sass_name}; the flag reaches only "
-                     "code built for the cell (JIT modules, source builds)")
+            words = (f"no package of the stack honours {text}: none of {', '.join(sorted(own & set(scans))) or 'its packages'} "
+                     f"carries {flag.sass_name}; the flag reaches only code built for the cell (JIT or AOT modules, "
+                     "source builds)")
+        if prebuilt:
+            names = sorted({p.split(":", 1)[0] for p in prebuilt})
+            words += f"; carried whatever the flag by prebuilt {', '.join(names)} ({len(prebuilt)} binary(ies))"
         checks.append({"flag": text, "target": flag.sass_name, "honoured_by": honoured, "unknown": unknown,
-                       "ok": bool(honoured), "message": words})
+                       "prebuilt": prebuilt, "packages": packages, "ok": bool(honoured), "message": words})
     return checks
 
 
 def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | None, tool_label: str,
-              cache: Path | None = None, log: Callable[[str], None] | None = None) -> CellScan:
+              cache: Path | None = None, log: Callable[[str], None] | None = None,
+              build_cache: Path | None = None, layout: Path | None = None) -> CellScan:
+    """``build_cache``: the build's cache, whose wheels are read where it holds them; ``layout``: the OCI layout
+    whose image of the cell adds its AOT layer (FlashInfer modules built for the cell's arch list) as a row."""
     cache = cache or cache_dir()
     pins = cell_pins(cell, root, exclude_newer, cache / "arch-scan")
-    wheels = fetch_wheels(pins, cache, log=log)
+    wheels = fetch_wheels(pins, cache, log=log, build_cache=build_cache)
     gpu = cell.pins.get("gpu")
     cap = V.parse_gpu(gpu) if gpu else None
     jit_words = arch_rules().get("jit_packages", {})
@@ -180,6 +223,23 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
             summary = (f"the cell's own {name} was not fetched; the default index's {w.path.name} holds no CUDA "
                        "device code (a CPU build)")
         packages.append(PackageScan(name, w.pin.version, w.path.name, verdict, summary, bins, notes))
+    found = aot_layer(layout, cell.id) if layout is not None else None
+    if found is not None:
+        image, digest, media_type = found
+        assert layout is not None
+        if log:
+            log(f"  reading the AOT layer {digest[:19]} of image {image[:19]}")
+        layer = scan_aot_layer(layout, digest, media_type, tool, tool_label, cache / "arch-scan" / "layers")
+        scans[AOT_PACKAGE] = layer.binaries
+        bins = [V.binary_verdict(b, cap) for b in layer.binaries] if cap else []
+        verdict = V.package_verdict(bins) if cap else "no-gpu"
+        built = layer.manifest.get("built", [])
+        notes = [f"built at image build time for FLASHINFER_CUDA_ARCH_LIST={layer.manifest.get('arch_list', '?')!r}: "
+                 + "; ".join(f"{b['name']} ({' '.join(g.rsplit('code=', 1)[-1] for g in b.get('gencode', []))})"
+                             for b in built)]
+        packages.append(PackageScan(AOT_PACKAGE, str(layer.manifest.get("flashinfer", "")), f"layer {digest}",
+                                    verdict, _package_summary(bins, verdict) if cap else f"{len(layer.binaries)} CUDA binaries",
+                                    bins, notes))
     fetched = {w.pin.name for w in wheels}
     for name, version in wanted.items():
         if name not in fetched:
@@ -195,7 +255,7 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
         id=cell.id, name=cell.name, stack=cell.stack, gpu=gpu, arch_flags=list(cell.arch_flags),
         platform=pins.platform, python=pins.python, source=pins.source, packages=packages, notes=notes,
         arch_flag_checks=_arch_flag_checks(cell, scans),
-        known_issues=_evidence(cell, gpu, scans, verdicts) if gpu else [],
+        known_issues=_evidence(cell, gpu, scans) if gpu else [],
     )
 
 

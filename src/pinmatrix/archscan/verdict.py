@@ -20,11 +20,14 @@ CANNOT = "cannot-run"
 OTHER = "other-gpus"  # a kernel group built only for other GPU generations (see group_verdict)
 NO_DEVICE_CODE = "no-device-code"
 MISSING = "missing"
-# Worst last; a package's verdict is the worst of its binaries'.
-ORDER: tuple[str, ...] = (NO_DEVICE_CODE, NATIVE, JIT, PARTIAL, CANNOT, MISSING)
+# Worst last; a package's verdict is the worst of its binaries'. OTHER ranks below NATIVE: a binary built only
+# for other GPU generations is left out of a package's worst verdict (libraries dispatch by capability and never
+# load it here); a package whose binaries are all such is OTHER itself, a verdict of its own.
+ORDER: tuple[str, ...] = (NO_DEVICE_CODE, OTHER, NATIVE, JIT, PARTIAL, CANNOT, MISSING)
 WORDS: dict[str, str] = {
     NATIVE: "runs natively", JIT: "runs via PTX JIT", PARTIAL: "some kernel groups cannot run",
     CANNOT: "cannot run", NO_DEVICE_CODE: "no device code", MISSING: "not fetched",
+    OTHER: "built only for other GPUs",
 }
 
 
@@ -121,8 +124,10 @@ def binary_verdict(binary: BinaryTargets, gpu: tuple[int, int]) -> BinaryVerdict
             (cannot if v.verdict == CANNOT else other)[key] += 1
     if counts[CANNOT] and (counts[NATIVE] or counts[JIT]):
         overall = PARTIAL
-    elif counts[CANNOT] or not (counts[NATIVE] or counts[JIT]):
+    elif counts[CANNOT]:
         overall = CANNOT
+    elif not (counts[NATIVE] or counts[JIT]):
+        overall = OTHER  # every group is for other GPU generations
     elif counts[JIT]:
         overall = JIT
     else:
@@ -158,7 +163,7 @@ def worst_verdict(verdicts: Iterable[str]) -> str:
 
 def package_verdict(binaries: Iterable[BinaryVerdict]) -> str:
     """The package's verdict: NO_DEVICE_CODE without binaries; PARTIAL when one binary cannot run and another
-    can; else the worst of its binaries'."""
+    can; else the worst of its binaries' (binaries only for other GPUs count only when nothing else is there)."""
     found = [b.verdict for b in binaries]
     if not found:
         return NO_DEVICE_CODE

@@ -16,7 +16,7 @@ from pathlib import Path
 from pinmatrix.archscan.binary import MAX_BINARY_BYTES, TOOL_HEADER, BinaryTargets, read_binary
 from pinmatrix.hashing import sha256_bytes, sha256_file
 
-SCAN_VERSION = 2  # bump when what read_binary reports changes
+SCAN_VERSION = 3  # bump when what read_binary reports changes (3: bare cubins keep their f suffix)
 _CANDIDATE = re.compile(r"(\.so(\.\d+)*|\.cubin|\.fatbin)$")
 
 

@@ -23,7 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "cuobjdump (installed from its PyPI wheel into the cache; the fatbin header parser is the "
                     "fallback and cannot see a/f suffixes), and give a verdict per binary and package for the "
                     "cell's GPU: native, PTX JIT, partial or cannot run. Rules: src/pinmatrix/data/arch_rules.toml. "
-                    "Wheels and results are cached in $PINMATRIX_CACHE (default ~/.cache/pinmatrix).",
+                    "Wheels the build already fetched are read from its cache (--cache-dir); others and the results are "
+                    "cached in $PINMATRIX_CACHE (default ~/.cache/pinmatrix). A cell whose image is in the OCI layout "
+                    "(--layout) also gets its flashinfer-aot layer read. Verdicts: native, PTX JIT, partial, cannot "
+                    "run, or other GPUs only (built only for other GPU generations: left out of a package's verdict).",
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
@@ -33,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write DIR/arch-scan.json and DIR/arch-scan.md")
     p.add_argument("--no-cuobjdump", action="store_true",
                    help="use only the fatbin header parser (no suffixes; for comparison)")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="the build's cache: wheels `pinmatrix build` already fetched are read from it, not "
+                        "downloaded again (default: .pinmatrix/cache next to the matrix)")
+    p.add_argument("--layout", type=Path, default=None,
+                   help="the OCI layout of the cells' images: a cell's image adds its flashinfer-aot layer (the "
+                        "FlashInfer modules compiled at build time for its arch list) as a row (default: "
+                        ".pinmatrix/oci next to the matrix)")
     p.set_defaults(func=run)
 
 
@@ -60,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     for i, cell in enumerate(cells, 1):
         log(f"[{i}/{len(cells)}] {cell.id} {cell.name}")
         scans.append(scan_cell(cell, Path(matrix.root), matrix.settings.exclude_newer, tool=tool, tool_label=label,
-                               log=log))
+                               log=log, build_cache=args.cache_dir or Path(matrix.root) / ".pinmatrix" / "cache",
+                               layout=args.layout or Path(matrix.root) / ".pinmatrix" / "oci"))
     command = "pinmatrix arch-scan " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["arch-scan"] else sys.argv[1:])
     doc = scan_document(scans, label, command)
     markdown = render_scan_markdown(doc)

@@ -30,6 +30,7 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
+from pinmatrix.image import jitcache
 from pinmatrix.image.config import cell_env, cell_labels, image_config, oci_arch
 from pinmatrix.image.install import VenvLayout, install_wheel
 from pinmatrix.image.layer import (
@@ -321,6 +322,12 @@ class Assembler:
             image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, patch.sha256,
                                                                         target_wheel.sha256, cell.python, epoch,
                                                                         level)))
+        # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/jitcache.py).
+        aot = jitcache.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level)
+        if aot is not None:
+            image.layers.append(PlannedLayer("cuda-link", aot.link_key))
+            if aot.builds:
+                image.layers.append(PlannedLayer("flashinfer-aot", aot.key))
         smoke = smoke_bundle(self.smoke_dir) if smoke_files(self.smoke_dir) else []
         if smoke:
             tree = [(name, sha256_file(p)) for name, p in smoke]
@@ -342,7 +349,7 @@ class Assembler:
                             [d.digest for d in base.layers])
         labels[INPUTS] = image.inputs
         context: dict[str, object] = {"base": base, "venv": venv, "wheels": wheels, "labels": labels, "env": env,
-                                      "epoch": epoch, "smoke": smoke}
+                                      "epoch": epoch, "smoke": smoke, "aot": aot}
         return image, context
 
     def assemble(self, cell: Cell, lock_text: str, ref: str, log: Path,
@@ -387,6 +394,19 @@ class Assembler:
             wheel_path = self.fetcher.fetch(wheels[_canonical(patch.package)])
             on_step(f"patch {patch.id}")
             self._cached_or_build(planned, partial(self._patch_layer, cell, patch, wheel_path, venv), epoch)
+        aot: jitcache.AotPlan | None = ctx["aot"]  # type: ignore[assignment]
+        if aot is not None:
+            if aot.skip:
+                with open(log, "a", encoding="utf-8") as handle:
+                    handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
+            self._cached_or_build(by_name["cuda-link"], jitcache.link_layer_builder(
+                cell, aot, venv.site_packages, self.settings.cache_dir), epoch)
+        if aot is not None and "flashinfer-aot" in by_name:
+            root_layers = [*base.layers, *(p.descriptor for p in image.layers
+                                           if p.descriptor and (p.name == "venv" or p.name.startswith("wheel:")))]
+            self._cached_or_build(by_name["flashinfer-aot"], jitcache.aot_layer_builder(
+                cell, aot, venv.site_packages, jitcache.layer_blobs(self.layout.blob_path, root_layers),
+                self.settings.cache_dir, log, on_step), epoch)
         if "smoke" in by_name:
             files: list[tuple[str, Path]] = ctx["smoke"]  # type: ignore[assignment]
 

@@ -63,8 +63,24 @@ class ToolchainSpec(Strict):
     cuda: dict[str, CudaWheels] = Field(default_factory=dict)
 
 
+class AotSpec(Strict):
+    """The FlashInfer modules a smoke loads, compiled ahead of time (names known to incell/flashinfer_aot.py)."""
+
+    smoke: str
+    modules: tuple[str, ...]
+    fp4: bool = False  # only for arch lists with a native-FP4 target (10.x and up)
+
+    @field_validator("modules")
+    @classmethod
+    def _modules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or any(not m.replace("-", "").isalnum() or not m.isascii() for m in value):
+            raise ValueError("must be a non-empty list of module names (letters, digits and '-')")
+        return value
+
+
 class ToolchainDoc(Strict):
     toolchain: tuple[ToolchainSpec, ...]
+    aot: tuple[AotSpec, ...] = ()
 
 
 @dataclass(frozen=True)

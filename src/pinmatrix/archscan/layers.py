@@ -1,0 +1,116 @@
+"""What a cell's image adds to its wheels: the layer of FlashInfer modules compiled ahead of time at build time
+(``pinmatrix.image.jitcache``), read from the OCI layout the build wrote. The cell's image is found by its id
+annotation; the layer by its history entry; its shared objects are read like a wheel's members, and the result
+is cached by the layer's digest."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.archscan.binary import BinaryTargets, read_binary
+from pinmatrix.archscan.wheels import SCAN_VERSION
+from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.layer import open_layer
+
+AOT_HISTORY = "pinmatrix: flashinfer-aot"
+AOT_FOLDER = "flashinfer/data/aot/"
+AOT_MANIFEST = "pinmatrix-aot.json"
+MAX_JSON = 4 << 20
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass
+class LayerScan:
+    digest: str
+    binaries: list[BinaryTargets]
+    manifest: dict[str, Any]  # the build's own record: arch list, modules, gencode flags
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"digest": self.digest, "manifest": self.manifest, "seconds": round(self.seconds, 2),
+                "binaries": [b.to_dict() for b in self.binaries]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LayerScan:
+        return cls(data["digest"], [BinaryTargets.from_dict(b) for b in data["binaries"]], data["manifest"],
+                   data["seconds"])
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    if not _DIGEST.fullmatch(digest):
+        raise ValueError(f"{layout}: not a sha256 digest: {digest[:80]!r}")
+    return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
+
+
+def _json(path: Path) -> Any:
+    if path.stat().st_size > MAX_JSON:
+        raise ValueError(f"{path}: larger than {MAX_JSON} bytes")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def aot_layer(layout: Path, cell_id: str) -> tuple[str, str, str] | None:
+    """(image manifest digest, layer digest, media type) of the newest image of ``cell_id`` in the layout that has
+    an AOT layer; None when the layout holds no such image."""
+    index = layout / "index.json"
+    if not index.is_file():
+        return None
+    found: tuple[str, str, str] | None = None
+    for entry in _json(index).get("manifests", []):
+        if (entry.get("annotations") or {}).get("io.pinmatrix.cell.id") != cell_id:
+            continue
+        manifest = _json(_blob(layout, entry["digest"]))
+        config = _json(_blob(layout, manifest["config"]["digest"]))
+        history = [h.get("created_by", "") for h in config.get("history", [])]
+        layers = manifest.get("layers", [])
+        if AOT_HISTORY in history and len(history) == len(layers):
+            layer = layers[history.index(AOT_HISTORY)]
+            found = (entry["digest"], layer["digest"], layer["mediaType"])
+    return found
+
+
+def scan_aot_layer(layout: Path, digest: str, media_type: str, cuobjdump: str | None, tool_label: str,
+                   cache: Path | None = None) -> LayerScan:
+    """The CUDA binaries of the AOT layer ``digest``, labelled by their path in the AOT folder."""
+    key = sha256_bytes(f"{SCAN_VERSION}|{tool_label}".encode())[:8]
+    cached = cache / f"layer-{digest.split(':', 1)[1]}-{key}.json" if cache else None
+    if cached and cached.is_file():
+        return LayerScan.from_dict(json.loads(cached.read_text()))
+    t0 = time.monotonic()
+    binaries: list[BinaryTargets] = []
+    manifest: dict[str, Any] = {}
+    with open_layer(_blob(layout, digest), media_type) as tar, tempfile.TemporaryDirectory(prefix="pinmatrix-layer-") as tmp:
+        for member in tar:
+            name = member.name.removeprefix("./")
+            at = name.find(AOT_FOLDER)
+            if not member.isreg() or at < 0:
+                continue
+            rel = name[at + len(AOT_FOLDER):]
+            handle = tar.extractfile(member)
+            if handle is None:
+                continue
+            if rel == AOT_MANIFEST and member.size <= MAX_JSON:
+                manifest = json.loads(handle.read())
+                continue
+            if not rel.endswith(".so"):
+                continue
+            scratch = Path(tmp) / "member"
+            with open(scratch, "wb") as dst:
+                shutil.copyfileobj(handle, dst, 1 << 20)
+            found = read_binary(scratch, cuobjdump, label=rel)
+            if found is not None:
+                binaries.append(found)
+            scratch.unlink()
+    scan = LayerScan(digest, binaries, manifest, time.monotonic() - t0)
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp_path = cached.with_suffix(".tmp")
+        tmp_path.write_text(json.dumps(scan.to_dict()))
+        tmp_path.replace(cached)
+    return scan

@@ -1,0 +1,328 @@
+"""The cell's arch flag realised in its image: FlashInfer's kernel modules compiled ahead of time at build time.
+
+Two layers, both keyed by what they are made of, so cells that agree share them:
+
+- ``cuda-link``: what the PyPI CUDA wheels lack for linking (FlashInfer links every module with
+  ``-L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda``, and ``-lcublas -lcublasLt`` for its GEMMs; the
+  wheels hold only ``lib/libcudart.so.13``, ...): ``lib64 -> lib``, the unversioned ``.so`` links, and a stub
+  ``libcuda.so`` (SONAME ``libcuda.so.1``, no code: the driver's own is found at run time). Without it neither
+  nvcc nor FlashInfer's JIT can link anything in the image.
+- ``flashinfer-aot``: the modules the cell's smokes load (``data/toolchains.toml`` ``[[aot]]``), built for the
+  cell's ``FLASHINFER_CUDA_ARCH_LIST`` by FlashInfer's own generator (``incell/flashinfer_aot.py``) in the cell's own
+  root filesystem (its base, venv and wheel layers unpacked into a scratch folder and entered with chroot in a
+  mount namespace of its own: no GPU, no network), and placed at ``<site-packages>/flashinfer/data/aot/<name>/
+  <name>.so``: FlashInfer's AOT folder, which ``JitSpec.is_aot`` checks before it compiles anything.
+
+The build runs the cell's own programs, so it is done only where they run natively: a cell of another
+architecture (an aarch64 cell on an x86_64 builder) gets no AOT layer, and the reason is logged."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform as host_platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from pinmatrix.archflag import ArchFlag
+from pinmatrix.cell import Cell
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.config import cell_env
+from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
+from pinmatrix.image.toolchain import Toolchain, ToolchainDoc, for_cell, shipped
+from pinmatrix.smoke.catalogue import matches
+
+AOT_FORMAT = 1  # bump when the layers' bytes for the same inputs would change
+AOT_FOLDER = "flashinfer/data/aot"  # under site-packages: flashinfer.jit.env.FLASHINFER_AOT_DIR
+MANIFEST = "pinmatrix-aot.json"  # what was built, in the AOT folder
+BUILDER = "incell/flashinfer_aot.py"
+SCRATCH = "tmp/pinmatrix-aot"  # inside the scratch root
+# Link-time names FlashInfer's ninja files ask for, and the versioned files the wheels hold (in <home>/lib).
+LINK_LIBRARIES = ("libcudart.so", "libcublas.so", "libcublasLt.so")
+STUB_SOURCE = b"/* libcuda.so link stub: SONAME libcuda.so.1; the driver's library is loaded at run time */\n"
+BUILD_TIMEOUT_S = 4 * 3600
+_MACHINE = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+class AotError(PinmatrixError):
+    """The ahead-of-time FlashInfer build failed; the message names the cell, the module step and the log."""
+
+
+def _key(*parts: object) -> str:
+    return sha256_bytes(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
+
+
+def builder_source() -> bytes:
+    return resources.files("pinmatrix").joinpath(BUILDER).read_bytes()
+
+
+def cell_machine(cell: Cell) -> str:
+    return cell.platform.split("-", 1)[0]
+
+
+def host_machine() -> str:
+    return _MACHINE.get(host_platform.machine(), host_platform.machine())
+
+
+def aot_modules(cell: Cell, doc: ToolchainDoc | None = None) -> tuple[str, ...]:
+    """The FlashInfer modules the cell's smokes load, in the order of ``[[aot]]``, each once; the FP4 ones only
+    where the cell's arch flags have a native-FP4 target (10.x and up)."""
+    flags = [ArchFlag.parse(f.removesuffix("+PTX")) for f in cell.arch_flags]
+    fp4 = any(f.capability >= (10, 0) for f in flags)
+    out: list[str] = []
+    for spec in (doc or shipped()).aot:
+        if spec.fp4 and not fp4:
+            continue
+        if any(matches(sel, spec.smoke) for sel in cell.smokes):
+            out.extend(m for m in spec.modules if m not in out)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class AotPlan:
+    """The two layers of one cell, or why it gets none (``skip``)."""
+
+    toolchain: Toolchain | None
+    modules: tuple[str, ...]
+    arch_list: str
+    link_key: str = ""
+    key: str = ""
+    skip: str = ""  # why there is no AOT layer (empty when there is one)
+
+    @property
+    def builds(self) -> bool:
+        return not self.skip and bool(self.modules)
+
+
+def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int, level: int | None,
+         doc: ToolchainDoc | None = None) -> AotPlan | None:
+    """None when the cell has no CUDA toolchain; else its link layer's key and, where it can be built here, its
+    AOT layer's key: the cell's Python, platform, arch list and modules, every locked wheel's sha256, its base and
+    the generator's bytes (so the plain and the patched cell of one lock share it, the 12.0f and 12.1a cells not)."""
+    chains, _ = for_cell(cell.smokes, cell.pins.get("cuda"), doc)
+    chains = [c for c in chains if set(c.wheels.requirements) <= set(cell.requirements)]
+    if not chains:
+        return None
+    chain = chains[0]
+    machine = cell_machine(cell)
+    link_key = _key("cuda-link", AOT_FORMAT, machine, chain.wheels.home, chain.wheels.cudart, LINK_LIBRARIES,
+                    sha256_bytes(STUB_SOURCE), cell.python, epoch, level)
+    modules = aot_modules(cell, doc)
+    arch_list = cell.flashinfer_cuda_arch_list or ""
+    if not modules:
+        return AotPlan(chain, (), arch_list, link_key, skip="no smoke of the cell loads a FlashInfer module")
+    if not arch_list:
+        return AotPlan(chain, modules, arch_list, link_key, skip="the cell has no FLASHINFER_CUDA_ARCH_LIST")
+    if machine != host_machine():
+        return AotPlan(chain, modules, arch_list, link_key,
+                       skip=f"a {machine} cell's FlashInfer generator cannot run on this {host_machine()} builder "
+                            "without emulation: its kernels are compiled at run time")
+    key = _key("flashinfer-aot", AOT_FORMAT, machine, cell.python, arch_list, modules,
+               sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, epoch, level)
+    return AotPlan(chain, modules, arch_list, link_key, key)
+
+
+# -- the link layer ----------------------------------------------------------------------------------------
+
+
+def _compiler(machine: str) -> list[str]:
+    """The C compiler that makes ``machine``'s stub: the host's cc, or Debian's cross gcc."""
+    native = host_machine() == machine
+    names = ["cc", "gcc"] if native else [f"{machine}-linux-gnu-gcc"]
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return [found]
+    package = "gcc" if native else f"gcc-{machine.replace('_', '-')}-linux-gnu"
+    raise AotError(f"no C compiler for the {machine} libcuda.so link stub: apt-get install {package}")
+
+
+def stub_libcuda(machine: str, work: Path) -> bytes:
+    """A shared object with SONAME libcuda.so.1 and no code, for ``-lcuda`` at link time."""
+    src, out = work / "libcuda-stub.c", work / "libcuda.so"
+    src.write_bytes(STUB_SOURCE)
+    cmd = [*_compiler(machine), "-shared", "-nostdlib", "-fPIC", "-Wl,-soname,libcuda.so.1",
+           "-Wl,--build-id=none", "-o", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise AotError(f"the libcuda.so link stub did not compile: {' '.join(proc.stderr.split())[:300]}")
+    return out.read_bytes()
+
+
+def link_entries(chain: Toolchain, site_packages: str, stub: bytes) -> list[tuple[str, str | bytes]]:
+    """(path in the image, symlink target or file bytes) of the link layer."""
+    home = chain.cuda_home(site_packages).lstrip("/")
+    major = chain.wheels.cudart.rsplit(".", 1)[1]
+    out: list[tuple[str, str | bytes]] = [(f"{home}/lib64", "lib")]
+    out += [(f"{home}/lib/{name}", f"{name}.{major}") for name in LINK_LIBRARIES]
+    out.append((f"{home}/lib/stubs/libcuda.so", stub))
+    return out
+
+
+def write_link_layer(writer: LayerWriter, entries: Sequence[tuple[str, str | bytes]]) -> None:
+    for path, what in entries:
+        if isinstance(what, bytes):
+            writer.add_bytes(path, what, executable=True)
+        else:
+            writer.add_symlink(path, what)
+
+
+# -- the AOT layer -----------------------------------------------------------------------------------------
+
+
+def unpack(root: Path, layers: Sequence[tuple[Path, str]]) -> None:
+    """The layers' files into ``root`` in order (the scratch root the generator runs in). Entries are the ones
+    pinmatrix wrote (base, venv, wheels); anything reaching outside the root is refused by tarfile's filter."""
+    for blob, media_type in layers:
+        with open_layer(blob, media_type) as tar:
+            for member in tar:
+                if member.isdev() or member.name.rsplit("/", 1)[-1].startswith(".wh."):
+                    continue
+                tar.extract(member, root, filter="tar")
+
+
+_ENTER = """\
+import json, os, subprocess, sys
+root, argv, env = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+for src in ("/dev", "/proc"):
+    os.makedirs(root + src, exist_ok=True)
+    subprocess.run(["mount", "--rbind", src, root + src], check=True)
+os.chroot(root)
+os.chdir("/")
+os.execve(argv[0], argv, env)
+"""
+
+
+def run_in_root(root: Path, argv: Sequence[str], env: Mapping[str, str], log: Path, *,
+                timeout_s: float = BUILD_TIMEOUT_S) -> int:
+    """``argv`` run inside ``root`` (chroot, in a private mount namespace with /dev and /proc bound), its output
+    appended to ``log``; the exit status."""
+    if shutil.which("unshare") is None:
+        raise AotError("the FlashInfer AOT build needs util-linux's unshare (and root) to enter the cell's root")
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c", _ENTER, str(root),
+           json.dumps(list(argv)), json.dumps(dict(env))]
+    with open(log, "a", encoding="utf-8") as handle:
+        try:
+            return subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, check=False,
+                                  timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+@dataclass
+class AotBuild:
+    manifest: dict[str, object]
+    files: list[tuple[str, Path]]  # (name in the AOT folder, built file)
+    seconds: float
+
+
+def build_modules(cell: Cell, aot: AotPlan, layers: Sequence[tuple[Path, str]], link: Sequence[tuple[str, str | bytes]],
+                  work: Path, log: Path, *, jobs: int | None = None,
+                  on_step: Callable[[str], None] = lambda what: None) -> AotBuild:
+    """Unpack the cell's layers into ``work/root``, add the link files, run the generator there, collect."""
+    start = time.monotonic()
+    root = work / "root"
+    on_step("aot: unpack the cell's root")
+    unpack(root, layers)
+    for path, what in link:
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(what, bytes):
+            target.write_bytes(what)
+        else:
+            target.unlink(missing_ok=True)
+            target.symlink_to(what)
+    scratch = root / SCRATCH
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "flashinfer_aot.py").write_bytes(builder_source())
+    env = cell_env(cell)
+    env.update({"HOME": f"/{SCRATCH}/home", "FLASHINFER_WORKSPACE_BASE": f"/{SCRATCH}/ws",
+                "MAX_JOBS": str(jobs or os.cpu_count() or 1), "TMPDIR": f"/{SCRATCH}"})
+    argv = ["/opt/venv/bin/python", f"/{SCRATCH}/flashinfer_aot.py", f"/{SCRATCH}/out", *aot.modules]
+    on_step(f"aot: build {' '.join(aot.modules)} for {aot.arch_list}")
+    status = run_in_root(root, argv, env, log)
+    if status != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:] or ["no output"]
+        raise AotError(f"cell {cell.id} ({cell.name}): the FlashInfer AOT build of {', '.join(aot.modules)} for "
+                       f"{aot.arch_list} failed (exit {status}; {log}): {' | '.join(tail)[:400]}")
+    out = scratch / "out"
+    manifest = json.loads((out / "manifest.json").read_text())
+    files: list[tuple[str, Path]] = []
+    for item in manifest.get("built", []):
+        name = str(item["name"])
+        if "/" in name or name.startswith("."):
+            raise AotError(f"cell {cell.id}: the AOT build named a module {name!r}")
+        files.append((f"{name}/{name}.so", out / name / f"{name}.so"))
+    return AotBuild(manifest, files, time.monotonic() - start)
+
+
+def write_aot_layer(writer: LayerWriter, site_packages: str, build: AotBuild) -> None:
+    folder = f"{site_packages.strip('/')}/{AOT_FOLDER}"
+    for name, path in sorted(build.files):
+        with open(path, "rb") as handle:
+            writer.add_file(f"{folder}/{name}", handle, path.stat().st_size, executable=True)
+    writer.add_bytes(f"{folder}/{MANIFEST}", (json.dumps(build.manifest, indent=1, sort_keys=True) + "\n").encode())
+
+
+def scratch_dir(cache_dir: Path) -> tempfile.TemporaryDirectory[str]:
+    (cache_dir / "aot").mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir / "aot")
+
+
+def layer_blobs(layout_blob: Callable[[str], Path], descriptors: Sequence[LayerDescriptor]) -> list[tuple[Path, str]]:
+    return [(layout_blob(d.digest), d.media_type) for d in descriptors]
+
+
+def read_manifest(tar: tarfile.TarFile) -> dict[str, object] | None:
+    """The AOT manifest of a layer (for arch-scan and tests), when it holds one."""
+    for member in tar:
+        if member.name.endswith(f"{AOT_FOLDER}/{MANIFEST}") and member.isreg():
+            handle = tar.extractfile(member)
+            return json.loads(handle.read()) if handle else None
+    return None
+
+
+# -- what the assembler calls ------------------------------------------------------------------------------
+
+
+def link_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, scratch_parent: Path) -> Callable[[LayerWriter], None]:
+    def build(writer: LayerWriter) -> None:
+        assert aot.toolchain is not None
+        with tempfile.TemporaryDirectory(prefix="stub-", dir=scratch_parent) as tmp:
+            write_link_layer(writer, link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell), Path(tmp))))
+    return build
+
+
+def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: Sequence[tuple[Path, str]],
+                      cache_dir: Path, log: Path, on_step: Callable[[str], None]) -> Callable[[LayerWriter], None]:
+    def build(writer: LayerWriter) -> None:
+        assert aot.toolchain is not None
+        with scratch_dir(cache_dir) as tmp:
+            work = Path(tmp)
+            link = link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell), work))
+            try:
+                result = build_modules(cell, aot, layers, link, work, log, on_step=on_step)
+                on_step(f"aot: {len(result.files)} module(s) in {result.seconds:.0f} s")
+                write_aot_layer(writer, site_packages, result)
+            finally:
+                _remove_tree(work / "root")
+    return build
+
+
+def _remove_tree(path: Path) -> None:
+    """The scratch root, read-only folders included."""
+    def _writable(func: Callable[..., object], name: str, _exc: object) -> None:
+        os.chmod(os.path.dirname(name), 0o755)
+        func(name)
+
+    if path.exists():
+        shutil.rmtree(path, onerror=_writable)
