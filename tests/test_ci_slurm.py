@@ -434,13 +434,18 @@ def test_one_pools_file_for_k8s_and_slurm(tmp_path: Path) -> None:
         load_pools(path)
 
 
-def test_routing_gres_and_time_limits_from_the_smokes(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def shipped():  # noqa: ANN201 - the shipped matrix's expansion, loaded once
+    return load(ROOT / "matrix.toml")[1]
+
+
+def test_routing_gres_and_time_limits_from_the_smokes(shipped, tmp_path: Path) -> None:  # noqa: ANN001
     """The shipped matrix's GPU stacks on one pool: GPUs from the smokes' needs (xformers-seqpar-2gpu
     wants 2), time limits from the sum of their timeouts plus the margin, cells the pool cannot run left out."""
     from pinmatrix.smoke.catalogue import load_catalogue
     from pinmatrix.smoke.runner import plan_smokes
 
-    _, expansion = load(ROOT / "matrix.toml")
+    expansion = shipped
     path = tmp_path / "pools.toml"
     path.write_text(POOLS.replace("gpus = 2", "gpus = 8"))
     pools = load_pools(path)
@@ -470,8 +475,9 @@ def test_routing_gres_and_time_limits_from_the_smokes(tmp_path: Path) -> None:
     assert any("no image by digest" in s for s in img.skipped)
 
 
-def test_matrix_text_never_becomes_an_option_or_a_shell_word(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _, expansion = load(ROOT / "matrix.toml")
+def test_matrix_text_never_becomes_an_option_or_a_shell_word(shipped, tmp_path: Path,  # noqa: ANN001
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    expansion = shipped
     demo = [c for c in expansion.cells if c.stack == "demo"]
     odd = tmp_path / "with space"
     odd.mkdir()

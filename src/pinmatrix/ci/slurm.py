@@ -35,6 +35,7 @@ from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.names import Name, check_name, shown, text_problem
 from pinmatrix.results.store import ResultsStore, SmokeRecord
+from pinmatrix.smoke.catalogue import Smoke, load_catalogue
 
 SCHEMA = "pinmatrix-slurm-submission/1"
 MANIFEST = "submission.json"
@@ -127,12 +128,11 @@ def plain_path(path: Path, what: str) -> str:
     return text
 
 
-def _smoke_needs(cell: Cell, smoke_dir: Path | None, keyword: str | None) -> tuple[tuple[str, ...], int, int]:
+def _smoke_needs(cell: Cell, catalogue: list[Smoke], keyword: str | None) -> tuple[tuple[str, ...], int, int]:
     """The cell's smokes, the most GPUs one of them needs, and the seconds they may take in all."""
-    from pinmatrix.smoke.catalogue import load_catalogue
     from pinmatrix.smoke.runner import effective_timeout, plan_smokes
 
-    smokes = plan_smokes(cell, load_catalogue(smoke_dir), keyword)
+    smokes = plan_smokes(cell, catalogue, keyword)
     gpus = max([int(s.needs.get("gpus", 1)) for s in smokes if s.gpu] or [0])
     seconds = sum(math.ceil(effective_timeout(s.timeout_s)) for s in smokes)
     return tuple(s.name for s in smokes), gpus, seconds
@@ -158,6 +158,7 @@ def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSetti
     cell x pool tasks whose every smoke already has a result there for the same image digest are left out
     (unless ``rerun``), except results a scheduler caused (RESUBMIT_CLASSES)."""
     out = SlurmPlan()
+    catalogue = load_catalogue(settings.smoke_dir)
     if not 1 <= settings.cpus_per_task <= 1024:
         raise PinmatrixError(f"ci slurm: --cpus-per-task {settings.cpus_per_task}: expected 1 to 1024")
     if settings.time_limit_min is not None and not 1 <= settings.time_limit_min <= 525600:
@@ -183,7 +184,7 @@ def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSetti
                     out.skipped.append(f"{cell.id} {cell.name} x pool {pool.name}: {why}")
             if not targets:
                 out.skipped.append(f"{cell.id} {cell.name}: no node pool fits" + ("" if pools else " (no --pools)"))
-        smokes, gpus_needed, seconds = _smoke_needs(cell, settings.smoke_dir, settings.keyword)
+        smokes, gpus_needed, seconds = _smoke_needs(cell, catalogue, settings.keyword)
         done = store.query(cell_id=cell.id) if store is not None and not rerun else []
         cell_wheels = None
         if wheels is not None:
