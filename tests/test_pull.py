@@ -98,6 +98,7 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeyp
     """The choice and the reasons; the chosen entry is then verified before anything is printed, and with no
     trusted key nothing verifies (the signed path is tests/test_verified_pull.py)."""
     monkeypatch.delenv("PINMATRIX_TRUSTED_KEYS", raising=False)
+    monkeypatch.chdir(tmp_path)  # no project here, so no project key (.pinmatrix/keys/signing.pub) either
     remote = [dict(e, reference=e["reference"].replace("127.0.0.1:5000", "registry.example:5000")) for e in ENTRIES]
     kg = tmp_path / "known-good.toml"
     _write(kg, remote)

@@ -17,8 +17,8 @@ from rich.text import Text
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
-from pinmatrix.engine import ENGINE_NAMES, OCIEngine, detect_engines, get_engine
-from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.engine import ENGINE_NAMES, OCIEngine, auto_engine, get_engine
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assemble import describe
 from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
@@ -73,11 +73,7 @@ def choose_engine(name: str) -> OCIEngine | None:
         engine = get_engine(name)
         engine.ensure_running()
         return engine
-    status = detect_engines()
-    for candidate in ("podman", "docker"):
-        if status[candidate] == "ok":
-            return get_engine(candidate)
-    raise EngineError("no container engine is usable: " + "; ".join(status.values()) + " (or pass --engine none)")
+    return auto_engine(hint=" (or pass --engine none)")
 
 
 def _ensure_locks(cells: list[Cell], root: Path, exclude_newer: str | None, console: Console) -> dict[str, str]:

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from pinmatrix.commands._common import examples, existing_file
-from pinmatrix.errors import EngineError, PinmatrixError
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
+from pinmatrix.release.candidates import Candidate, Selection, candidates, choose
 from pinmatrix.release.promote import read_known_good
-from pinmatrix.release.pull import judge, pick, verify_entry
+from pinmatrix.release.pull import verify_entry
 from pinmatrix.results.store import HostFingerprint
 
 
@@ -20,20 +21,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         "pull", help="pull the newest known-good image whose requirements this host meets, by digest",
         description="Probe this host (NVIDIA driver and GPU compute capability through nvidia-smi), pick the newest "
                     "cell in known-good.toml whose requirements it meets (driver >= the cell's minimum, GPU arch "
-                    "covered; CPU-only cells fit anywhere), pull it by digest and print the reference. Cells passed "
-                    "over are listed on stderr with the reason. The image is verified first, as `pinmatrix verify` "
-                    "does (a test-result attestation signed by a trusted key for that digest, repository and cell); "
-                    "one that does not verify is refused with the reason (exit status 2).",
+                    "covered; CPU-only cells fit anywhere) among those --cell, -k and --pin select, pull it by "
+                    "digest and print the reference. Cells passed over are listed on stderr with the reason; "
+                    "--list prints every candidate and pulls nothing. The image is verified first, as `pinmatrix "
+                    "verify` does (a test-result attestation signed by a trusted key for that digest, repository and "
+                    "cell); one that does not verify is refused with the reason (exit status 2).",
         **examples("pinmatrix pull --stack demo                  # verified, pulled; prints REGISTRY/REPO@sha256:...",
-                   "pinmatrix pull --stack demo --print --json   # what it would pull, and why, without pulling",
+                   "pinmatrix pull --stack demo --list           # every candidate, newest first, and why not",
+                   "pinmatrix pull --stack demo --pin 'six>=1.17' --print",
+                   "pinmatrix pull --stack h200 -k int64 --pin xformers==0.0.35-int64",
+                   "pinmatrix pull --cell 0123456789ab --json    # that cell's newest promotion, if this host runs it",
                    "pinmatrix pull --key ci/pinmatrix.pub         # trust this key instead of the project's own"),
     )
     p.add_argument("--stack", "-s", metavar="S", help="only cells of stack S")
+    p.add_argument("--cell", "-c", action="append", default=[], metavar="ID",
+                   help="only this cell (its id or a unique prefix; repeatable)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="only cells whose name or id matches EXPR, pytest-style: 'xformers and not int64'")
+    p.add_argument("--pin", action="append", default=[], metavar="AXIS<SPEC>",
+                   help="only cells whose AXIS satisfies SPEC: a PEP 440 specifier ('torch>=2.9,<2.11') or "
+                   "=VALUE for the pin as written ('xformers=0.0.35-int64'); repeatable, all must hold")
+    p.add_argument("--list", dest="list_only", action="store_true",
+                   help="print every candidate (newest promotion of each cell, newest first) with whether it fits "
+                   "this host and the selection, and the one pull would take; verify and pull nothing")
     p.add_argument("--known-good", type=Path, default=known_good_file(), metavar="PATH",
                    help=f"the promotion record (default: {KNOWN_GOOD_FILE} in the project root, next to matrix.toml)")
     p.add_argument("--print", dest="print_only", action="store_true", help="print the reference without pulling")
     p.add_argument("--engine", choices=["auto", "docker", "podman"], default="auto",
-                   help="the engine that pulls (default: auto: the first that is running, docker then podman)")
+                   help="the engine that pulls (default: auto: the first usable of podman, docker, as in build)")
     p.add_argument("--host-json", type=Path, metavar="FILE",
                    help="judge for the host described in FILE (a HostFingerprint as JSON; - reads stdin) instead of "
                    "this one")
@@ -42,25 +57,49 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
                    f"separated by ':', else the project's {PUBLIC_KEY} that `pinmatrix keygen` made)")
     p.add_argument("--json", action="store_true",
-                   help="print {reference, digest, stack, cell, pulled, engine, host, passed_over} as JSON on stdout")
+                   help="print {reference, digest, stack, cell, pulled, engine, host, passed_over} as JSON on stdout "
+                   "(with --list: {host, chosen, candidates})")
     p.set_defaults(func=run)
 
 
 def _engine(name: str):  # noqa: ANN202 - OCIEngine, imported lazily
-    from pinmatrix.engine import detect_engines, get_engine
+    from pinmatrix.engine import auto_engine, get_engine
 
     if name != "auto":
         engine = get_engine(name)
         engine.ensure_running()
         return engine
-    status = detect_engines()
-    for candidate, state in status.items():
-        if state == "ok":
-            return get_engine(candidate)
-    raise EngineError("no container engine is usable: " + "; ".join(f"{k}: {v}" for k, v in status.items()))
+    return auto_engine()
+
+
+def _host(args: argparse.Namespace) -> HostFingerprint:
+    if not args.host_json:
+        return HostFingerprint.detect()
+    try:
+        from pinmatrix.commands._common import read_input
+
+        return HostFingerprint.from_dict(json.loads(read_input(args.host_json, "host fingerprint file")))
+    except (OSError, ValueError, KeyError) as err:
+        raise PinmatrixError(f"{args.host_json}: not a host fingerprint: {err}") from None
+
+
+def _list(found: list[Candidate], chosen: Candidate | None, host: HostFingerprint, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"host": host.to_dict(), "chosen": chosen.entry["cell_id"] if chosen else None,
+                          "candidates": [c.to_dict(c is chosen) for c in found]}, indent=2))
+        return 0
+    print(f"host: {host.label()}")
+    for c in found:
+        mark = "->" if c is chosen else "  "
+        verdict = "fits" if c.ok else "passed over: " + "; ".join(c.reasons)
+        print(f"{mark} {c.entry['cell_id']}  {c.entry['promoted_at']}  {c.entry.get('cell_name', '')}  {verdict}")
+    if chosen is None:
+        print("no candidate fits: pull would refuse")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    selection = Selection.parse(stack=args.stack, cells=args.cell, keyword=args.keyword, pins=args.pin)
     if not args.known_good.exists():
         raise PinmatrixError(f"{args.known_good}: no such file (run `pinmatrix promote` first)")
     entries = read_known_good(args.known_good)
@@ -68,26 +107,23 @@ def run(args: argparse.Namespace) -> int:
         stacks = sorted({e["stack"] for e in entries})
         raise PinmatrixError(f"{args.known_good}: no known-good cell for stack {args.stack!r} "
                              f"(stacks with one: {', '.join(stacks) or 'none'})")
-    if args.host_json:
-        try:
-            from pinmatrix.commands._common import read_input
-
-            host = HostFingerprint.from_dict(json.loads(read_input(args.host_json, "host fingerprint file")))
-        except (OSError, ValueError, KeyError) as err:
-            raise PinmatrixError(f"{args.host_json}: not a host fingerprint: {err}") from None
-    else:
-        host = HostFingerprint.detect()
-    verdicts = judge(entries, host, stack=args.stack)
-    chosen = pick(verdicts)
+    selection.check_against(entries, str(args.known_good))
+    host = _host(args)
+    found = candidates(entries, host, selection)
+    chosen = choose(found)
+    if args.list_only:
+        return _list(found, chosen, host, args.json)
     if not args.quiet:
         print(f"host: {host.label()}", file=sys.stderr)
-        for v in verdicts:
-            if v is chosen:
+        for c in found:
+            if c is chosen:
                 break
-            print(f"passed over {v.label}: {'; '.join(v.reasons)}", file=sys.stderr)
+            print(f"passed over {c.label}: {'; '.join(c.reasons)}", file=sys.stderr)
     if chosen is None:
-        raise PinmatrixError(f"no known-good cell{' of stack ' + args.stack if args.stack else ''} runs on this host "
-                             f"({host.label()}): {len(verdicts)} passed over")
+        asked = " and ".join(x for x in (f"stack {args.stack}" if args.stack else "",
+                                          "--cell/-k/--pin" if args.cell or args.keyword or args.pin else "") if x)
+        raise PinmatrixError(f"no known-good cell{' of ' + asked if asked else ''} runs on this host "
+                             f"({host.label()}): {len(found)} passed over (see `pinmatrix pull --list`)")
     from pinmatrix.registry.auth import engine_auth_env
     from pinmatrix.registry.client import Registry
     from pinmatrix.release.signing import trusted_keys
@@ -107,9 +143,9 @@ def run(args: argparse.Namespace) -> int:
             engine.env.update(auth_env)
             engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
         if not args.quiet:
-            print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.reasons)})", file=sys.stderr)
+            print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.verdict.reasons)})", file=sys.stderr)
     if args.json:
-        passed_over = [{"label": v.label, "reasons": list(v.reasons)} for v in verdicts[:verdicts.index(chosen)]]
+        passed_over = [{"label": c.label, "reasons": c.reasons} for c in found[:found.index(chosen)]]
         print(json.dumps({"reference": str(ref), "digest": chosen.entry["digest"], "stack": chosen.entry["stack"],
                           "cell": chosen.entry["cell_id"], "pulled": engine is not None,
                           "engine": engine.name if engine else None, "host": host.to_dict(),

@@ -15,14 +15,16 @@ from pinmatrix.engine.base import (
     OCIEngine,
     host_has_gpus,
 )
-from pinmatrix.engine.select import detect_engines, get_engine
+from pinmatrix.engine.select import AUTO_ORDER, auto_engine, detect_engines, get_engine
 
 __all__ = [
+    "AUTO_ORDER",
     "ENGINE_NAMES",
     "BuildResult",
     "EngineName",
     "ImageInfo",
     "OCIEngine",
+    "auto_engine",
     "detect_engines",
     "get_engine",
     "host_has_gpus",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pinmatrix.engine.base import ENGINE_NAMES, OCIEngine
+from pinmatrix.engine.base import ENGINE_NAMES, EngineName, OCIEngine
 from pinmatrix.engine.docker import DockerEngine
 from pinmatrix.engine.podman import PodmanEngine
 from pinmatrix.errors import EngineError
@@ -30,3 +30,18 @@ def detect_engines(env: Mapping[str, str] | None = None) -> dict[str, str]:
         except EngineError as err:
             status[name] = str(err)
     return status
+
+
+AUTO_ORDER: tuple[EngineName, ...] = ("podman", "docker")
+"""``--engine auto``: the first of these that is usable, the same order in every command (build, pull): podman
+first, which needs no daemon and builds reproducibly."""
+
+
+def auto_engine(env: Mapping[str, str] | None = None, *, hint: str = "") -> OCIEngine:
+    """The engine ``--engine auto`` means here: the first usable one in AUTO_ORDER; EngineError naming why
+    each one is not usable otherwise (``hint`` appended, e.g. the command's way out)."""
+    status = detect_engines(env)
+    for candidate in AUTO_ORDER:
+        if status[candidate] == "ok":
+            return get_engine(candidate, env)
+    raise EngineError("no container engine is usable: " + "; ".join(status[name] for name in AUTO_ORDER) + hint)
