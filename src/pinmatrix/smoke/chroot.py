@@ -51,7 +51,6 @@ from pinmatrix.smoke.runner import ProcessResult, run_process
 RUNTIME = "chroot"
 DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and nvidia-smi (bin/) inside the root
 ENTER = Path(__file__).with_name("chroot_enter.py")
-SETUP_FAILED = 125
 MAX_ACCOUNT_FILE = 1 << 20
 _UNSAFE_IN_OVERLAY = (",", ":", "\n", "\0")
 
@@ -196,8 +195,8 @@ class ChrootSmokes:
                                kill_grace_s=self.kill_grace_s, log_cap=self.log_cap)
             error = scratch / "setup-error"
             line = error.read_text(encoding="utf-8", errors="replace").strip() if error.is_file() else ""
-            if line or proc.returncode == SETUP_FAILED and not proc.result:
-                raise ChrootSetupError(f"image {self.image.digest}: {line or 'entering the root failed (exit 125)'}")
+            if line:  # written only when the setup failed: on success the exec closed it empty
+                raise ChrootSetupError(f"image {self.image.digest}: {line}")
             return proc
         finally:
             remove_tree(scratch)

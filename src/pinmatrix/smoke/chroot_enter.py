@@ -210,7 +210,7 @@ def main(argv: list[str]) -> int:
         print("usage: chroot_enter.py SPEC.json", file=sys.stderr)
         return 2
     with open(argv[1], encoding="utf-8") as fh:
-        spec = json.load(fh)
+        spec = json.load(fh)  # written by the runtime (chroot.py) a moment ago
     # opened now, before the chroot hides the host's folders; closed by the exec when all went well
     error_fd = os.open(spec["error_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
@@ -229,8 +229,8 @@ def main(argv: list[str]) -> int:
         os.execve(program, spec["argv"], env)
     except SetupError as err:
         line = f"pinmatrix chroot: setup failed: {err}"
-    except OSError as err:
-        line = f"pinmatrix chroot: setup failed while {PHASE[0]}: {err}"
+    except Exception as err:  # noqa: BLE001 - whatever stops the setup is infrastructure, said in one line
+        line = f"pinmatrix chroot: setup failed while {PHASE[0]}: {type(err).__name__}: {err}"
     os.write(error_fd, (line + "\n").encode())
     print(line, file=sys.stderr)
     return SETUP_FAILED
