@@ -342,6 +342,13 @@ def _cuda_binaries() -> list[tuple[str, Path]]:
     add_dist("vllm", (r"_C\..*so$", r"_moe_C\..*so$"))
     add_dist("xformers", (r"_C\..*so$",))
     add_dist("flashinfer-jit-cache", (r"\.so$",))
+    try:  # FlashInfer's AOT folder: the modules pinmatrix compiled at build time (image/jitcache.py)
+        aot = Path(md.distribution("flashinfer-python").locate_file("flashinfer/data/aot"))
+    except md.PackageNotFoundError:
+        aot = None
+    if aot is not None and aot.is_dir():
+        for so in sorted(aot.rglob("*.so")):
+            out.append((f"flashinfer-aot:{so.relative_to(aot)}", so))
     cache = Path(os.environ.get("FLASHINFER_WORKSPACE_BASE", Path.home())) / ".cache" / "flashinfer"
     if cache.is_dir():
         for so in sorted(cache.rglob("*.so")):
@@ -356,7 +363,7 @@ def _cuda_binaries() -> list[tuple[str, Path]]:
 
 # Modules built for the cell's own arch list (JIT caches, source builds): they must carry the exact target of
 # each arch flag, since a family or PTX fallback is the slow path (the GB10's compute_120f NVFP4 story).
-CELL_BUILT = ("flashinfer-jit", "flashinfer-jit-cache", "vllm", "extra")
+CELL_BUILT = ("flashinfer-jit", "flashinfer-jit-cache", "flashinfer-aot", "vllm", "extra")
 
 
 def arch_coverage(ctx: Context) -> None:

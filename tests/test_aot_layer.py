@@ -166,3 +166,30 @@ def test_the_generator_runs_in_the_cells_root_with_proc_and_the_cell_env(tmp_pat
     assert "inside the root" in text and "Name:\tcat" in text
     assert not (root / "proc" / "self").exists()  # the bind mount lived in the namespace only
     assert jitcache.run_in_root(root, ["/bin/cat", "/absent"], {"PATH": "/bin"}, log) != 0
+
+
+def test_the_arch_coverage_smoke_reads_the_aot_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """arch-coverage lists the image's AOT modules as cell-built binaries (they must carry the flag's target)."""
+    import importlib.util
+    import sys
+
+    site = tmp_path / "site"
+    dist = site / "flashinfer_python-0.6.8.post1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.8.post1\n")
+    (dist / "RECORD").write_text("flashinfer/__init__.py,,\n")
+    module = site / "flashinfer" / "data" / "aot" / "gemm" / "gemm.so"
+    module.parent.mkdir(parents=True)
+    module.write_bytes(b"\x7fELF")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(REPO / "src" / "pinmatrix" / "incell"))
+    monkeypatch.delenv("PINMATRIX_ARCH_BINARIES", raising=False)
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "no-cache"))
+    spec = importlib.util.spec_from_file_location("pinmatrix_test_host_smoke", REPO / "smoke" / "host.py")
+    assert spec and spec.loader
+    host = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "pinmatrix_test_host_smoke", host)
+    spec.loader.exec_module(host)
+    found = dict(host._cuda_binaries())
+    assert found["flashinfer-aot:gemm/gemm.so"] == module
+    assert "flashinfer-aot" in host.CELL_BUILT

@@ -233,6 +233,14 @@ def build_modules(cell: Cell, aot: AotPlan, layers: Sequence[tuple[Path, str]], 
     root = work / "root"
     on_step("aot: unpack the cell's root")
     unpack(root, layers)
+    add_link_files(root, link)
+    on_step(f"aot: build {' '.join(aot.modules)} for {aot.arch_list}")
+    result = run_generator(cell, aot, root, log, jobs=jobs)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def add_link_files(root: Path, link: Sequence[tuple[str, str | bytes]]) -> None:
     for path, what in link:
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -241,20 +249,25 @@ def build_modules(cell: Cell, aot: AotPlan, layers: Sequence[tuple[Path, str]], 
         else:
             target.unlink(missing_ok=True)
             target.symlink_to(what)
+
+
+def run_generator(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None,
+                  out_name: str = "out") -> AotBuild:
+    """incell/flashinfer_aot.py in ``root`` with the cell's environment; the built modules, from ``out_name``."""
+    start = time.monotonic()
     scratch = root / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "flashinfer_aot.py").write_bytes(builder_source())
     env = cell_env(cell)
     env.update({"HOME": f"/{SCRATCH}/home", "FLASHINFER_WORKSPACE_BASE": f"/{SCRATCH}/ws",
                 "MAX_JOBS": str(jobs or os.cpu_count() or 1), "TMPDIR": f"/{SCRATCH}"})
-    argv = ["/opt/venv/bin/python", f"/{SCRATCH}/flashinfer_aot.py", f"/{SCRATCH}/out", *aot.modules]
-    on_step(f"aot: build {' '.join(aot.modules)} for {aot.arch_list}")
+    argv = ["/opt/venv/bin/python", f"/{SCRATCH}/flashinfer_aot.py", f"/{SCRATCH}/{out_name}", *aot.modules]
     status = run_in_root(root, argv, env, log)
     if status != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:] or ["no output"]
         raise AotError(f"cell {cell.id} ({cell.name}): the FlashInfer AOT build of {', '.join(aot.modules)} for "
                        f"{aot.arch_list} failed (exit {status}; {log}): {' | '.join(tail)[:400]}")
-    out = scratch / "out"
+    out = scratch / out_name
     manifest = json.loads((out / "manifest.json").read_text())
     files: list[tuple[str, Path]] = []
     for item in manifest.get("built", []):
