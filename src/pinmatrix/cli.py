@@ -52,7 +52,9 @@ COMMAND_MODULES: tuple[str, ...] = tuple(m.__name__.rsplit(".", 1)[1].replace("_
 def _pipeline_text() -> str:
     return "pipeline:\n" + "\n".join(
         f"  {step}\n      " + ", ".join(m.__name__.rsplit(".", 1)[1].replace("_", "-") for m in modules)
-        for step, modules in PIPELINE)
+        for step, modules in PIPELINE) + (
+        "\n\nevery option can come from the environment: PINMATRIX_<COMMAND>_<OPTION>, e.g.\n"
+        "  PINMATRIX_PULL_STACK=demo pinmatrix pull   (= pinmatrix pull --stack demo; the command line wins)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     for _, modules in PIPELINE:
         for module in modules:
             module.register(sub)
+    from pinmatrix.envdefaults import apply_environment
+
+    try:
+        apply_environment(parser, os.environ)  # PINMATRIX_<COMMAND>_<OPTION>: the command line still wins
+    except ValueError as err:
+        parser.error(str(err))
     return parser
 
 

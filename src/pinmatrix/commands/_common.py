@@ -60,6 +60,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", "-s", metavar="S", help="only the cells of stack S")
     parser.add_argument("-k", dest="keyword", metavar="EXPR",
                         help="only cells whose name or id matches EXPR, pytest-style: 'xformers and not int64'")
+    parser.add_argument("--set", dest="set", action="append", default=[], metavar="AXIS=VALUE",
+                        help="a one-off cell: narrow --stack's AXIS to VALUE (one of its values, or a new version of "
+                        "a package axis) without editing the matrix; repeatable. Rules still apply")
 
 
 def read_input(path: Path, what: str = "file") -> str:
@@ -75,5 +78,10 @@ def read_input(path: Path, what: str = "file") -> str:
 
 
 def selected(matrix: Matrix, expansion: Expansion, args: argparse.Namespace) -> list[Cell]:
-    """The cells --stack and -k choose."""
+    """The cells --stack and -k choose (with --set AXIS=VALUE: the one-off cells of --stack that it makes)."""
+    sets = getattr(args, "set", None) or []
+    if sets:
+        from pinmatrix.matrix.overrides import with_overrides
+
+        matrix, expansion = with_overrides(matrix, getattr(args, "stack", None), sets)
     return select(matrix, expansion, stack=getattr(args, "stack", None), keyword=getattr(args, "keyword", None))

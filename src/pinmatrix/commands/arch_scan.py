@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
 
@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "cached in $PINMATRIX_CACHE (default ~/.cache/pinmatrix). A cell whose image is in the OCI layout "
                     "(--layout) also gets its flashinfer-aot layer read. Verdicts: native, PTX JIT, partial, cannot "
                     "run, or other GPUs only (built only for other GPU generations: left out of a package's verdict).",
+        **examples("pinmatrix arch-scan --stack gb10-nvfp4    # SASS/PTX of each cell's wheels vs its GPU",
+                   "pinmatrix arch-scan -k h200 --json",
+                   "pinmatrix arch-scan --stack gb10-nvfp4 --out scan/ && pinmatrix report --arch-scan scan/arch-scan.json"),
     )
     add_matrix_argument(p)
     add_selection_arguments(p)

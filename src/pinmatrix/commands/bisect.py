@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.commands._common import examples
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
@@ -48,12 +49,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "bisect skip`. Exit status: 0 when the search answered, 1 when it could not (or a known issue's "
             "boundary moved), 2 on bad input."
         ),
+        **examples("pinmatrix bisect param cpu-threshold --param n --timeout 5   # smallest failing value",
+                   "pinmatrix bisect version six-assert-not-regex --stack demo --axis six --range '>=1.10,<=1.17' "
+                   "--runtime podman"),
     )
     sub = p.add_subparsers(dest="mode", metavar="MODE", required=True)
     pp = sub.add_parser("param", help="search a numeric parameter a smoke declares",
                         description="Probe SMOKE at values of one of its declared parameters (the other "
                         "dimensions held fixed) for the smallest failing value; name the declared quantity that "
-                        "crosses a limit there, and confirm known-issue boundaries.")
+                        "crosses a limit there, and confirm known-issue boundaries.",
+                        **examples("pinmatrix bisect param cpu-threshold --param n --timeout 5",
+                                   "pinmatrix bisect param cpu-threshold --param n --json bisect.json"))
     _common(pp)
     pp.add_argument("--param", required=True, metavar="NAME", help="the parameter to search (e.g. M)")
     pp.add_argument("--range", dest="span", metavar="LO:HI", help="search LO..HI (default: the declared range)")
@@ -69,7 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         description="Probe SMOKE on cells of STACK that differ only in AXIS (releases of a "
                         "package, env variants, arch flag lists), each locked with uv and installed into its own "
                         "venv (--runtime venv) or built as an image (--runtime docker|podman) only when the search "
-                        "reaches it; results already in the store for a cell are reused.")
+                        "reaches it; results already in the store for a cell are reused.",
+                        **examples("pinmatrix bisect version six-assert-not-regex --stack demo --axis six "
+                                   "--range '>=1.10,<=1.17' --runtime podman",
+                                   "pinmatrix bisect version six-assert-not-regex --stack demo --axis six "
+                                   "--values 1.16.0,1.17.0"))
     _common(pv)
     pv.add_argument("--stack", "-s", required=True, metavar="S", help="the stack")
     pv.add_argument("--axis", required=True, metavar="A", help="the ordered axis: a package, env, arch, ...")

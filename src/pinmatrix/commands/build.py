@@ -16,7 +16,7 @@ from rich.text import Text
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine, auto_engine, get_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assemble import describe
@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "resumes. Cells with a source patch are compiled through images/Containerfile.j2 with the engine. "
             "One failed cell does not stop the others; the exit code is 1 when any cell failed."
         ),
+        **examples("pinmatrix build --stack demo --engine podman --push",
+                   "pinmatrix build --stack h200 --print     # the plan: layers, keys, what is cached",
+                   "pinmatrix build --stack demo --engine none --metadata-file built.json   # OCI layout only",
+                   "pinmatrix build --stack demo --set six=1.15.0 --engine podman          # a one-off cell"),
     )
     add_matrix_argument(p)
     add_selection_arguments(p)

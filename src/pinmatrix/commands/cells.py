@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
 
@@ -18,17 +18,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cells", help="list the matrix's cells with ids, pins, arch flags, patches and known issues",
         description="Expand the matrix into cells. Each cell has a stable id: a short hash of everything that "
                     "defines it (pins, patches with their sha256, arch flags, env, base, indexes).",
+        **examples("pinmatrix cells --stack gb10-nvfp4 --pruned        # and what the rules pruned, with why",
+                   "pinmatrix cells -k 'h200 and int64' --json",
+                   "pinmatrix cells --stack demo --ids                 # one id per line, for scripts",
+                   "pinmatrix cells --stack demo --set six=1.15.0      # a one-off cell, matrix.toml unchanged",
+                   "for id in $(pinmatrix cells --ids -k demo); do pinmatrix lock -k $id; done"),
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON: {cells: [...], pruned: [...]}")
     p.add_argument("--pruned", action="store_true", help="also list pruned combinations with the rule that pruned them")
+    p.add_argument("--ids", action="store_true", help="print only the selected cells' ids, one per line")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
+    if args.ids:
+        for c in cells:
+            print(c.id)
+        return 0
     pruned = [p for p in expansion.pruned if args.stack in (None, p.stack)] if args.pruned or args.json else []
     if args.json:
         print(json.dumps({"cells": [c.to_dict() for c in cells], "pruned": [p.to_dict() for p in pruned]},

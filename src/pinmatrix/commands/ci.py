@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
@@ -19,14 +19,17 @@ from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomi
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ci", help="emit CI jobs (GitHub Actions matrix, Kubernetes Jobs, Slurm arrays) and collect "
                                   "their results",
-                       description="Generate CI job definitions from the matrix. See docs/ci.md.")
+                       description="Generate CI job definitions from the matrix. See docs/ci.md.",
+                       **examples("pinmatrix ci github --stack demo --pretty", "pinmatrix ci k8s --pools pools.toml -o jobs.yaml",
+                                  "pinmatrix ci collect results/ --json results.json"))
     ci = p.add_subparsers(dest="ci_command", metavar="TARGET", required=True)
 
     g = ci.add_parser("github", help="a GitHub Actions job matrix (JSON): one job per cell, runner labels per cell",
                       description="Print {\"include\": [...]} with one entry per cell: cell, name, stack, gpu, "
                                   "driver, gpu-required, smokes, image (the cell's build tag) and runs-on (self-hosted, linux, the architecture, "
                                   "gpu-<gpu>, nvidia-driver-<driver> for GPU cells; --cpu-runner for CPU-only "
-                                  "cells). Use with strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}.")
+                                  "cells). Use with strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}.",
+                      **examples("pinmatrix ci github --pretty", "pinmatrix ci github --stack h200 -k int64"))
     add_matrix_argument(g)
     add_selection_arguments(g)
     g.add_argument("--cpu-runner", action="append", metavar="LABEL",
@@ -42,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "nvidia.com/gpu.compute.*). Each Job runs the cell's smokes in the cell's image, "
                                   "by digest, and writes raw results under the results volume; `pinmatrix ci collect` "
                                   "turns them into result records. The manifests are validated against the Kubernetes "
-                                  "JSON schemas (kubernetes-validate, strict) before they are printed.")
+                                  "JSON schemas (kubernetes-validate, strict) before they are printed.",
+                      **examples("pinmatrix ci k8s --pools pools.toml --stack h200 -o jobs.yaml && kubectl apply -f jobs.yaml",
+                                 "pinmatrix ci k8s --pools pools.toml --json"))
     add_matrix_argument(k)
     add_selection_arguments(k)
     k.add_argument("--pools", type=Path, required=True, metavar="FILE",
@@ -66,7 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       description="Read every pod output directory (a run.json written by the pod runner) under the "
                                   "given paths, classify each smoke and apply known issues as `pinmatrix smoke` does, "
                                   "and record the results in the store and/or a JSON file for `pinmatrix results "
-                                  "--import` or `pinmatrix report --from-json`.")
+                                  "--import` or `pinmatrix report --from-json`.",
+                      **examples("pinmatrix ci collect /mnt/results/RUN-ID            # into the results store",
+                                 "pinmatrix ci collect /mnt/results --json results.json"))
     c.add_argument("paths", nargs="+", type=Path, metavar="DIR", help="pod output directories, or folders holding them")
     c.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="the matrix file (default: ./matrix.toml)")
     c.add_argument("--results", type=Path, default=None, metavar="PATH",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
-from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, selected
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.lock.resolve import (
     LockResult,
     lock_cells,
@@ -34,13 +35,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "from the default index (the PyTorch index, a source build: `pinmatrix validate` lists them), "
                     "each need said once, unless --with-needs. A full lock (no --stack/-k) removes "
                     "the locks this matrix made for cells it no longer has; locks/owners.json records which matrix "
-                    "made which lock, so locks of another matrix in the same folder are never touched.",
+                    "made which lock, so locks of another matrix in the same folder are never touched. --check "
+                    "resolves again, writes nothing and exits 1 when a lock is missing or stale (for CI).",
+        **examples("pinmatrix lock --stack demo             # locks/<cell-id>.txt for the demo cells",
+                   "pinmatrix lock -k 'h200 and int64' --json",
+                   "pinmatrix lock --check                  # CI: exit 1 when any lock is missing or stale"),
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
     p.add_argument("--jobs", "-j", type=int, default=4, help="cells resolved at once (default 4)")
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, status, path, uv, reason} per cell as JSON on stdout")
+    p.add_argument("--check", action="store_true",
+                   help="resolve every selected cell again and compare with its lock (the uv version line aside); "
+                   "write nothing; exit 1 when a lock is missing or would change, or a lock this matrix made has no "
+                   "cell any more")
     p.add_argument("--with-needs", action="store_true",
                    help="also lock cells that need another index or a source build (where that index is reachable)")
     p.set_defaults(func=run)
@@ -69,10 +78,17 @@ def run(args: argparse.Namespace) -> int:
 
     unreachable: dict[str, list[str]] = {}  # index URL -> cells that failed because it cannot be reached
 
+    def state_of(res: LockResult) -> str:
+        if not res.ok:
+            return "FAILED"
+        if args.check:
+            return ("STALE" if res.path.is_file() else "MISSING") if res.changed else "fresh"
+        return "locked" if res.changed else "unchanged"
+
     def report(res: LockResult) -> None:
         nonlocal done
         done += 1
-        state = ("locked" if res.changed else "unchanged") if res.ok else "FAILED"
+        state = state_of(res)
         index = None if res.ok else unreachable_index(res)
         suffix = f": index {index} unreachable (reported once below)" if index else ""
         console.print(f"[{done}/{total}] {state:9} {res.cell.id} {res.cell.name}{suffix}")
@@ -83,9 +99,12 @@ def run(args: argparse.Namespace) -> int:
 
     extra_ca = [p for p in (Path(matrix.root) / c for c in matrix.settings.ca_certificates) if p.exists()]
     results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
-                         jobs=args.jobs, on_done=report, fetcher=page_reader(extra_ca))
+                         jobs=args.jobs, on_done=report, fetcher=page_reader(extra_ca), write=not args.check)
     root, owner = Path(matrix.root), matrix.path.name
     full = args.stack is None and args.keyword is None
+    if args.check:
+        return _check_outcome(args, results, root, owner, full, {c.id for c in expansion.cells}, console,
+                              state_of)
     if full and owner != "<stdin>":  # a matrix read from stdin has no name to own locks by
         remove, keep = stale_locks(root, owner, {c.id for c in expansion.cells})
         for stale in remove:
@@ -108,3 +127,22 @@ def run(args: argparse.Namespace) -> int:
                            "reason": r.reason or None} for r in results], indent=2))
     print(f"{len(results) - len(failed)} locked, {len(failed)} failed", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_outcome(args: argparse.Namespace, results: list[LockResult], root: Path, owner: str, full: bool,
+                   current: set[str], console: Console, state_of: Callable[[LockResult], str]) -> int:
+    """``lock --check``: nothing written; exit 1 when any lock is missing, stale or could not be resolved, or
+    (on a full check) a lock this matrix made has no cell any more."""
+    orphans = stale_locks(root, owner, current)[0] if full and owner != "<stdin>" else []
+    for path in orphans:
+        console.print(f"orphan    {path.name}: {owner} made it and has no cell with this id any more")
+    bad = [r for r in results if state_of(r) != "fresh"]
+    if args.json:
+        print(json.dumps([{"cell": r.cell.id, "name": r.cell.name, "path": str(r.path), "status": state_of(r).lower(),
+                           "reason": r.reason or None} for r in results]
+                         + [{"cell": p.stem, "name": None, "path": str(p), "status": "orphan", "reason": None}
+                            for p in orphans], indent=2))
+    print(f"{len(results) - len(bad)} fresh, {len(bad)} missing, stale or failed, {len(orphans)} orphaned"
+          + ("" if bad or orphans else ": every lock is up to date")
+          + ("; run `pinmatrix lock` to update" if bad or orphans else ""), file=sys.stderr)
+    return 1 if bad or orphans else 0

@@ -6,8 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from pinmatrix.commands._common import add_matrix_argument
+from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import PinmatrixError
+
+ACTION_EXAMPLES = {
+    "start": ("pinmatrix registry start         # kept until `pinmatrix registry stop`",
+              "pinmatrix registry start --json"),
+    "stop": ("pinmatrix registry stop",),
+    "status": ("pinmatrix registry status", "pinmatrix registry status --json"),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +25,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "there themselves if nothing listens, with its data in .pinmatrix/registry/data next to the "
                     "matrix, and stop it when they end. `registry start` keeps one running in the background "
                     "instead (pid in .pinmatrix/registry/registry.json) until `registry stop`.",
+        **examples("pinmatrix registry start     # keep the embedded registry running",
+                   "pinmatrix registry status --json",
+                   "pinmatrix registry stop"),
     )
     actions = p.add_subparsers(dest="registry_command", metavar="ACTION", required=True)
     for name, text in (("start", "start the registry in the background (kept until `registry stop`)"),
                        ("stop", "stop the registry pinmatrix started (either way)"),
                        ("status", "whether it listens, who serves it, where its data is")):
-        a = actions.add_parser(name, help=text, description=text)
+        a = actions.add_parser(name, help=text, description=text, **examples(*ACTION_EXAMPLES[name]))
         add_matrix_argument(a)
         a.add_argument("--json", action="store_true", help="print the status as JSON")
         a.set_defaults(func=run)

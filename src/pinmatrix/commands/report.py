@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_limit_argument
+from pinmatrix.commands._common import add_limit_argument, examples
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load, require_stack
 from pinmatrix.report.statuses import FORMATS, SEVERITY_ORDER
@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "value, a pivot of two axes, a diff of two cells, smoke details with metrics and log "
                     "excerpts), summary.md (for a CI job summary), junit.xml (one test case per cell x smoke) "
                     "and report.json.",
+        **examples("pinmatrix report                           # .pinmatrix/report/: index.html, summary.md, junit.xml, report.json",
+                   "pinmatrix report --stack demo -f md --fail-on fail",
+                   "pinmatrix report --from-json results.json --screenshot report.png"),
     )
     p.add_argument("matrix", nargs="?", type=Path, default=None,
                    help="the matrix file (default: ./matrix.toml when it exists; without one, cells are named by id)")

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from pinmatrix.commands._common import examples
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import DEFAULT_PATH, STATUSES, ResultsStore
 from pinmatrix.results.storefile import ResultsError
@@ -19,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="query recorded smoke results (table or --json)",
         description="Query the results store: one row per cell x host x smoke x run. Filters combine with "
         "AND. --latest keeps the newest record of each cell x host x smoke.",
+        **examples("pinmatrix results                          # the latest results",
+                   "pinmatrix results --stack demo --status fail --json",
+                   "pinmatrix results --import results-*.json   # what CI jobs uploaded"),
     )
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")

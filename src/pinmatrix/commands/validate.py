@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pinmatrix.commands._common import add_matrix_argument
+from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import MatrixError
 from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.validation import validate_matrix
@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "else 2 with one 'FILE:LINE: key: message' line per problem. Cells that need more than a lock "
                     "from the default index (the PyTorch index, a source build) are valid: one 'needs' line each "
                     "need says how many.",
+        **examples("pinmatrix validate                 # FILE:LINE: key: message per problem, exit 2",
+                   "pinmatrix validate --json",
+                   "cat matrix.toml | pinmatrix validate -"),
     )
     add_matrix_argument(p)
     p.add_argument("--json", action="store_true",

@@ -169,13 +169,19 @@ def page_reader(extra_ca: Sequence[Path] = ()) -> WheelFetcher:
     return WheelFetcher(Path(tempfile.gettempdir()) / "pinmatrix-no-wheels", context=ssl_context(extra_ca))
 
 
+def _without_uv_line(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("# resolved by uv "))
+
+
 def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None = None,
-              fetcher: WheelFetcher | None = None) -> LockResult:
+              fetcher: WheelFetcher | None = None, *, write: bool = True) -> LockResult:
     """Lock one cell; with ``fetcher``, a lock whose wheels do not meet the cell's platform is refused (not
-    written), naming the distributions and their wheels' tags."""
+    written), naming the distributions and their wheels' tags. With ``write=False`` (``lock --check``) nothing
+    is written: ``changed`` says whether the lock is missing or would change in anything but the uv line."""
     uv = uv or find_uv()
     target = lock_path(cell, root)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if write:
+        target.parent.mkdir(parents=True, exist_ok=True)
     if not cell.requirements:
         return LockResult(cell, target, ok=False, reason="the cell has no pip requirements to lock")
     with tempfile.TemporaryDirectory(prefix="pinmatrix-lock-") as tmp:
@@ -196,6 +202,10 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
         if problem:
             return LockResult(cell, target, ok=False, reason=problem)
     content = header(cell, uv_version(uv)) + body
+    if not write:
+        current = target.read_text(encoding="utf-8") if target.is_file() else None
+        fresh = current is not None and _without_uv_line(current) == _without_uv_line(content)
+        return LockResult(cell, target, ok=True, changed=not fresh)
     if target.is_file() and target.read_text(encoding="utf-8") == content:
         return LockResult(cell, target, ok=True, changed=False)
     atomic_write_text(target, content)
@@ -204,14 +214,14 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
 
 def lock_cells(cells: Sequence[Cell], root: Path = Path("."), exclude_newer: str | None = None, jobs: int = 4,
                on_done: Callable[[LockResult], None] | None = None,
-               fetcher: WheelFetcher | None = None) -> list[LockResult]:
+               fetcher: WheelFetcher | None = None, *, write: bool = True) -> list[LockResult]:
     """Lock every cell; one that cannot be resolved does not stop the others. With ``fetcher`` (``page_reader``),
     each lock's wheels are checked against its cell's platform through the indexes' JSON pages, each page read
     once for all cells."""
     uv = find_uv()
     results: list[LockResult] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(lock_cell, c, root, exclude_newer, uv, fetcher) for c in cells]
+        futures = [pool.submit(lock_cell, c, root, exclude_newer, uv, fetcher, write=write) for c in cells]
         for fut in futures:
             res = fut.result()
             results.append(res)
