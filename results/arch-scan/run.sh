@@ -9,3 +9,8 @@ pinmatrix arch-scan --stack h200 --out results/arch-scan/h200 > /dev/null
 # The same tables inside the report (report.json carries them under arch_scan):
 pinmatrix report --stack gb10-nvfp4 --stack h200 --arch-scan results/arch-scan/gb10-nvfp4/arch-scan.json --arch-scan results/arch-scan/h200/arch-scan.json \
   --out results/arch-scan/report --format md --format json
+# 2026-12-01: the gb10 PyPI cells (vLLM 0.20.0, torch 2.11.0 cu130, aarch64), wheels from the build's cache where
+# `pinmatrix build` already fetched them (--cache-dir, default .pinmatrix/cache), the rest downloaded:
+pinmatrix arch-scan --cell 34a5fc7fb6a2 --cell 68642c0882af --stack gb10-nvfp4 --out results/arch-scan/gb10 > /dev/null
+# The flashinfer-aot layers for 12.1a and 12.0f built on the x86_64 h200 cell's root (root: chroot), read by arch-scan:
+python results/arch-scan/aot_x86.py fp4-quantize fp4-gemm-cutlass
