@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 
 from test_promote import DIGEST, GPU_CELL, record
 
+from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import test_result_statement as statement_for
 from pinmatrix.release.promote import PromotionPolicy, check_policy
 from pinmatrix.report.junit import render_junit
 from pinmatrix.report.model import build_report, worst
 from pinmatrix.report.statuses import SEVERITY, STATUS_LABELS
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.results.store import STATUSES, HostFingerprint, ResultsStore
 from pinmatrix.smoke.classify import classify
 from pinmatrix.smoke.container import ContainerSmokes
