@@ -121,3 +121,14 @@ def test_each_realm_refusal_is_the_exact_line(realm: str, end: str) -> None:
     with pytest.raises(AuthError) as err:
         check_realm(realm, "reg.example:443")
     assert str(err.value) == f"registry reg.example:443: token realm {realm[:120]!r} {end}"
+
+
+def test_a_repository_is_matched_whole_and_none_means_the_host(tmp_path: Path) -> None:
+    path = _file(tmp_path / "a.json", {"reg.example": {"auth": _auth("host", "p")},
+                                       "reg.example/team": {"auth": _auth("team", "p")},
+                                       "reg.example/BOX": {"auth": _auth("box", "p")},
+                                       "reg.example/XXXX": {"auth": _auth("xxxx", "p")}})
+    env = {"HOME": str(tmp_path), "REGISTRY_AUTH_FILE": str(path)}
+    assert find_credentials("reg.example", env=env).username == "host"  # type: ignore[union-attr]
+    assert find_credentials("reg.example", "teamX", env).username == "host"  # type: ignore[union-attr]
+    assert find_credentials("reg.example", "BOX/app", env).username == "box"  # type: ignore[union-attr]
