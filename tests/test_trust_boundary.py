@@ -172,3 +172,98 @@ def test_another_fixed_dimension_moves_the_expected_parameter_not_the_verdict(tm
     assert all(s == "xfail" for v, s in statuses.items() if v >= 82)
     assert any(65 <= v < 82 for v in statuses), statuses  # the probes did go between the two boundaries
 
+
+
+# -- every branch of boundary.py, pinned (from mutation testing) ------------------------------------------
+
+@dataclass(frozen=True)
+class _B:
+    param: str
+    expect_first_fail: object
+    smoke: str | None = None
+
+
+@dataclass(frozen=True)
+class _KI:
+    id: str
+    smokes: tuple[str, ...]
+    boundary: _B | None
+    failure_class: str | None = "over-capacity"
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    known_issues: tuple[_KI, ...]
+
+
+def test_boundaries_for_keeps_only_the_issues_of_this_cell_smoke_and_parameter() -> None:
+    issues = (
+        _KI("a", ("s-*",), _B("n", 5)),
+        _KI("b", ("s-one",), _B("n", 6, smoke="s-one")),
+        _KI("c", ("s-one",), _B("m", 7)),  # another parameter
+        _KI("d", ("s-one",), None),  # no boundary
+        _KI("e", ("other",), _B("n", 8)),  # another smoke
+        _KI("f", ("s-*",), _B("n", 9, smoke="s-two")),  # its boundary is another smoke's
+        _KI("g", ("s-one",), _B("n", 10)),  # does not apply to the cell
+    )
+    cell = _Cell("c1", tuple(_Issue(i) for i in "abcdef"))
+    found = bnd.boundaries_for(_Matrix(issues), cell, "s-one", "n")
+    assert found == [bnd.BoundarySpec("a", "n", 5, None, "over-capacity"),
+                     bnd.BoundarySpec("b", "n", 6, "s-one", "over-capacity")]
+    assert bnd.boundaries_for(None, cell, "s-one", "n") == []
+    assert bnd.boundaries_for(_Matrix(issues), _Cell("c2", ()), "s-one", "n") == []
+
+
+def test_versions_and_numbers_on_the_parameter() -> None:
+    cell = _Cell("c", (_Issue("v"),))
+    spec = bnd.BoundarySpec("v", "torch", "2.5.0", None, None)
+    assert bnd.cell_at(cell, "2.4.1", [spec]).known_issues == ()
+    assert bnd.cell_at(cell, "2.5.0", [spec]) is cell and bnd.cell_at(cell, "2.10", [spec]) is cell
+    assert bnd.cell_at(cell, "not a version", [spec]) is cell  # unreadable: not before, so inside
+    num = bnd.BoundarySpec("v", "n", 5, None, None)
+    assert bnd.cell_at(cell, 4, [num]).known_issues == () and bnd.cell_at(cell, 5, [num]) is cell
+    assert bnd.past(num, 5) and not bnd.past(num, 4)
+    assert bnd.cell_at(cell, "4", [num]).known_issues == ()  # a number given as text compares as a version
+
+
+def test_every_outcome_of_the_check_is_its_exact_line() -> None:
+    b = bnd.BoundarySpec("i", "n", 613, None, "over-capacity")
+    (nf,) = bnd.check([b], None, None, exact=True, where="in [0, 500]")
+    assert nf.to_dict() == {"issue": "i", "param": "n", "expected_first_fail": 613, "found_first_fail": None,
+                            "status": "not-found", "message": "known issue i: expected the first failure at n=613, "
+                            "but nothing failed in [0, 500]", "class_expected": "over-capacity", "class_found": None}
+    (un,) = bnd.check([b], 600, "x", exact=False, where="")
+    assert (un.status, un.message) == ("unknown", "known issue i: the search did not narrow the boundary to one point")
+    (ok,) = bnd.check([b], 613, "over-capacity", exact=True, where="")
+    assert (ok.status, ok.message) == ("confirmed", "known issue i: boundary confirmed, first failure at n=613")
+    (cls,) = bnd.check([b], 613, "crash", exact=True, where="")
+    assert cls.message == ("known issue i: boundary confirmed, first failure at n=613 (but the class is crash, the "
+                           "issue expects over-capacity)") and cls.class_found == "crash"
+    (nocls,) = bnd.check([bnd.BoundarySpec("i", "n", 613, None, None)], 613, "crash", exact=True, where="")
+    assert nocls.message.endswith("first failure at n=613")
+    (noclass_found,) = bnd.check([b], 613, None, exact=True, where="")
+    assert noclass_found.message.endswith("first failure at n=613")
+    (mv,) = bnd.check([b], 600, "over-capacity", exact=True, where="")
+    assert (mv.status, mv.message) == ("moved", "known issue i: boundary moved: first failure at n=600, the matrix "
+                                                "expects 613")
+    (text,) = bnd.check([bnd.BoundarySpec("i", "torch", "2.5", None, None)], "2.5", None, exact=True, where="")
+    assert text.status == "confirmed"
+
+
+def test_in_quantity_needs_a_declared_integer_parameter() -> None:
+    for spec in (bnd.BoundarySpec("i", "K", 33289, None, None),  # not a parameter of the smoke
+                 bnd.BoundarySpec("i", "M", True, None, None), bnd.BoundarySpec("i", "M", 33289.0, None, None)):
+        assert bnd.in_quantity(spec, SHAPE) == spec
+    limited = parse_params({"params": {"n": {"type": "int", "range": [0, 1000], "default": 10}},
+                            "fixed": {"capacity": 613}, "quantities": {"items n": ["n"]},
+                            "limits": {"capacity": "capacity"}})
+    b = bnd.in_quantity(bnd.BoundarySpec("i", "n", 613, None, None), limited)
+    assert (b.quantity, b.limit, b.limit_name, b.inclusive) == ("items n", 613.0, "capacity", True)
+    assert b.declared_at == {"capacity": 613}
+    assert bnd.past(b, 613, {"n": 613, "capacity": 613}, limited) and not bnd.past(b, 612, {"capacity": 613}, limited)
+    (c,) = bnd.check([b], 600, None, exact=True, where="", expected={"i": bnd.expected_in(b, list(range(1001)),
+                                                                                          {"capacity": 600}, limited)})
+    assert c.message == "known issue i: boundary moved: first failure at n=600, the matrix expects 613"
+    # the quantity read, but no dimensions given: the parameter alone decides
+    assert bnd.past(b, 613) and not bnd.past(b, 612)
+    assert bnd.expected_in(b, [1, 2, 3], {"capacity": 613}, limited) == 613
