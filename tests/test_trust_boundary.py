@@ -207,6 +207,8 @@ def test_boundaries_for_keeps_only_the_issues_of_this_cell_smoke_and_parameter()
         _KI("g", ("s-one",), _B("n", 10)),  # does not apply to the cell
     )
     cell = _Cell("c1", tuple(_Issue(i) for i in "abcdef"))
+    by_id = {i.id: i for i in issues}
+    issues = tuple(by_id[k] for k in "daefbcg")  # each kind of skipped issue before a kept one
     found = bnd.boundaries_for(_Matrix(issues), cell, "s-one", "n")
     assert found == [bnd.BoundarySpec("a", "n", 5, None, "over-capacity"),
                      bnd.BoundarySpec("b", "n", 6, "s-one", "over-capacity")]
@@ -244,6 +246,7 @@ def test_every_outcome_of_the_check_is_its_exact_line() -> None:
     (noclass_found,) = bnd.check([b], 613, None, exact=True, where="")
     assert noclass_found.message.endswith("first failure at n=613")
     (mv,) = bnd.check([b], 600, "over-capacity", exact=True, where="")
+    assert (mv.found_first_fail, mv.expected_first_fail) == (600, 613)
     assert (mv.status, mv.message) == ("moved", "known issue i: boundary moved: first failure at n=600, the matrix "
                                                 "expects 613")
     (text,) = bnd.check([bnd.BoundarySpec("i", "torch", "2.5", None, None)], "2.5", None, exact=True, where="")
@@ -267,3 +270,29 @@ def test_in_quantity_needs_a_declared_integer_parameter() -> None:
     # the quantity read, but no dimensions given: the parameter alone decides
     assert bnd.past(b, 613) and not bnd.past(b, 612)
     assert bnd.expected_in(b, [1, 2, 3], {"capacity": 613}, limited) == 613
+
+
+def test_a_declared_limit_is_preferred_and_reaching_it_is_said_so() -> None:
+    decl = parse_params({"params": {"n": {"type": "int", "range": [1, 1000], "default": 10}},
+                         "fixed": {"w": 64, "cap": 4096}, "quantities": {"items n*w": ["n", "w"]},
+                         "limits": {"cap": "cap"}})
+    b = bnd.in_quantity(bnd.BoundarySpec("i", "n", 64, None, None), decl)  # 64*64 reaches 4096 = 2^12 = cap
+    assert (b.limit_name, b.limit, b.inclusive) == ("cap", 4096.0, True)
+    dims = decl.values({"w": 32})
+    want = bnd.expected_in(b, list(range(1, 1001)), dims, decl)
+    assert want == 128
+    (c,) = bnd.check([b], 128, None, exact=True, where="", expected={"i": want})
+    assert c.message == ("known issue i: boundary confirmed, first failure at n=128 (items n*w reach cap; the "
+                         "matrix declares n=64 for cap=4096, w=64)")
+
+
+def test_past_in_the_quantity_edges() -> None:
+    b = bnd.in_quantity(SPEC, SHAPE)
+    exact = SHAPE.values({"N": 65536})
+    assert not bnd.past(b, 32768, exact, SHAPE)  # M*N == 2^31 is not past it (it passes 2^31 from 32769)
+    assert bnd.past(b, 32769, exact, SHAPE)
+    assert bnd.past(b, 33289, exact, None) and not bnd.past(b, 33288, exact, None)  # no declaration: the parameter
+    assert bnd.expected_in(b, [40000, 50000], SHAPE.values({}), SHAPE) == 40000  # the first value already past
+    bare = bnd.BoundarySpec("i", "M", 33289, None, None, quantity="output elements M*N", limit=2.0**31)
+    (c,) = bnd.check([bare], 42731, None, exact=True, where="", expected={"i": 42731})
+    assert c.message == "known issue i: boundary confirmed, first failure at M=42731"  # nothing declared to name
