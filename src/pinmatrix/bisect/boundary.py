@@ -15,6 +15,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from pinmatrix.bisect.crossing import crossings
 from pinmatrix.smoke.catalogue import matches
 
 
@@ -78,8 +79,6 @@ def in_quantity(b: BoundarySpec, decl: Any) -> BoundarySpec:
     """``b`` read in the quantity it is about, when ``decl`` (the smoke's SmokeParams) lets it be found: the
     one declared quantity of ``b.param`` that crosses a limit between expect_first_fail - 1 and
     expect_first_fail at the smoke's own dimensions. Otherwise ``b`` as it is (scoped by the parameter)."""
-    from pinmatrix.bisect.param import crossings
-
     want = b.expect_first_fail
     if decl is None or b.param not in getattr(decl, "params", {}) or isinstance(want, bool) \
             or not isinstance(want, int):

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pinmatrix.bisect import boundary as bnd
+from pinmatrix.bisect.crossing import crossings
 from pinmatrix.bisect.probe import Prober
-from pinmatrix.bisect.report import BisectReport, Crossing, failing_classes
+from pinmatrix.bisect.report import BisectReport, failing_classes
 from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.smoke.catalogue import Smoke
-from pinmatrix.smoke.params import SmokeParams
 
 
 @dataclass(frozen=True)
@@ -74,37 +74,6 @@ def make_space(smoke: Smoke, param: str, lo: float | None, hi: float | None, ste
     return space
 
 
-def crossings(decl: SmokeParams, param: str, at_pass: dict[str, Any], at_fail: dict[str, Any]) -> list[Crossing]:
-    """Each declared quantity that depends on ``param`` and crosses a limit (a declared one, or a power of two
-    from 2^8 to 2^63) between the passing and the failing point."""
-    out = []
-    for label, factors in decl.quantities.items():
-        if param not in factors:
-            continue
-        qp, qf = decl.quantity(label, at_pass), decl.quantity(label, at_fail)
-        if qp == qf:
-            continue
-        limits = {f"2^{k}": float(2**k) for k in range(8, 64)}
-        limits.update(decl.limit_values(at_fail))
-        for name, lim in limits.items():
-            verb = None
-            if qp < qf:
-                if qp <= lim < qf:
-                    verb = "pass"
-                elif qp < lim == qf:
-                    verb = "reach"
-            elif qf < lim <= qp:
-                verb = "drop below"
-            if verb is None:
-                continue
-            shown = name if name.startswith("2^") else f"{name} ({_num(lim)})"
-            text = f"{label} {verb} {shown} at {param}={at_fail[param]} ({_num(qp)} -> {_num(qf)})"
-            out.append(Crossing(label, name, lim, qp, qf, verb, text))
-    return out
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def run_param_bisect(*, cell: Any, smoke: Smoke, space: ParamSpace, overrides: dict[str, Any], prober: Prober,

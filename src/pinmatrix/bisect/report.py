@@ -6,20 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pinmatrix.bisect.boundary import BoundaryCheck
+from pinmatrix.bisect.crossing import Crossing
 from pinmatrix.bisect.probe import Probe
-
-
-@dataclass
-class Crossing:
-    """A declared quantity that crosses a limit between the last passing and the first failing point."""
-
-    quantity: str
-    limit: str  # "2^31", or a declared limit's label
-    limit_value: float
-    at_pass: float
-    at_fail: float
-    verb: str  # "pass" (exceeds), "reach" (equals it), "drop below"
-    text: str
 
 
 @dataclass
