@@ -40,7 +40,7 @@ def test_every_stack_has_cells_and_ids_are_stable_across_runs_and_machines(tmp_p
     second = cells_json("matrix.toml", cwd=copy, env=env)
     assert [c["id"] for c in first["cells"]] == [c["id"] for c in second["cells"]]
     stacks = {c["stack"] for c in first["cells"]}
-    assert stacks == {"demo", "xformers-tiled-matmul", "gb10-nvfp4", "h200"}
+    assert stacks == {"demo", "xformers-tiled-matmul", "gb10-nvfp4", "h200", "h200-vllm"}
     assert len({c["id"] for c in first["cells"]}) == len(first["cells"])
     # pruned combinations come with the rule's words
     assert first["pruned"] and all(p["reasons"] for p in first["pruned"])
@@ -57,15 +57,16 @@ def test_reported_stack_a_environment_is_pruned_with_reasons() -> None:
 
 def test_stack_b_cells_carry_known_issues_patches_and_arch_lists() -> None:
     data = cells_json(str(MATRIX), "--stack", "gb10-nvfp4", "-k", "595.58.03 and 12.1a and fp8-moe and not src")
-    assert len(data["cells"]) == 1
-    cell = data["cells"][0]
-    assert cell["torch_cuda_arch_list"] == "12.1a"
-    assert cell["flashinfer_cuda_arch_list"] == "12.1a"
-    assert cell["env"] == {"VLLM_USE_FLASHINFER_MOE_FP4": "0", "VLLM_USE_FLASHINFER_MOE_FP8": "1"}
-    assert [k["id"] for k in cell["known_issues"]] == ["driver-595.58.03-nvfp4-cutensormap"]
-    assert {p["status"] for p in cell["patches"]} == {"already-upstream"}
-    assert all("already upstream" in p["note"] for p in cell["patches"])
-    assert cell["min_driver"] == "580.65.06"
+    # the seed's cell (vllm 0.15.1 wheel on torch 2.9.1) and its PyPI twin (vllm 0.20.0 on torch 2.11.0)
+    assert sorted(c["pins"]["vllm"] for c in data["cells"]) == ["0.15.1", "0.20.0"]
+    for cell in data["cells"]:
+        assert cell["torch_cuda_arch_list"] == "12.1a"
+        assert cell["flashinfer_cuda_arch_list"] == "12.1a"
+        assert cell["env"] == {"VLLM_USE_FLASHINFER_MOE_FP4": "0", "VLLM_USE_FLASHINFER_MOE_FP8": "1"}
+        assert [k["id"] for k in cell["known_issues"]] == ["driver-595.58.03-nvfp4-cutensormap"]
+        assert {p["status"] for p in cell["patches"]} == {"already-upstream"}
+        assert all("already upstream" in p["note"] for p in cell["patches"])
+        assert cell["min_driver"] == "580.65.06"
     # the wheel of vllm 0.15.1 pins torch 2.9.1: with torch 2.10 only the source build survives
     wheel_on_210 = [p for p in data["pruned"] if p["pins"]["torch"] == "2.10.0"]
     assert all("vllm 0.15.1 pins torch==2.9.1" in p["reasons"][0] for p in wheel_on_210)
