@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exact command behind the files in results/h200/: pinmatrix's host runtime on one H200 (device tool),
+# The exact command behind the files in results/h200/: pinmatrix's host runtime on one H200 (the H200 machine),
 # the two cells of the shipped matrix's `h200` stack (xformers 0.0.35 plain, and with the int64 patch).
 #
 # Run from the repository root with the wheels carried under .whl/ (ignored by git):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exact command behind results/h200/bisect/: `pinmatrix bisect param` on one H200 (device tool), host
+# The exact command behind results/h200/bisect/: `pinmatrix bisect param` on one H200 (the H200 machine), host
 # runtime, the two cells of the shipped matrix's `h200` stack: xformers 0.0.35 as released, and with the
 # project's int64 patch (patches/xformers-tiled-matmul-int64.patch, applied in the cell's overlay).
 # Smoke xformers-tiled-matmul-shape: tiled_matmul of M x 2048 by 2048 x 64512 in bf16, checked against cuBLAS;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exact command behind results/h200/flashinfer-arch/: on one H200 (device tool; nvcc 13.0, torch
+# The exact command behind results/h200/flashinfer-arch/: on one H200 (the H200 machine; nvcc 13.0, torch
 # 2.11.0+cu130), compile -- no kernel is launched, no GB10 is needed -- the FlashInfer 0.6.8.post1 JIT modules
 # the gb10 NVFP4 smokes use, once with FLASHINFER_CUDA_ARCH_LIST="12.0f" and once with "12.1a" (the two arch
 # values of the gb10-nvfp4 stack), side by side, then list what each .so carries with cuobjdump.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exact command behind results/h200/oracles/: on one H200 (device tool), each GPU smoke of the h200 stack
+# The exact command behind results/h200/oracles/: on one H200 (the H200 machine), each GPU smoke of the h200 stack
 # that has an oracle of its own, run as the runner runs it (python -X faulthandler smoke/<module>.py <smoke>,
 # result JSON through $PINMATRIX_SMOKE_RESULT) once as it is and once per fault it can inject
 # ($PINMATRIX_FAULT, smoke/_oracles.py), then the timing oracle (timing_check.py). The real runs must pass, the
