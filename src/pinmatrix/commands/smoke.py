@@ -185,14 +185,7 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
     runs = []
     echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {args.runtime}")
     for cell in cells:
-        if args.image:
-            ref = args.image
-        elif matrix is not None:
-            from pinmatrix.image.settings import image_ref
-
-            ref = image_ref(cell, matrix.settings.registry)
-        else:
-            raise PinmatrixError("--runtime docker/podman without --cell/--stack needs --image REF")
+        ref = _cell_image_ref(cell, matrix, args)
         digest = image_digest(engine, ref)
         if digest is None:
             no_image.append(f"cell {cell.id} {getattr(cell, 'name', '')}: {ref} is not in the {args.runtime} "
@@ -206,13 +199,24 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
     return runs
 
 
+def _cell_image_ref(cell: Any, matrix: Any, args: argparse.Namespace) -> str:
+    """The image a container or chroot run smokes for ``cell``: --image, else the cell's reference in the matrix's
+    registry (the build's tag)."""
+    if args.image:
+        return str(args.image)
+    if matrix is None:
+        raise PinmatrixError(f"--runtime {args.runtime} without --cell/--stack needs --image REF")
+    from pinmatrix.image.settings import image_ref
+
+    return image_ref(cell, matrix.settings.registry)
+
+
 def _run_in_roots(cells: list[Any], matrix: Any, store: ResultsStore, options: Any, args: argparse.Namespace,
                   host: HostFingerprint, run_id: str, echo: Any, no_image: list[str]) -> list[Any]:
     """Smoke each cell inside its image unpacked from the OCI layout (the chroot runtime); a cell whose image the
     layout lacks is appended to ``no_image`` and passed over."""
     from dataclasses import replace
 
-    from pinmatrix.image.settings import image_ref
     from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
     from pinmatrix.smoke.chroot import find_image, prepare
     from pinmatrix.smoke.runner import plan_smokes, run_cell
@@ -225,12 +229,7 @@ def _run_in_roots(cells: list[Any], matrix: Any, store: ResultsStore, options: A
     runs = []
     echo(f"run {run_id} on {host.label()} (host {host.id}), runtime chroot, layout {layout}")
     for cell in cells:
-        if args.image:
-            ref = args.image
-        elif matrix is not None:
-            ref = image_ref(cell, matrix.settings.registry)
-        else:
-            raise PinmatrixError("--runtime chroot without --cell/--stack needs --image REF")
+        ref = _cell_image_ref(cell, matrix, args)
         digest = find_image(layout, ref)
         if digest is None:
             no_image.append(f"cell {cell.id} {getattr(cell, 'name', '')}: {ref} is not in the OCI layout {layout} "
