@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import http.server
 import importlib.util
 import io
 import json
@@ -15,13 +14,13 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from pep691 import serve_pages
 
 from conftest import make_cell
 from pinmatrix.bundle.image import ImageRequest, bundle_image, read_host_has
@@ -84,20 +83,6 @@ def wheel_bytes(name: str, version: str, payload: bytes = b"", tag: str = "py3-n
     return buf.getvalue()
 
 
-class _Index(http.server.BaseHTTPRequestHandler):
-    pages: dict[str, bytes] = {}
-
-    def do_GET(self) -> None:  # noqa: N802
-        body = self.pages.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-        self.end_headers()
-        self.wfile.write(body or b"")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @dataclasses.dataclass
 class Project:
     cell: Cell
@@ -128,23 +113,16 @@ def project(tmp_path: Path) -> Iterator[Project]:
         pages[f"/simple/{name}/"] = json.dumps({"files": entries}).encode()
     pages["/simple/sdistonly/"] = json.dumps({"files": [{"filename": "sdistonly-1.0.tar.gz", "url": "/x",
                                                           "hashes": {"sha256": "a" * 64}}]}).encode()
-    _Index.pages = pages
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     lines = []
     for name, entries in sorted(by_project.items()):
         version = str(entries[0]["filename"]).split("-")[1]
         hashes = " ".join(f"--hash=sha256:{e['hashes']['sha256']}" for e in entries)  # type: ignore[index]
         lines.append(f"{name}=={version} \\\n    {hashes}\n    # via -r requirements.in")
     lock = "# pinmatrix lock for cell 000000000000\n" + "\n".join(lines) + "\n"
-    cell = make_cell("demo", ("alpha",), python="3.13")
-    cell = dataclasses.replace(cell, indexes=(IndexSpec(name="t", url=f"http://127.0.0.1:{server.server_port}/simple",
-                                                        default=True),))
-    lock = lock.replace("000000000000", cell.id)
-    try:
-        yield Project(cell, lock, files, tmp_path / "cache")
-    finally:
-        server.shutdown()
+    with serve_pages(pages) as base:
+        cell = make_cell("demo", ("alpha",), python="3.13")
+        cell = dataclasses.replace(cell, indexes=(IndexSpec(name="t", url=f"{base}/simple", default=True),))
+        yield Project(cell, lock.replace("000000000000", cell.id), files, tmp_path / "cache")
 
 
 def make_wheels_bundle(project: Project, out: Path, *, host: HostPackages | None = None, python: str | None = "3.12",

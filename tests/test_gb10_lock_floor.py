@@ -6,16 +6,15 @@ distribution and its wheels' tags and the floor that works; the same matrix at t
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import tarfile
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pep691 import serve_pages
 
 from pinmatrix.cli import main
 from pinmatrix.lock.resolve import lock_path
@@ -45,20 +44,6 @@ def _sdist(name: str) -> bytes:
     return buf.getvalue()
 
 
-class _Index(http.server.BaseHTTPRequestHandler):
-    pages: dict[str, bytes] = {}
-
-    def do_GET(self) -> None:  # noqa: N802
-        body = self.pages.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-        self.end_headers()
-        self.wfile.write(body or b"")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def _metadata(name: str) -> bytes:
     return f"Metadata-Version: 2.1\nName: {name.split('-', 1)[0]}\nVersion: 1.0\n".encode()
 
@@ -85,14 +70,8 @@ def index() -> Iterator[str]:
     pages = {"/simple/floorpkg/": _project(floor), "/simple/purepkg/": _project(pure)}
     pages.update({f"/files/{name}": data for name, data in {**floor, **pure}.items()})
     pages.update({f"/files/{name}.metadata": _metadata(name) for name in {**floor, **pure} if name.endswith(".whl")})
-    _Index.pages = pages
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/simple"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_pages(pages) as base:
+        yield f"{base}/simple"
 
 
 MATRIX = """[matrix]

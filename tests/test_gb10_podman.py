@@ -8,16 +8,15 @@ import base64
 import dataclasses
 import gzip
 import hashlib
-import http.server
 import io
 import json
 import tarfile
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pep691 import serve_pages
 
 from conftest import engine_for, make_cell
 from pinmatrix.cell import BaseSpec, IndexSpec
@@ -45,20 +44,6 @@ def _wheel(name: str) -> bytes:
     return buf.getvalue()
 
 
-class _Index(http.server.BaseHTTPRequestHandler):
-    pages: dict[str, bytes] = {}
-
-    def do_GET(self) -> None:  # noqa: N802
-        body = self.pages.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-        self.end_headers()
-        self.wfile.write(body or b"")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def many_wheels() -> Iterator[tuple[str, dict[str, str]]]:
     """A PEP 691 index on 127.0.0.1 serving WHEELS tiny wheels; yields its URL and name -> sha256."""
@@ -72,14 +57,8 @@ def many_wheels() -> Iterator[tuple[str, dict[str, str]]]:
             "filename": f"{name}-1.0-py3-none-any.whl", "url": f"/files/{name}.whl",
             "hashes": {"sha256": hashes[name]}, "size": len(data)}]}).encode()
         pages[f"/files/{name}.whl"] = data
-    _Index.pages = pages
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/simple", hashes
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_pages(pages) as base:
+        yield f"{base}/simple", hashes
 
 
 @pytest.mark.slow

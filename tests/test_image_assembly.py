@@ -5,16 +5,15 @@ platform, a Python the base cannot provide is refused by validate, and every lay
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import shutil
 import tarfile
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
+from pep691 import serve_pages
 
 from conftest import REPO, make_cell
 from pinmatrix.cell import BaseSpec
@@ -60,22 +59,6 @@ def test_a_lock_line_without_hashes_or_pin_is_refused() -> None:
         checked_lock(cell, unhashed, "locks/x.txt")
 
 
-class _Index(http.server.BaseHTTPRequestHandler):
-    """A JSON simple index (PEP 691) serving one wheel whose bytes are swapped after the lock was made."""
-
-    pages: dict[str, bytes] = {}
-
-    def do_GET(self) -> None:  # noqa: N802
-        body = self.pages.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-        self.end_headers()
-        self.wfile.write(body or b"")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def _wheel(name: str, version: str, text: str) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -89,15 +72,12 @@ def _wheel(name: str, version: str, text: str) -> bytes:
 def test_a_wheel_whose_bytes_differ_from_the_lock_is_refused_and_not_cached(tmp_path: Path) -> None:
     good, evil = _wheel("tiny", "1.0", "x = 1\n"), _wheel("tiny", "1.0", "import os; os.system('touch /tmp/x')\n")
     locked = hashlib.sha256(good).hexdigest()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    url = f"http://127.0.0.1:{server.server_port}"
-    _Index.pages = {
+    pages = {
         "/simple/tiny/": json.dumps({"files": [{"filename": "tiny-1.0-py3-none-any.whl", "url": "/files/tiny.whl",
                                                 "hashes": {"sha256": locked}}]}).encode(),
         "/files/tiny.whl": evil,
     }
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serve_pages(pages) as url:
         entry = parse_lock(f"tiny==1.0 --hash=sha256:{locked}\n").entries[0]
         from pinmatrix.cell import IndexSpec
 
@@ -111,8 +91,6 @@ def test_a_wheel_whose_bytes_differ_from_the_lock_is_refused_and_not_cached(tmp_
         with pytest.raises(WheelError, match="no wheel with a locked hash"):
             fetcher.choose(other, Target("3.13", "x86_64-manylinux_2_28"),
                            [IndexSpec(name="test", url=f"{url}/simple", default=True)])
-    finally:
-        server.shutdown()
 
 
 def test_layers_are_deterministic_tars(tmp_path: Path) -> None:
