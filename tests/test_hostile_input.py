@@ -334,9 +334,12 @@ def test_summary_md_neutralises_html_and_escapes(tmp_path: Path, capsys, monkeyp
                  str(tmp_path / "r"), "--format", "md"]) == 0
     capsys.readouterr()
     md = (tmp_path / "r" / "summary.md").read_text()
-    line = next(ln for ln in md.splitlines() if ln.startswith("- "))
-    assert line.endswith(" " + expected), line
-    assert "**s\\`1&lt;b&gt;**" in line  # the smoke's name, from the rows file, is inert too
+    # every list line naming the result: "What broke" (the reason, then since when) and the cell's own line
+    lines = [ln for ln in md.splitlines() if ln.startswith("- ") and "**s\\`1&lt;b&gt;**" in ln]
+    assert lines, md  # the smoke's name, from the rows file, is inert too
+    for line in lines:
+        assert f" {expected} " in f"{line} ", line
+    assert reason not in md
     assert "\x1b" not in md and "\u202e" not in md
 
 
