@@ -36,7 +36,7 @@ from pinmatrix.smoke.chroot_host import (
     gpu_device_nodes,
     privilege_mode,
 )
-from pinmatrix.smoke.chroot_rootfs import ImageRoot, Layout, unpack_image
+from pinmatrix.smoke.chroot_rootfs import ImageRoot, Layout, force_remove, unpack_image
 from pinmatrix.smoke.container import (
     IMAGE_PYTHON,
     INCELL_MOUNT,
@@ -199,7 +199,7 @@ class ChrootSmokes:
                 raise ChrootSetupError(f"image {self.image.digest}: {line}")
             return proc
         finally:
-            remove_tree(scratch)
+            force_remove(scratch)
 
     def __call__(self, cell: Any, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
                  timeout: float) -> ProcessResult:
@@ -222,21 +222,6 @@ class ChrootSmokes:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.is_file() else []
             raise ChrootSetupError(f"image {self.image.digest}: its interpreter {self.python} does not run in the "
                                    f"root (exit {proc.returncode}{': ' + tail[0][:200] if tail else ''}; log {log_path})")
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a scratch folder whatever modes a smoke left in it (an overlay's upper layer)."""
-    if not path.exists():
-        return
-    for folder, dirs, _ in os.walk(path):
-        for d in dirs:
-            p = os.path.join(folder, d)
-            if not os.path.islink(p):
-                try:
-                    os.chmod(p, 0o700)
-                except OSError:
-                    pass
-    shutil.rmtree(path, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------- preparing a cell

@@ -463,9 +463,9 @@ def unpack_image(layout_dir: Path, digest: str, roots: Path, *, echo: Any = None
         if done is not None:
             return ImageRoot(digest, final / ROOTFS, config, reused=True)
         for stale in roots.glob(f".tmp-{digest[7:]}-*"):
-            _force_remove(stale)
+            force_remove(stale)
         if final.exists():
-            _force_remove(final)
+            force_remove(final)
         work = roots / f".tmp-{digest[7:]}-{secrets.token_hex(4)}"
         rootfs = work / ROOTFS
         rootfs.mkdir(parents=True)
@@ -479,7 +479,7 @@ def unpack_image(layout_dir: Path, digest: str, roots: Path, *, echo: Any = None
             atomic_write_text(work / COMPLETE, json.dumps(record, indent=1, sort_keys=True) + "\n")
             os.rename(work, final)
         except BaseException:
-            _force_remove(work)
+            force_remove(work)
             raise
     return ImageRoot(digest, final / ROOTFS, config)
 
@@ -494,8 +494,9 @@ def _complete(final: Path, digest: str) -> dict[str, Any] | None:
     return record
 
 
-def _force_remove(path: Path) -> None:
-    """Remove a partly made root, whatever modes its layers gave its folders."""
+def force_remove(path: Path) -> None:
+    """Remove a partly made root or a smoke's scratch folder, whatever modes its layers or the smoke gave its
+    folders."""
     if not path.exists() and not path.is_symlink():
         return
 
