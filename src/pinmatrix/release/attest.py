@@ -82,6 +82,14 @@ def utc_stamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def described(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """An in-toto v1 ResourceDescriptor for a configuration the results depend on (the cell, a host, the policy):
+    its annotations, and, since v1 says a descriptor MUST have a uri, digest or content, the sha256 of those
+    annotations as canonical JSON (sorted keys, no spaces: ``canonical``), which names exactly what it says."""
+    return {"name": name, "digest": {"sha256": sha256_bytes(canonical(annotations))},
+            "mediaType": "application/json", "annotations": annotations}
+
+
 def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRecord], *,
                           url: str | None = None, policy: dict[str, Any] | None = None,
                           signed_at: datetime | None = None) -> dict[str, Any]:
@@ -98,16 +106,14 @@ def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRe
     failed = [test_name(r) for r in latest if r.status in FAILED]
     result = "FAILED" if failed else "WARNED" if warned else "PASSED"
     hosts = {r.host.id: r.host for r in latest}
-    configuration: list[dict[str, Any]] = [{
-        "name": f"pinmatrix-cell/{cell.id}",
-        "annotations": {"stack": cell.stack, "name": cell.name, "python": cell.python, "platform": cell.platform,
-                        **{f"pin.{k}": str(v) for k, v in sorted(cell.pins.items())}},
-    }]
+    configuration: list[dict[str, Any]] = [described(
+        f"pinmatrix-cell/{cell.id}",
+        {"stack": cell.stack, "name": cell.name, "python": cell.python, "platform": cell.platform,
+         **{f"pin.{k}": str(v) for k, v in sorted(cell.pins.items())}})]
     for host in hosts.values():
-        configuration.append({
-            "name": f"pinmatrix-host/{host.id}",
-            "annotations": {k: str(v) for k, v in host.to_dict().items() if v is not None and k != "id"},
-        })
+        configuration.append(described(
+            f"pinmatrix-host/{host.id}",
+            {k: str(v) for k, v in host.to_dict().items() if v is not None and k != "id"}))
     predicate: dict[str, Any] = {
         "result": result,
         "signedAt": utc_stamp(signed_at or datetime.now(timezone.utc)),
@@ -128,8 +134,8 @@ def test_result_statement(image: ImageRef, cell: Cell, records: Iterable[SmokeRe
     }
     if policy is not None:
         # Not part of the test-result predicate: the promotion policy these results satisfied.
-        statement["predicate"]["configuration"].append({"name": "pinmatrix-promotion-policy",
-                                                        "annotations": {k: json.dumps(v) for k, v in policy.items()}})
+        statement["predicate"]["configuration"].append(described(
+            "pinmatrix-promotion-policy", {k: json.dumps(v) for k, v in policy.items()}))
     return statement
 
 
