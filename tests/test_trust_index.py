@@ -41,7 +41,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def index() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_port}/simple"
     finally:
@@ -165,7 +165,7 @@ class _Redirect(http.server.BaseHTTPRequestHandler):
 
 def test_a_redirect_to_another_scheme_is_refused(index: str, tmp_path: Path) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     try:
         _serve("tiny-1.0-py3-none-any.whl", url=f"http://127.0.0.1:{server.server_port}/tiny.whl")
         fetcher, wheel = _choose(index, tmp_path / "cache")
