@@ -30,7 +30,7 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
-from pinmatrix.image import jitcache
+from pinmatrix.image import crossaot, jitcache
 from pinmatrix.image.config import cell_env, cell_labels, image_config, oci_arch
 from pinmatrix.image.install import VenvLayout, install_wheel
 from pinmatrix.image.layer import (
@@ -324,6 +324,11 @@ class Assembler:
                                                                         level)))
         # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/jitcache.py).
         aot = jitcache.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level)
+        if aot is not None and aot.wants_cross:  # a foreign cell: its modules cross-compiled (image/crossaot.py)
+            cross = crossaot.inputs(cell, aot, lock.entries, lambda entry, t: self.choices.choose(entry, t, cell),
+                                    lambda builder: self.base(builder, log, dry=dry))
+            aot = jitcache.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level,
+                                cross=cross)
         if aot is not None:
             image.layers.append(PlannedLayer("cuda-link", aot.link_key))
             if aot.builds:
@@ -371,9 +376,9 @@ class Assembler:
         self._check_disk(cell, [wheels[p.name.split(":", 1)[1].split("==", 1)[0]] for p in image.layers
                                 if p.name.startswith("wheel:") and p.descriptor is None])
 
-        def wheel_layer(planned: PlannedLayer) -> None:
+        def wheel_layer(planned: PlannedLayer, source: dict[str, WheelFile] = wheels) -> None:
             name = planned.name.split(":", 1)[1].split("==", 1)[0]
-            wheel = wheels[name]
+            wheel = source[name]
 
             def build(writer: LayerWriter) -> None:
                 on_step(f"fetch {wheel.filename}")
@@ -401,7 +406,37 @@ class Assembler:
                     handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
             self._cached_or_build(by_name["cuda-link"], jitcache.link_layer_builder(
                 cell, aot, venv.site_packages, self.settings.cache_dir), epoch)
-        if aot is not None and "flashinfer-aot" in by_name:
+        if aot is not None and "flashinfer-aot" in by_name and aot.cross is not None:
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(crossaot.describe(cell, aot) + "\n")
+            on_step(crossaot.describe(cell, aot))
+
+            def builder_root() -> list[tuple[Path, str]]:
+                """The builder root's layers: the cell's base for this builder's architecture, the venv, and
+                the builder-architecture wheels of the cell's pins that the generator imports."""
+                own = dict(crossaot.builder_wheels(aot))
+                planned = [PlannedLayer(f"wheel:{w.name}=={w.version}", _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION,
+                                                                            w.sha256, cell.python, epoch,
+                                                                            self.settings.gzip_level))
+                           for w in own.values()]
+                with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+                    for future in [pool.submit(wheel_layer, p, own) for p in planned]:
+                        future.result()
+                assert aot.cross is not None
+                layers = [*aot.cross.base_layers, by_name["venv"].descriptor, *(p.descriptor for p in planned)]
+                return jitcache.layer_blobs(self.layout.blob_path, [d for d in layers if d is not None])
+
+            def cell_wheels() -> list[Path]:
+                assert aot.cross is not None and aot.cross.spec is not None
+                return [self.fetcher.fetch(wheels[n]) for n in aot.cross.spec.libraries_from if n in wheels]
+
+            self._cached_or_build(by_name["flashinfer-aot"], crossaot.layer_builder(
+                cell, aot, venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, log, on_step,
+                jobs=max(1, min(2, self.settings.jobs))), epoch)
+        elif aot is not None and "flashinfer-aot" in by_name:
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(f"flashinfer-aot: built in cell {cell.id}'s own root: {', '.join(aot.modules)} for "
+                             f"{aot.arch_list}\n")
             root_layers = [*base.layers, *(p.descriptor for p in image.layers
                                            if p.descriptor and (p.name == "venv" or p.name.startswith("wheel:")))]
             self._cached_or_build(by_name["flashinfer-aot"], jitcache.aot_layer_builder(

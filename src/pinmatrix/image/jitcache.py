@@ -13,8 +13,11 @@ Two layers, both keyed by what they are made of, so cells that agree share them:
   mount namespace of its own: no GPU, no network), and placed at ``<site-packages>/flashinfer/data/aot/<name>/
   <name>.so``: FlashInfer's AOT folder, which ``JitSpec.is_aot`` checks before it compiles anything.
 
-The build runs the cell's own programs, so it is done only where they run natively: a cell of another
-architecture (an aarch64 cell on an x86_64 builder) gets no AOT layer, and the reason is logged."""
+The build runs the cell's own programs where they run natively. A cell of another architecture (an aarch64 cell
+on an x86_64 builder) gets its modules cross-compiled where ``data/toolchains.toml`` ``[[cross]]`` declares how
+(``image/crossaot.py``: the generator in a builder root of the builder's architecture, the host code compiled by
+Debian's cross compiler), only the modules declared there, the others compiled at run time; without a declaration
+or without the cross compiler it gets no AOT layer, and the reason is logged in one line."""
 
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.config import cell_env
 from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
-from pinmatrix.image.toolchain import Toolchain, ToolchainDoc, for_cell, shipped
+from pinmatrix.image.toolchain import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
+from pinmatrix.image.wheels import WheelFile
 from pinmatrix.smoke.catalogue import matches
 
 AOT_FORMAT = 1  # bump when the layers' bytes for the same inputs would change
@@ -88,6 +92,24 @@ def aot_modules(cell: Cell, doc: ToolchainDoc | None = None) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class CrossInputs:
+    """What a foreign cell's modules are cross-compiled with (image/crossaot.py ``inputs``), or why not (``skip``)."""
+
+    spec: CrossSpec | None
+    skip: str = ""
+    compiler: str = ""  # the cross compiler's identity: its path, first --version line, the binary's sha256
+    platform: str = ""  # the builder root's platform, e.g. x86_64-manylinux_2_35
+    base_key: str = ""  # the builder root's base (the cell's base for the builder's architecture)
+    base_layers: tuple[LayerDescriptor, ...] = ()
+    wheels: Mapping[str, WheelFile] | None = None  # the builder root's wheels: the generator's imports' closure
+    fmt: int = 0  # crossaot.CROSS_FORMAT: bump when the cross build's bytes for the same inputs would change
+
+    def key_parts(self) -> list[object]:
+        return [self.fmt, self.compiler, self.platform, self.base_key,
+                sorted((n, w.sha256) for n, w in (self.wheels or {}).items())]
+
+
+@dataclass(frozen=True)
 class AotPlan:
     """The two layers of one cell, or why it gets none (``skip``)."""
 
@@ -97,17 +119,27 @@ class AotPlan:
     link_key: str = ""
     key: str = ""
     skip: str = ""  # why there is no AOT layer (empty when there is one)
+    cross: CrossInputs | None = None  # set when the modules are cross-compiled for a foreign cell
+    deferred: tuple[str, ...] = ()  # the cell's modules left to run time (not declared for cross-compiling)
+    foreign: bool = False  # the cell is of another architecture than this builder
 
     @property
     def builds(self) -> bool:
         return not self.skip and bool(self.modules)
 
+    @property
+    def wants_cross(self) -> bool:
+        """A foreign cell whose modules could be cross-compiled: plan again with ``cross``."""
+        return self.foreign and self.cross is None and bool(self.modules) and bool(self.arch_list)
+
 
 def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int, level: int | None,
-         doc: ToolchainDoc | None = None) -> AotPlan | None:
+         doc: ToolchainDoc | None = None, cross: CrossInputs | None = None) -> AotPlan | None:
     """None when the cell has no CUDA toolchain; else its link layer's key and, where it can be built here, its
     AOT layer's key: the cell's Python, platform, arch list and modules, every locked wheel's sha256, its base and
-    the generator's bytes (so the plain and the patched cell of one lock share it, the 12.0f and 12.1a cells not)."""
+    the generator's bytes (so the plain and the patched cell of one lock share it, the 12.0f and 12.1a cells not).
+    A foreign cell's layer is built only with ``cross`` (image/crossaot.py ``inputs``), whose compiler, builder
+    root base and builder wheels are in its key too."""
     chains, _ = for_cell(cell.smokes, cell.pins.get("cuda"), doc)
     chains = [c for c in chains if set(c.wheels.requirements) <= set(cell.requirements)]
     if not chains:
@@ -123,9 +155,23 @@ def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int
     if not arch_list:
         return AotPlan(chain, modules, arch_list, link_key, skip="the cell has no FLASHINFER_CUDA_ARCH_LIST")
     if machine != host_machine():
-        return AotPlan(chain, modules, arch_list, link_key,
-                       skip=f"a {machine} cell's FlashInfer generator cannot run on this {host_machine()} builder "
-                            "without emulation: its kernels are compiled at run time")
+        if cross is None or cross.spec is None:
+            return AotPlan(chain, modules, arch_list, link_key, foreign=True,
+                           skip=f"a {machine} cell's FlashInfer generator cannot run on this {host_machine()} "
+                                "builder without emulation and data/toolchains.toml declares no [[cross]] for it: "
+                                "its kernels are compiled at run time")
+        if cross.skip:
+            return AotPlan(chain, modules, arch_list, link_key, skip=cross.skip, cross=cross, foreign=True)
+        built = tuple(m for m in modules if m in cross.spec.modules)
+        deferred = tuple(m for m in modules if m not in built)
+        if not built:
+            return AotPlan(chain, modules, arch_list, link_key, cross=cross, deferred=deferred, foreign=True,
+                           skip=f"none of its modules ({', '.join(modules)}) is declared for cross-compiling "
+                                f"({machine} [[cross]] in data/toolchains.toml): they are compiled at run time")
+        key = _key("flashinfer-aot", AOT_FORMAT, "cross", machine, host_machine(), cell.python, arch_list, built,
+                   sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, cross.key_parts(),
+                   epoch, level)
+        return AotPlan(chain, built, arch_list, link_key, key, cross=cross, deferred=deferred, foreign=True)
     key = _key("flashinfer-aot", AOT_FORMAT, machine, cell.python, arch_list, modules,
                sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, epoch, level)
     return AotPlan(chain, modules, arch_list, link_key, key)
@@ -251,29 +297,44 @@ def add_link_files(root: Path, link: Sequence[tuple[str, str | bytes]]) -> None:
             target.symlink_to(what)
 
 
-def run_generator(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None,
-                  out_name: str = "out") -> AotBuild:
-    """incell/flashinfer_aot.py in ``root`` with the cell's environment; the built modules, from ``out_name``."""
-    start = time.monotonic()
+def generate(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None, out_name: str = "out",
+             extra_env: Mapping[str, str] | None = None, ninja_only: bool = False) -> dict[str, object]:
+    """incell/flashinfer_aot.py in ``root`` with the cell's environment (plus ``extra_env``); its manifest."""
     scratch = root / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "flashinfer_aot.py").write_bytes(builder_source())
     env = cell_env(cell)
     env.update({"HOME": f"/{SCRATCH}/home", "FLASHINFER_WORKSPACE_BASE": f"/{SCRATCH}/ws",
                 "MAX_JOBS": str(jobs or os.cpu_count() or 1), "TMPDIR": f"/{SCRATCH}"})
-    argv = ["/opt/venv/bin/python", f"/{SCRATCH}/flashinfer_aot.py", f"/{SCRATCH}/{out_name}", *aot.modules]
+    env.update(extra_env or {})
+    argv = ["/opt/venv/bin/python", f"/{SCRATCH}/flashinfer_aot.py", *(["--ninja-only"] if ninja_only else []),
+            f"/{SCRATCH}/{out_name}", *aot.modules]
     status = run_in_root(root, argv, env, log)
     if status != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:] or ["no output"]
         raise AotError(f"cell {cell.id} ({cell.name}): the FlashInfer AOT build of {', '.join(aot.modules)} for "
                        f"{aot.arch_list} failed (exit {status}; {log}): {' | '.join(tail)[:400]}")
-    out = scratch / out_name
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest: dict[str, object] = json.loads((scratch / out_name / "manifest.json").read_text())
+    return manifest
+
+
+def module_name(cell: Cell, item: Mapping[str, object]) -> str:
+    """A module's name from the generator's manifest, refused when it is not one folder name."""
+    name = str(item["name"])
+    if "/" in name or name.startswith(".") or not name:
+        raise AotError(f"cell {cell.id}: the AOT build named a module {name!r}")
+    return name
+
+
+def run_generator(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None,
+                  out_name: str = "out") -> AotBuild:
+    """incell/flashinfer_aot.py in ``root`` with the cell's environment; the built modules, from ``out_name``."""
+    start = time.monotonic()
+    manifest = generate(cell, aot, root, log, jobs=jobs, out_name=out_name)
+    out = root / SCRATCH / out_name
     files: list[tuple[str, Path]] = []
-    for item in manifest.get("built", []):
-        name = str(item["name"])
-        if "/" in name or name.startswith("."):
-            raise AotError(f"cell {cell.id}: the AOT build named a module {name!r}")
+    for item in manifest.get("built", []):  # type: ignore[attr-defined]
+        name = module_name(cell, item)
         files.append((f"{name}/{name}.so", out / name / f"{name}.so"))
     return AotBuild(manifest, files, time.monotonic() - start)
 
@@ -327,11 +388,11 @@ def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: Sequ
                 on_step(f"aot: {len(result.files)} module(s) in {result.seconds:.0f} s")
                 write_aot_layer(writer, site_packages, result)
             finally:
-                _remove_tree(work / "root")
+                remove_tree(work / "root")
     return build
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
     """The scratch root, read-only folders included."""
     def _writable(func: Callable[..., object], name: str, _exc: object) -> None:
         os.chmod(os.path.dirname(name), 0o755)

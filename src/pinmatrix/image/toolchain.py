@@ -78,9 +78,45 @@ class AotSpec(Strict):
         return value
 
 
+class CrossSpec(Strict):
+    """How a cell of ``machine`` gets its AOT modules on a builder of another architecture: FlashInfer's generator
+    runs in a builder root of the builder's architecture (the cell's base and the builder wheels of the cell's own
+    pins that ``generator_imports`` need), the host code is compiled by ``compiler`` (Debian's ``package``)."""
+
+    machine: str
+    compiler: str
+    package: str
+    generator_imports: tuple[str, ...]
+    modules: tuple[str, ...]  # the AOT modules built this way; the cell's others are compiled at run time
+    libraries_from: tuple[str, ...]  # the cell's wheels whose <home>/lib holds the libraries the modules link
+    why: str = ""
+
+    @field_validator("machine")
+    @classmethod
+    def _machine(cls, value: str) -> str:
+        if value not in ("x86_64", "aarch64"):
+            raise ValueError(f"{value!r} must be x86_64 or aarch64")
+        return value
+
+    @field_validator("compiler", "package")
+    @classmethod
+    def _word(cls, value: str) -> str:
+        if not value or not value.isascii() or not all(c.isalnum() or c in "-_.+" for c in value):
+            raise ValueError(f"{value!r} must be one program or package name (letters, digits, '-', '_', '.', '+')")
+        return value
+
+    @field_validator("generator_imports", "modules", "libraries_from")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or any(not m.replace("-", "").replace("_", "").isalnum() or not m.isascii() for m in value):
+            raise ValueError("must be a non-empty list of names (letters, digits, '-' and '_')")
+        return value
+
+
 class ToolchainDoc(Strict):
     toolchain: tuple[ToolchainSpec, ...]
     aot: tuple[AotSpec, ...] = ()
+    cross: tuple[CrossSpec, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,11 @@ its ninja file; the shared objects are copied to ``OUT/<name>/<name>.so``, which
 AOT folder (``flashinfer/data/aot``: ``JitSpec.is_aot`` loads from there, nothing is compiled at run time).
 ``OUT/manifest.json`` says what was built, for which arch flags, and what was left out and why.
 
-Usage: python flashinfer_aot.py OUT MODULE [MODULE ...]
+With ``--ninja-only`` nothing is compiled: each module's ninja file is written (FlashInfer's ``write_ninja``) and
+the manifest names it and the shared object it makes, for a builder that runs ninja itself (image/crossaot.py:
+the host code cross-compiled for another architecture).
+
+Usage: python flashinfer_aot.py [--ninja-only] OUT MODULE [MODULE ...]
 
 Standard library at module level; flashinfer and torch are imported inside functions.
 """
@@ -87,7 +91,7 @@ MODULES = {
 }
 
 
-def build(out: Path, names: list[str]) -> dict[str, object]:
+def build(out: Path, names: list[str], *, ninja_only: bool = False) -> dict[str, object]:
     import flashinfer
     from flashinfer.jit import env as jit_env
 
@@ -99,14 +103,19 @@ def build(out: Path, names: list[str]) -> dict[str, object]:
     for key in names:
         for spec in MODULES[key]():
             start = time.monotonic()
+            gencode = sorted({f for f in spec.extra_cuda_cflags or [] if f.startswith("-gencode=")}
+                             | {f for f in _global_gencode() if not any(g.startswith("-gencode=") for g in
+                                                                          spec.extra_cuda_cflags or [])})
+            if ninja_only:
+                spec.write_ninja()
+                built.append({"module": key, "name": spec.name, "gencode": gencode, "ninja": str(spec.ninja_path),
+                              "so": str(spec.jit_library_path)})
+                continue
             spec.build(verbose=False, need_lock=False)
             so = spec.jit_library_path
             dest = out / spec.name / f"{spec.name}.so"
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(so, dest)
-            gencode = sorted({f for f in spec.extra_cuda_cflags or [] if f.startswith("-gencode=")}
-                             | {f for f in _global_gencode() if not any(g.startswith("-gencode=") for g in
-                                                                          spec.extra_cuda_cflags or [])})
             built.append({"module": key, "name": spec.name, "gencode": gencode, "bytes": dest.stat().st_size,
                           "seconds": round(time.monotonic() - start, 1)})
     manifest: dict[str, object] = {
@@ -127,10 +136,12 @@ def _global_gencode() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    ninja_only = bool(argv) and argv[0] == "--ninja-only"
+    argv = argv[1:] if ninja_only else argv
     if len(argv) < 2:
-        print(__doc__.strip().splitlines()[-3], file=sys.stderr)
+        print(next(ln for ln in __doc__.splitlines() if ln.startswith("Usage:")), file=sys.stderr)
         return 2
-    manifest = build(Path(argv[0]), argv[1:])
+    manifest = build(Path(argv[0]), argv[1:], ninja_only=ninja_only)
     print(json.dumps(manifest, sort_keys=True))
     return 0
 
