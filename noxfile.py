@@ -20,7 +20,9 @@ nox.options.reuse_existing_virtualenvs = True
 PYTHON = None  # the interpreter nox runs under (>= 3.11)
 
 
-DEV_LOCK = "requirements/dev.lock"  # pinmatrix's own dependencies, test extra included, with sha256 hashes
+DEV_LOCK = "requirements/dev.lock"  # pinmatrix's own dependencies, test and lint extras included, with sha256 hashes
+WORKFLOWS = ["docs/workflows/pinmatrix.yml"]  # checked by actionlint and zizmor in `lint`
+WORKFLOW_LINT_CONFIG = "docs/workflows/actionlint.yaml"  # the self-hosted runner labels it uses
 
 
 def _install(session: nox.Session) -> None:
@@ -118,12 +120,15 @@ STRICT = [
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over the code and tests; mypy over the package, --strict over the core (STRICT in noxfile.py)."""
+    """ruff over the code and tests; mypy over the package, --strict over the core (STRICT in noxfile.py); the
+    example workflow (docs/workflows/pinmatrix.yml) through actionlint (shellcheck over its `run:` scripts when
+    shellcheck is installed) and zizmor, offline. The linters are in requirements/dev.lock (the lint extra)."""
     _install(session)
-    session.install("ruff==0.14.14", "mypy==1.20.2")
     session.run("ruff", "check", "src", "tests", "benchmarks", "smoke", "noxfile.py")
     session.run("mypy", "src/pinmatrix")
     session.run("mypy", "--strict", "--follow-imports=silent", *STRICT)
+    session.run("actionlint", "-config-file", WORKFLOW_LINT_CONFIG, *WORKFLOWS)
+    session.run("zizmor", "--offline", "--no-progress", *WORKFLOWS)
 
 
 @nox.session(python=PYTHON)

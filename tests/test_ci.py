@@ -269,8 +269,9 @@ def test_workflow_example_uses_real_commands_and_matrix_keys(expansion) -> None:
     jobs = doc["jobs"]
     assert list(jobs) == ["cells", "build", "smoke", "report", "promote"]
     assert jobs["smoke"]["runs-on"] == "${{ matrix.runs-on }}"
-    assert jobs["promote"]["if"] == "github.ref == 'refs/heads/main' && github.event_name != 'pull_request'"
-    for name in ("build", "smoke"):
+    assert jobs["promote"]["if"] == ("${{ !cancelled() && needs.cells.result == 'success' && github.ref == "
+                                     "'refs/heads/main' && github.event_name != 'pull_request' }}")
+    for name in ("build", "smoke", "promote"):
         assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.cells.outputs.matrix) }}"
 
     entry = github_matrix(cells_of(expansion, "demo"), registry="127.0.0.1:5000/pinmatrix")["include"][0]
