@@ -1,0 +1,399 @@
+"""pinmatrix.image.wheels rule by rule against a PEP 691 index made here: the tags a target accepts (in their
+order), which indexes a package may come from, how a page is read and cached, which wheel is chosen, and how a
+download is bounded, checked, cached and refused (each refusal one line)."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import make_cell
+from pinmatrix.cell import IndexSpec
+from pinmatrix.image import wheels
+from pinmatrix.image.wheels import (
+    DEFAULT_INDEX,
+    IndexUnreachable,
+    Target,
+    WheelError,
+    WheelFetcher,
+    WheelFile,
+    cell_target,
+    ssl_context,
+)
+from pinmatrix.lock.lockfile import LockEntry, parse_lock
+
+BODY = b"wheel bytes " * 300
+SHA = hashlib.sha256(BODY).hexdigest()
+NAME = "tiny-1.0-py3-none-any.whl"
+
+
+@dataclass
+class Index:
+    """Paths -> (status, headers, body); ``forever``: paths that stream without end; ``seen``: paths asked."""
+
+    url: str = ""
+    pages: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
+    forever: set[str] = field(default_factory=set)
+    seen: list[str] = field(default_factory=list)
+
+    def page(self, name: str, files: list[dict[str, object]]) -> None:
+        self.pages[f"/simple/{name}/"] = (200, {}, json.dumps({"files": files}).encode())
+
+
+@pytest.fixture
+def index() -> Iterator[Index]:
+    state = Index()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            state.seen.append(self.path)
+            if self.path in state.forever:
+                self.send_response(200)
+                self.end_headers()
+                try:
+                    while True:
+                        self.wfile.write(b"x" * 65536)
+                except OSError:
+                    return
+            status, headers, body = state.pages.get(self.path, (404, {}, b""))
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    state.url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _entry(name: str = "tiny", version: str = "1.0", *shas: str) -> LockEntry:
+    hashes = " ".join(f"--hash=sha256:{s}" for s in (shas or (SHA,)))
+    return parse_lock(f"{name}=={version} {hashes}\n").entries[0]
+
+
+def _spec(index: Index, **kwargs: object) -> list[IndexSpec]:
+    return [IndexSpec(name="test", url=index.url + "/simple", default=True, **kwargs)]  # type: ignore[arg-type]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- targets ------------------------------------------------------------------------------------------
+
+def _platforms(target: Target) -> list[str]:
+    interpreter = f"cp{target.python.replace('.', '')}"
+    return [t.platform for t in target.tags() if t.interpreter == interpreter and t.abi == interpreter]
+
+
+def test_the_tags_of_an_x86_64_target_most_preferred_first() -> None:
+    target = Target("3.13", "x86_64-manylinux_2_28")
+    assert target.arch == "x86_64"
+    assert _platforms(target) == [f"manylinux_2_{m}_x86_64" for m in range(28, 16, -1)] + [
+        "manylinux2014_x86_64", "manylinux_2_12_x86_64", "manylinux_2_5_x86_64", "manylinux2010_x86_64",
+        "manylinux1_x86_64"]
+    tags = [str(t) for t in target.tags()]
+    assert tags[0] == "cp313-cp313-manylinux_2_28_x86_64"
+    assert "py3-none-any" in tags and "cp312-abi3-manylinux_2_28_x86_64" in tags
+    assert not [t for t in tags if "aarch64" in t or "manylinux_2_29" in t or "manylinux_2_16" in t]
+
+
+def test_the_tags_of_an_aarch64_target_have_no_older_x86_64_schemes() -> None:
+    target = Target("3.11", "aarch64-manylinux_2_17")
+    assert target.arch == "aarch64"
+    assert _platforms(target) == ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
+
+
+@pytest.mark.parametrize("platform", ["x86_64-linux", "riscv64-manylinux_2_28", "x86_64-manylinux_2_x"])
+def test_a_platform_that_is_not_arch_manylinux_is_refused(platform: str) -> None:
+    line = f"platform {platform!r} is not ARCH-manylinux_2_N (x86_64 or aarch64)"
+    for read in (lambda t: t.arch, lambda t: t.tags()):
+        with pytest.raises(WheelError) as err:
+            read(Target("3.13", platform))
+        assert str(err.value) == line
+
+
+def test_a_cells_target() -> None:
+    cell = make_cell("tiny", ("tiny==1.0",), python="3.12")
+    assert cell_target(cell) == Target("3.12", "x86_64-manylinux_2_28")
+
+
+# -- indexes and pages --------------------------------------------------------------------------------
+
+def test_which_indexes_a_package_may_come_from() -> None:
+    default = IndexSpec("mirror", "https://mirror/simple", default=True)
+    extra = IndexSpec("extra", "https://extra/simple")
+    explicit = IndexSpec("torch", "https://torch/simple", explicit=True, packages=("Tiny_Pkg",))
+    entry = _entry("tiny-pkg")
+    assert wheels._indexes_for(entry, [default, extra, explicit]) == ["https://torch/simple"]
+    assert wheels._indexes_for(_entry("other"), [extra, default, explicit]) == ["https://mirror/simple",
+                                                                                "https://extra/simple"]
+    assert wheels._indexes_for(_entry("other"), [extra]) == [DEFAULT_INDEX, "https://extra/simple"]
+
+
+def test_a_page_is_read_once_and_its_urls_made_absolute(index: Index) -> None:
+    index.page("tiny", [{"filename": NAME, "url": "../../files/w.whl", "hashes": {"sha256": SHA}}, "not a file"])
+    fetcher = WheelFetcher(Path("/nonexistent"))
+    files = fetcher.files(index.url + "/simple/", "tiny")
+    assert files == [{"filename": NAME, "url": index.url + "/files/w.whl", "hashes": {"sha256": SHA}}]
+    assert fetcher.files(index.url + "/simple/", "tiny") is files
+    assert index.seen == ["/simple/tiny/"]
+    assert fetcher.files(index.url + "/simple", "absent") == []
+    assert fetcher.files(index.url + "/simple", "absent") == []
+    assert index.seen == ["/simple/tiny/", "/simple/absent/"]  # a 404 is remembered too
+
+
+def test_an_index_that_errs_or_is_down_is_unreachable_with_its_url(index: Index) -> None:
+    index.pages["/simple/tiny/"] = (503, {}, b"busy")
+    with pytest.raises(IndexUnreachable) as err:
+        WheelFetcher(Path("/nonexistent")).files(index.url + "/simple", "tiny")
+    assert str(err.value) == f"index {index.url}/simple unreachable: HTTP 503 for tiny"
+    assert err.value.url == index.url + "/simple"
+    down = f"http://127.0.0.1:{_closed_port()}/simple"
+    with pytest.raises(IndexUnreachable) as err:
+        WheelFetcher(Path("/nonexistent")).files(down, "tiny")
+    assert str(err.value).startswith(f"index {down} unreachable: [Errno 111]") and err.value.url == down
+
+
+def test_a_page_that_is_json_but_no_files_list_has_no_wheel(index: Index) -> None:
+    index.pages["/simple/tiny/"] = (200, {}, b'["files"]')
+    assert WheelFetcher(Path("/nonexistent")).files(index.url + "/simple", "tiny") == []
+
+
+# -- choosing -----------------------------------------------------------------------------------------
+
+def test_the_most_preferred_wheel_with_a_locked_hash_is_chosen(index: Index) -> None:
+    other = "cd" * 32
+    index.page("tiny", [
+        {"filename": "tiny-1.0-py3-none-any.whl", "url": "/f/any.whl", "hashes": {"sha256": SHA}, "size": 10},
+        {"filename": "tiny-1.0-cp313-cp313-manylinux_2_17_x86_64.whl", "url": "/f/17.whl",
+         "hashes": {"sha256": other}, "size": 11},
+        {"filename": "tiny-1.0-cp313-cp313-manylinux_2_28_x86_64.whl", "url": "/f/28.whl",
+         "hashes": {"sha256": "ef" * 32}},  # not in the lock
+        {"filename": "tiny-1.0.tar.gz", "url": "/f/sdist", "hashes": {"sha256": other}},
+        {"filename": "tiny-1.1-cp313-cp313-manylinux_2_28_x86_64.whl", "url": "/f/11.whl",
+         "hashes": {"sha256": other}},
+    ])
+    fetcher = WheelFetcher(Path("/nonexistent"))
+    chosen = fetcher.choose(_entry("tiny", "1.0", SHA, other), Target("3.13", "x86_64-manylinux_2_28"), _spec(index))
+    assert chosen == WheelFile("tiny", "1.0", "tiny-1.0-cp313-cp313-manylinux_2_17_x86_64.whl", index.url + "/f/17.whl",
+                               other, 11)
+    only_any = fetcher.choose(_entry("tiny", "1.0", SHA), Target("3.13", "x86_64-manylinux_2_28"), _spec(index))
+    assert (only_any.filename, only_any.size) == ("tiny-1.0-py3-none-any.whl", 10)
+
+
+@pytest.mark.parametrize(("size", "kept"), [(0, 0), (-1, None), (True, None), ("12", None)])
+def test_only_a_non_negative_integer_is_a_size(index: Index, size: object, kept: int | None) -> None:
+    index.page("tiny", [{"filename": NAME, "url": "/w", "hashes": {"sha256": SHA}, "size": size}])
+    chosen = WheelFetcher(Path("/nonexistent")).choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"), _spec(index))
+    assert chosen.size == kept
+
+
+def test_a_local_version_label_matches_its_public_version(index: Index) -> None:
+    index.page("tiny", [{"filename": "tiny-1.0+cpu-py3-none-any.whl", "url": "/w", "hashes": {"sha256": SHA}}])
+    target = Target("3.13", "x86_64-manylinux_2_28")
+    assert WheelFetcher(Path("/x")).choose(_entry("tiny", "1.0+cpu"), target, _spec(index)).version == "1.0+cpu"
+    assert WheelFetcher(Path("/x")).choose(_entry("tiny", "1.0"), target, _spec(index)).version == "1.0"
+
+
+def test_locked_wheels_for_other_platforms_are_named_as_such(index: Index) -> None:
+    index.page("tiny", [{"filename": "tiny-1.0-cp313-cp313-manylinux_2_28_aarch64.whl", "url": "/w",
+                         "hashes": {"sha256": SHA}},
+                        {"filename": "tiny-1.0-cp313-cp313-manylinux_2_34_x86_64.whl", "url": "/w",
+                         "hashes": {"sha256": SHA}}])
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(Path("/x")).choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"), _spec(index))
+    assert str(err.value) == ("tiny==1.0: no wheel for cp313 x86_64-manylinux_2_28: its locked wheels are for other "
+                              "platforms or Pythons")
+
+
+def test_an_sdist_only_is_named_as_such(index: Index) -> None:
+    index.page("tiny", [{"filename": "tiny-1.0.tar.gz", "url": "/s", "hashes": {"sha256": SHA}},
+                        {"filename": "tiny-1.0-x.whl", "url": "/s", "hashes": {"sha256": SHA}}])
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(Path("/x")).choose(_entry(), Target("3.12", "x86_64-manylinux_2_28"), _spec(index))
+    assert str(err.value) == ("tiny==1.0: no wheel for cp312 x86_64-manylinux_2_28: no wheel with a locked hash on the "
+                              "index (an sdist only cannot be installed without building it)")
+
+
+def test_an_unpinned_or_unhashed_entry_is_refused_before_any_index_is_asked(index: Index) -> None:
+    for text in ("tiny >=1.0 --hash=sha256:" + SHA, "tiny==1.0"):
+        entry = parse_lock(text + "\n").entries[0]
+        with pytest.raises(WheelError) as err:
+            WheelFetcher(Path("/x")).choose(entry, Target("3.13", "x86_64-manylinux_2_28"), _spec(index))
+        assert str(err.value) == f"tiny: the lock line is not pinned with hashes: {text[:80]!r}"
+    assert index.seen == []
+
+
+def test_the_first_index_with_the_wheel_wins(index: Index) -> None:
+    index.page("tiny", [{"filename": NAME, "url": "/first", "hashes": {"sha256": SHA}}])
+    second = IndexSpec("second", index.url + "/other")
+    chosen = WheelFetcher(Path("/x")).choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"),
+                                             [IndexSpec("first", index.url + "/simple", default=True), second])
+    assert chosen.url == index.url + "/first" and index.seen == ["/simple/tiny/"]
+    index.seen.clear()
+    index.pages["/other/tiny/"] = index.pages.pop("/simple/tiny/")
+    chosen = WheelFetcher(Path("/x")).choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"),
+                                             [IndexSpec("first", index.url + "/simple", default=True), second])
+    assert chosen.url == index.url + "/first" and index.seen == ["/simple/tiny/", "/other/tiny/"]
+
+
+# -- the cache path and downloads ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("filename", ["tiny.whl", "tiny-1.0..-py3-none-any.whl"])
+def test_the_cache_path_refuses_a_name_that_is_no_wheel_name(tmp_path: Path, filename: str) -> None:
+    with pytest.raises(WheelError, match="not a wheel file name or sha256"):
+        WheelFetcher(tmp_path).path(WheelFile("tiny", "1.0", filename, "http://x/", SHA))
+
+
+def test_the_cache_paths_refusal_quotes_a_bounded_name_and_sha(tmp_path: Path) -> None:
+    name, sha = "x" * 200 + ".whl", "f" * 100
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).path(WheelFile("tiny", "1.0", name, "http://x/", sha))
+    assert str(err.value) == f"{name[:120]!r}: not a wheel file name or sha256 {sha[:80]!r}"
+
+
+def _wheel(index: Index, url: str = "/w.whl", size: int | None = None) -> WheelFile:
+    return WheelFile("tiny", "1.0", NAME, index.url + url, SHA, size)
+
+
+def test_an_intact_cached_wheel_is_used_without_a_download_and_hashed_once(index: Index, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    fetcher = WheelFetcher(tmp_path)
+    wheel = _wheel(index)
+    path = fetcher.path(wheel)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(BODY)
+    hashed: list[Path] = []
+    real = wheels.sha256_file
+    monkeypatch.setattr(wheels, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert fetcher.fetch(wheel) == path and fetcher.fetch(wheel) == path
+    assert index.seen == [] and hashed == [path]
+
+
+def test_a_download_is_kept_and_not_hashed_again(index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index.pages["/w.whl"] = (200, {}, BODY)
+    fetcher = WheelFetcher(tmp_path)
+    path = fetcher.fetch(_wheel(index, size=len(BODY)))
+    assert path.read_bytes() == BODY and [p.name for p in path.parent.iterdir()] == [NAME]
+    monkeypatch.setattr(wheels, "sha256_file", lambda p: pytest.fail("re-hashed"))
+    assert fetcher.fetch(_wheel(index)) == path and index.seen == ["/w.whl"]
+
+
+def test_a_download_is_bounded_across_chunks(index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheels, "CHUNK", 1000)
+    index.pages["/w.whl"] = (200, {}, BODY)
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).fetch(_wheel(index, size=len(BODY) - 1))
+    assert str(err.value) == f"{NAME}: the download is larger than the {len(BODY) - 1} bytes the index declared"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_download_that_never_ends_is_cut_at_its_bound(index: Index, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheels, "MAX_WHEEL", 1 << 20)
+    index.forever.add("/w.whl")
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).fetch(_wheel(index))
+    assert str(err.value) == f"{NAME}: the download is larger than 0 GiB"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_download_that_fails_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    wheel = WheelFile("tiny", "1.0", NAME, f"http://127.0.0.1:{_closed_port()}/w.whl", SHA)
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).fetch(wheel)
+    assert str(err.value) == f"{NAME}: download failed: [Errno 111] Connection refused"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_download_with_other_bytes_is_refused(index: Index, tmp_path: Path) -> None:
+    index.pages["/w.whl"] = (200, {}, b"other bytes")
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).fetch(_wheel(index))
+    other = hashlib.sha256(b"other bytes").hexdigest()
+    assert str(err.value) == f"{NAME}: sha256 {other} does not match the lock's {SHA}"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_an_http_redirect_is_followed(index: Index, tmp_path: Path) -> None:
+    index.pages["/old.whl"] = (302, {"Location": "/w.whl"}, b"")
+    index.pages["/w.whl"] = (200, {}, BODY)
+    assert WheelFetcher(tmp_path).fetch(_wheel(index, "/old.whl")).read_bytes() == BODY
+    assert index.seen == ["/old.whl", "/w.whl"]
+
+
+def test_an_https_redirect_is_followed(index: Index, tmp_path: Path) -> None:
+    index.pages["/old.whl"] = (302, {"Location": f"https://127.0.0.1:{_closed_port()}/w.whl"}, b"")
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).fetch(_wheel(index, "/old.whl"))
+    assert str(err.value) == f"{NAME}: download failed: [Errno 111] Connection refused"
+
+
+def test_a_long_redirect_to_another_scheme_is_quoted_bounded(index: Index, tmp_path: Path) -> None:
+    target = "ftp://127.0.0.1/" + "a" * 200
+    index.pages["/old.whl"] = (302, {"Location": target}, b"")
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path).fetch(_wheel(index, "/old.whl"))
+    assert str(err.value) == f"{index.url}/old.whl: redirected to {target[:120]!r}, which is not http(s)"
+
+
+# -- CA certificates ----------------------------------------------------------------------------------
+
+def _ca_certificate() -> str:
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pinmatrix test CA")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_extra_ca_files_and_folders_are_read_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "cas"
+    folder.mkdir()
+    (folder / "a.crt").write_text(_ca_certificate())
+    (folder / "ignored.pem").write_text("not a certificate")
+    single = tmp_path / "one.pem"
+    single.write_text(_ca_certificate())
+    before = ssl_context().cert_store_stats()["x509_ca"]
+    assert ssl_context([folder]).cert_store_stats()["x509_ca"] == before + 1
+    assert ssl_context([folder, single]).cert_store_stats()["x509_ca"] == before + 2
+    bad = folder / "b.crt"
+    bad.write_text("not a certificate")
+    with pytest.raises(WheelError) as err:
+        ssl_context([folder])
+    assert str(err.value).startswith(f"matrix.ca_certificates: {bad}: ")
+    with pytest.raises(WheelError, match=r"^matrix\.ca_certificates: /nonexistent\.crt: "):
+        ssl_context([Path("/nonexistent.crt")])
