@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sign the evidence (test-result attestation and SBOM) as DSSE envelopes with this PEM private "
                    f"key (default: PINMATRIX_SIGNING_KEY, else the project's {SIGNING_KEY} when `pinmatrix keygen` "
                    "made it). Unsigned evidence is never accepted by `pinmatrix pull` or `verify`")
+    p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                   help="the build's cache (default: .pinmatrix/cache next to the matrix): the SBOM's dependency "
+                   "graph reads each locked wheel's Requires-Dist from DIR/wheels")
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, signed_by, steps, "
                    "reasons} per cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     single = len(cells) == 1
     catalogue = _catalogue(matrix.root)
     from pinmatrix.lock.resolve import lock_path
-    from pinmatrix.release.attest import lock_for_sbom
+    from pinmatrix.release.attest import lock_for_sbom, sbom_inputs
     from pinmatrix.release.signing import load_signer, signing_key_path
 
     key_path = signing_key_path(args.signing_key, matrix.root / SIGNING_KEY)
@@ -151,7 +154,14 @@ def run(args: argparse.Namespace) -> int:
         lock_text, why_not = lock_for_sbom(registry, plan.source.with_digest(plan.digest), lock_path(cell, matrix.root))
         if lock_text is None:
             print(f"note: cell {cell.id}: {why_not}", file=sys.stderr)
-        result = execute(plan, registry, records, known_good, signer=signer, lock_text=lock_text)
+            result = execute(plan, registry, records, known_good, signer=signer)
+        else:
+            inputs = sbom_inputs(registry, plan.source.with_digest(plan.digest), lock_text,
+                                 (args.cache_dir or matrix.root / ".pinmatrix" / "cache") / "wheels")
+            for note in inputs.notes:
+                print(f"note: cell {cell.id}: {note}", file=sys.stderr)
+            result = execute(plan, registry, records, known_good, signer=signer, lock_text=lock_text,
+                             debian=inputs.debian, requires=inputs.requires)
         promoted += 1
         outcome(cell, "promoted", digest=result.digest, reference=result.reference,
                 attestation=result.attestation, sbom=result.sbom, signed_by=result.signed_by)

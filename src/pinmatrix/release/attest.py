@@ -38,6 +38,8 @@ from pinmatrix.results.store import SmokeRecord
 if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner
 
+    from pinmatrix.release.debian import DebianPackage
+
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
 SBOM_PREDICATE = CYCLONEDX_PREDICATE
@@ -164,6 +166,34 @@ def lock_for_sbom(registry: Registry, image: ImageRef, lock_file: Path) -> tuple
             return None, (f"{lock_file} changed since {image} was built (its {LOCK_LABEL} label is {built[:12]}...): "
                           "no SBOM is attached")
     return text, ""
+
+
+@dataclass(frozen=True)
+class SbomInputs:
+    """What the SBOM is made of beyond the lock: the base's Debian packages and the wheels' Requires-Dist."""
+
+    debian: tuple[DebianPackage, ...]
+    requires: dict[str, list[str]]  # canonical name -> Requires-Dist lines, for the wheels found in the cache
+    notes: tuple[str, ...]  # what is missing, and why
+
+
+def sbom_inputs(registry: Registry, image: ImageRef, lock_text: str, wheel_cache: Path) -> SbomInputs:
+    """The Debian packages of ``image``'s base (read from the registry, ``pinmatrix.release.debian``) and the
+    Requires-Dist of every locked wheel in the build's ``wheel_cache`` (``pinmatrix.release.requires``)."""
+    from pinmatrix.release.debian import base_packages
+    from pinmatrix.release.requires import cached_requires
+    from pinmatrix.release.sbom import locked_packages
+
+    base = base_packages(registry, image)
+    packages = locked_packages(lock_text)
+    requires = cached_requires({p.name: p.hashes for p in packages}, wheel_cache)
+    notes = [] if base.packages else [base.note]
+    if len(requires) < len(packages):
+        missing = sorted(p.name for p in packages if p.name not in requires)
+        notes.append(f"{len(missing)} of {len(packages)} locked wheels are not in {wheel_cache} "
+                     f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}): their dependencies in the "
+                     "SBOM are the lock's via notes")
+    return SbomInputs(base.packages, requires, tuple(notes))
 
 
 def canonical(statement: dict[str, Any]) -> bytes:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -33,6 +33,9 @@ from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
 from pinmatrix.report.statuses import INFRA_STATUSES
 from pinmatrix.results.store import STATUSES, SmokeRecord
+
+if TYPE_CHECKING:
+    from pinmatrix.release.debian import DebianPackage
 
 
 class PromotionRefused(PinmatrixError):
@@ -310,15 +313,18 @@ class Promotion:
 
 
 def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], known_good: Path, *,
-            now: datetime | None = None, signer: Any = None, lock_text: str | None = None) -> Promotion:
+            now: datetime | None = None, signer: Any = None, lock_text: str | None = None,
+            debian: Sequence[DebianPackage] = (), requires: Mapping[str, Sequence[str]] | None = None) -> Promotion:
     """``signer`` (a securesystemslib signer, ``pinmatrix.release.signing.load_signer``) signs the evidence as DSSE
-    envelopes; ``lock_text`` (the cell's lock) adds a CycloneDX SBOM to it."""
+    envelopes; ``lock_text`` (the cell's lock) adds a CycloneDX SBOM to it, with ``debian`` (the base's
+    ``DebianPackage`` records) and ``requires`` (the wheels' Requires-Dist: ``pinmatrix.release.attest.sbom_inputs``)."""
     from pinmatrix.release.sbom import cell_bom
 
     cell, policy = plan.cell, plan.policy
     moment = now or datetime.now(timezone.utc)
     stamp = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-    bom = cell_bom(cell, lock_text, moment=moment, lock_source=f"lock of cell {cell.id}") if lock_text else None
+    bom = cell_bom(cell, lock_text, moment=moment, lock_source=f"lock of cell {cell.id}", debian=debian,
+                   requires=requires) if lock_text else None
     digest = registry.copy(plan.source.with_digest(plan.digest), plan.target.repository, plan.tags)
     if digest != plan.digest:  # copy() verifies, this is the belt to its braces
         raise PromotionRefused(f"copied {digest}, expected {plan.digest}")
