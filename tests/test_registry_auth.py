@@ -106,7 +106,7 @@ def test_credentials_come_from_the_tools_files_in_their_order(tmp_path: Path) ->
 @pytest.mark.parametrize(("entry", "message"), [
     ({"auth": "!!!"}, "auths['h:1'].auth is not base64 of user:password"),
     ({"auth": "bm9jb2xvbg=="}, "auths['h:1'].auth is not base64 of user:password"),  # "nocolon"
-    ({"identitytoken": "abc"}, "auths['h:1'] holds an OAuth2 identitytoken, which pinmatrix does not use"),
+    ({"identitytoken": "a\nb"}, "auths['h:1'].identitytoken is not a token"),
     ({}, "auths['h:1'] has no 'auth'"),
 ])
 def test_malformed_credentials_are_named(tmp_path: Path, entry: dict, message: str) -> None:

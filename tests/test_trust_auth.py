@@ -69,10 +69,10 @@ def test_files_without_an_entry_are_passed_over(tmp_path: Path) -> None:
     ("x", "auths['reg.example'] is not an object"),
     ({"auth": _auth("u", "p") + "!!"}, "auths['reg.example'].auth is not base64 of user:password"),
     ({"auth": base64.b64encode(b"nocolon").decode()}, "auths['reg.example'].auth is not base64 of user:password"),
-    ({"username": "u"}, "auths['reg.example'] has no 'auth' (base64 of user:password)"),
-    ({"password": "p"}, "auths['reg.example'] has no 'auth' (base64 of user:password)"),
-    ({"identitytoken": "t"}, "auths['reg.example'] holds an OAuth2 identitytoken, which pinmatrix does not use; "
-                             "log in with a password or access token"),
+    ({"username": "u"}, "auths['reg.example'] has no 'auth' (base64 of user:password) or 'identitytoken'"),
+    ({"password": "p"}, "auths['reg.example'] has no 'auth' (base64 of user:password) or 'identitytoken'"),
+    ({"identitytoken": "t t"}, "auths['reg.example'].identitytoken is not a token"),
+    ({"identitytoken": 7}, "auths['reg.example'].identitytoken is not a token"),
 ])
 def test_each_malformed_entry_is_one_line(tmp_path: Path, entry: object, line: str) -> None:
     path = _file(tmp_path / "a.json", {"reg.example": entry})

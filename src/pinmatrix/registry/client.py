@@ -9,6 +9,8 @@ Authentication follows the registry's 401 challenge: Basic (htpasswd) or Bearer 
 credentials ``podman login`` / ``docker login`` keep (``pinmatrix.registry.auth``). The Authorization header is never
 sent on to a redirect target. Blobs stream in 1 MiB chunks: an upload, a download, or a cross-repository copy
 that the registry does not mount never holds a whole layer in memory. HTTP for loopback hosts, HTTPS elsewhere.
+An answer 429 or 500/502/503/504 is asked again (``RETRIES`` times at most), after what ``Retry-After`` says or
+0.5, 1, 2, 4 s; a Retry-After beyond ``MAX_RETRY_WAIT`` ends the request with one line instead of waiting.
 
 Every answer read whole is bounded (a manifest at 4 MiB, the size the distribution spec asks registries to
 accept; a token answer at 1 MiB) and parsed into a typed document (``_Document``: descriptors with a sha256
@@ -18,16 +20,19 @@ one line (RegistryError), never a traceback.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
@@ -58,6 +63,31 @@ _REPO_IN_PATH = re.compile(r"^/v2/(.+?)/(?:manifests|blobs|tags|referrers)/")
 MAX_MANIFEST = 4 << 20  # a manifest, an index, a referrers list, a tag or catalog page
 MAX_TOKEN = 1 << 20  # a token service's answer
 MAX_DESCRIPTORS = 1000  # manifests named by one index or referrers list
+# Answers worth asking again: too many requests, and the server-side failures that pass (not 501, not 505+).
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRIES = 4  # asked again at most this many times, waiting BACKOFF * 2**n (or what Retry-After says)
+BACKOFF = 0.5
+MAX_RETRY_WAIT = 30.0  # the longest one wait; a Retry-After beyond it ends the request
+
+
+def retry_delay(header: str | None, attempt: int) -> float | None:
+    """Seconds to wait before retry ``attempt`` (0-based): ``Retry-After`` (delay-seconds or an HTTP date) when
+    the answer has one, else exponential backoff; None when Retry-After asks for more than ``MAX_RETRY_WAIT``."""
+    backoff = min(BACKOFF * float(2 ** attempt), MAX_RETRY_WAIT)
+    value = (header or "").strip()
+    if not value:
+        return backoff
+    if value.isdigit():
+        seconds = float(int(value[:12]))
+    else:
+        try:
+            moment = email.utils.parsedate_to_datetime(value[:64])
+        except (TypeError, ValueError, IndexError):
+            return backoff  # unreadable: as if there were none
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        seconds = max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
+    return None if seconds > MAX_RETRY_WAIT else seconds
 
 
 class _Descriptor(BaseModel):
@@ -156,6 +186,8 @@ class Registry:
         self.timeout = timeout
         self._given = credentials
         self._found: dict[str, Credentials | None] = {}
+        self.retries = RETRIES
+        self._sleep: Callable[[float], None] = time.sleep
         self._basic = False  # the registry asked for Basic auth: send it with every request
         self._tokens: dict[str, str] = {}  # repository ("" = registry-wide) -> "Bearer <token>"
 
@@ -179,7 +211,8 @@ class Registry:
                          f"(looked in {looked}): log in with `podman login {self.host}` or `docker login {self.host}`")
 
     def _refused(self, creds: Credentials, detail: str = "") -> AuthError:
-        return AuthError(f"registry {self.host} refused the credentials of {creds.username!r} from {creds.source}"
+        whose = "the identity token" if creds.identity_token is not None else f"the credentials of {creds.username!r}"
+        return AuthError(f"registry {self.host} refused {whose} from {creds.helper or creds.source}"
                          + (f": {detail}" if detail else ""))
 
     def _authorization(self, repository: str) -> str | None:
@@ -200,6 +233,10 @@ class Registry:
         if challenge.scheme == "basic":
             if creds is None:
                 raise self._no_credentials()
+            if creds.identity_token is not None:
+                raise AuthError(f"registry {self.host} asks for Basic auth, and the credentials from "
+                                f"{creds.helper or creds.source} are an identity token, which only a token service "
+                                "takes: log in with a password")
             if sent and sent.startswith("Basic"):
                 raise self._refused(creds)
             self._basic = True
@@ -209,11 +246,18 @@ class Registry:
             raise RegistryError(f"registry {self.host}: Bearer challenge without a realm", 401)
         check_realm(realm, self.host, self.token_hosts)
         query = [("service", challenge.params["service"])] if "service" in challenge.params else []
-        query += [("scope", scope) for scope in challenge.scopes]
-        url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
-        req = urllib.request.Request(url, method="GET")
-        if creds is not None:
-            req.add_unredirected_header("Authorization", creds.basic())
+        if creds is not None and creds.identity_token is not None:
+            # OAuth2 (the distribution token spec): the identity token is a refresh token, POSTed as a form
+            form = [("grant_type", "refresh_token"), ("refresh_token", creds.identity_token),
+                    ("client_id", "pinmatrix"), *query, ("scope", " ".join(challenge.scopes))]
+            req = urllib.request.Request(realm, method="POST", data=urllib.parse.urlencode(form).encode(),
+                                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        else:
+            query += [("scope", scope) for scope in challenge.scopes]
+            url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
+            req = urllib.request.Request(url, method="GET")
+            if creds is not None:
+                req.add_unredirected_header("Authorization", creds.basic())
         try:
             with urllib.request.build_opener(_NoRedirect).open(req, timeout=self.timeout) as resp:
                 body = resp.read(MAX_TOKEN + 1)
@@ -249,6 +293,7 @@ class Registry:
         m = _REPO_IN_PATH.match(path)
         repository = m.group(1) if m else ""
         answered = False
+        attempt = 0  # retries so far (429 and 5xx answers)
         while True:
             data: Any = None
             hdrs = dict(headers or {})
@@ -280,6 +325,16 @@ class Registry:
                 resp.close()
                 self._authenticate(challenge, repository, sent)
                 answered = True
+                continue
+            if status in RETRY_STATUSES and status not in ok and attempt < self.retries:
+                wait = retry_delay(resp.headers.get("Retry-After"), attempt)
+                resp.close()
+                if wait is None:
+                    raise RegistryError(f"{method} {url.replace(self.base, self.host)}: HTTP {status}, and the "
+                                        f"registry asks to wait more than the {MAX_RETRY_WAIT:.0f} s pinmatrix "
+                                        "waits (Retry-After): try again later", status)
+                attempt += 1
+                self._sleep(wait)
                 continue
             if status not in ok:
                 raw = resp.read(1 << 16)
