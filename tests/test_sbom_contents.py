@@ -104,6 +104,12 @@ def test_the_hosts_own_dpkg_database_parses() -> None:
         back = PackageURL.from_string(pkg.purl().to_string())
         assert (back.type, back.namespace, back.name, back.version, back.qualifiers) == \
             ("deb", "debian", pkg.name, pkg.version, {"arch": pkg.architecture})
+    # an SBOM with all of them (epochs, '+', multi-arch) is valid CycloneDX 1.6
+    from test_evidence import LOCK, MOMENT
+
+    bom = cell_bom(CPU_CELL, LOCK, moment=MOMENT, debian=packages)
+    _validate(bom)
+    assert len([c for c in bom["components"] if c["purl"].startswith("pkg:deb/")]) == len(packages)
 
 
 @pytest.mark.parametrize(("text", "message"), [
