@@ -7,6 +7,7 @@ wheels, Debian's aarch64 g++, the cell's own libcudart) into an aarch64 ELF with
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
 import zipfile
@@ -61,7 +62,7 @@ def test_only_the_declared_modules_are_cross_compiled_and_the_rest_is_left_to_ru
     assert planned.deferred == ("gemm", "fp4-gemm-cutlass")
     line = crossaot.describe(cell, planned)
     assert "\n" not in line and "cross-compiled for cell" in line and "g++ 12.2.0" in line
-    assert "x86_64-manylinux_2_35 builder root (2 wheels" in line and "compiled at run time: gemm, fp4-gemm-cutlass" in line
+    assert "in the x86_64-manylinux_2_35 builder root (2 wheels" in line and "compiled at run time: gemm, fp4-gemm-cutlass" in line
 
 
 def test_the_key_holds_the_cross_compiler_and_the_builder_wheels() -> None:
@@ -137,6 +138,8 @@ def test_a_ninja_path_outside_the_builder_root_is_refused(tmp_path: Path) -> Non
     moved = crossaot.rewrite_ninja(text, tmp_path)
     assert f"cuda_home = {tmp_path}/tmp/pinmatrix-aot/xcuda" in moved
     assert f"-isystem {tmp_path}/usr/include/python3.13 -I{tmp_path}/opt/venv/x" in moved
+    relative = Path(os.path.relpath(tmp_path))  # ninja -C changes folder: the moved paths are absolute
+    assert f"cuda_home = {tmp_path.resolve()}/tmp/" in crossaot.rewrite_ninja(text, relative)
     with pytest.raises(AotError, match="outside the builder root: /usr/local/cuda/include"):
         crossaot.rewrite_ninja(text + "cflags = -isystem /usr/local/cuda/include\n", tmp_path)
 

@@ -166,6 +166,7 @@ def make_cross_home(root: Path, site_packages: str, chain: Toolchain, cell_wheel
 def rewrite_ninja(text: str, root: Path) -> str:
     """The generator's ninja file with the root's absolute paths (ROOT_PREFIXES) moved under ``root``. Any other
     absolute path left in it would name a file of this builder, not of the root: refused."""
+    root = root.resolve()
     pattern = re.compile(r"(^|[\s=]|-I)(" + "|".join(re.escape(p) for p in ROOT_PREFIXES) + ")", re.M)
     moved = pattern.sub(lambda m: f"{m.group(1)}{root}{m.group(2)}", text)
     stray = sorted({tok for raw in moved.split() for tok in [raw.removeprefix("-I")]
@@ -189,6 +190,7 @@ def ninja_program(root: Path, site_packages: str) -> str:
 def run_ninja(ninja_file: Path, root: Path, site_packages: str, log: Path, *, jobs: int,
               timeout_s: float = NINJA_TIMEOUT_S) -> int:
     """``nice -n 10 ninja -j JOBS`` on the rewritten copy of ``ninja_file``, its output appended to ``log``."""
+    root, ninja_file = root.resolve(), ninja_file.resolve()  # ninja -C changes folder; the paths must not be relative
     if ninja_file.stat().st_size > _MAX_NINJA:
         raise AotError(f"{ninja_file}: a generated ninja file above {_MAX_NINJA} bytes")
     moved = ninja_file.with_name("build.cross.ninja")
@@ -292,7 +294,7 @@ def describe(cell: Cell, aot: AotPlan) -> str:
     left = (f"; compiled at run time: {', '.join(aot.deferred)} (not declared for cross-compiling in "
             "data/toolchains.toml [[cross]])") if aot.deferred else ""
     return (f"flashinfer-aot: cross-compiled for cell {cell.id}: {', '.join(aot.modules)} for {aot.arch_list}, "
-            f"generator in a {aot.cross.platform} builder root ({len(aot.cross.wheels or {})} wheels of the cell's "
+            f"generator in the {aot.cross.platform} builder root ({len(aot.cross.wheels or {})} wheels of the cell's "
             f"pins), host code by {aot.cross.compiler.split(' | ')[1]}{left}")
 
 
