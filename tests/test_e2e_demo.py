@@ -15,6 +15,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
 from test_promote import oci_registry  # noqa: F401 - the fixture
 
 from conftest import require_binaries
@@ -22,7 +25,7 @@ from pinmatrix.cli import main
 from pinmatrix.matrix.selection import load
 from pinmatrix.registry.client import Registry
 from pinmatrix.registry.ref import ImageRef
-from pinmatrix.release.attest import fetch_statements
+from pinmatrix.release.attest import SBOM_PREDICATE, fetch_statements
 from pinmatrix.release.promote import read_known_good
 from pinmatrix.results.store import ResultsStore
 
@@ -81,6 +84,9 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     records = ResultsStore(results).query(cell_id=cell.id)
     assert {r.smoke: r.status for r in records} == {"host-probe": "pass", "python-imports": "pass"}, out
     assert {r.image_digest for r in records} == {digest}
+    # each smoke container had the image's kernel cache folder mounted (smoke/kernel_cache.py)
+    assert {r.environment.get("kernel_cache") for r in records} == {"keep"}
+    assert f"kernel-cache/{digest[7:]}" in out
 
     # the Kubernetes Job for this cell, its container command run in the image as the pod would run it
     # (ConfigMap files at the smoke mount, a directory as the results volume), then `pinmatrix ci collect`
@@ -122,7 +128,8 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     # promote by digest, the evidence signed with a key made here
     assert main(["keygen", "--out", str(tmp_path / "signing")]) == 0
     rc = main(["promote", matrix, "--cell", cell.id, "--results", str(results), "--registry", prefix,
-               "--known-good", str(known_good), "--signing-key", str(tmp_path / "signing.key")])
+               "--known-good", str(known_good), "--signing-key", str(tmp_path / "signing.key"),
+               "--cache-dir", str(build_cache)])
     out = capsys.readouterr()
     assert rc == 0, out.err
     entry = read_known_good(known_good)[0]
@@ -132,6 +139,15 @@ def test_build_smoke_report_promote_pull(oci_registry: str, podman_here, build_c
     statement = fetch_statements(registry, promoted.with_digest(digest))[0]
     assert statement["predicate"]["result"] == "PASSED"
     assert sorted(t.split(" [")[0] for t in statement["predicate"]["passedTests"]) == ["host-probe", "python-imports"]
+    # the SBOM: the two wheels and the Debian packages of the mmdebstrap base, valid CycloneDX 1.6; the base and
+    # every wheel were found (no note)
+    assert "note: cell" not in out.err, out.err
+    [sbom] = fetch_statements(registry, promoted.with_digest(digest), SBOM_PREDICATE)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(sbom["predicate"])) is None
+    purls = {c["purl"] for c in sbom["predicate"]["components"]}
+    assert {f"pkg:pypi/six@{cell.pins['six']}", f"pkg:pypi/idna@{cell.pins['idna']}"} <= purls
+    debs = {PackageURL.from_string(p).name for p in purls if p.startswith("pkg:deb/debian/")}
+    assert {"base-files", "dpkg", "python3", "ca-certificates"} <= debs, sorted(debs)
 
     # nothing local: the pull must fetch from the registry, by digest. Builds are reproducible, so an
     # earlier test of the session may hold the same image under another name: remove it by image id.
