@@ -113,8 +113,17 @@ def _fp4_groups(bins: list[BinaryTargets], fp4: set[str], native: str) -> tuple[
     return lacking, carrying
 
 
-def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]]) -> list[dict[str, Any]]:
-    """Known issues confirmed or flagged from the FP4 kernel groups of the stack's own packages."""
+def aot_fp4_binaries(bins: list[BinaryTargets], modules: dict[str, str], fp4_modules: list[str]) -> list[BinaryTargets]:
+    """The AOT layer's binaries that hold FP4 kernels: those whose module (its manifest's ``module``, by path) is
+    one of ``fp4_modules``; a binary whose module the manifest does not name is kept. A decode module built for
+    12.0f holds sm_120f too, but no FP4 kernel."""
+    return [b for b in bins if modules.get(b.path) is None or modules[b.path] in fp4_modules]
+
+
+def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]],
+              aot_modules: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Known issues confirmed or flagged from the FP4 kernel groups of the stack's own packages (of the image's
+    AOT layer, only its FP4 modules: ``aot_fp4_modules`` of the rule)."""
     filed = {k.id for k in cell.known_issues}
     own = own_packages(cell, list(scans))
     out: list[dict[str, Any]] = []
@@ -125,7 +134,10 @@ def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]]) -> li
         found: list[str] = []
         carriers: list[str] = []
         for package in own:
-            lacking, carrying = _fp4_groups(scans[package], fp4, native)
+            bins = scans[package]
+            if package == AOT_PACKAGE and "aot_fp4_modules" in rule:
+                bins = aot_fp4_binaries(bins, aot_modules or {}, list(rule["aot_fp4_modules"]))
+            lacking, carrying = _fp4_groups(bins, fp4, native)
             found += [f"{package}: {line}" for line in lacking]
             carriers += [f"{package}: {line}" for line in carrying]
         is_filed = rule["known_issue"] in filed
@@ -223,6 +235,7 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
             summary = (f"the cell's own {name} was not fetched; the default index's {w.path.name} holds no CUDA "
                        "device code (a CPU build)")
         packages.append(PackageScan(name, w.pin.version, w.path.name, verdict, summary, bins, notes))
+    aot_modules: dict[str, str] = {}  # the AOT layer binary path -> its module key (image/jitcache.py manifest)
     found = aot_layer(layout, cell.id) if layout is not None else None
     if found is not None:
         image, digest, media_type = found
@@ -231,6 +244,8 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
             log(f"  reading the AOT layer {digest[:19]} of image {image[:19]}")
         layer = scan_aot_layer(layout, digest, media_type, tool, tool_label, cache / "arch-scan" / "layers")
         scans[AOT_PACKAGE] = layer.binaries
+        aot_modules = {f"{b['name']}/{b['name']}.so": str(b["module"]) for b in layer.manifest.get("built", [])
+                       if isinstance(b, dict) and "name" in b and "module" in b}
         bins = [V.binary_verdict(b, cap) for b in layer.binaries] if cap else []
         verdict = V.package_verdict(bins) if cap else "no-gpu"
         built = layer.manifest.get("built", [])
@@ -255,7 +270,7 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
         id=cell.id, name=cell.name, stack=cell.stack, gpu=gpu, arch_flags=list(cell.arch_flags),
         platform=pins.platform, python=pins.python, source=pins.source, packages=packages, notes=notes,
         arch_flag_checks=_arch_flag_checks(cell, scans),
-        known_issues=_evidence(cell, gpu, scans) if gpu else [],
+        known_issues=_evidence(cell, gpu, scans, aot_modules) if gpu else [],
     )
 
 
