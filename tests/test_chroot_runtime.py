@@ -564,3 +564,95 @@ def test_without_root_the_image_runs_in_a_user_namespace(demo: dict[str, Any]) -
         assert unpacked.stat().st_uid == nobody  # unpacked as that user: its own files are root's inside
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------- the kernel cache
+
+CACHE_SMOKES = '''
+import os
+from _smokelib import Context, main
+
+SMOKES = {
+    "cache-write": {"func": "write", "description": "leaves a file in Triton's cache folder", "timeout_s": 60},
+    "cache-read": {"func": "read", "description": "finds what the first smoke left", "timeout_s": 60},
+}
+
+
+def write(ctx: Context) -> None:
+    folder = os.environ.get("TRITON_CACHE_DIR", "")
+    ctx.metric("triton_cache", folder)
+    ctx.metric("flashinfer_base", os.environ.get("FLASHINFER_WORKSPACE_BASE", ""))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "kernel.bin"), "w") as fh:
+            fh.write("compiled once")
+    ctx.summary = "wrote"
+
+
+def read(ctx: Context) -> None:
+    path = os.path.join(os.environ.get("TRITON_CACHE_DIR", "/nonexistent"), "kernel.bin")
+    ctx.metric("found", open(path).read() if os.path.exists(path) else "")
+    ctx.summary = "read"
+
+
+if __name__ == "__main__":
+    main(SMOKES, globals())
+'''
+
+
+def _cache_run(demo: dict[str, Any], digest: str, smokes: Path, tmp: Path, mode: str) -> dict[str, Any]:
+    runtime = prepare(demo["layout"], digest, demo["roots"], smokes, smokes=load_catalogue(smokes),
+                      gpu_required=False, log_dir=tmp / f"probe-{mode}", echo=lambda _line: None,
+                      driver=DriverFiles(), dev=tmp / "no-dev", kernel_cache=mode)
+    options = RunOptions(smoke_dir=smokes, logs_dir=tmp / f"logs-{mode}", runtime="chroot", rerun=True,
+                         image_digest=digest, container=runtime, kernel_cache=mode)
+    run = run_cell(HostCell(), load_catalogue(smokes), ResultsStore(tmp / f"{mode}.sqlite"), options,
+                   host=HostFingerprint.make(hostname="t"), run_id=f"t-{mode}", echo=lambda _line: None)
+    records = {r.smoke: r for r in run.records}
+    for r in records.values():
+        assert r.status == "pass", (r.reason, Path(r.log_path).read_text()[-2000:])
+        assert r.environment["kernel_cache"] == mode
+    return {name: r.metrics for name, r in records.items()}
+
+
+@needs_root
+@needs_unshare
+def test_the_kernel_cache_is_shared_by_an_images_smokes_kept_emptied_or_off(demo: dict[str, Any],
+                                                                           looking_glass: dict[str, Any]) -> None:
+    smokes = looking_glass["tmp"] / "cache-smokes"
+    smokes.mkdir()
+    (smokes / "cache_smokes.py").write_text(CACHE_SMOKES)
+    digest, tmp = looking_glass["digest"], looking_glass["tmp"]  # an image that runs as uid 4242
+    folder = demo["roots"] / "kernel-cache" / digest[7:]
+    shutil.rmtree(folder, ignore_errors=True)
+
+    kept = _cache_run(demo, digest, smokes, tmp, "keep")
+    assert kept["cache-write"]["triton_cache"] == "/var/cache/pinmatrix/triton"
+    assert kept["cache-write"]["flashinfer_base"] == "/var/cache/pinmatrix"
+    assert kept["cache-read"]["found"] == "compiled once"  # the second smoke sees the first one's kernels
+    assert (folder / "triton" / "kernel.bin").read_text() == "compiled once"  # and the host keeps them
+    assert os.stat(folder).st_uid == 4242 and stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    (folder / "triton" / "kernel.bin").write_text("from an earlier run")
+    (folder / "triton" / "stale.bin").write_text("x")
+    assert _cache_run(demo, digest, smokes, tmp, "keep")["cache-read"]["found"] == "compiled once"
+    cold = _cache_run(demo, digest, smokes, tmp, "cold")  # emptied first, then shared again
+    assert cold["cache-read"]["found"] == "compiled once" and not (folder / "triton" / "stale.bin").exists()
+    off = _cache_run(demo, digest, smokes, tmp, "off")
+    assert off["cache-write"]["triton_cache"] == "" and off["cache-read"]["found"] == ""
+
+
+@needs_root
+@needs_unshare
+def test_the_image_or_the_cell_naming_its_own_cache_folder_wins(demo: dict[str, Any], tmp_path: Path) -> None:
+    first = sorted(demo["digests"].values())[0]
+    blobs = demo["layout"] / "blobs" / "sha256"
+    manifest = json.loads((blobs / first[7:]).read_bytes())
+    env = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())["config"]["Env"]
+    digest = add_image(demo["layout"], "t:own-cache", [layer([_entry("srv", "dir", mode=0o755)])], base=first,
+                       config={"Env": [*env, "TRITON_CACHE_DIR=/srv/triton"]})
+    smokes = tmp_path / "cache-smokes"
+    smokes.mkdir()
+    (smokes / "cache_smokes.py").write_text(CACHE_SMOKES)
+    metrics = _cache_run(demo, digest, smokes, tmp_path, "keep")
+    assert metrics["cache-write"]["triton_cache"] == "/srv/triton"  # the image's own, not the mount
+    assert metrics["cache-write"]["flashinfer_base"] == "/var/cache/pinmatrix"  # the others still point at it

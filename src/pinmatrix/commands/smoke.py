@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         **examples("pinmatrix smoke --stack demo --rerun                      # the host's own environment",
                    "pinmatrix smoke --stack demo --runtime chroot             # in each cell's image, no engine",
                    "pinmatrix smoke --cell 'h200[xformers=0.0.35-int64]' --runtime chroot --layout /data/oci "
-                   "--json out.json"),
+                   "--json out.json",
+                   "pinmatrix smoke --stack h200 --runtime chroot --kernel-cache cold --rerun   # a cold-cache run"),
     )
     p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
                    help="the matrix file (default: ./matrix.toml); read only with --cell/--stack")
@@ -55,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--roots", type=Path, metavar="DIR", default=None,
                    help="chroot: where images are unpacked, one root per manifest digest, reused (default: "
                    ".pinmatrix/roots next to the matrix)")
+    p.add_argument("--kernel-cache", choices=("keep", "cold", "off"), default=None,
+                   help="image runtimes: a folder per image digest (under --roots for chroot, else "
+                   ".pinmatrix/kernel-cache) mounted into each smoke for Triton's, FlashInfer's, TorchInductor's, "
+                   "vLLM's and the driver's compile caches: keep (default) keeps it across smokes and runs, cold "
+                   "empties it before the image's first smoke, off mounts none")
     p.add_argument("--wheels", type=existing_dir, metavar="DIR",
                    help="host runtime: the cells' extra wheels, installed into a per-cell overlay on PYTHONPATH")
     p.add_argument("--overlay", type=Path, metavar="DIR", default=Path(".pinmatrix/overlay"),
@@ -117,11 +123,15 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("--image needs --runtime docker, podman or chroot")
     if args.runtime != "chroot" and (args.layout or args.roots):
         raise PinmatrixError("--layout and --roots need --runtime chroot")
+    if args.runtime == "host" and args.kernel_cache:
+        raise PinmatrixError("--kernel-cache needs --runtime docker, podman or chroot (the host runtime uses the "
+                             "host user's own caches)")
     options = RunOptions(
         smoke_dir=args.smoke_dir, keyword=args.keyword, rerun=args.rerun, timeout_s=args.timeout,
         python=args.python, logs_dir=args.logs, overlay_dir=args.overlay, wheels_dir=args.wheels,
         repo_root=(args.matrix.resolve().parent if matrix is not None else Path.cwd()), runtime=args.runtime,
         log_cap=int(args.log_cap * 1024 * 1024),
+        kernel_cache=None if args.runtime == "host" else (args.kernel_cache or "keep"),
     )
     if args.wheels is not None and not args.wheels.is_dir():
         raise PinmatrixError(f"--wheels {args.wheels}: not a directory")
@@ -193,10 +203,30 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
             echo(f"cell {cell.id} {getattr(cell, 'name', '')}: no image {ref} in the {args.runtime} store; "
                  "passed over")
             continue
-        opts = replace(options, image_digest=digest, container=ContainerSmokes(engine, ref, smoke_dir,
-                                                                                    log_cap=options.log_cap))
+        cache, image_env = _container_cache(engine, ref, digest, options.repo_root, options.kernel_cache, echo)
+        opts = replace(options, image_digest=digest, kernel_cache=options.kernel_cache if cache else "off",
+                       container=ContainerSmokes(engine, ref, smoke_dir, log_cap=options.log_cap, cache=cache,
+                                                 image_env=image_env))
         runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id, echo=echo))
     return runs
+
+
+def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str | None,
+                     echo: Any) -> tuple[Any, dict[str, str]]:
+    """The image's kernel cache for docker/podman and the image's own Env: none for an image that runs as
+    another user than root (its folder would not be writable there)."""
+    from pinmatrix.smoke.kernel_cache import prepare_cache
+
+    info = engine.inspect(ref)
+    image_env = dict(e.split("=", 1) for e in (info.env if info else ()) if "=" in e)
+    user = info.user if info else ""
+    if user not in ("", "root", "0", "0:0", "root:root"):
+        echo(f"  kernel cache off: the image runs as {user!r}, not root")
+        return None, image_env
+    cache = prepare_cache(root / ".pinmatrix" / "kernel-cache", digest, mode or "keep")
+    if cache is not None:
+        echo(f"  kernel cache {cache.folder}{' (emptied)' if mode == 'cold' else ''}")
+    return cache, image_env
 
 
 def _cell_image_ref(cell: Any, matrix: Any, args: argparse.Namespace) -> str:
@@ -240,7 +270,8 @@ def _run_in_roots(cells: list[Any], matrix: Any, store: ResultsStore, options: A
         runtime = prepare(layout, digest, roots, smoke_dir, smokes=plan_smokes(cell, catalogue, args.keyword),
                           gpu_required=bool(getattr(cell, "gpu_required", False)),
                           log_dir=options.logs_dir / run_id / "chroot" / digest[7:19],
-                          kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=echo)
+                          kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=echo,
+                          kernel_cache=options.kernel_cache or "keep")
         opts = replace(options, image_digest=digest, container=runtime)
         runs.append(run_cell(cell, catalogue, store, opts, host=host, run_id=run_id, echo=echo))
     return runs

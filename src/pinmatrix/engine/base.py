@@ -39,6 +39,7 @@ class ImageInfo:
     size: int
     repo_digests: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()  # diff ids, base first
+    user: str = ""  # the config's User ("" = root)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ class OCIEngine(ABC):
             size=int(data.get("Size") or 0),
             repo_digests=tuple(data.get("RepoDigests") or ()),
             layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+            user=str(config.get("User") or ""),
         )
 
     def exists(self, ref: str) -> bool:

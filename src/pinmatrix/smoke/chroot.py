@@ -45,12 +45,14 @@ from pinmatrix.smoke.container import (
     archscan_binds,
     image_smoke_env,
 )
+from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
 
 RUNTIME = "chroot"
 DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and nvidia-smi (bin/) inside the root
 ENTER = Path(__file__).with_name("chroot_enter.py")
+CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
 MAX_ACCOUNT_FILE = 1 << 20
 _UNSAFE_IN_OVERLAY = (",", ":", "\n", "\0")
 
@@ -120,8 +122,10 @@ class ChrootSmokes:
     """``options.container`` for the runner: one smoke in the image's root (the ContainerSmokes interface)."""
 
     def __init__(self, image: ImageRoot, smoke_dir: Path, *, driver: DriverFiles, devices: Sequence[Path],
-                 mode: str, scratch_root: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP) -> None:
+                 mode: str, scratch_root: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
+                 cache: KernelCache | None = None) -> None:
         self.image = image
+        self.cache = cache
         self.smoke_dir = Path(smoke_dir).resolve()
         self.driver = driver
         self.devices = [str(d) for d in devices]
@@ -134,7 +138,7 @@ class ChrootSmokes:
             raise ChrootRefused(f"the image runs as uid {self.user.uid}; in a user namespace this runtime maps only "
                                 "root (run as root for images with another user)")
         self.python = image_interpreter(image.path)
-        for path in (str(image.path), str(self.scratch_root)):
+        for path in (str(image.path), str(self.scratch_root), *([str(cache.folder)] if cache else [])):
             if any(c in path for c in _UNSAFE_IN_OVERLAY):
                 raise ChrootRefused(f"{path}: an overlay cannot name a folder with ',' or ':' in its path")
 
@@ -144,6 +148,8 @@ class ChrootSmokes:
         PYTHONPATH, the driver folder first on the library path."""
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **passed, **self.image.env}
         env.setdefault("HOME", self.user.home)
+        if self.cache is not None:  # the image's kernel cache, unless the cell or the image names its own
+            env.update(self.cache.environment(env))
         env.update({k: v for k, v in passed.items() if k.startswith("PINMATRIX_")})
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = ":".join(filter(None, [INCELL_MOUNT, self.image.env.get("PYTHONPATH")]))
@@ -159,6 +165,8 @@ class ChrootSmokes:
                  {"source": str(incell_dir().resolve()), "target": INCELL_MOUNT, "readonly": True},
                  {"source": str(work), "target": OUT_MOUNT, "readonly": False}]
         binds += [{"source": str(s), "target": t, "readonly": True} for s, t in extra_binds]
+        if self.cache is not None:
+            binds.append({"source": str(self.cache.folder), "target": CACHE_MOUNT, "readonly": False})
         return {
             "unshared": not hasattr(os, "unshare"), "userns": self.mode == "userns", "parent": os.getpid(),
             "lower": str(self.image.path), "scratch": str(scratch), "error_file": str(scratch / "setup-error"),
@@ -235,9 +243,10 @@ def find_image(layout_dir: Path, ref_or_digest: str) -> str | None:
 def prepare(layout_dir: Path, digest: str, roots: Path, smoke_dir: Path, *, smokes: Sequence[Smoke],
             gpu_required: bool, log_dir: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
             echo: Callable[[str], None] = print, dev: Path = Path("/dev"),
-            driver: DriverFiles | None = None) -> ChrootSmokes:
+            driver: DriverFiles | None = None, kernel_cache: str = "keep") -> ChrootSmokes:
     """Check the host, unpack the image, and enter it once: the runtime for one image, or one refusal line.
-    ``dev`` and ``driver`` are where the GPU nodes and the driver's files are looked for (default: this host's)."""
+    ``dev`` and ``driver`` are where the GPU nodes and the driver's files are looked for (default: this host's);
+    ``kernel_cache`` is the mode of the image's kernel cache under ``roots/kernel-cache`` (smoke/kernel_cache.py)."""
     mode = privilege_mode()
     image = unpack_image(layout_dir, digest, roots, echo=echo)
     check_architecture(image.architecture, image.path)
@@ -248,11 +257,14 @@ def prepare(layout_dir: Path, digest: str, roots: Path, smoke_dir: Path, *, smok
         raise ChrootRefused(f"this host has GPU device nodes ({', '.join(d.name for d in devices[:4])}) but no NVIDIA "
                             "driver library (libcuda.so*) in the ldconfig cache or the known folders "
                             "(/usr/local/nvidia/lib64, /usr/lib/x86_64-linux-gnu, ...), and a smoke needs a GPU")
+    user = resolve_user(image.path, image.user)
+    cache = prepare_cache(roots / CACHE_FOLDER, digest, kernel_cache, uid=user.uid, gid=user.gid)
     runtime = ChrootSmokes(image, smoke_dir, driver=driver if devices else DriverFiles(), devices=devices,
                            mode=mode, scratch_root=roots / digest[7:] / "runs", kill_grace_s=kill_grace_s,
-                           log_cap=log_cap)
+                           log_cap=log_cap, cache=cache)
     libs = len(runtime.driver.libraries)
     echo(f"  root {image.path} ({'reused' if image.reused else 'unpacked'}), {mode}, "
-         f"{len(devices)} GPU node(s), {libs} driver file(s), interpreter {runtime.python}")
+         f"{len(devices)} GPU node(s), {libs} driver file(s), interpreter {runtime.python}, kernel cache "
+         f"{cache.folder if cache else 'off'}{' (emptied)' if kernel_cache == 'cold' else ''}")
     runtime.probe(log_dir / "chroot-probe.log")
     return runtime

@@ -5,6 +5,7 @@ result file. The host's GPUs are passed when it has them (the engine layer decid
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from pinmatrix.engine import OCIEngine, host_has_gpus
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.smoke.bundle import incell_dir
 from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
 
@@ -29,8 +31,11 @@ _HOST_ONLY = {"PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHE
 
 class ContainerSmokes:
     def __init__(self, engine: OCIEngine, image: str, smoke_dir: Path, *, python: str = IMAGE_PYTHON,
-                 gpus: bool | None = None, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP) -> None:
+                 gpus: bool | None = None, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
+                 cache: KernelCache | None = None, image_env: Mapping[str, str] | None = None) -> None:
         self.engine = engine
+        self.cache = cache
+        self.image_env = dict(image_env or {})
         self.image = image
         self.smoke_dir = Path(smoke_dir).resolve()
         self.python = python
@@ -50,6 +55,9 @@ class ContainerSmokes:
         passed = image_smoke_env(env, result_path.name)
         for source, target in archscan_binds(passed):
             args += ["-v", f"{source}:{target}:ro"]
+        if self.cache is not None:  # the image's kernel cache, unless the cell or the image names its own
+            args += ["-v", f"{self.cache.folder}:{CACHE_MOUNT}"]
+            passed.update(self.cache.environment({**self.image_env, **passed}))
         for key, value in sorted(passed.items()):
             args += ["-e", f"{key}={value}"]
         module = f"{SMOKE_MOUNT}/{smoke.module.name}"

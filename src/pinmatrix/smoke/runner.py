@@ -83,6 +83,7 @@ class RunOptions:
     container: Any = None  # callable(cell, smoke, argv, env, log_path, timeout) for image runtimes
     kill_grace_s: float = 3.0
     log_cap: int = DEFAULT_LOG_CAP  # bytes of log kept per smoke (head and tail), --log-cap
+    kernel_cache: str | None = None  # image runtimes: keep, cold or off (smoke/kernel_cache.py), recorded
 
 
 def new_run_id() -> str:
@@ -368,6 +369,8 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
     environment = dict((proc.result or {}).get("environment") or {})
     if options.runtime != "host":  # which image runtime ran it (docker, podman, chroot)
         environment["runtime"] = options.runtime
+    if options.kernel_cache is not None:
+        environment["kernel_cache"] = options.kernel_cache
     if overlay is not None:
         environment["overlay_wheels"] = overlay.wheels
         environment["overlay_patches"] = overlay.patches
