@@ -9,6 +9,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ class Index:
     pages: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
     forever: set[str] = field(default_factory=set)
     seen: list[str] = field(default_factory=list)
+    accept: list[str | None] = field(default_factory=list)  # the Accept header of each request
+    stall: set[str] = field(default_factory=set)  # paths whose body never comes
 
     def page(self, name: str, files: list[dict[str, object]]) -> None:
         self.pages[f"/simple/{name}/"] = (200, {}, json.dumps({"files": files}).encode())
@@ -55,6 +58,13 @@ def index() -> Iterator[Index]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
             state.seen.append(self.path)
+            state.accept.append(self.headers.get("Accept"))
+            if self.path in state.stall:
+                self.send_response(200)
+                self.send_header("Content-Length", "10")
+                self.end_headers()
+                time.sleep(2)
+                return
             if self.path in state.forever:
                 self.send_response(200)
                 self.end_headers()
@@ -397,3 +407,77 @@ def test_extra_ca_files_and_folders_are_read_and_a_bad_one_is_named(tmp_path: Pa
     assert str(err.value).startswith(f"matrix.ca_certificates: {bad}: ")
     with pytest.raises(WheelError, match=r"^matrix\.ca_certificates: /nonexistent\.crt: "):
         ssl_context([Path("/nonexistent.crt")])
+
+
+def test_a_page_is_asked_for_as_json_and_a_download_plainly(index: Index, tmp_path: Path) -> None:
+    index.page("tiny", [{"filename": NAME, "url": "/w.whl", "hashes": {"sha256": SHA}}])
+    index.pages["/w.whl"] = (200, {}, BODY)
+    fetcher = WheelFetcher(tmp_path)
+    fetcher.fetch(fetcher.choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"), _spec(index)))
+    assert index.accept == [wheels.SIMPLE_JSON, None]
+
+
+def test_an_index_path_is_kept_as_it_is_but_its_trailing_slash(index: Index) -> None:
+    index.pages["/SIMPLEX/tiny/"] = (200, {}, json.dumps({"files": [{"filename": NAME, "url": "/w"}]}).encode())
+    assert len(WheelFetcher(Path("/x")).files(index.url + "/SIMPLEX//", "tiny")) == 1
+
+
+def test_a_page_at_its_bound_is_read_and_one_byte_more_refused(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheels, "MAX_PAGE", 1 << 20)
+    body = json.dumps({"files": []}).encode()
+    index.pages["/simple/tiny/"] = (200, {}, body + b" " * ((1 << 20) - len(body)))
+    assert WheelFetcher(Path("/x")).files(index.url + "/simple", "tiny") == []
+    index.pages["/simple/tiny/"] = (200, {}, body + b" " * ((1 << 20) - len(body) + 1))
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(Path("/x")).files(index.url + "/simple", "tiny")
+    assert str(err.value) == f"index {index.url}/simple: the page of tiny is larger than 1 MiB"
+
+
+def test_a_page_that_never_ends_is_cut_at_its_bound(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheels, "MAX_PAGE", 1 << 20)
+    index.forever.add("/simple/tiny/")
+    with pytest.raises(WheelError, match=r"the page of tiny is larger than 1 MiB$"):
+        WheelFetcher(Path("/x")).files(index.url + "/simple", "tiny")
+
+
+def test_skipped_files_before_the_wheel_do_not_hide_it(index: Index) -> None:
+    """Files that are not the locked wheel for the target are skipped, whatever comes after them; of two equally
+    preferred wheels the first listed wins."""
+    other = "cd" * 32
+    index.page("tiny", [
+        {"filename": "tiny-1.0-cp313-cp313-manylinux_2_28_x86_64.whl", "url": "/f/unlocked", "hashes": {"sha256": "ef" * 32}},
+        {"filename": "tiny-1.0-cp313-cp313-manylinux_2_28_x86_64.whl", "url": "/f/nohash", "hashes": ["sha256"]},
+        {"filename": "tiny-1.0.tar.gz", "url": "/f/sdist", "hashes": {"sha256": SHA}},
+        {"filename": "tiny-1.0-b-py3-none-any.whl", "url": "/f/badbuild", "hashes": {"sha256": SHA}},
+        {"filename": "tiny-1.1-py3-none-any.whl", "url": "/f/newer", "hashes": {"sha256": SHA}},
+        {"filename": "tiny-1.0-cp313-cp313-manylinux_2_28_aarch64.whl", "url": "/f/arm", "hashes": {"sha256": SHA}},
+        {"filename": "Tiny-1.0-py3-none-any.whl", "url": "/f/first", "hashes": {"sha256": SHA}},
+        {"filename": "tiny-1.0-py3-none-any.whl", "url": "/f/second", "hashes": {"sha256": other}},
+    ])
+    chosen = WheelFetcher(Path("/x")).choose(_entry("tiny", "1.0", SHA, other), Target("3.13", "x86_64-manylinux_2_28"),
+                                             _spec(index))
+    assert (chosen.url, chosen.filename) == (index.url + "/f/first", "Tiny-1.0-py3-none-any.whl")
+
+
+@pytest.mark.parametrize("filename", ["", "x" * 130 + "/tiny-1.0-py3-none-any.whl"])
+def test_a_locked_file_without_a_plain_name_is_refused_quoted_bounded(index: Index, filename: str) -> None:
+    index.page("tiny", [{"url": "/w", "hashes": {"sha256": SHA}, **({"filename": filename} if filename else {})}])
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(Path("/x")).choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"), _spec(index))
+    assert str(err.value) == (f"index {index.url}/simple: the file name {filename[:120]!r} of tiny is not a wheel file "
+                              "name (a path or an unsafe character)")
+
+
+def test_the_compatible_tags_are_the_targets_python_not_this_one() -> None:
+    tags = {str(t) for t in Target("3.9", "x86_64-manylinux_2_28").tags()}
+    assert {"cp39-none-any", "py39-none-any", "py3-none-any", "cp39-abi3-manylinux_2_28_x86_64"} <= tags
+    assert not {t for t in tags if "310" in t or "311" in t or "312" in t}
+    assert Target("3.9.7", "x86_64-manylinux_2_28").tags() == Target("3.9", "x86_64-manylinux_2_28").tags()
+
+
+def test_a_download_that_stalls_is_one_line(index: Index, tmp_path: Path) -> None:
+    index.stall.add("/w.whl")
+    with pytest.raises(WheelError) as err:
+        WheelFetcher(tmp_path, timeout=0.3).fetch(_wheel(index))
+    assert str(err.value) == f"{NAME}: download failed: timed out"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
