@@ -27,30 +27,10 @@ step "arch-scan with the layout: the flashinfer-aot layer is a row"
     --layout "$OUT/oci" --out "$RES" > /dev/null
 gzip -9nf "$RES/arch-scan.json"
 
-step "load into podman and run under qemu-aarch64"
-K=$(echo $CELLS | sed 's/ / or /g')
-/usr/bin/time -f "load: %e s" .venv/bin/pinmatrix build --engine podman -k "$K" --layout "$OUT/oci" \
-    --logs-dir "$OUT/logs" --metadata-file "$OUT/loaded-aot.json"
-eval "$(.venv/bin/pinmatrix engine-env)"
 for id in $CELLS; do
-    REF=$(podman images --format '{{.Repository}}:{{.Tag}}' | grep ":$id\$" | head -1)
-    step "cell $id: $REF: tvm_ffi loads each cross-built module (no torch, no libcuda)"
-    /usr/bin/time -f "tvm_ffi load under emulation: %e s" podman run --rm --network=none \
-        -e LD_LIBRARY_PATH="$SITE/nvidia/cu13/lib" "$REF" python -c "
-import glob, tvm_ffi
-for so in sorted(glob.glob('$SITE/flashinfer/data/aot/*/*.so')):
-    mod = tvm_ffi.load_module(so)
-    print('loaded', so.rsplit('/', 1)[1][:60], type(mod).__name__)
-" || echo "tvm_ffi load failed: exit $?"
-    step "cell $id: import flashinfer; FlashInfer takes the decode module from its AOT folder (JIT disabled)"
-    /usr/bin/time -f "import + AOT load under emulation: %e s" podman run --rm --network=none \
-        -e FLASHINFER_DISABLE_JIT=1 "$REF" python -c "
-import torch, flashinfer
-from flashinfer.jit.attention import gen_single_decode_module
-spec = gen_single_decode_module(torch.float16, torch.float16, torch.float16, 128, 128, 0, False, False)
-print('flashinfer', flashinfer.__version__, 'is_aot', spec.is_aot)
-mod = spec.build_and_load()
-print('loaded from', spec.aot_path.parent.name[:40], type(mod).__name__)
-" || echo "flashinfer AOT load failed: exit $?"
+    step "load $id into podman (the project's store), then under qemu-aarch64: qemu.sh"
+    /usr/bin/time -f "load: %e s" .venv/bin/pinmatrix build --engine podman -k "$id" --layout "$OUT/oci" \
+        --logs-dir "$OUT/logs-load" --metadata-file "$OUT/loaded-aot-$id.json"
+    sh "$RES/qemu.sh" "$id" 2>&1 | tee "$RES/qemu-$id.log"
 done
 step "done"
