@@ -31,7 +31,7 @@ from _oracles import (
     zero_row,
     zero_tile,
 )
-from _smokelib import Context, Degraded, Fail, Skip, cuda_seconds, main
+from _smokelib import Context, Degraded, Fail, cuda_seconds, main
 
 SMOKES = {
     "flashinfer-decode": {
@@ -52,14 +52,14 @@ SMOKES = {
         "func": "nvfp4_gemm",
         "description": "mm_fp4 (NVFP4, 16-element blocks) against a float64 GEMM of the dequantised inputs, per "
         "64x64 tile and per row; skipped on GPUs without native FP4 (below sm_100).",
-        "needs": {"gpu": True, "packages": ["torch", "flashinfer-python"]},
+        "needs": {"gpu": True, "native_fp4": True, "packages": ["torch", "flashinfer-python"]},
         "timeout_s": 600,
     },
     "flashinfer-nvfp4-vs-fp8": {
         "func": "nvfp4_vs_fp8",
         "description": "NVFP4 GEMM must not be more than 10% slower than FP8 GEMM on the same shape (medians of "
         "15 timings; slower = degraded, the GB10 slow path); runs only where both run.",
-        "needs": {"gpu": True, "packages": ["torch", "flashinfer-python"]},
+        "needs": {"gpu": True, "native_fp4": True, "packages": ["torch", "flashinfer-python"]},
         "timeout_s": 600,
     },
 }
@@ -156,15 +156,6 @@ def fp8_gemm(ctx: Context) -> None:
                    f"{tile_bound('bfloat16'):.2g}), first call {ctx.metrics['first_call_s']} s")
 
 
-def _fp4_supported(torch) -> None:
-    major, minor = torch.cuda.get_device_capability()
-    if major < 10:
-        raise Skip(
-            f"NVFP4 GEMM unsupported on sm_{major}{minor}: no native FP4 tensor-core instructions "
-            "(needs sm_100/sm_103/sm_110 or sm_120a/sm_121a)"
-        )
-
-
 def _nvfp4_setup(torch, flashinfer, m: int, n: int, k: int):
     from flashinfer import SfLayout, nvfp4_quantize
 
@@ -180,7 +171,6 @@ def _nvfp4_setup(torch, flashinfer, m: int, n: int, k: int):
 
 def nvfp4_gemm(ctx: Context) -> None:
     torch = ctx.torch()
-    _fp4_supported(torch)
     injected = fault(("skip-k-block", "swap-scales", "zero-tile", "zero-row"))
     import flashinfer
 
@@ -216,7 +206,6 @@ TIMING_SAMPLES, TIMING_MARGIN = 15, 0.10
 
 def nvfp4_vs_fp8(ctx: Context) -> None:
     torch = ctx.torch()
-    _fp4_supported(torch)
     injected = fault(("slow",))
     import flashinfer
 

@@ -78,7 +78,7 @@ SMOKES = {
         "func": "moe_nvfp4",
         "description": "The same Mixtral with NVFP4 experts (a ModelOpt checkpoint written here), against the "
         "reference with the dequantised experts; skipped below sm_100 (no FP4 tensor cores).",
-        "needs": {"gpu": True, "packages": ["torch", "vllm", "transformers"]},
+        "needs": {"gpu": True, "native_fp4": True, "packages": ["torch", "vllm", "transformers"]},
         "timeout_s": 480,
     },
 }

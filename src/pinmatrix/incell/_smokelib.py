@@ -7,7 +7,9 @@ starts ``python -X faulthandler <module>.py <smoke-name>``; the smoke writes one
 ``$PINMATRIX_SMOKE_RESULT`` (and prints it on a ``PINMATRIX-RESULT`` line).
 
 Declared needs (all optional): ``gpu`` (bool), ``gpus`` (int), ``min_capability`` / ``max_capability``
-("9.0"), ``packages`` (distribution names), ``memory_gib`` (free GPU memory).
+("9.0"), ``native_fp4`` (FP4 tensor cores: sm_100 and newer), ``packages`` (distribution names), ``memory_gib``
+(free GPU memory). The GPU needs are decided by the runner from its host probe before any process starts where
+it can (``unmet_need``), and again inside the smoke.
 
 Declared parameters (optional; ``pinmatrix bisect`` searches them): ``params`` ({name: {type, range, default}}),
 ``fixed`` (the other dimensions, held fixed), ``quantities`` ({label: [factors]}) and ``limits``; the smoke
@@ -260,24 +262,43 @@ def cuda_seconds(torch: Any, fn: Callable[[], Any], reps: int, warmup: int = 1) 
     return start.elapsed_time(end) / 1000 / reps
 
 
+def no_native_fp4(capability: str) -> str | None:
+    """Why a GPU of ``capability`` ("9.0") has no FP4 tensor-core instructions, or None (sm_100 and newer)."""
+    if cap_tuple(capability) >= (10, 0):
+        return None
+    return (f"no native FP4 tensor-core instructions on sm_{capability.replace('.', '')} (needs sm_100/sm_103/"
+            "sm_110 or sm_120a/sm_121a)")
+
+
+def unmet_need(needs: dict[str, Any], gpu_count: int, capability: str, memory_gib: float | None = None) -> str | None:
+    """The first GPU need of ``needs`` that GPU 0 (of ``capability``) and ``gpu_count`` GPUs do not meet, or None.
+    The runner asks it with its host probe before it starts a process; the smoke asks it again inside."""
+    if gpu_count == 0:
+        return "no GPU"
+    want = int(needs.get("gpus", 1))
+    if gpu_count < want:
+        return f"needs {want} GPUs, {gpu_count} visible"
+    cap = cap_tuple(capability)
+    if "min_capability" in needs and cap < cap_tuple(needs["min_capability"]):
+        return f"needs compute capability >= {needs['min_capability']}, device is {capability}"
+    if "max_capability" in needs and cap > cap_tuple(needs["max_capability"]):
+        return f"needs compute capability <= {needs['max_capability']}, device is {capability}"
+    if needs.get("native_fp4") and no_native_fp4(capability):
+        return no_native_fp4(capability)
+    if memory_gib is not None and "memory_gib" in needs and memory_gib < float(needs["memory_gib"]):
+        return f"needs {needs['memory_gib']} GiB of GPU memory, device has {memory_gib}"
+    return None
+
+
 def check_needs(spec: dict[str, Any]) -> None:
     needs = spec.get("needs", {})
     if needs.get("gpu"):
         drv = cuda_driver()
         count = drv.device_count()
-        if count == 0:
-            raise Skip("no GPU")
-        want = int(needs.get("gpus", 1))
-        if count < want:
-            raise Skip(f"needs {want} GPUs, {count} visible")
-        dev = drv.device(0)
-        cap = cap_tuple(dev["capability"])
-        if "min_capability" in needs and cap < cap_tuple(needs["min_capability"]):
-            raise Skip(f"needs compute capability >= {needs['min_capability']}, device is {dev['capability']}")
-        if "max_capability" in needs and cap > cap_tuple(needs["max_capability"]):
-            raise Skip(f"needs compute capability <= {needs['max_capability']}, device is {dev['capability']}")
-        if "memory_gib" in needs and dev["memory_gib"] < float(needs["memory_gib"]):
-            raise Skip(f"needs {needs['memory_gib']} GiB of GPU memory, device has {dev['memory_gib']}")
+        dev: dict[str, Any] = drv.device(0) if count else {"capability": "0.0", "memory_gib": 0.0}
+        reason = unmet_need(needs, count, str(dev["capability"]), float(dev["memory_gib"]))
+        if reason:
+            raise Skip(reason)
     for dist in needs.get("packages", []):
         if version_of(dist) is None:
             raise Skip(f"{dist} not installed")

@@ -35,6 +35,7 @@ from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_
 from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
+from pinmatrix.smoke.needs import unmet_need
 from pinmatrix.smoke.overlay import Overlay, build_overlay
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
@@ -332,7 +333,12 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
             echo(f"  host runtime differs from the cell: python {host_vs_lock['host_python']} (cell "
                  f"{host_vs_lock['cell_python']}), {n} locked package(s) at another version or absent")
     for smoke in todo:
-        rec = run_one(cell, smoke, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
+        unmet = decided_by_host(smoke, host)
+        if unmet is not None:
+            rec = skipped_by_host(cell, smoke, unmet, host=host, run_id=run_id, work=work,
+                                  image_digest=options.image_digest)
+        else:
+            rec = run_one(cell, smoke, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
         if host_vs_lock is not None:
             rec.environment["host_vs_lock"] = host_vs_lock
         store.record(rec)
@@ -340,6 +346,29 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
         cls = f" [{rec.failure_class}]" if rec.failure_class else ""
         echo(terminal_text(f"  {rec.status.upper():9} {smoke.name} {rec.duration_s:.1f}s{cls} {rec.reason}".rstrip()))
     return out
+
+
+def decided_by_host(smoke: Smoke, host: HostFingerprint) -> str | None:
+    """Why ``smoke`` would only skip on this host's GPU (capability, count, native FP4: ``_smokelib.unmet_need``),
+    decided from the host probe so that no process starts just to say so; None where it may run, or where the
+    probe saw no GPU (the smoke's own driver check is the word on that)."""
+    if not smoke.gpu or host.gpu_count < 1 or not host.capability:
+        return None
+    return unmet_need(smoke.needs, host.gpu_count, host.capability)
+
+
+def skipped_by_host(cell: Any, smoke: Smoke, reason: str, *, host: HostFingerprint, run_id: str, work: Path,
+                    image_digest: str | None) -> SmokeRecord:
+    log_path = work / f"{file_slug(smoke.name)}.log"
+    text = f"{reason} (decided from the host's GPU before starting the smoke)"
+    log_path.write_text(f"[{smoke.name}] skip: {text}\n", encoding="utf-8")
+    stamp = now()
+    return SmokeRecord(
+        cell_id=cell.id, stack=getattr(cell, "stack", "host"), host=host, smoke=smoke.name, run_id=run_id,
+        status="skip", failure_class=None, reason=text, metrics={}, log_path=str(log_path), started_at=stamp,
+        finished_at=stamp, duration_s=0.0, known_issue=None, image_digest=image_digest,
+        environment={"decided_by": "host-probe"}, params={},
+    )
 
 
 def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
