@@ -9,7 +9,7 @@ STORE=.pinmatrix/h200-images
 rm -rf "$STORE/results.sqlite" "$STORE/logs"  # this run's results only
 eval "$(.venv/bin/python - <<'PY'
 from pathlib import Path
-from pinmatrix.services import podman_config
+from pinmatrix.engine.services import podman_config
 for key, value in podman_config(Path(".pinmatrix/h200-images/podman").resolve()).env.items():
     print(f"export {key}={value}")
 PY
