@@ -221,3 +221,14 @@ def test_a_tiny_module_cross_compiles_to_an_aarch64_elf_with_sm_121a(tmp_path: P
     assert "arch = sm_121a" in sass
     built = final["built"][0]  # type: ignore[index]
     assert "ninja" not in built and built["bytes"] == so.stat().st_size and "nice -n 10" in log.read_text()
+
+
+def test_ninja_is_the_builder_roots_pinned_elf_else_the_hosts(tmp_path: Path) -> None:
+    host = shutil.which("ninja")
+    assert host, "ninja-build (.ci/apt-packages.txt)"
+    venv_bin = tmp_path / "opt/venv/bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "ninja").write_text("#!/opt/venv/bin/python\nimport ninja\n")  # an entry-point script: not run here
+    assert crossaot.ninja_program(tmp_path, "/" + SITE) == host
+    shutil.copyfile(Path(host).resolve(), venv_bin / "ninja")
+    assert crossaot.ninja_program(tmp_path, "/" + SITE) == str(venv_bin / "ninja")

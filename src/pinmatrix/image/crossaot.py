@@ -177,9 +177,10 @@ def rewrite_ninja(text: str, root: Path) -> str:
 
 
 def ninja_program(root: Path, site_packages: str) -> str:
-    """The ninja of the builder root's own ninja wheel (a builder-architecture program), else the host's."""
-    pinned = root / site_packages.strip("/") / "ninja" / "data" / "bin" / "ninja"
-    if pinned.is_file():
+    """The ninja of the builder root's own ninja wheel (its ``.data/scripts/ninja``, installed as the venv's
+    ``bin/ninja``: a builder-architecture ELF), else the host's."""
+    pinned = root / site_packages.strip("/").split("/lib/", 1)[0] / "bin" / "ninja"
+    if pinned.is_file() and elf_machine(pinned) == _ELF_MACHINE.get(jitcache.host_machine()):
         return str(pinned)
     found = shutil.which("ninja")
     if found is None:
