@@ -124,6 +124,7 @@ def test_each_rule_cites_its_source() -> None:
     ("+PTX 8.0", ["+PTX", "8.0"]),
     ("", []),
     (";;", []),
+    (";8.0, ;9.0a", ["8.0", "9.0a"]),  # a separator first: an empty token, skipped
 ])
 def test_flag_lists_split_as_torch_writes_them(value: str, flags: list[str]) -> None:
     assert split_flags(value) == flags
