@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import BinaryIO
 
 CHUNK = 1 << 20
 
@@ -21,16 +20,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: handle.read(CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def sha256_stream(stream: BinaryIO) -> tuple[str, int]:
-    """(hex sha256, size) of what is left in ``stream``."""
-    digest = hashlib.sha256()
-    size = 0
-    for chunk in iter(lambda: stream.read(CHUNK), b""):
-        digest.update(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
 
 
 def oci_digest(hexdigest: str) -> str:

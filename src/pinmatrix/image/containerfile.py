@@ -19,7 +19,6 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
@@ -64,10 +63,6 @@ class RenderedCell:
     inputs: str
     labels: dict[str, str]
     layers: tuple[str, ...]
-
-
-def _iso(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _docker_quote(value: object) -> str:

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pinmatrix.cell import Cell
 from pinmatrix.engine.base import OCIEngine
 from pinmatrix.errors import PinmatrixError
 
@@ -19,7 +18,6 @@ BINFMT = Path("/proc/sys/fs/binfmt_misc")
 QEMU_ENTRY = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 HOST_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 # The package axes whose import name is the axis name (flashinfer-python imports as flashinfer).
-IMPORTED_AXES = ("torch", "triton", "xformers", "flashinfer", "vllm")
 MAX_OUTPUT = 4000  # characters of the smoke's output kept
 
 
@@ -65,13 +63,6 @@ def emulation_problem(arch: str, binfmt: Path = BINFMT, machine: str | None = No
         return (f"the binfmt_misc entry {entry} lacks the F flag: a container cannot reach its interpreter "
                 "(qemu-user-static registers it with F)")
     return None
-
-
-def cell_modules(cell: Cell) -> tuple[str, ...]:
-    """What the cell's import smoke imports: its package axes that are installed from the lock."""
-    return tuple(axis for axis in IMPORTED_AXES if axis in cell.pins and not any(
-        n.startswith(f"{'flashinfer-python' if axis == 'flashinfer' else axis} ") and "built from source" in n
-        for n in cell.notes))
 
 
 def import_smoke(engine: OCIEngine, ref: str, arch: str, modules: tuple[str, ...], *, timeout: float = 1800,

@@ -93,13 +93,6 @@ def debian_arch(platform: str) -> str:
     return arch
 
 
-def suite_python(spec: BaseSpec) -> str | None:
-    """The Python a mmdebstrap base provides (None for an image base: checked when it is fetched)."""
-    if spec.kind != "mmdebstrap":
-        return None
-    return DEBIAN_PYTHON.get(spec.suite or DEFAULT_SUITE)
-
-
 def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"),
                        sources_list: Path = Path("/etc/apt/sources.list")) -> str:
     """The Debian archive URL the host's apt sources name (deb822 ``.sources`` first, then sources.list),
