@@ -38,7 +38,7 @@ def _binary(*groups: tuple[str, ...], exact: bool = True, grouped: bool = True, 
 
 @pytest.mark.parametrize(("gpu", "capability"), [
     ("sm_121", (12, 1)), ("12.1", (12, 1)), ("sm_90a", (9, 0)), (" 9.0 ", (9, 0)), ("compute_80", (8, 0)),
-    ("100", (10, 0)), ("10.34", (10, 3)),
+    ("100", (10, 0)), ("10.34", (10, 3)), ("12.1.0", (12, 1)),
 ])
 def test_a_gpu_as_written(gpu: str, capability: tuple[int, int]) -> None:
     assert parse_gpu(gpu) == capability
@@ -88,6 +88,11 @@ def test_a_partial_binary_names_what_cannot_run_and_the_notes_of_what_does() -> 
     assert v.notes == ["from the reader", NOTES["jit"], NOTES["older_minor"], NOTES["family"], NOTES["other_gpus"]]
     assert v.summary == ("partial: 4/10 kernel groups cannot run (they hold only 3x sm_100a sm_120a; 1x sm_120a); "
                          "1/10 via PTX JIT; 4/10 native (sm_120 sm_120f sm_121a); 1/10 only for other GPUs")
+
+
+def test_a_group_that_cannot_run_is_named_by_its_targets_in_capability_order() -> None:
+    v = binary_verdict(_binary(("sm_120a", "sm_90a", "sm_120a"), ("compute_100a", "sm_100a")), SM121)
+    assert v.cannot == {"sm_90a sm_120a": 1} and v.other == {"sm_100a compute_100a": 1}
 
 
 def test_the_summary_names_at_most_four_kinds_of_group_that_cannot_run() -> None:
