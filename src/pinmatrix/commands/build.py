@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -52,7 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="engine whose store receives the images (default: matrix.engine; auto = podman if usable, "
                         "else docker; none = the OCI layout only)")
     p.add_argument("--jobs", "-j", type=int, default=2, help="cells built at once (default 2)")
-    p.add_argument("--push", action="store_true", help="push each image to the registry by digest")
+    p.add_argument("--push", action="store_true",
+                   help="push each image to the registry by digest, straight from the OCI layout; the images are "
+                        "not loaded into an engine unless --engine or matrix.engine names one, or --load")
+    p.add_argument("--load", action=argparse.BooleanOptionalAction, default=None,
+                   help="load the images into the engine's store (default: yes, but not with --push when the "
+                        "engine is only the default 'auto': the GPU hosts pull from the registry)")
     p.add_argument("--registry", metavar="HOST/PREFIX",
                    help="image prefix and registry (default: matrix.registry, e.g. 127.0.0.1:5000/pinmatrix)")
     p.add_argument("--no-lock", action="store_true",
@@ -145,13 +151,20 @@ def run(args: argparse.Namespace) -> int:
         lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
     if args.print_plan:
         return _print_plan(cells, settings, lock_problems)
-    engine = choose_engine(args.engine or matrix.settings.engine)
+    engine_name = args.engine or matrix.settings.engine
+    load_images = args.load if args.load is not None else not (args.push and engine_name == "auto")
+    settings = replace(settings, load=load_images)
+    compiles = any(needs_containerfile(c) for c in cells)
+    engine = choose_engine(engine_name) if load_images or compiles else None
+    if args.push and not load_images:
+        console.print("--push: images go to the registry from the OCI layout; nothing is loaded into an engine "
+                      "(--load loads them too)")
     registry = Registry.from_setting(registry_setting) if registry_setting else None
     if args.push and registry is None:
         raise PinmatrixError("--push needs a registry: set matrix.registry or pass --registry")
     if args.push and registry is not None and not registry.ping():
         raise PinmatrixError(f"registry {registry.host} is not reachable; start it or drop --push")
-    where = f"into {engine.name}" if engine else "into the OCI layout only"
+    where = f"into {engine.name}" if engine and load_images else "into the OCI layout only"
     console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once; logs in {settings.logs_dir}")
     results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems)
     console.print(summary_table(results))
