@@ -324,3 +324,92 @@ def test_retry_after_forms() -> None:
     assert retry_delay("soon, please", 1) == 1.0  # unreadable: the backoff
     assert retry_delay(format_datetime(datetime.now(timezone.utc) + timedelta(hours=2), usegmt=True), 0) is None
     assert client_module.MAX_RETRY_WAIT == 30.0
+
+
+# ------------------------------------------------------------------------------------------ edges of the helper rules
+
+
+def test_what_a_helper_and_an_auths_entry_give_for_an_identity_token(tmp_path: Path, private_home: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    _helper(bin_dir, "tok", _answer("<token>", IDENTITY))
+    config = _docker_config(private_home, {"credHelpers": {"h.example": "tok"}, "auths": {
+        "named.example": {"username": "bob", "identitytoken": IDENTITY},
+        "bare.example": {"identitytoken": IDENTITY},
+        "odd.example": {"username": 5, "identitytoken": IDENTITY},
+        "empty.example": {"username": "", "identitytoken": IDENTITY}}})
+    found = find_credentials("h.example")
+    assert found is not None
+    assert (found.username, found.password, found.source, found.key, found.identity_token, found.helper) == \
+        ("<token>", "", config, "h.example", IDENTITY, "docker-credential-tok (credHelpers['h.example'])")
+    for host, user in (("named.example", "bob"), ("bare.example", "<token>"), ("odd.example", "<token>"),
+                       ("empty.example", "<token>")):
+        got = find_credentials(host)
+        assert got is not None and (got.username, got.password, got.identity_token) == (user, "", IDENTITY), host
+
+
+@pytest.mark.parametrize(("script", "message"), [
+    # bytes that are not UTF-8, shown as '?', and no crash on them
+    ("printf 'bad \\377\\376 byte' >&2; exit 3", "failed (exit 3): bad ?? byte"),
+    ("printf 'x\\377 credentials not found' >&2; exit 1", None),  # still read as 'not found'
+    ("exit 3", "failed (exit 3): no output"),
+    ("printf '%0300d' 0 >&2; exit 4", "failed (exit 4): " + "0" * 200),  # the message is cut at 200
+    # stderr is read up to the bound only: a 'not found' past it is not seen
+    ("head -c 70000 /dev/zero | tr '\\0' a >&2; echo 'credentials not found' >&2; exit 1",
+     "failed (exit 1): " + "a" * 200),
+])
+def test_what_a_failing_helper_says_is_bounded_and_shown_safely(tmp_path: Path, private_home: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, script: str,
+                                                                message: str | None) -> None:
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    _helper(bin_dir, "bad", script)
+    config = _docker_config(private_home, {"credsStore": "bad"})
+    if message is None:
+        assert find_credentials("h.example") is None
+        return
+    with pytest.raises(AuthError) as err:
+        find_credentials("h.example")
+    assert str(err.value) == f"docker-credential-bad get h.example ({config}) {message}"
+
+
+def test_an_answer_of_exactly_the_bound_is_read_and_an_endless_one_is_cut(tmp_path: Path, private_home: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.registry import auth
+
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    doc = json.dumps({"Username": "u", "Secret": "p"})
+    padded = doc + " " * (auth.MAX_HELPER_OUTPUT - len(doc))  # JSON with trailing blanks, 65536 bytes in all
+    (tmp_path / "answer.json").write_text(padded)
+    _helper(bin_dir, "exact", f"cat {tmp_path / 'answer.json'}")
+    _docker_config(private_home, {"credsStore": "exact"})
+    assert find_credentials("h.example").username == "u"  # type: ignore[union-attr]
+    # an answer that never ends is cut at the bound, long before the timeout
+    monkeypatch.setattr(auth, "HELPER_TIMEOUT", 20.0)
+    _helper(bin_dir, "endless", "exec yes aaaaaaaaaaaaaaaa")
+    config = _docker_config(private_home, {"credsStore": "endless"})
+    started = time.monotonic()
+    with pytest.raises(AuthError) as err:
+        find_credentials("h.example")
+    assert str(err.value) == f"docker-credential-endless get h.example ({config}): more than 65536 bytes of answer"
+    assert time.monotonic() - started < 10
+
+
+def test_a_helper_that_cannot_start_and_a_long_bad_name(tmp_path: Path, private_home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    helper = _helper(bin_dir, "broken", "")
+    helper.write_text("#!/nonexistent/interpreter\n")
+    config = _docker_config(private_home, {"credsStore": "broken"})
+    with pytest.raises(AuthError) as err:
+        find_credentials("h.example")
+    assert str(err.value) == (f"{config}: credsStore names the credential helper docker-credential-broken, "
+                              "which cannot run: No such file or directory")
+    name = "a/" * 60
+    config = _docker_config(private_home, {"credsStore": name})
+    with pytest.raises(AuthError) as err:
+        find_credentials("h.example")
+    assert str(err.value) == f"{config}: credsStore names the credential helper {name[:80]!r}, which is not a plain name"
