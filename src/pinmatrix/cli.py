@@ -1,63 +1,73 @@
 """The ``pinmatrix`` command line: the pipeline below, one thin command module per step
-(``pinmatrix.commands.<name>`` with ``register(subparsers)``). Errors of the package's own type are caught here,
-once, and printed as one line."""
+(``pinmatrix.commands.<name>`` with ``register(subparsers)``), imported only for the command that runs. Errors of
+the package's own type are caught here, once, and printed as one line."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from types import ModuleType
+from collections.abc import Collection, Mapping, Sequence
 
 from pinmatrix import __version__
-from pinmatrix.commands import (
-    arch_scan,
-    bisect,
-    build,
-    bundle,
-    cells,
-    ci,
-    engine_env,
-    keygen,
-    lock,
-    promote,
-    pull,
-    registry,
-    report,
-    results,
-    smoke,
-    validate,
-    verify,
-)
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.sanitize import terminal_text  # errors may quote smoke output or imported rows
 
-# The pipeline, in order: each step with the commands that run it. --help shows it as is.
-PIPELINE: tuple[tuple[str, tuple[ModuleType, ...]], ...] = (
-    ("matrix: read, check and expand matrix.toml", (validate, cells)),
-    ("lock: pin every cell with hashes", (lock,)),
-    ("image: assemble one OCI image per cell", (build,)),
-    ("bundle: carry a cell's wheels or image, in parts, to a host without network", (bundle,)),
-    ("smoke: run kernels on GPU hosts, read binaries, find boundaries", (smoke, arch_scan, bisect)),
-    ("results: the store and the report", (results, report)),
-    ("release: promote by digest, verify, pull", (promote, verify, pull, keygen)),
-    ("ci: jobs per cell, the local registry, the engine's environment", (ci, registry, engine_env)),
+# The pipeline, in order: each step with its commands and their one-line help (the same words each command
+# module gives its own parser: tests/test_cli_lazy.py holds them equal). --help shows it as is.
+PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("matrix: read, check and expand matrix.toml", (
+        ("validate", "check matrix.toml and report every problem with its line"),
+        ("cells", "list the matrix's cells with ids, pins, arch flags, patches and known issues"))),
+    ("lock: pin every cell with hashes", (
+        ("lock", "lock each cell with uv into locks/<cell-id>.txt (pins + sha256 hashes)"),)),
+    ("image: assemble one OCI image per cell", (
+        ("build", "assemble one OCI image per cell (tag = cell id), skipping cells already built"),)),
+    ("bundle: carry a cell's wheels or image, in parts, to a host without network", (
+        ("bundle", "pack a cell's wheels or an image into parts of bounded size for a host without network"),)),
+    ("smoke: run kernels on GPU hosts, read binaries, find boundaries", (
+        ("smoke", "run smoke kernels per cell on this host and record the results"),
+        ("arch-scan", "read the SASS/PTX targets of every CUDA binary in each cell's wheels and judge them "
+                      "against the cell's GPU (no GPU needed)"),
+        ("bisect", "find the smallest failing parameter value, or the first release/variant where a smoke "
+                   "changes"))),
+    ("results: the store and the report", (
+        ("results", "query recorded smoke results (table or --json)"),
+        ("report", "write the HTML report, a Markdown summary, JUnit XML and JSON from the results store"))),
+    ("release: promote by digest, verify, pull", (
+        ("promote", "promote cells whose results meet the stack's policy: copy by digest, attest, tag known-good"),
+        ("verify", "check an image's signed evidence: signature, subject digest, repository, cell labels"),
+        ("pull", "pull the newest known-good image whose requirements this host meets, by digest"),
+        ("keygen", "make an ed25519 key pair for signing promotion evidence (PREFIX.key, PREFIX.pub)"))),
+    ("ci: jobs per cell, the local registry, the engine's environment", (
+        ("ci", "emit CI jobs (GitHub Actions matrix, Kubernetes Jobs, Slurm arrays) and collect their results"),
+        ("registry", "start, stop or show the embedded registry (Debian's docker-registry, data in .pinmatrix/)"),
+        ("engine-env", 'print the podman environment pinmatrix uses, for eval "$(pinmatrix engine-env)"'))),
 )
-COMMAND_MODULES: tuple[str, ...] = tuple(m.__name__.rsplit(".", 1)[1].replace("_", "-")
-                                         for _, modules in PIPELINE for m in modules)
+COMMAND_HELP: dict[str, str] = {name: text for _, commands in PIPELINE for name, text in commands}
+COMMAND_MODULES: tuple[str, ...] = tuple(COMMAND_HELP)
+ENV_PREFIX = "PINMATRIX_"
+
+
+def command_module(name: str) -> str:
+    """The module that defines command ``name`` (``arch-scan`` -> ``pinmatrix.commands.arch_scan``)."""
+    return f"pinmatrix.commands.{name.replace('-', '_')}"
 
 
 def _pipeline_text() -> str:
     return "pipeline:\n" + "\n".join(
-        f"  {step}\n      " + ", ".join(m.__name__.rsplit(".", 1)[1].replace("_", "-") for m in modules)
-        for step, modules in PIPELINE) + (
+        f"  {step}\n      " + ", ".join(name for name, _ in commands) for step, commands in PIPELINE) + (
         "\n\nevery option can come from the environment: PINMATRIX_<COMMAND>_<OPTION>, e.g.\n"
         "  PINMATRIX_PULL_STACK=demo pinmatrix pull   (= pinmatrix pull --stack demo; the command line wins)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full: Collection[str] | None = None, environ: Mapping[str, str] | None = None
+                 ) -> argparse.ArgumentParser:
+    """The parser. ``full`` names the commands whose modules are imported and whose options are defined (all
+    of them by default); the others are listed by name and help only, so that ``pinmatrix --help`` and one
+    command do not import every step's libraries."""
     parser = argparse.ArgumentParser(
         prog="pinmatrix",
         description=(
@@ -69,16 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pinmatrix {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for _, modules in PIPELINE:
-        for module in modules:
-            module.register(sub)
+    for name in COMMAND_MODULES:
+        if full is None or name in full:
+            importlib.import_module(command_module(name)).register(sub)
+        else:
+            sub.add_parser(name, help=COMMAND_HELP[name])
     from pinmatrix.envdefaults import apply_environment
 
-    try:
-        apply_environment(parser, os.environ)  # PINMATRIX_<COMMAND>_<OPTION>: the command line still wins
+    try:  # PINMATRIX_<COMMAND>_<OPTION>: the command line still wins
+        apply_environment(parser, os.environ if environ is None else environ)
     except ValueError as err:
         parser.error(str(err))
     return parser
+
+
+def commands_for(argv: Sequence[str], environ: Mapping[str, str]) -> set[str]:
+    """The commands a run needs defined in full: the one named on the command line, and every command a
+    PINMATRIX_<COMMAND>_ variable of the environment is for (so that a bad value is refused whatever runs)."""
+    wanted = {next((a for a in argv if not a.startswith("-")), "")} & set(COMMAND_HELP)
+    for key in environ:
+        if key.startswith(ENV_PREFIX):
+            wanted |= {n for n in COMMAND_HELP if key.startswith(f"{ENV_PREFIX}{n.upper().replace('-', '_')}_")}
+    return wanted
 
 
 def _quiet_broken_pipe() -> int:
@@ -93,8 +115,9 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(commands_for(arguments, os.environ))
+    args = parser.parse_args(arguments)
     from pinmatrix.matrix.expand import MAX_COMBINATIONS_OVERRIDE
 
     # --max-combinations holds for this command only (main() may run many commands in one process)

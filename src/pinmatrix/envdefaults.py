@@ -54,12 +54,12 @@ def _convert(action: argparse.Action, raw: str, name: str) -> Any:
             raise ValueError(f"{name}={raw}: invalid choice {text!r} (choose from {', '.join(map(str, action.choices))})")
         return value
 
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
         word = raw.strip().lower()
         if word not in TRUE | FALSE:
             raise ValueError(f"{name}={raw}: expected 1/true/yes/on or 0/false/no/off")
         on = word in TRUE
-        return on if isinstance(action, argparse._StoreTrueAction) else not on
+        return not on if isinstance(action, argparse._StoreFalseAction) else on
     if isinstance(action, argparse._CountAction):
         if not raw.strip().isdigit():
             raise ValueError(f"{name}={raw}: expected a count (0, 1, 2, ...)")
