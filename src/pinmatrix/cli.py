@@ -41,10 +41,11 @@ PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("verify", "check an image's signed evidence: signature, subject digest, repository, cell labels"),
         ("pull", "pull the newest known-good image whose requirements this host meets, by digest"),
         ("keygen", "make an ed25519 key pair for signing promotion evidence (PREFIX.key, PREFIX.pub)"))),
-    ("ci: jobs per cell, the local registry, the engine's environment", (
+    ("ci: jobs per cell, the local registry, the engine's environment; shell completion", (
         ("ci", "emit CI jobs (GitHub Actions matrix, Kubernetes Jobs, Slurm arrays) and collect their results"),
         ("registry", "start, stop or show the embedded registry (Debian's docker-registry, data in .pinmatrix/)"),
-        ("engine-env", 'print the podman environment pinmatrix uses, for eval "$(pinmatrix engine-env)"'))),
+        ("engine-env", 'print the podman environment pinmatrix uses, for eval "$(pinmatrix engine-env)"'),
+        ("completion", "print a shell completion script (bash, zsh, tcsh) for every command and option"))),
 )
 COMMAND_HELP: dict[str, str] = {name: text for _, commands in PIPELINE for name, text in commands}
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMAND_HELP)
