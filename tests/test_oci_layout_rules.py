@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_a_new_layout_has_its_marker_and_an_empty_index_and_keeps_them(tmp_path:
     assert (tmp_path / "oci" / "oci-layout").read_text() == "kept"
 
 
-@pytest.mark.parametrize("digest", ["sha512:" + "a" * 64, "sha256:" + "a" * 63, "sha256:" + "A" * 64,
+@pytest.mark.parametrize("digest", ["sha512:" + "a" * 64, "sha256:" + "a" * 63, "sha256:" + "A" * 64, "sha256:" + "X" * 64,
                                     "sha256:" + "g" * 64, "sha256:../" + "a" * 61])
 def test_a_blob_is_named_only_by_a_sha256_digest(tmp_path: Path, digest: str) -> None:
     with pytest.raises(LayoutError) as err:
@@ -132,14 +133,14 @@ def test_index_entries_without_a_name_or_a_manifest_are_not_images(tmp_path: Pat
     layout = OCILayout(tmp_path / "oci").init()
     digest = _image(layout, "reg/a:1")
     index = json.loads((tmp_path / "oci" / "index.json").read_text())
-    index["manifests"] += [{"digest": digest}, {"digest": digest, "annotations": {"other": "x"}},
-                           {"digest": _digest(b"gone"), "annotations": {REF_NAME: "reg/gone:1"}}]
+    index["manifests"] = [{"digest": digest}, {"digest": digest, "annotations": {"other": "x"}},
+                          {"digest": _digest(b"gone"), "annotations": {REF_NAME: "reg/gone:1"}}] + index["manifests"]
     (tmp_path / "oci" / "index.json").write_text(json.dumps(index))
     assert [i.ref for i in layout.images()] == ["reg/a:1"]
-    _image(layout, "reg/z:1")  # an entry without annotations sorts first and is kept
+    _image(layout, "127.0.0.1:5000/z:1")  # entries without a name sort first, before any name, and are kept
     assert [m.get("annotations", {}).get(REF_NAME) for m in
             json.loads((tmp_path / "oci" / "index.json").read_text())["manifests"]] == [
-        None, None, "reg/a:1", "reg/gone:1", "reg/z:1"]
+        None, None, "127.0.0.1:5000/z:1", "reg/a:1", "reg/gone:1"]
 
 
 @pytest.mark.parametrize(("text", "line"), [
@@ -215,6 +216,18 @@ def test_only_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [n for n, gone in names.items() if not gone] + [f".dir.{dead}.part"])
     assert remove_dead_temporaries(tmp_path / "absent") == []
+
+
+def test_asking_whether_a_writer_lives_sends_it_no_signal() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert oci._alive(child.pid) is True
+        time.sleep(0.2)
+        assert child.poll() is None  # still running: signal 0 only asks
+    finally:
+        child.kill()
+        child.wait()
+    assert oci._alive(child.pid) is False
 
 
 def test_a_pid_of_another_user_counts_as_alive(monkeypatch: pytest.MonkeyPatch) -> None:
