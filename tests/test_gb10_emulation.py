@@ -64,6 +64,18 @@ def test_an_arm64_image_imports_its_package_under_emulation(build_cache: Path, t
     layout = Assembler(AssemblySettings(root=tmp_path, cache_dir=build_cache, layout_dir=settings.layout)).layout
     stored = layout.image(image_ref(cell, "localhost/t"))
     assert stored is not None
+    # dpkg never ran in the extract base: its status file is written from the unpacked .debs (for the SBOM)
+    import tarfile
+
+    from pinmatrix.release.debian import parse_status
+
+    base_blob = layout.blobs / stored.manifest["layers"][0]["digest"].split(":", 1)[1]
+    with tarfile.open(base_blob) as tar:
+        member = tar.extractfile("var/lib/dpkg/status")
+        assert member is not None
+        packages = {p.name: p for p in parse_status(member.read().decode(), "status")}
+    assert {"python3-minimal", "libc6", "dash"} <= set(packages)
+    assert {p.architecture for p in packages.values()} <= {"arm64", "all"}
     load_into_engine(layout, stored, engine)
     smoke = import_smoke(engine, stored.ref, "arm64", ("six", "getpass"), timeout=600)
     assert smoke.ok, smoke.output

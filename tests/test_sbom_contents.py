@@ -93,6 +93,13 @@ def test_the_installed_packages_of_a_dpkg_status_file() -> None:
     assert (by_name["perl-base"].source, by_name["perl-base"].source_version) == ("perl", "5.40.1-6")
 
 
+def test_an_extract_bases_unpacked_packages_count_and_half_installed_ones_do_not() -> None:
+    text = ("Package: dash\nVersion: 0.5.12-12\nArchitecture: arm64\nStatus: install ok unpacked\n\n"
+            "Package: dpkg\nVersion: 1.22.22\nArchitecture: arm64\nStatus: install ok half-installed\n\n"
+            "Package: libc6\nSource: glibc\nVersion: 2.41-12\nArchitecture: arm64\nStatus: install ok half-configured\n")
+    assert [(p.name, p.architecture) for p in parse_status(text, "status")] == [("dash", "arm64")]
+
+
 def test_the_hosts_own_dpkg_database_parses() -> None:
     status = Path("/var/lib/dpkg/status")
     if not status.is_file():

@@ -45,7 +45,14 @@ EXTRACT_PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/n
 EXTRACT_GROUP = b"root:x:0:\nnogroup:x:65534:\n"
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 CA_SOURCES = "usr/share/ca-certificates/"
-EXTRACT_FORMAT = 1  # bump when what an extract base gets beyond its packages changes
+EXTRACT_FORMAT = 2  # bump when what an extract base gets beyond its packages changes
+# dpkg never runs in an extract base, so its status file stays empty and the image's SBOM would name no Debian
+# package: write one from the unpacked .debs' own control fields (host dpkg-deb reads any architecture's), each
+# "install ok unpacked", which is what they are. mmdebstrap runs no customize hook for this variant.
+EXTRACT_STATUS_HOOK = (
+    "--extract-hook=export LC_ALL=C; for deb in \"$1\"/var/cache/apt/archives/*.deb; do "
+    "dpkg-deb --field \"$deb\" Package Source Version Architecture || exit 1; "
+    "printf 'Status: install ok unpacked\\n\\n'; done > \"$1/var/lib/dpkg/status\"")
 PATH_EXCLUDES: tuple[str, ...] = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*",
                                   "/usr/share/locale/*", "/usr/share/lintian/*")
 # Host state mmdebstrap copies in, and what the container runtime provides at run time instead.
@@ -151,6 +158,7 @@ def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
             *[f"--dpkgopt=path-exclude={p}" for p in inputs.excludes],
             "--dpkgopt=path-include=/usr/share/doc/*/copyright",
             "--customize-hook=rm -f \"$1/etc/hostname\" \"$1/etc/resolv.conf\"",
+            *([EXTRACT_STATUS_HOOK] if inputs.variant == "extract" else []),
             "--", inputs.suite, str(out), inputs.mirror]
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch)}
     with open(log, "a", encoding="utf-8") as handle:

@@ -4,7 +4,8 @@ against its digest), parsed as data into typed records.
 
 The base layers are those the image config's history names ``pinmatrix: base ...`` (``image/config.py``
 writes one such entry per base layer, on both build paths); they are read bottom to top, so the topmost status
-file wins and a whiteout of it removes it. Only packages whose ``Status`` says ``installed`` count. The file is
+file wins and a whiteout of it removes it. Only packages whose ``Status`` says ``installed`` or ``unpacked`` (an
+extract base's packages: their files are all there, no maintainer script ran) count. The file is
 bounded (``MAX_STATUS``), so is the number of entries (``MAX_PACKAGES``), and every name, version and
 architecture must have the form Debian policy gives it: anything else is one line naming the image and the
 entry. Each package becomes ``pkg:deb/debian/NAME@VERSION?arch=ARCH`` (the purl spec's deb type).
@@ -58,6 +59,9 @@ class DebianPackage(Strict):
                           qualifiers={"arch": self.architecture})
 
 
+PRESENT = frozenset({"installed", "unpacked"})  # the package's files are in the image
+
+
 def _stanzas(text: str) -> Iterable[dict[str, str]]:
     """The entries of a deb822 file (a dpkg status file), each field -> its first line (continuations dropped:
     none of the fields read here has one)."""
@@ -86,7 +90,7 @@ def parse_status(text: str, source: str) -> list[DebianPackage]:
         if count > MAX_PACKAGES:
             raise DebianError(f"{source}: more than {MAX_PACKAGES} entries")
         status = fields.get("Status", "").split()
-        if len(status) != 3 or status[2] != "installed":
+        if len(status) != 3 or status[2] not in PRESENT:
             continue  # not-installed, config-files, half-installed, ...: not in the image as a package
         name = fields.get("Package", "")
         src = _SOURCE.match(fields.get("Source", ""))
