@@ -390,6 +390,81 @@ def _ca_certificate() -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
+def _https_index(tmp_path: Path) -> tuple[Path, http.server.ThreadingHTTPServer]:
+    """An index over https on 127.0.0.1 whose certificate a CA made here signed; returns (the CA file, server)."""
+    import datetime as dt
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pinmatrix test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "index")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False).sign(ca_key, hashes.SHA256()))
+    ca_file, cert_file, key_file = tmp_path / "ca.crt", tmp_path / "server.pem", tmp_path / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    page = json.dumps({"files": [{"filename": NAME, "url": "/w.whl", "hashes": {"sha256": SHA}}]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = {"/simple/tiny/": page, "/w.whl": BODY}.get(self.path, b"")
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    return ca_file, server
+
+
+def test_an_https_index_is_trusted_through_the_matrixs_ca_only(tmp_path: Path) -> None:
+    ca_file, server = _https_index(tmp_path)
+    try:
+        url = f"https://127.0.0.1:{server.server_port}/simple"
+        fetcher = WheelFetcher(tmp_path / "cache", context=ssl_context([ca_file]))
+        wheel = fetcher.choose(_entry(), Target("3.13", "x86_64-manylinux_2_28"), [IndexSpec("tls", url, default=True)])
+        assert fetcher.fetch(wheel).read_bytes() == BODY
+        with pytest.raises(IndexUnreachable, match=r"CERTIFICATE_VERIFY_FAILED"):
+            WheelFetcher(tmp_path / "other").files(url, "tiny")  # the system's trust store alone
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_index_that_stalls_is_unreachable_in_one_line(index: Index) -> None:
+    index.stall.add("/simple/tiny/")
+    with pytest.raises(IndexUnreachable) as err:
+        WheelFetcher(Path("/x"), timeout=0.3).files(index.url + "/simple", "tiny")
+    assert str(err.value) == f"index {index.url}/simple unreachable: timed out"
+
+
+def test_a_file_without_a_url_points_at_its_page(index: Index) -> None:
+    index.page("tiny", [{"filename": NAME, "hashes": {"sha256": SHA}}])
+    assert WheelFetcher(Path("/x")).files(index.url + "/simple", "tiny")[0]["url"] == index.url + "/simple/tiny/"
+
+
 def test_extra_ca_files_and_folders_are_read_and_a_bad_one_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "cas"
     folder.mkdir()
