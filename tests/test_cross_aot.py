@@ -88,7 +88,7 @@ def test_without_the_cross_compiler_the_cell_gets_no_layer_and_one_line(monkeypa
     first = jitcache.plan(cell, SHAS, "base", epoch=1, level=1)
     assert first is not None
     real = shutil.which
-    monkeypatch.setattr(crossaot.shutil, "which", lambda name: None if name == CROSS else real(name))
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == CROSS else real(name))
 
     def never(*_: object) -> object:
         raise AssertionError("nothing is fetched for a cell that cannot be cross-compiled")
