@@ -219,8 +219,11 @@ def test_only_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
 
 
 def test_asking_whether_a_writer_lives_sends_it_no_signal() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    code = ("import signal, sys, time\nfor s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):\n"
+            "    signal.signal(s, signal.SIG_DFL)\nprint('ready', flush=True)\ntime.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"  # a default handler for each
         assert oci._alive(child.pid) is True
         time.sleep(0.2)
         assert child.poll() is None  # still running: signal 0 only asks
