@@ -45,7 +45,8 @@ def test_push_loads_nothing_unless_asked(docker_registry: Service, podman_env: S
     said = " ".join(err.split())  # the console wraps its lines
     assert "--push: images go to the registry from the OCI layout; nothing is loaded into an engine" in said
     assert "into the OCI layout only" in said
-    (entry,) = json.loads((tmp_path / "pushed.json").read_text())
+    (entry,) = json.loads((tmp_path / "pushed.json").read_text()).values()
+    assert entry["cell"] == cell
     ref = entry["ref"]
     repository = ref.split("/", 1)[1].rsplit(":", 1)[0]
     assert Registry(docker_registry.address).manifest_digest(repository, entry["digest"]) == entry["digest"]

@@ -36,7 +36,8 @@ def _build(tmp: Path, engine_env: dict[str, str], engine: str, hostname: str, um
     env = {**os.environ, **engine_env, "TMPDIR": str(tmp / "tmp")}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (entry,) = json.loads((tmp / "built.json").read_text())
+    ((cell, entry),) = json.loads((tmp / "built.json").read_text()).items()
+    assert cell == cell_id == entry["cell"]
     assert entry["status"] == "built", entry
     return entry
 

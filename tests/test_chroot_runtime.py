@@ -160,8 +160,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     done = _pinmatrix("build", str(REPO / "matrix.toml"), "--stack", "demo", "--engine", "none", "--layout",
                       str(tmp / "oci"), "--metadata-file", str(meta), "--logs-dir", str(tmp / "build-logs"))
     assert done.returncode == 0, done.stderr[-2000:]
-    built = json.loads(meta.read_text())
-    return {"layout": tmp / "oci", "roots": tmp / "roots", "digests": {b["cell"]: b["digest"] for b in built},
+    built = json.loads(meta.read_text())  # keyed by cell id
+    return {"layout": tmp / "oci", "roots": tmp / "roots", "digests": {cell: b["digest"] for cell, b in built.items()},
             "tmp": tmp}
 
 

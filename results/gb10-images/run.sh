@@ -18,7 +18,7 @@ step "cells"
 step "assemble (no engine): pinmatrix build --engine none"
 /usr/bin/time -v .venv/bin/pinmatrix build --engine none -k "$K" --jobs 2 --layout "$OUT/oci" \
     --logs-dir "$OUT/logs" --metadata-file "$OUT/build.json" 2>&1 | grep -v "^	[A-Z].*: 0$"
-python3 -c "import json; d=json.load(open('$OUT/build.json')); [print(c['cell'], c['ref'], c['digest'], len(c['layers']), 'layers') for c in (d if isinstance(d, list) else d.get('cells', d.get('results', [])))]" || true
+python3 -c "import json; d=json.load(open('$OUT/build.json')); [print(c['cell'], c['ref'], c['digest'], len(c['layers']), 'layers') for c in (d if isinstance(d, list) else d.values())]" || true
 du -sh "$OUT/oci"
 
 step "load into podman (the project's store: pinmatrix engine-env)"

@@ -21,6 +21,6 @@ echo "== podman storage: $(podman info --format '{{.Store.GraphDriverName}}')"
 .venv/bin/pinmatrix results --results "$STORE/results.sqlite"
 KERNEL=/opt/venv/lib/python3.13/site-packages/xformers/ops/_triton/tiled_matmul_kernels.py
 for cell in $(.venv/bin/pinmatrix cells --stack h200 --json | .venv/bin/python -c 'import json,sys; print(" ".join(c["id"] for c in json.load(sys.stdin)["cells"]))'); do
-  ref=$(.venv/bin/python -c 'import json,sys; print(next(r["ref"] for r in json.load(open(sys.argv[1])) if r["cell"] == sys.argv[2]))' "$OUT/build.json" "$cell")
+  ref=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]["ref"])' "$OUT/build.json" "$cell")
   echo "== $cell $ref: lines mentioning INT64_OFFSETS in $KERNEL: $(podman run --rm --network=none "$ref" grep -c INT64_OFFSETS "$KERNEL" || true)"
 done | tee "$OUT/patched-kernel.txt"

@@ -66,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print", dest="print_plan", action="store_true",
                    help="print the plan (cells, layers, what is cached) as JSON and build nothing")
     p.add_argument("--metadata-file", type=Path, metavar="FILE",
-                   help="write what was built (refs, manifest digests, layers) as JSON to FILE")
+                   help="write what was built as JSON to FILE: an object keyed by cell id, each with its ref, "
+                        "manifest digest, layers, status and log")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="wheels, layer records, rootfs (default: .pinmatrix/cache next to the matrix)")
@@ -173,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
     cached = sum(r.status == "cached" for r in results)
     print(f"{built} built, {cached} cached, {len(failed)} failed", file=sys.stderr)
     data = [r.to_json() for r in results]
-    if args.metadata_file:
-        atomic_write_text(args.metadata_file, json.dumps(data, indent=1) + "\n")
+    if args.metadata_file:  # keyed by cell id, as `docker buildx bake --metadata-file` keys by target
+        atomic_write_text(args.metadata_file, json.dumps({r["cell"]: r for r in data}, indent=1) + "\n")
     if args.json:
         print(json.dumps(data, indent=1))
     return 1 if failed else 0
