@@ -1,0 +1,107 @@
+"""What assembling a cell's image must cost at least, and what the tool a user would pick instead costs, both
+measured in the run that measures pinmatrix (issue: the floor must be a lower bound, not a straw man).
+
+- ``honest_floor``: the cell's wheels fetched by a parallel client into an empty folder, their tree unpacked and
+  written once as a plain tar to disk, then that tar compressed once with the cheapest compressor each layer
+  format allows, on every core (``pigz -1`` for gzip layers, ``zstd -3`` for zstd layers). Fetching and writing
+  the tar are independent, so the floor counts the longer of the two, plus the compression:
+  ``floor = max(fetch, tar) + compress``. Nothing can assemble the same bytes faster.
+- ``peer_build``: a Containerfile FROM the same Debian base (``podman import`` of the base layer pinmatrix built),
+  ``uv pip install --require-hashes --no-deps -r`` the cell's own lock into ``/opt/venv``, ``podman build`` into
+  overlay storage, then ``podman push`` to the same registry."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.image.wheels import WheelFetcher, cell_target, ssl_context
+from pinmatrix.lock.lockfile import parse_lock
+
+CORES = os.cpu_count() or 1
+COMPRESSORS = {"gzip": ["pigz", f"-p{CORES}", "-1", "-c"], "zstd": ["zstd", f"-T{CORES}", "-3", "-q", "-c"]}
+
+
+def _timed(argv: list[str], *, stdin: Path | None = None, cwd: Path | None = None,
+           env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    with open(stdin, "rb") if stdin else open(os.devnull, "rb") as source:
+        proc = subprocess.run(argv, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
+                              env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-500:]}")
+    return time.perf_counter() - t0
+
+
+def honest_floor(cell: Any, lock_text: str, work: Path, extra_ca: tuple[Path, ...], jobs: int) -> dict[str, Any]:
+    """The floor of assembling ``cell``'s wheels into layers, per layer format (see the module's docstring)."""
+    for tool in ("pigz", "zstd", "tar"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"the floor needs {tool} (apt-get install {tool})")
+    lock = parse_lock(lock_text)
+    fetcher = WheelFetcher(work / "wheels", context=ssl_context(extra_ca))
+    target = cell_target(cell)
+    t0 = time.perf_counter()
+    wheels = [fetcher.choose(e, target, cell.indexes) for e in lock.entries]
+    with ThreadPoolExecutor(max(jobs, 8)) as pool:
+        paths = list(pool.map(fetcher.fetch, wheels))
+    fetch_s = time.perf_counter() - t0
+    tree = work / "tree"
+    for path in paths:
+        with zipfile.ZipFile(path) as zf:
+            zf.extractall(tree)
+    tar_path = work / "tree.tar"
+    tar_s = _timed(["tar", "-cf", str(tar_path), "-C", str(tree), "."])
+    tree_bytes = tar_path.stat().st_size
+    figures: dict[str, Any] = {"floor_fetch_s": round(fetch_s, 1), "floor_tar_s": round(tar_s, 1),
+                               "floor_tar_bytes": tree_bytes, "wheel_bytes": sum(p.stat().st_size for p in paths),
+                               "floor_cores": CORES}
+    for fmt, argv in COMPRESSORS.items():
+        compress_s = _timed(argv, stdin=tar_path)
+        figures[f"floor_{fmt}_compress_s"] = round(compress_s, 1)
+        figures[f"floor_{fmt}_s"] = round(max(fetch_s, tar_s) + compress_s, 1)
+    shutil.rmtree(tree)
+    tar_path.unlink()
+    return figures
+
+
+CONTAINERFILE = """FROM {base}
+COPY uv /usr/local/bin/uv
+COPY lock.txt /lock.txt
+COPY ca.pem /ca.pem
+ENV SSL_CERT_FILE=/ca.pem
+RUN UV_CACHE_DIR=/tmp/uv-cache uv venv --python /usr/bin/python3 /opt/venv \\
+ && UV_CACHE_DIR=/tmp/uv-cache uv pip install --python /opt/venv/bin/python --require-hashes --no-deps \\
+      --index-url {index} -r /lock.txt \\
+ && rm -rf /tmp/uv-cache
+"""
+
+
+def peer_build(base_layer: Path, lock_text: str, index: str, work: Path, env: dict[str, str],
+               push_ref: str, extra_ca: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The peer's ``podman build`` + ``podman push`` of the same cell, timed; ``env`` points podman at a store of
+    its own. The base import is timed apart (a user's base is usually pulled once). The build trusts the host's CA
+    bundle plus ``extra_ca`` (the matrix's ca_certificates: an intercepting proxy's), as pinmatrix's own fetches do."""
+    pinned = Path(sys.executable).with_name("uv")  # the uv pinmatrix depends on, else the PATH's
+    uv = str(pinned) if pinned.is_file() else shutil.which("uv") or "uv"
+    context = work / "peer"
+    context.mkdir(parents=True)
+    shutil.copy(uv, context / "uv")
+    (context / "lock.txt").write_text(lock_text, encoding="utf-8")
+    bundle = b"".join(p.read_bytes() for p in (Path("/etc/ssl/certs/ca-certificates.crt"), *extra_ca) if p.is_file())
+    (context / "ca.pem").write_bytes(bundle)
+    base = "localhost/pinmatrix-bench-base:latest"
+    (context / "Containerfile").write_text(CONTAINERFILE.format(base=base, index=index), encoding="utf-8")
+    figures: dict[str, Any] = {}
+    figures["peer_base_import_s"] = round(_timed(["podman", "import", "--quiet", str(base_layer), base], env=env), 1)
+    figures["peer_build_s"] = round(_timed(["podman", "build", "--quiet", "--layers=false", "-t", push_ref,
+                                            "-f", str(context / "Containerfile"), str(context)], env=env), 1)
+    figures["peer_push_s"] = round(_timed(["podman", "push", "--quiet", "--tls-verify=false", push_ref], env=env), 1)
+    return figures
