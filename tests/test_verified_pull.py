@@ -162,11 +162,15 @@ def test_untampered_promotion_verifies_and_pulls(oci_registry: str, podman_env, 
     assert rc == 0, err
     assert out.startswith(f"verified {p.target.name}@{p.digest}: cell {p.cell_id}")
     assert "SBOM verified (2 components)" in out
+    (result_artifact,) = [a.digest for a in found if a.predicate_type == TEST_RESULT_PREDICATE]
+    assert f"result PASSED from attestation {result_artifact} signed at " in out  # the evidence it used
+    assert "the newest of" not in out  # only one was attached
     rc = main(p.verify(f"{p.target.name}@{p.digest}", "--json"))
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["ok"] is True and doc["problems"] == []
     assert (doc["cell_id"], doc["stack"], doc["result"], doc["sbom"]) == (p.cell_id, "demo", "PASSED", "verified")
     assert doc["keyids"] == [entry["signed_by"]]
+    assert doc["attestation"] == result_artifact
 
     # a real pull with podman (private storage), by digest, after verification
     for key, value in podman_env.env.items():

@@ -8,6 +8,11 @@ import argparse
 from pinmatrix.commands._common import examples, existing_file
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.paths import PUBLIC_KEY, public_key
+from pinmatrix.registry.client import Registry
+from pinmatrix.registry.ref import ImageRef
+from pinmatrix.release.attest import TEST_RESULT_PREDICATE
+from pinmatrix.release.signing import trusted_keys
+from pinmatrix.release.verify import verify_image
 
 
 class NotVerified(PinmatrixError):
@@ -39,11 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.registry.client import Registry
-    from pinmatrix.registry.ref import ImageRef
-    from pinmatrix.release.signing import trusted_keys
-    from pinmatrix.release.verify import verify_image
-
     ref = ImageRef.parse(args.reference)
     keys = trusted_keys(args.key, public_key())
     if not keys:
@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         signers = ", ".join(f"{k[:12]} ({sources.get(k)})" for k in result.keyids)
         sbom = (f"SBOM verified ({result.sbom_components} components)" if result.sbom == "verified"
                 else "no SBOM attached")
+        others = len([e for e in result.evidence if e.predicate_type == TEST_RESULT_PREDICATE]) - 1
+        used = (f"from attestation {result.attestation} signed at {result.signed_at}"
+                + (f", the newest of {others + 1}" if others > 0 else ""))
         print(f"verified {ref.name}@{result.digest}: cell {result.cell_id} {result.cell_name or ''} "
-              f"(stack {result.stack}), result {result.result}, signed by {signers}; {sbom}")
+              f"(stack {result.stack}), result {result.result} {used}, signed by {signers}; {sbom}")
     return 0

@@ -67,6 +67,7 @@ class Verification(BaseModel):
     stack: str | None = None
     cell_name: str | None = None
     result: str | None = None
+    attestation: str | None = None  # the digest of the artifact holding the newest signed result: the one used
     signed_at: str | None = None  # the newest signed result's signing time
     run_finished_at: str | None = None
     keyids: list[str] = Field(default_factory=list)
@@ -211,6 +212,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
     image = ref.with_digest(digest)
 
     verified_results: list[tuple[dict[str, Any], TrustedKey]] = []
+    artifact_of: dict[int, str] = {}  # id() of a verified statement -> the artifact it came in
     signed_sboms: list[dict[str, Any]] = []
     for att in attachments(registry, image):
         report = EvidenceReport(digest=att.digest, predicate_type=att.predicate_type,
@@ -253,6 +255,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
             continue
         if predicate == TEST_RESULT_PREDICATE:
             verified_results.append((statement, check.verified_by))
+            artifact_of[id(statement)] = att.digest
         elif predicate == SBOM_PREDICATE:
             signed_sboms.append(statement)
 
@@ -263,6 +266,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
                             f"({found} attestation(s) found: {detail})")
         return _finish(out)
     ordered = newest_first(verified_results)
+    out.attestation = artifact_of[id(ordered[0][0])]
     newest = ordered[0][0].get("predicate") or {}
     out.result = str(newest.get("result", "")) or None
     out.signed_at = str(newest.get("signedAt")) if newest.get("signedAt") is not None else None
