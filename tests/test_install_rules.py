@@ -78,6 +78,8 @@ def test_a_wheel_is_laid_out_with_its_modes_scripts_installer_and_a_true_record(
         "tiny/link": (b"target", 0o120777),  # a symlink's mode: not a regular file, never executable
         "tiny/nomode.py": (b"y = 2\n", 0),
         "tiny/run.sh": (b"#!/bin/sh\necho hi\n", 0o100755),
+        "tiny/other-x.sh": (b"#!/bin/sh\n", 0o100001),  # executable by others only: still executable
+        "tiny/other-w.txt": (b"w\n", 0o100002),
         f"{DIST}/entry_points.txt": (b"[console_scripts]\ntiny-cli = tiny.cli:main\n", 0o100644),
         f"{DIST}/RECORD.jws": (b"signature", 0o100644),
         f"{DIST}/RECORD.p7s": (b"signature", 0o100644),
@@ -88,7 +90,7 @@ def test_a_wheel_is_laid_out_with_its_modes_scripts_installer_and_a_true_record(
     members, data = _layer(tmp_path, lambda w: install_wheel(wheel, w, LAYOUT))
     files = {n: m.mode for n, m in members.items() if m.isreg()}
     executable = {n for n, mode in files.items() if mode & 0o111}
-    assert executable == {f"{SITE}/tiny/run.sh", "opt/venv/bin/tool", "opt/venv/bin/tiny-cli"}
+    assert executable == {f"{SITE}/tiny/run.sh", f"{SITE}/tiny/other-x.sh", "opt/venv/bin/tool", "opt/venv/bin/tiny-cli"}
     assert all(mode in (0o644, 0o755) for mode in files.values())
     assert data[f"{SITE}/tiny/data.bin"] == big
     script = data["opt/venv/bin/tiny-cli"].decode()
@@ -137,6 +139,13 @@ def test_a_record_line_that_lies_is_quoted_bounded(tmp_path: Path) -> None:
                                          f"{len(body)}) are not RECORD's ({value[:60]}, {size[:20]})")
 
 
+def test_a_record_hash_with_a_character_more_is_refused(tmp_path: Path) -> None:
+    body = b"x = 1\n"
+    wheel = _wheel(tmp_path / "tiny-1.0-py3-none-any.whl", {"tiny.py": (body, 0o100644)},
+                   record={"tiny.py": f"{_hash(body)}X,{len(body)}"})
+    assert "are not RECORD's" in _refused(tmp_path, wheel)
+
+
 def test_a_record_hash_that_is_not_sha256_is_quoted_bounded(tmp_path: Path) -> None:
     body = b"x = 1\n"
     hash_text = "md5=" + "B" * 60
@@ -171,6 +180,9 @@ def test_a_path_with_a_nul_or_a_backslash_is_refused(tmp_path: Path, path: str) 
 def test_a_sized_stream_counts_and_hashes_what_is_read_and_starts_again_on_seek() -> None:
     data = b"line one\nline two\n"
     sized = _SizedStream(io.BytesIO(data), len(data), "f", (_hash(data), str(len(data))))
+    assert sized.readline() == b"line one\n" and sized.count == 9
+    assert sized.readline() == b"line two\n" and sized.count == 18
+    assert sized.seek(0) == 0 and sized.count == 0
     assert sized.readline() == b"line one\n" and sized.count == 9
     assert sized.read(4) == b"line" and sized.count == 13
     assert sized.seek(0) == 0 and sized.count == 0
