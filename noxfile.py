@@ -128,9 +128,11 @@ def benchmarks(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def mutation(session: nox.Session) -> None:
     """Mutation testing of the core with mutmut: matrix/expansion, compat, lock, classification, known issues,
-    promotion, pull and results ([tool.mutmut] in pyproject.toml names the modules and the tests).
+    promotion, pull and results, and the trust modules (signing, registry auth, boundaries, the builder's lock
+    check, wheels, wheel installation, the OCI layout, arch flags and verdicts) ([tool.mutmut] in pyproject.toml
+    names the modules and the tests).
 
-    Slow (about 3,900 mutants; each runs only the tests that cover its function): one at a time by default,
+    Slow (about 6,500 mutants; each runs only the tests that cover its function): one at a time by default,
     `-- --max-children N` for more. Ends with the score per module and every surviving mutant
     (tools/mutation_score.py; equivalent mutants are named in tools/equivalent_mutants.txt); `mutmut show NAME`
     shows one. Fails below 90% killed."""
