@@ -95,6 +95,8 @@ def test_a_wheel_is_laid_out_with_its_modes_scripts_installer_and_a_true_record(
     assert data[f"{SITE}/tiny/data.bin"] == big
     script = data["opt/venv/bin/tiny-cli"].decode()
     assert script.startswith("#!/opt/venv/bin/python\n") and "from tiny.cli import main" in script
+    # a .data/scripts file's #!python names the venv's interpreter, as pip writes it (RECORD lists it so, below)
+    assert data["opt/venv/bin/tool"] == b"#!/opt/venv/bin/python\nprint('tool')\n"
     assert data[f"{SITE}/{DIST}/INSTALLER"] == b"pinmatrix\n"
     assert "opt/venv/include/site/python3.13/tiny/tiny.h" in files
     assert f"{SITE}/tiny/dir" not in files

@@ -55,7 +55,7 @@ from pinmatrix.lock.lockfile import LockEntry
 from pinmatrix.registry.auth import find_credentials
 from pinmatrix.smoke.bundle import smoke_bundle, smoke_files
 
-LAYOUT_FORMAT = 1  # bump when a layer's bytes for the same inputs would change
+LAYOUT_FORMAT = 2  # bump when a layer's bytes for the same inputs would change (2: scripts' #!python rewritten)
 MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
 INSTALLER_VERSION = importlib.metadata.version("installer")

@@ -34,7 +34,7 @@ from installer.destinations import WheelDestination
 from installer.records import Hash, RecordEntry, parse_record_file
 from installer.scripts import Script
 from installer.sources import WheelFile as InstallerWheel
-from installer.utils import Scheme, construct_record_file
+from installer.utils import Scheme, construct_record_file, fix_shebang
 
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.layer import LayerWriter
@@ -197,6 +197,15 @@ class TarDestination(WheelDestination):
 
     def write_file(self, scheme: Scheme, path: str | os.PathLike[str], stream: BinaryIO,
                    is_executable: bool) -> RecordEntry:
+        """Lay one file out; a script's ``#!python`` first line becomes the venv's interpreter, as pip and
+        installer's own destination do (RECORD then lists the file as written)."""
+        if scheme == "scripts":
+            with fix_shebang(stream, self.layout.interpreter) as fixed:
+                return self._write(scheme, path, fixed, is_executable)
+        return self._write(scheme, path, stream, is_executable)
+
+    def _write(self, scheme: Scheme, path: str | os.PathLike[str], stream: BinaryIO,
+               is_executable: bool) -> RecordEntry:
         rel = Path(path).as_posix()
         target = self._target(scheme, rel)
         if isinstance(stream, _SizedStream):
