@@ -51,3 +51,32 @@ def test_help_names_the_options(capsys) -> None:  # noqa: ANN001
     out = capsys.readouterr().out
     for option in ("--stack", "-k", "--engine", "--jobs", "--push", "--registry"):
         assert option in out
+
+
+@pytest.mark.network  # the demo's wheels are looked up on the default index
+def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import json
+
+    rc = main(["build", str(REPO / "matrix.toml"), "--stack", "demo", "--print", "--cache-dir", str(tmp_path / "c")])
+    plan = json.loads(capsys.readouterr().out)
+    assert rc == 0 and plan
+    for cell in plan:
+        wheels = [layer for layer in cell["layers"] if layer["name"].startswith("wheel:")]
+        assert wheels and all(isinstance(w["download"], int) and w["download"] > 0 for w in wheels), wheels
+        assert cell["download_bytes"] == sum(w["download"] for w in wheels)
+    # a wheel already in the cache costs nothing: fetch one cell's wheels, then plan again
+    from pinmatrix.image.wheels import WheelFetcher, cell_target
+    from pinmatrix.lock.lockfile import parse_lock
+    from pinmatrix.lock.resolve import lock_path
+    from pinmatrix.matrix.selection import load, select
+
+    matrix, expansion = load(REPO / "matrix.toml")
+    cell = next(c for c in select(matrix, expansion, stack="demo") if c.id == plan[0]["cell"])
+    fetcher = WheelFetcher(tmp_path / "c" / "wheels")
+    for entry in parse_lock(lock_path(cell, REPO).read_text()).entries:
+        fetcher.fetch(fetcher.choose(entry, cell_target(cell), cell.indexes))
+    assert main(["build", str(REPO / "matrix.toml"), "--stack", "demo", "-k", cell.id, "--print",
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    (again,) = json.loads(capsys.readouterr().out)
+    assert again["download_bytes"] == 0
+    assert all(layer["download"] is None for layer in again["layers"])

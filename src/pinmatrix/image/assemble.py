@@ -95,6 +95,7 @@ class PlannedLayer:
     descriptor: LayerDescriptor | None = None
     cached: bool = False
     seconds: float = 0.0
+    download: int | None = None  # bytes to fetch for it: a wheel not in the cache, as its index declared them
 
 
 @dataclass
@@ -312,8 +313,10 @@ class Assembler:
         for entry in sorted(lock.entries, key=lambda e: e.name):
             wheel = self.choices.choose(entry, target, cell)
             wheels[entry.name] = wheel
+            fetch = None if self.fetcher.path(wheel).is_file() else (wheel.size or 0)
             image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
-                                             _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level)))
+                                             _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level),
+                                             download=fetch))
         for patch in cell.patches_to_apply:
             resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
             target_wheel = wheels.get(_canonical(patch.package))
@@ -529,7 +532,9 @@ def describe(images: Sequence[AssembledImage]) -> list[dict[str, object]]:
     return [{
         "cell": img.cell.id, "name": img.cell.name, "ref": img.ref, "digest": img.digest or None,
         "config": img.config_digest or None, "inputs": img.inputs, "cached": img.cached,
+        "download_bytes": sum(p.download or 0 for p in img.layers if not p.cached),
         "layers": [{"name": p.name, "key": p.key, "cached": p.cached,
                     "digest": p.descriptor.digest if p.descriptor else None,
-                    "size": p.descriptor.size if p.descriptor else None} for p in img.layers],
+                    "size": p.descriptor.size if p.descriptor else None,
+                    "download": p.download if not p.cached else None} for p in img.layers],
     } for img in images]
