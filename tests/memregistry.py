@@ -31,6 +31,7 @@ def digest_of(body: bytes) -> str:
 @dataclass
 class MemoryRegistry:
     referrers_api: bool = False
+    deletes: bool = False  # DELETE of a manifest by digest (distribution's storage.delete.enabled); else 405
     mounts: bool = True
     catalog_page: int = 1000
     basic: tuple[str, str] | None = None
@@ -208,6 +209,21 @@ def _handler(reg: MemoryRegistry) -> type[BaseHTTPRequestHandler]:
                                  None if rest.startswith("sha256:") else rest)
                 return self._send(201, b"", {"Docker-Content-Digest": digest})
             return self._error(404, "NAME_UNKNOWN")
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            started = self._start()
+            if started is None:
+                return
+            route = self._route(started[0])
+            if route is None or route[1] != "manifests" or not route[2].startswith("sha256:"):
+                return self._error(404, "NAME_UNKNOWN")
+            if not reg.deletes:
+                return self._error(405, "UNSUPPORTED")
+            repo, _, digest = route
+            if digest not in reg.linked.get(repo, set()):
+                return self._error(404, "MANIFEST_UNKNOWN")
+            reg.linked[repo].discard(digest)
+            return self._send(202)
 
     return Handler
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -326,3 +327,29 @@ def test_unsigned_evidence_is_never_accepted(oci_registry: str, tmp_path: Path, 
     assert line.count("unsigned: ignored") == 2
     rc = main(p.pull("--print"))
     assert rc == 2 and "no test-result attestation signed by a trusted key" in _one_line_error(capsys.readouterr().err)
+
+
+def test_a_repromotion_replaces_its_own_evidence_and_keeps_another_signers(oci_registry: str, tmp_path: Path,  # noqa: F811
+                                                                         capsys) -> None:  # noqa: ANN001
+    from pinmatrix.release.attest import attach
+
+    p = promote_signed(oci_registry, tmp_path, capsys, "vp-again")
+    image = p.target.with_digest(p.digest)
+    first = {a.predicate_type: a.digest for a in attachments(p.registry, image)}
+    other_key = load_signer(generate_keypair(tmp_path / "other")[0])
+    foreign = attach(p.registry, image, {"_type": "https://in-toto.io/Statement/v1", "predicateType":
+                                         TEST_RESULT_PREDICATE, "subject": [], "predicate": {}}, signer=other_key)
+    time.sleep(1.1)  # statements carry their signing second: a promotion within the same one is the same bytes
+    rc = main(["promote", str(p.matrix), "--cell", p.cell_id, "--results", str(tmp_path / "results.sqlite"),
+               "--known-good", str(p.known_good), "--signing-key", str(tmp_path / "keys" / "signer.key"), "--force"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and f"promoted {p.cell_id}" in out, err
+    after = attachments(p.registry, image)
+    ours = {a.predicate_type: a.digest for a in after if a.digest != foreign}
+    assert set(ours) == {TEST_RESULT_PREDICATE, SBOM_PREDICATE}  # one of each, not two
+    assert not set(ours.values()) & set(first.values())  # the new ones, the earlier ones gone
+    assert foreign in {a.digest for a in after}  # another signer's evidence is not ours to remove
+    assert len(after) == 3
+    rc = main(p.verify(f"{p.target.name}@{p.digest}"))
+    out = capsys.readouterr().out
+    assert rc == 0 and f"from attestation {ours[TEST_RESULT_PREDICATE]} " in out

@@ -640,6 +640,31 @@ class Registry:
             })
         return artifact.digest
 
+    def remove_referrers(self, repository: str, subject_digest: str, digests: set[str]) -> set[str]:
+        """Take the artifacts ``digests`` off ``subject_digest``'s referrers; returns those still listed. Through
+        the tag schema fallback, the index is written again without them (the artifacts stay, unreferenced,
+        for the registry's garbage collection); where the registry indexes referrers itself, an artifact goes
+        only if the registry deletes its manifest (registries without deletes keep it: returned)."""
+        if not digests:
+            return set()
+        if self.supports_referrers_api(repository, subject_digest):
+            kept = set()
+            for digest in sorted(digests):
+                try:
+                    self._request("DELETE", f"/v2/{repository}/manifests/{digest}", ok=(200, 202))
+                except RegistryError:
+                    kept.add(digest)  # deletes disabled (405) or not allowed: it stays a referrer
+            return kept
+        tag = referrers_tag(subject_digest)
+        current = self.get_manifest(repository, tag)
+        manifests = list(current.json.get("manifests") or []) if current else []
+        left = [m for m in manifests if m.get("digest") not in digests]
+        if len(left) != len(manifests):
+            body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": left},
+                              sort_keys=True, separators=(",", ":")).encode()
+            self.put_manifest(repository, tag, Manifest(body=body, media_type=OCI_INDEX, digest=sha256_digest(body)))
+        return set()
+
     def _add_to_referrers_tag(self, repository: str, subject_digest: str, descriptor: dict[str, Any]) -> None:
         tag = referrers_tag(subject_digest)
         current = self.get_manifest(repository, tag)

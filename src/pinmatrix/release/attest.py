@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -228,14 +228,42 @@ class Published:
     attestation: str  # digest of the test-result artifact
     sbom: str | None  # digest of the SBOM artifact, when a lock was given
     keyid: str | None  # the signing key's id (None: unsigned)
+    replaced: tuple[str, ...] = ()  # earlier artifacts of the same kinds and signer, taken off the referrers
+    kept: tuple[str, ...] = ()  # earlier ones the registry would not let go (no manifest deletes)
+
+
+def superseded(registry: Registry, image: ImageRef, signer: CryptoSigner | None,
+               predicates: Sequence[str]) -> list[str]:
+    """The artifacts of ``image`` a new promotion replaces: pinmatrix's statements of ``predicates`` signed by
+    ``signer``'s key (bare ones when there is no signer), as ``cosign attest --replace`` does. Another signer's
+    evidence is never touched."""
+    from pinmatrix.release.signing import TrustedKey, check_envelope
+
+    own = [TrustedKey(signer.public_key, "the signing key")] if signer is not None else []
+    out = []
+    for att in attachments(registry, image):
+        if att.predicate_type not in predicates:
+            continue
+        if signer is None:
+            if att.media_type != DSSE_MEDIA_TYPE:
+                out.append(att.digest)
+        elif att.media_type == DSSE_MEDIA_TYPE and check_envelope(att.content, own).verified_by is not None:
+            out.append(att.digest)
+    return out
 
 
 def publish(registry: Registry, image: ImageRef, statement: dict[str, Any], *, bom: dict[str, Any] | None = None,
             signer: CryptoSigner | None = None, now: datetime | None = None) -> Published:
-    """Attach the test-result statement and (given ``bom``) the SBOM statement to ``image``."""
+    """Attach the test-result statement and (given ``bom``) the SBOM statement to ``image``; then take the ones
+    they replace (``superseded``) off the image's referrers, so re-promotions do not pile them up."""
+    kinds = [TEST_RESULT_PREDICATE] + ([SBOM_PREDICATE] if bom is not None else [])
+    earlier = superseded(registry, image, signer, kinds)
     attestation = attach(registry, image, statement, now=now, signer=signer)
     sbom = attach(registry, image, sbom_statement(image, bom), now=now, signer=signer) if bom is not None else None
-    return Published(attestation, sbom, signer.public_key.keyid if signer is not None else None)
+    old = set(earlier) - {attestation, sbom}
+    kept = registry.remove_referrers(image.repository, str(image.digest), old)
+    return Published(attestation, sbom, signer.public_key.keyid if signer is not None else None,
+                     replaced=tuple(sorted(old - kept)), kept=tuple(sorted(kept)))
 
 
 @dataclass(frozen=True)
