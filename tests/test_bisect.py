@@ -162,9 +162,12 @@ def test_resume_after_max_probes_and_after_sigint_runs_no_probe_twice(tmp_path: 
     logs = tmp_path / "logs2"
     argv = ["bisect", "param", "cpu-threshold", "--param", "n", "--smoke-dir", str(SMOKE_DIR), "--results",
             str(store2), "--logs", str(logs)]
+    # SIGINT's default action in the child even where this run inherited it ignored (a background job of a
+    # non-interactive shell ignores SIGINT, and Python then installs no KeyboardInterrupt handler)
     proc = subprocess.Popen([sys.executable, "-m", "pinmatrix", *argv, "--timeout", "120"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not [p for p in logs.rglob("*.log") if "waiting for a lock" in p.read_text(errors="replace")]:
         assert time.monotonic() < deadline and proc.poll() is None, "the hanging probe never started"

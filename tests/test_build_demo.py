@@ -108,8 +108,11 @@ def test_rebuilding_unchanged_cells_builds_nothing(demo) -> None:  # noqa: ANN00
 def _cli(args: list[str], env: dict[str, str], interrupt_after_built: bool = False) -> tuple[int, str]:
     """Run `pinmatrix build` in its own process group; optionally Ctrl-C it (SIGINT to the group, as a
     terminal does) once the first cell reports "built"."""
+    # SIGINT's default action in the child even where this run inherited it ignored (a background job of a
+    # non-interactive shell ignores SIGINT, and Python then installs no KeyboardInterrupt handler)
     proc = subprocess.Popen([sys.executable, "-m", "pinmatrix.cli", "build", *args], env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:

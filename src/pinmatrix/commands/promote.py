@@ -157,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
             result = execute(plan, registry, records, known_good, signer=signer)
         else:
             inputs = sbom_inputs(registry, plan.source.with_digest(plan.digest), lock_text,
-                                 (args.cache_dir or matrix.root / ".pinmatrix" / "cache") / "wheels")
+                                 (args.cache_dir or matrix.root / ".pinmatrix" / "cache") / "wheels",
+                                 lock_source=f"lock of cell {cell.id}")
             for note in inputs.notes:
                 print(f"note: cell {cell.id}: {note}", file=sys.stderr)
             result = execute(plan, registry, records, known_good, signer=signer, lock_text=lock_text,

@@ -177,15 +177,17 @@ class SbomInputs:
     notes: tuple[str, ...]  # what is missing, and why
 
 
-def sbom_inputs(registry: Registry, image: ImageRef, lock_text: str, wheel_cache: Path) -> SbomInputs:
+def sbom_inputs(registry: Registry, image: ImageRef, lock_text: str, wheel_cache: Path,
+                lock_source: str = "lock") -> SbomInputs:
     """The Debian packages of ``image``'s base (read from the registry, ``pinmatrix.release.debian``) and the
-    Requires-Dist of every locked wheel in the build's ``wheel_cache`` (``pinmatrix.release.requires``)."""
+    Requires-Dist of every locked wheel in the build's ``wheel_cache`` (``pinmatrix.release.requires``). The lock
+    (named ``lock_source`` in errors) is read first: a bad one is refused before the registry is asked."""
     from pinmatrix.release.debian import base_packages
     from pinmatrix.release.requires import cached_requires
     from pinmatrix.release.sbom import locked_packages
 
+    packages = locked_packages(lock_text, lock_source)
     base = base_packages(registry, image)
-    packages = locked_packages(lock_text)
     requires = cached_requires({p.name: p.hashes for p in packages}, wheel_cache)
     notes = [] if base.packages else [base.note]
     if len(requires) < len(packages):
