@@ -31,6 +31,18 @@ def _client(reg: MemoryRegistry, **kwargs: object) -> Registry:
     return Registry(reg.address, allowed_token_hosts=(), **kwargs)  # type: ignore[arg-type]
 
 
+def _answers_without_length(client: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, every answer ``client`` gets lacks its Content-Length header (as a chunked answer would)."""
+    real = client._open
+
+    def no_length(*args: object, **kwargs: object) -> object:
+        resp = real(*args, **kwargs)  # type: ignore[arg-type]
+        del resp.headers["Content-Length"]
+        return resp
+
+    monkeypatch.setattr(client, "_open", no_length)
+
+
 def _image(reg: MemoryRegistry, repo: str = "src/app", tag: str | None = "v1",
            labels: dict[str, str] | None = None) -> tuple[str, bytes]:
     config = json.dumps({"config": {"Labels": labels or {"a": "1"}}}).encode()
@@ -239,14 +251,7 @@ def test_a_blob_without_a_length_is_bounded_as_it_is_read(monkeypatch: pytest.Mo
         data = b"z" * 5000
         digest = reg.add_blob("r", data)
         client = _client(reg)
-        real = client._open
-
-        def no_length(*args: object, **kwargs: object) -> object:
-            resp = real(*args, **kwargs)  # type: ignore[arg-type]
-            del resp.headers["Content-Length"]
-            return resp
-
-        monkeypatch.setattr(client, "_open", no_length)
+        _answers_without_length(client, monkeypatch)
         monkeypatch.setattr("pinmatrix.registry.blobs.CHUNK", 1000)
         with pytest.raises(RegistryError, match=rf"^{reg.address}/r: blob {digest} is larger than 4999 bytes$"):
             client.get_blob("r", digest, max_bytes=4999)
@@ -329,14 +334,7 @@ def test_a_streamed_copy_needs_the_blobs_length(monkeypatch: pytest.MonkeyPatch)
         stream, length = source()
         assert length == 4 and stream.read() == b"data"
         stream.close()  # type: ignore[attr-defined]
-        real = client._open
-
-        def no_length(*args: object, **kwargs: object) -> object:
-            resp = real(*args, **kwargs)  # type: ignore[arg-type]
-            del resp.headers["Content-Length"]
-            return resp
-
-        monkeypatch.setattr(client, "_open", no_length)
+        _answers_without_length(client, monkeypatch)
         with pytest.raises(RegistryError, match=rf"^{reg.address}/src: blob {digest} served without a length$"):
             client.mount_blob("dst", digest, "src")
 
