@@ -13,6 +13,7 @@ measured in the run that measures pinmatrix (issue: the floor must be a lower bo
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -98,7 +99,9 @@ def peer_build(base_layer: Path, lock_text: str, index: str, work: Path, env: di
     bundle = b"".join(p.read_bytes() for p in (Path("/etc/ssl/certs/ca-certificates.crt"), *extra_ca) if p.is_file())
     (context / "ca.pem").write_bytes(bundle)
     base = "localhost/pinmatrix-bench-base:latest"
-    (context / "Containerfile").write_text(CONTAINERFILE.format(base=base, index=index), encoding="utf-8")
+    # the index URL is matrix text: one shell word in the RUN line, whatever it holds
+    (context / "Containerfile").write_text(CONTAINERFILE.format(base=base, index=shlex.quote(index)),
+                                           encoding="utf-8")
     figures: dict[str, Any] = {}
     figures["peer_base_import_s"] = round(_timed(["podman", "import", "--quiet", str(base_layer), base], env=env), 1)
     figures["peer_build_s"] = round(_timed(["podman", "build", "--quiet", "--layers=false", "-t", push_ref,
