@@ -35,9 +35,9 @@ from pinmatrix.image.publish import push
 from pinmatrix.image.rootfs import debian_base
 from pinmatrix.image.settings import image_ref
 from pinmatrix.image.wheels import DEFAULT_INDEX
-from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix, select_cells
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.lockfile import lock_path
+from pinmatrix.project.matrix_toml import load_matrix
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
 JOBS = 4

@@ -16,9 +16,9 @@ from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.build import build_all
 from pinmatrix.image.containerfile import build_cell as containerfile_build
 from pinmatrix.image.settings import BuildSettings
-from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix, select_cells
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.lockfile import lock_path
+from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.catalog import storage_stats
 from pinmatrix.registry.client import Registry
 

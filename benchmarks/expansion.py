@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from pinmatrix.matrix.expand import expand_matrix
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.matrix_toml import load_matrix
 
 TARGET_S = 1.0
 TARGET_CELLS = 10_000

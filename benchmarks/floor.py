@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.image.wheels import WheelFetcher, cell_target, ssl_context
-from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.project.lockfile import parse_lock
 
 CORES = os.cpu_count() or 1
 COMPRESSORS = {"gzip": ["pigz", f"-p{CORES}", "-1", "-c"], "zstd": ["zstd", f"-T{CORES}", "-3", "-q", "-c"]}

@@ -20,8 +20,8 @@ import pytest
 from pinmatrix.cell import Cell
 from pinmatrix.image import jitcache
 from pinmatrix.image.layer import LayerWriter
-from pinmatrix.image.toolchain import shipped
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.toolchains import shipped
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = "opt/venv/lib/python3.13/site-packages"

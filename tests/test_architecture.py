@@ -97,6 +97,65 @@ def test_no_import_cycles() -> None:
     assert cycles(graph) == []
 
 
+# The package's floors, lowest first: a module may import its own folder and any folder of a floor below,
+# never one above. Shared pieces at the bottom; then the project's input files (one model each); then the
+# pipeline steps in the order data flows through them; the commands and the CLI on top.
+FLOORS: tuple[frozenset[str], ...] = (
+    frozenset({"pinmatrix", "errors", "hashing", "atomic", "paths", "sanitize", "names", "archflag",
+               "envdefaults", "datamodel", "cell", "imageref", "statuses"}),
+    frozenset({"project"}),
+    frozenset({"matrix"}),
+    frozenset({"results"}),
+    frozenset({"engine"}),
+    frozenset({"registry"}),
+    frozenset({"image"}),
+    frozenset({"lock"}),
+    frozenset({"archscan"}),
+    frozenset({"smoke"}),
+    frozenset({"report"}),
+    frozenset({"release"}),
+    frozenset({"bisect"}),
+    frozenset({"bundle"}),
+    frozenset({"ci"}),
+    frozenset({"cli"}),
+    frozenset({"commands"}),
+    frozenset({"__main__"}),
+)
+
+
+def folder_of(module: str) -> str:
+    """``pinmatrix.image.oci`` -> ``image``; a top-level module is its own folder."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def floor_of(folder: str) -> int:
+    for level, folders in enumerate(FLOORS):
+        if folder in folders:
+            return level
+    raise AssertionError(f"{folder}: not on any floor of tests/test_architecture.py FLOORS; add it")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module on a higher floor, as "importer -> imported"."""
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if folder_of(m) != folder_of(t) and floor_of(folder_of(t)) > floor_of(folder_of(m)))
+
+
+def test_the_floor_check_finds_an_import_up_a_floor() -> None:
+    assert upward_imports({"pinmatrix.matrix.expand": {"pinmatrix.smoke.runner"}}) == [
+        "pinmatrix.matrix.expand -> pinmatrix.smoke.runner"]
+    assert upward_imports({"pinmatrix.smoke.runner": {"pinmatrix.matrix.expand", "pinmatrix.smoke.guard"}}) == []
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    """An AST walk over the package (function-level imports too): each folder only imports its own floor's
+    pieces and the floors below."""
+    graph = import_graph()
+    assert {folder_of(m) for m in graph} <= set().union(*FLOORS)
+    assert upward_imports(graph) == []
+
+
 def test_engine_interface_imports_no_backend() -> None:
     graph = import_graph()
     assert not graph["pinmatrix.engine.base"] & {"pinmatrix.engine.docker", "pinmatrix.engine.podman"}
@@ -114,13 +173,13 @@ def test_tests_and_benchmarks_never_import_a_command_module() -> None:
 # Each shared piece and the one module that defines it. Checked by name over every module's top-level
 # definitions (and class bodies): a second definition anywhere fails.
 ONE_HOME = {
-    "ImageRef": "pinmatrix.registry.ref", "Registry": "pinmatrix.registry.client",
-    "is_loopback": "pinmatrix.registry.ref", "is_digest": "pinmatrix.registry.ref",
+    "ImageRef": "pinmatrix.imageref", "Registry": "pinmatrix.registry.client",
+    "is_loopback": "pinmatrix.imageref", "is_digest": "pinmatrix.imageref",
     "ArchFlag": "pinmatrix.archflag", "split_flags": "pinmatrix.archflag", "parse_flags": "pinmatrix.archflag",
     "parse_capability": "pinmatrix.archflag",
     "sha256_bytes": "pinmatrix.hashing", "sha256_file": "pinmatrix.hashing", "sha256_digest": "pinmatrix.hashing",
     "atomic_path": "pinmatrix.atomic", "atomic_write_text": "pinmatrix.atomic",
-    "require_stack": "pinmatrix.matrix.selection", "load": "pinmatrix.matrix.selection",
+    "require_stack": "pinmatrix.project.matrix_toml", "load": "pinmatrix.matrix.selection",
     "Strict": "pinmatrix.datamodel", "friendly_message": "pinmatrix.datamodel", "key_path": "pinmatrix.datamodel",
     "cell_env": "pinmatrix.image.config", "file_slug": "pinmatrix.sanitize", "locked": "pinmatrix.atomic", "cell_smoke_env": "pinmatrix.smoke.runner",
 }
@@ -147,7 +206,7 @@ def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
 
     from pinmatrix.image.config import cell_env
     from pinmatrix.matrix.selection import load
-    from pinmatrix.smoke.catalogue import Smoke
+    from pinmatrix.project.catalogue import Smoke
     from pinmatrix.smoke.runner import smoke_env
 
     _, expansion = load(ROOT / "matrix.toml")
@@ -190,8 +249,8 @@ def test_in_cell_runtime_is_one_standard_library_folder() -> None:
 def test_a_catalogue_cannot_shadow_the_runtime(tmp_path: Path) -> None:
     import pytest
 
-    from pinmatrix.smoke.bundle import smoke_bundle
-    from pinmatrix.smoke.catalogue import SmokeError
+    from pinmatrix.project.catalogue import SmokeError
+    from pinmatrix.project.smoke_bundle import smoke_bundle
 
     (tmp_path / "mine.py").write_text("SMOKES = {}\n")
     assert [name for name, _ in smoke_bundle(tmp_path)] == ["_oracles.py", "_smokelib.py", "mine.py"]

@@ -18,8 +18,8 @@ from test_report import H200
 
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.config import LOCK_LABEL
+from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import OCI_MANIFEST, Registry
-from pinmatrix.registry.ref import ImageRef, RegistryError
 from pinmatrix.release import attest
 from pinmatrix.release.attest import (
     DSSE_MEDIA_TYPE,

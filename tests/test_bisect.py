@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from pinmatrix.bisect.search import ProbeLimit, bisect
 from pinmatrix.cli import main
+from pinmatrix.project.catalogue import SmokeError, load_catalogue
 from pinmatrix.results.store import ResultsStore, params_key
-from pinmatrix.smoke.catalogue import SmokeError, load_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_DIR = ROOT / "smoke"

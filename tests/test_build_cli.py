@@ -66,9 +66,8 @@ def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -
         assert cell["download_bytes"] == sum(w["download"] for w in wheels)
     # a wheel already in the cache costs nothing: fetch one cell's wheels, then plan again
     from pinmatrix.image.wheels import WheelFetcher, cell_target
-    from pinmatrix.lock.lockfile import parse_lock
-    from pinmatrix.lock.resolve import lock_path
     from pinmatrix.matrix.selection import load, select
+    from pinmatrix.project.lockfile import lock_path, parse_lock
 
     matrix, expansion = load(REPO / "matrix.toml")
     cell = next(c for c in select(matrix, expansion, stack="demo") if c.id == plan[0]["cell"])

@@ -18,11 +18,11 @@ from rich.console import Console
 from conftest import REPO, engine_for
 from pinmatrix.image.build import build_all
 from pinmatrix.image.settings import BuildSettings
-from pinmatrix.lock.resolve import lock_path
+from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.expand import expand_matrix, select_cells
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.lockfile import lock_path
+from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 
 pytestmark = [pytest.mark.slow, pytest.mark.registry, pytest.mark.network]
 

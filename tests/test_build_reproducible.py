@@ -16,10 +16,10 @@ import pytest
 
 from conftest import REPO, engine_for, require_binaries
 from pinmatrix.image.oci import OCILayout
+from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.expand import expand_matrix, select_cells
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.docker, pytest.mark.network]
 

@@ -31,7 +31,7 @@ from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.cli import main
 from pinmatrix.image.oci import MEDIA_TYPE_CONFIG, OCILayout
 from pinmatrix.image.wheels import WheelFetcher
-from pinmatrix.smoke.bundle import incell_file
+from pinmatrix.project.smoke_bundle import incell_file
 
 LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 

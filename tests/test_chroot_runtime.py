@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from pinmatrix.matrix.selection import load
-from pinmatrix.release.promote import PromotionPolicy, check_policy
+from pinmatrix.project.catalogue import load_catalogue
+from pinmatrix.project.policy import PromotionPolicy
+from pinmatrix.release.promote import check_policy
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke.catalogue import load_catalogue
 from pinmatrix.smoke.chroot import ChrootSmokes, prepare, resolve_user
 from pinmatrix.smoke.chroot_host import (
     ChrootRefused,

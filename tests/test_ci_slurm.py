@@ -442,7 +442,7 @@ def shipped():  # noqa: ANN201 - the shipped matrix's expansion, loaded once
 def test_routing_gres_and_time_limits_from_the_smokes(shipped, tmp_path: Path) -> None:  # noqa: ANN001
     """The shipped matrix's GPU stacks on one pool: GPUs from the smokes' needs (xformers-seqpar-2gpu
     wants 2), time limits from the sum of their timeouts plus the margin, cells the pool cannot run left out."""
-    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.project.catalogue import load_catalogue
     from pinmatrix.smoke.runner import plan_smokes
 
     expansion = shipped

@@ -24,9 +24,9 @@ from oci_layout import cell_labels, push_cell_image
 
 from conftest import REPO, require_binaries
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle
 from pinmatrix.registry.local import Endpoint, listening
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
-from pinmatrix.smoke.bundle import incell_file, smoke_bundle
 
 SHIPPED_REGISTRY = 'registry = "127.0.0.1:5000/pinmatrix"'
 POOLS = '[[pool]]\nname = "h200"\ngpu_product = "NVIDIA-H200"\ndriver = "580.159.04"\ncapability = "9.0"\n'
@@ -93,7 +93,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 def _promoted(project: Project) -> str:
-    from pinmatrix.release.promote import read_known_good
+    from pinmatrix.project.known_good import read_known_good
 
     return str(read_known_good(project.root / "known-good.toml")[-1]["reference"])
 

@@ -216,8 +216,9 @@ def test_requirement_urls_must_lie_under_a_declared_index() -> None:
 def test_read_lock_and_pruned_cells(tmp_path: Path) -> None:
     from conftest import make_cell
     from pinmatrix.errors import LockError
-    from pinmatrix.lock.resolve import lock_path, read_lock
+    from pinmatrix.lock.resolve import read_lock
     from pinmatrix.matrix.selection import load
+    from pinmatrix.project.lockfile import lock_path
 
     cell = make_cell("t", ("six==1.17.0",))
     with pytest.raises(LockError) as err:
@@ -430,7 +431,7 @@ def test_include_and_exclude_rules_take_every_env_form(tmp_path: Path) -> None:
 def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, message: str) -> None:
     from pinmatrix.errors import MatrixError
     from pinmatrix.matrix.expand import expand_matrix
-    from pinmatrix.matrix.schema import load_matrix
+    from pinmatrix.project.matrix_toml import load_matrix
 
     path = tmp_path / "m.toml"
     path.write_text(RULES_MATRIX.replace("INCLUDE", include))
@@ -462,7 +463,7 @@ def test_select_cells_by_stack_id_prefix_and_keyword() -> None:
 def test_split_arch_and_known_issue_version_rules() -> None:
     from pinmatrix.archflag import split_flags as split_arch
     from pinmatrix.matrix.expand import _value_matches
-    from pinmatrix.matrix.schema import AxisValue
+    from pinmatrix.project.matrix_toml import AxisValue
 
     assert split_arch(" 9.0a;12.1a, 8.0 +PTX ") == ["9.0a", "12.1a", "8.0+PTX"]
     assert split_arch("+ptx 9.0") == ["+ptx", "9.0"]  # a leading +PTX has no flag to attach to
@@ -501,8 +502,8 @@ def test_compat_tables_and_their_errors() -> None:
 def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
     from pinmatrix.archflag import split_flags as split_arch
     from pinmatrix.matrix.expand import _value_matches, select_cells
-    from pinmatrix.matrix.schema import AxisValue
     from pinmatrix.matrix.selection import load
+    from pinmatrix.project.matrix_toml import AxisValue
 
     path = tmp_path / "m.toml"
     path.write_text('[matrix]\n[stacks.s]\ngpu_required = false\n'
@@ -521,8 +522,9 @@ def test_env_values_given_as_vars_only_or_label_only(tmp_path: Path) -> None:
 def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
     from test_report import make_cell
 
-    from pinmatrix.registry.ref import ImageRef
-    from pinmatrix.release.promote import PromotionPolicy, PromotionRefused, plan_promotion
+    from pinmatrix.imageref import ImageRef
+    from pinmatrix.project.policy import PromotionPolicy
+    from pinmatrix.release.promote import PromotionRefused, plan_promotion
 
     cell = make_cell("9a9a9a9a9a9a", "xf", {"gpu": "sm_90"}, smokes=("host-probe", "tiled-boundary"))
     catalogue = ["host-probe", "tiled-boundary-a", "tiled-boundary-b"]
@@ -537,7 +539,7 @@ def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
 
 def test_ca_certificates_join_the_cell_id_by_content_only_when_they_go_into_images(tmp_path: Path) -> None:
     from pinmatrix.matrix.expand import expand_matrix
-    from pinmatrix.matrix.schema import load_matrix
+    from pinmatrix.project.matrix_toml import load_matrix
 
     certs = tmp_path / "certs"
     certs.mkdir()
@@ -569,7 +571,7 @@ six = ["1.17.0"]
 
 def test_ca_certificates_in_images_name_files_or_folders_relative_to_the_matrix(tmp_path: Path) -> None:
     from pinmatrix.matrix.expand import expand_matrix
-    from pinmatrix.matrix.schema import load_matrix
+    from pinmatrix.project.matrix_toml import load_matrix
 
     (tmp_path / "certs").mkdir()
     (tmp_path / "certs" / "a.crt").write_text("A")

@@ -20,10 +20,10 @@ from pinmatrix.cell import Cell
 from pinmatrix.image import crossaot, jitcache
 from pinmatrix.image.jitcache import AotError, CrossInputs
 from pinmatrix.image.rootfs import BaseLayers
-from pinmatrix.image.toolchain import shipped
 from pinmatrix.image.wheels import Target, WheelFile
-from pinmatrix.lock.lockfile import LockEntry
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.lockfile import LockEntry
+from pinmatrix.project.toolchains import shipped
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = "opt/venv/lib/python3.13/site-packages"

@@ -22,11 +22,11 @@ from test_promote import oci_registry  # noqa: F401 - the fixture
 
 from conftest import require_binaries
 from pinmatrix.cli import main
+from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.known_good import read_known_good
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import SBOM_PREDICATE, fetch_statements
-from pinmatrix.release.promote import read_known_good
 from pinmatrix.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[1]

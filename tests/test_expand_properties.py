@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pinmatrix.matrix.expand import expand_matrix
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.matrix_toml import load_matrix
 
 PACKAGES = ["alpha", "bravo", "charlie", "delta"]
 versions = st.lists(st.sampled_from(["1.0", "1.1", "2.0", "2.1.post1", "3.0"]), min_size=1, max_size=3, unique=True)

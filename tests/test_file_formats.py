@@ -1,4 +1,4 @@
-"""One typed model per data file, each checked one way: compat.toml (matrix/compat_model.py), the smoke log
+"""One typed model per data file, each checked one way: compat.toml (project/compat_toml.py), the smoke log
 signatures (smoke/signatures.toml) and the image layer plan (images/layers.toml). A malformed file gives one
 line that names the file and the key, as a PinmatrixError; the shipped files load."""
 
@@ -13,7 +13,7 @@ import pytest
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.layerplan import LayerPlanError, LayerSpec, load_layer_specs
 from pinmatrix.matrix.compat import CompatError, CompatRules
-from pinmatrix.matrix.compat_model import CompatDoc, TorchSeries, VllmRule
+from pinmatrix.project.compat_toml import CompatDoc, TorchSeries, VllmRule
 from pinmatrix.smoke.classify import SIGNATURES_PATH, Signature, SignatureError, load_signatures
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ import pytest
 from pep691 import serve_pages
 
 from pinmatrix.cli import main
-from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.lockfile import lock_path
 
 
 def _wheel(name: str, tag: str) -> bytes:

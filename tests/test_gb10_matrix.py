@@ -11,10 +11,9 @@ import pytest
 
 from conftest import REPO
 from pinmatrix.cli import main
-from pinmatrix.lock.lockfile import parse_lock
-from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.compat import CompatRules
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.lockfile import lock_path, parse_lock
 
 SEED = """[matrix]
 python = "3.13"

@@ -24,10 +24,10 @@ from pinmatrix.image.layer import LayerWriter
 from pinmatrix.image.lockcheck import LockMismatch, checked_lock
 from pinmatrix.image.settings import BuildSettings, image_ref
 from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
-from pinmatrix.lock.lockfile import parse_lock
-from pinmatrix.lock.resolve import lock_cell, lock_path
+from pinmatrix.lock.resolve import lock_cell
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.lockfile import lock_path, parse_lock
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600,
                   packages=("ca-certificates", "python3"))

@@ -22,7 +22,7 @@ from test_promote import CPU_CELL, oci_registry, record  # noqa: F401 - the fixt
 from test_verified_pull import promote_signed
 
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.registry.ref import ImageRef
+from pinmatrix.imageref import ImageRef
 from pinmatrix.release import attest
 from pinmatrix.results.store import HostFingerprint
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cli import main
-from pinmatrix.lock.resolve import lock_path
 from pinmatrix.matrix.expand import expand_matrix
-from pinmatrix.matrix.schema import load_matrix
+from pinmatrix.project.lockfile import lock_path
+from pinmatrix.project.matrix_toml import load_matrix
 
 pytestmark = pytest.mark.network
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import MatrixError
-from pinmatrix.matrix.schema import MAX_MATRIX_BYTES, load_matrix
+from pinmatrix.project.matrix_toml import MAX_MATRIX_BYTES, load_matrix
 
 MINIMAL = '[matrix]\npython = "3.13"\n[stacks.s]\ngpu_required = false\n[stacks.s.packages]\nsix = ["1.17.0"]\n'
 

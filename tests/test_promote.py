@@ -17,18 +17,12 @@ from test_report import H200, make_cell
 
 from pinmatrix.cli import main
 from pinmatrix.hashing import sha256_digest
+from pinmatrix.imageref import ImageRef
+from pinmatrix.project.known_good import read_known_good
+from pinmatrix.project.policy import PromotionPolicy, policy_for
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry, referrers_tag
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
-from pinmatrix.release.promote import (
-    PromotionPolicy,
-    PromotionRefused,
-    check_policy,
-    execute,
-    plan_promotion,
-    policy_for,
-    read_known_good,
-)
+from pinmatrix.release.promote import PromotionRefused, check_policy, execute, plan_promotion
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 CPU = HostFingerprint.make(hostname="ci")
@@ -183,7 +177,7 @@ def test_results_without_digest_or_from_two_images_refused() -> None:
 
 
 def test_policy_from_matrix_toml(tmp_path: Path, capsys) -> None:
-    from pinmatrix.matrix.schema import load_matrix
+    from pinmatrix.project.matrix_toml import load_matrix
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "matrix.toml").read_text()

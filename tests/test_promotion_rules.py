@@ -15,17 +15,12 @@ import pytest
 from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 from test_report import H200, make_cell
 
+from pinmatrix.imageref import ImageRef
+from pinmatrix.project.known_good import read_known_good
+from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import fetch_statements, finished_key, latest_per_smoke_host
-from pinmatrix.release.promote import (
-    PromotionPolicy,
-    PromotionRefused,
-    check_policy,
-    execute,
-    plan_promotion,
-    read_known_good,
-)
+from pinmatrix.release.promote import PromotionRefused, check_policy, execute, plan_promotion
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 A = "sha256:" + "a" * 64
@@ -230,7 +225,7 @@ def test_pull_takes_only_a_reference_that_carries_the_recorded_digest(reference:
 
 
 def test_known_good_file_round_trip_header_and_errors(tmp_path: Path) -> None:
-    from pinmatrix.release.promote import HEADER, record_promotion
+    from pinmatrix.project.known_good import HEADER, record_promotion
 
     path = tmp_path / "sub" / "known-good.toml"
     assert read_known_good(path) == []
@@ -311,8 +306,8 @@ six = ["1.17.0"]
 ])
 def test_policy_errors_name_the_table_that_set_the_key(tmp_path: Path, matrix_runs: str, stack_promotion: str,
                                                        where: str, line: int) -> None:
-    from pinmatrix.matrix.schema import load_matrix
-    from pinmatrix.release.promote import policy_for
+    from pinmatrix.project.matrix_toml import load_matrix
+    from pinmatrix.project.policy import policy_for
 
     path = tmp_path / "matrix.toml"
     path.write_text(POLICY_MATRIX.replace("MATRIX_RUNS", matrix_runs).replace("STACK_PROMOTION", stack_promotion))
@@ -428,7 +423,7 @@ def test_promotion_times_are_utc_and_the_given_moment(oci_registry: str, tmp_pat
 
 
 def test_a_known_good_file_without_promotions(tmp_path: Path) -> None:
-    from pinmatrix.release.promote import HEADER
+    from pinmatrix.project.known_good import HEADER
 
     path = tmp_path / "known-good.toml"
     path.write_text("".join(f"# {line}\n" for line in HEADER.splitlines()))

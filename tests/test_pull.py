@@ -12,8 +12,8 @@ from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 
 from pinmatrix.archflag import parse_flags
 from pinmatrix.cli import main
+from pinmatrix.project.known_good import read_known_good, record_promotion
 from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets
-from pinmatrix.release.promote import read_known_good, record_promotion
 from pinmatrix.release.pull import judge, pick
 from pinmatrix.results.store import HostFingerprint
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cli import main
+from pinmatrix.project.known_good import record_promotion
 from pinmatrix.release.candidates import PinRequirement, Selection, SelectionError, candidates, choose
-from pinmatrix.release.promote import record_promotion
 from pinmatrix.results.store import HostFingerprint
 
 H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04", capability="9.0")

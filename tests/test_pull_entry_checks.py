@@ -11,7 +11,7 @@ import pytest
 from test_promote import oci_registry  # noqa: F401 - the fixture
 from test_verified_pull import promote_signed
 
-from pinmatrix.release.promote import read_known_good
+from pinmatrix.project.known_good import read_known_good
 from pinmatrix.release.pull import PullRefused, verify_entry
 from pinmatrix.release.signing import trusted_keys
 

@@ -7,9 +7,9 @@ import pytest
 
 from conftest import TEST_BASE, engine_for, require_binaries
 from pinmatrix.image.base_image import ensure_base_image
+from pinmatrix.imageref import ImageRef, RegistryError, is_loopback
 from pinmatrix.registry.catalog import skopeo_copy, storage_stats
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef, RegistryError, is_loopback
 
 
 def _parts(ref: str) -> tuple[str, str, str]:

@@ -30,11 +30,11 @@ from test_verified_pull import promote_signed
 
 from conftest import require_binaries
 from pinmatrix.cli import main
+from pinmatrix.imageref import RegistryError
 from pinmatrix.registry.auth import AuthError, Credentials, engine_auth_env, find_credentials, parse_challenge
 from pinmatrix.registry.blobs import VerifyingReader
 from pinmatrix.registry.catalog import skopeo_copy
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import RegistryError
 
 USERS = {"alice": "correct horse battery staple"}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from memregistry import MemoryRegistry, digest_of, serve_registry
 
+from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.auth import AuthError, Credentials
 from pinmatrix.registry.client import (
     DOCKER_LIST,
@@ -22,7 +23,6 @@ from pinmatrix.registry.client import (
     parse_document,
     referrers_tag,
 )
-from pinmatrix.registry.ref import ImageRef, RegistryError
 
 CREDS = Credentials("alice", "pw", Path("/nonexistent/auth.json"), "127.0.0.1")
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from pinmatrix.imageref import RegistryError
 from pinmatrix.registry import client as client_module
 from pinmatrix.registry.auth import AuthError, find_credentials
 from pinmatrix.registry.client import Registry, retry_delay
-from pinmatrix.registry.ref import RegistryError
 
 USER, PASSWORD, IDENTITY, ACCESS = "alice", "s3cret pw", "refresh-abc.123", "access-xyz"
 

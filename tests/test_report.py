@@ -65,7 +65,7 @@ def sample() -> tuple[list[Cell], list[SmokeRecord]]:
 
 
 def test_statuses_worst_last_and_every_format_renders(sample, tmp_path) -> None:  # noqa: ANN001
-    from pinmatrix.report.statuses import FORMATS, SEVERITY_ORDER
+    from pinmatrix.statuses import FORMATS, SEVERITY_ORDER
 
     assert SEVERITY_ORDER[0] == "pass" and SEVERITY_ORDER[-1] == "fail"
     assert worst(["pass", "xfail", "skip"]) == "xfail" and worst([]) == "missing"

@@ -309,8 +309,8 @@ def test_a_lock_hash_that_is_not_a_sha256_counts_as_no_hash() -> None:
     import re
 
     from pinmatrix.image.lockcheck import LockMismatch, checked_lock
-    from pinmatrix.lock.resolve import lock_path
     from pinmatrix.matrix.expand import select_cells
+    from pinmatrix.project.lockfile import lock_path
 
     _, expansion = load(ROOT / "matrix.toml")
     cell = select_cells(expansion.cells, stack="demo")[0]

@@ -24,8 +24,8 @@ from test_promote import CPU_CELL, _matrix_for, oci_registry, record  # noqa: F4
 
 from pinmatrix.cli import main
 from pinmatrix.hashing import sha256_digest
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release import attest, debian
 from pinmatrix.release.debian import DebianError, DebianPackage, base_layers, base_packages, parse_status
 from pinmatrix.release.requires import cached_requires, requires_graph, target_environment, wheel_requires

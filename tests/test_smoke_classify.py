@@ -11,7 +11,7 @@ import pytest
 
 from pinmatrix.cell import KnownIssue
 from pinmatrix.matrix.selection import load
-from pinmatrix.smoke.catalogue import load_catalogue, matches, select
+from pinmatrix.project.catalogue import load_catalogue, matches, select
 from pinmatrix.smoke.classify import classify, scan
 from pinmatrix.smoke.known import apply_known_issues
 

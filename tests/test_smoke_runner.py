@@ -16,8 +16,8 @@ import pytest
 
 from pinmatrix.cell import KnownIssue
 from pinmatrix.cli import main
+from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke.catalogue import load_catalogue
 from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
 
 ROOT = Path(__file__).resolve().parents[1]

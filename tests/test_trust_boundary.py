@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.cli import main
-from pinmatrix.smoke.params import parse_params
+from pinmatrix.project.smoke_params import parse_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = parse_params({

@@ -16,8 +16,8 @@ from test_promote import CPU_CELL, oci_registry, record  # noqa: F401 - the fixt
 from test_verified_pull import _envelope_of, _one_line_error, _referrers_index, _set_entry, promote_signed
 
 from pinmatrix.cli import main
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import referrers_tag
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release import attest
 from pinmatrix.release.attest import TEST_RESULT_PREDICATE, attach
 from pinmatrix.release.signing import check_envelope, generate_keypair, load_public_key, load_signer, sign_envelope

@@ -16,7 +16,7 @@ import pytest
 from pinmatrix.cell import IndexSpec
 from pinmatrix.image import wheels
 from pinmatrix.image.wheels import Target, WheelError, WheelFetcher, WheelFile
-from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.project.lockfile import parse_lock
 
 TARGET = Target("3.13", "x86_64-manylinux_2_28")
 BODY = b"PK\x05\x06" + b"\0" * 18  # an empty zip: only its sha256 matters here

@@ -13,16 +13,17 @@ from typing import Any, ClassVar
 
 from test_promote import DIGEST, GPU_CELL, record
 
-from pinmatrix.registry.ref import ImageRef
+from pinmatrix.imageref import ImageRef
+from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.release.attest import test_result_statement as statement_for
-from pinmatrix.release.promote import PromotionPolicy, check_policy
+from pinmatrix.release.promote import check_policy
 from pinmatrix.report.junit import render_junit
 from pinmatrix.report.model import build_report, worst
-from pinmatrix.report.statuses import SEVERITY, STATUS_LABELS
-from pinmatrix.results.store import STATUSES, HostFingerprint, ResultsStore
+from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.classify import classify
 from pinmatrix.smoke.container import ContainerSmokes
 from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
+from pinmatrix.statuses import SEVERITY, STATUS_LABELS, STATUSES
 
 HOST = HostFingerprint.make(hostname="test")
 SMOKE = '''

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from pinmatrix.imageref import RegistryError
 from pinmatrix.registry.auth import AuthError, Credentials, check_realm, token_hosts
 from pinmatrix.registry.client import MAX_MANIFEST, OCI_INDEX, OCI_MANIFEST, Registry
-from pinmatrix.registry.ref import RegistryError
 
 CREDS = Credentials("alice", "s3cret-password", Path("/nonexistent/auth.json"), "registry")
 BASIC = "Basic " + base64.b64encode(b"alice:s3cret-password").decode()

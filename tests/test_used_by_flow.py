@@ -22,8 +22,8 @@ from test_cli_conventions import make_project
 
 from conftest import REPO, require_binaries
 from pinmatrix.cli import main
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.local import listening
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.results.store import ResultsStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.registry, pytest.mark.network]

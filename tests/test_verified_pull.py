@@ -26,8 +26,8 @@ from test_promote import _matrix_for, oci_registry, record  # noqa: F401 - the f
 from conftest import require_binaries
 from pinmatrix.cli import main
 from pinmatrix.hashing import sha256_digest
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_INDEX, Manifest, Registry, referrers_tag
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
 from pinmatrix.release.signing import generate_keypair, load_signer, sign_envelope
 from pinmatrix.results.store import HostFingerprint, ResultsStore

@@ -16,8 +16,8 @@ from memregistry import MemoryRegistry, serve_registry
 from test_promote import CPU_CELL, record
 
 from pinmatrix.image.config import LOCK_LABEL
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_INDEX, OCI_MANIFEST, Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release import attest
 from pinmatrix.release.attest import DSSE_MEDIA_TYPE, PREDICATE_ANNOTATION, SBOM_PREDICATE, TEST_RESULT_PREDICATE
 from pinmatrix.release.signing import generate_keypair, load_public_key, load_signer, sign_envelope

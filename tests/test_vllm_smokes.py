@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from pinmatrix.matrix.schema import load_matrix
 from pinmatrix.matrix.validation import validate_matrix
+from pinmatrix.project.catalogue import load_catalogue
+from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke.catalogue import load_catalogue
 from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from pinmatrix.image.wheels import (
     cell_target,
     ssl_context,
 )
-from pinmatrix.lock.lockfile import LockEntry, parse_lock
+from pinmatrix.project.lockfile import LockEntry, parse_lock
 
 BODY = b"wheel bytes " * 300
 SHA = hashlib.sha256(BODY).hexdigest()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pinmatrix.engine.services import start_registry
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
-from pinmatrix.registry.ref import ImageRef
+from pinmatrix.imageref import ImageRef
 from pinmatrix.release.debian import base_packages
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pinmatrix.matrix import names
-from pinmatrix.matrix.names import shown
+from pinmatrix import names
+from pinmatrix.names import shown
 
 
 class Strict(BaseModel):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import re
 
-from pinmatrix.matrix.names import char_kind
+from pinmatrix.names import char_kind
 
 _ANSI = re.compile(
     r"""

@@ -78,7 +78,7 @@ EOF
 import json
 from pathlib import Path
 from pinmatrix.matrix.selection import load
-from pinmatrix.release.promote import policy_for
+from pinmatrix.project.policy import policy_for
 import os
 matrix, _ = load(Path("matrix.toml"))
 print(json.dumps(policy_for(matrix, os.environ.get("STACK", "h200")).model_dump(), indent=1))

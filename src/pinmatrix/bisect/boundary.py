@@ -2,7 +2,7 @@
 search the issue applies only on its failing side, and the result confirms the boundary or flags it moved.
 
 A boundary is about a quantity, not about the parameter alone: M=33289 is where the output's M*N elements
-pass 2^31 for the smoke's N=64512. When the smoke declares its quantities (``smoke/params.py``), the boundary
+pass 2^31 for the smoke's N=64512. When the smoke declares its quantities (``project/smoke_params.py``), the boundary
 is read as "this quantity passes this limit" (``in_quantity``: the one quantity that crosses a limit between
 expect_first_fail - 1 and expect_first_fail at the smoke's own dimensions), so a probe whose quantity stays
 below the limit is outside the issue (a plain pass, not XPASS), and with another fixed N the expected first
@@ -16,7 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from pinmatrix.bisect.crossing import crossings
-from pinmatrix.smoke.catalogue import matches
+from pinmatrix.project.catalogue import matches
 
 
 @dataclass(frozen=True)

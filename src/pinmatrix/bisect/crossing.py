@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pinmatrix.smoke.params import SmokeParams
+from pinmatrix.project.smoke_params import SmokeParams
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pinmatrix.bisect.probe import Prober
 from pinmatrix.bisect.report import BisectReport, failing_classes
 from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.project.catalogue import Smoke
 
 
 @dataclass(frozen=True)

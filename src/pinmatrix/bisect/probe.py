@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.bisect.search import ProbeLimit, ProbeOutcome
+from pinmatrix.project.catalogue import Smoke
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import file_slug
-from pinmatrix.smoke.catalogue import Smoke
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import RunOptions, run_one
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from pinmatrix.bisect.probe import CannotProbe, PointEnv
 from pinmatrix.hashing import sha256_file
-from pinmatrix.lock.resolve import find_uv, lock_cell, lock_path
+from pinmatrix.lock.resolve import find_uv, lock_cell
+from pinmatrix.project.lockfile import lock_path
 from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.overlay import build_overlay
 from pinmatrix.smoke.runner import RunOptions

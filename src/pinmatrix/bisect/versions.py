@@ -25,8 +25,8 @@ from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.lock.resolve import find_uv
 from pinmatrix.matrix.expand import PACKAGE_AXES, PrunedCell, distribution, expand_matrix
-from pinmatrix.matrix.schema import Axes, AxisValue, EnvVariant, Matrix, Stack
-from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.project.catalogue import Smoke
+from pinmatrix.project.matrix_toml import Axes, AxisValue, EnvVariant, Matrix, Stack
 
 AxisItem = str | AxisValue | EnvVariant
 _VERB = {"pass": "passes", "fail": "fails"}
@@ -274,7 +274,7 @@ def run_version_bisect(*, matrix: Matrix, stack_name: str, axis: str, points: li
 
 
 def _version_boundaries(matrix: Matrix, smoke: str, axis: str) -> list[bnd.BoundarySpec]:
-    from pinmatrix.smoke.catalogue import matches
+    from pinmatrix.project.catalogue import matches
 
     out = []
     for issue in matrix.known_issues:

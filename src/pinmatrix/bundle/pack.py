@@ -14,7 +14,7 @@ from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.bundle.model import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCRIPT_NAME, BundleManifest, Part, part_name
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import CHUNK
-from pinmatrix.smoke.bundle import incell_file
+from pinmatrix.project.smoke_bundle import incell_file
 
 Say = Callable[[str], None]
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}

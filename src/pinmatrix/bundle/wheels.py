@@ -23,7 +23,7 @@ from pinmatrix.datamodel import Strict
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.assemble import WheelChoices
 from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
-from pinmatrix.lock.lockfile import LockEntry, parse_lock
+from pinmatrix.project.lockfile import LockEntry, parse_lock
 
 MAX_HOST_FILE = 16 << 20
 _PYTHON = re.compile(r"^(3)\.([0-9]{1,3})(?:\.[0-9]+)?")

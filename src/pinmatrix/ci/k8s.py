@@ -20,8 +20,8 @@ from pinmatrix.cell import Cell
 from pinmatrix.ci.pools import NodePool, load_pools, pool_fits
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
-from pinmatrix.smoke.bundle import incell_file, smoke_bundle
 from pinmatrix.smoke.runner import cell_smoke_env
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
@@ -80,7 +80,7 @@ class Emitted:
 
 def smoke_specs(cell: Cell, smoke_dir: Path) -> tuple[list[str], int]:
     """The pod runner's smoke specs (module:name:timeout) and the most GPUs any of them needs."""
-    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.project.catalogue import load_catalogue
     from pinmatrix.smoke.runner import plan_smokes
 
     smokes = plan_smokes(cell, load_catalogue(smoke_dir), None)

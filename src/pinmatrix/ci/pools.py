@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError, field_validator
 from pinmatrix.cell import Cell
 from pinmatrix.datamodel import Strict, friendly_message
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.names import Name
+from pinmatrix.names import Name
 from pinmatrix.release.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
 
 MAX_POOLS_BYTES = 256 * 1024  # a pools file is a few tables; anything larger is not one

@@ -33,9 +33,9 @@ from pinmatrix.cell import Cell
 from pinmatrix.ci.pools import NodePool, pool_fits
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.names import Name, check_name, shown, text_problem
+from pinmatrix.names import Name, check_name, shown, text_problem
+from pinmatrix.project.catalogue import Smoke, load_catalogue
 from pinmatrix.results.store import ResultsStore, SmokeRecord
-from pinmatrix.smoke.catalogue import Smoke, load_catalogue
 
 SCHEMA = "pinmatrix-slurm-submission/1"
 MANIFEST = "submission.json"

@@ -10,8 +10,8 @@ from typing import Any
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.expand import Expansion
-from pinmatrix.matrix.schema import Matrix
 from pinmatrix.matrix.selection import STDIN, select
+from pinmatrix.project.matrix_toml import Matrix
 
 
 class ExamplesFormatter(argparse.HelpFormatter):

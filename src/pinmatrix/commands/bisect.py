@@ -116,7 +116,7 @@ def _number(text: str, what: str) -> float:
 
 
 def _smoke(args: argparse.Namespace) -> Any:
-    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.project.catalogue import load_catalogue
 
     catalogue = {s.name: s for s in load_catalogue(args.smoke_dir)}
     if args.smoke not in catalogue:
@@ -237,8 +237,9 @@ def run_version(args: argparse.Namespace) -> int:
         run_version_bisect,
         stack_axis,
     )
-    from pinmatrix.matrix.selection import load, require_stack
-    from pinmatrix.smoke.catalogue import find_smoke_dir
+    from pinmatrix.matrix.selection import load
+    from pinmatrix.project.catalogue import find_smoke_dir
+    from pinmatrix.project.matrix_toml import require_stack
     from pinmatrix.smoke.runner import RunOptions, new_run_id
 
     smoke = _smoke(args)

@@ -18,13 +18,15 @@ from rich.text import Text
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
+from pinmatrix.commands._registry import pushing
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine, auto_engine, get_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assemble import describe
 from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
-from pinmatrix.lock.resolve import lock_cells, lock_path
+from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 
 
@@ -74,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", type=Path, default=None, help="the OCI layout (default: .pinmatrix/oci)")
     p.add_argument("--logs-dir", type=Path, default=None,
                    help="per-cell build logs (default: .pinmatrix/logs/build next to the matrix)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, registry_need=pushing)
 
 
 def choose_engine(name: str) -> OCIEngine | None:

@@ -117,8 +117,8 @@ def run_wheels(args: argparse.Namespace) -> int:
     from pinmatrix.bundle.pack import parse_size
     from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
     from pinmatrix.image.wheels import WheelFetcher, ssl_context
-    from pinmatrix.lock.resolve import lock_path
     from pinmatrix.matrix.selection import load, select
+    from pinmatrix.project.lockfile import lock_path
 
     part_size = parse_size(args.part_size)
     matrix, expansion = load(args.matrix)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
+from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
@@ -63,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here instead of stdout")
     k.add_argument("--kube-version", default="1.37.0", help="Kubernetes version to validate against (default 1.37.0)")
     k.add_argument("--no-validate", action="store_true", help="skip schema validation")
-    k.set_defaults(func=run_k8s)
+    k.set_defaults(func=run_k8s, registry_need=pushing)
 
     _register_slurm(ci)
 
@@ -162,8 +163,8 @@ def run_github(args: argparse.Namespace) -> int:
 
 def _images(cells, prefix: str, command: str = "ci k8s") -> dict[str, str]:  # noqa: ANN001
     from pinmatrix.image.settings import image_ref
+    from pinmatrix.imageref import ImageRef, RegistryError
     from pinmatrix.registry.client import Registry
-    from pinmatrix.registry.ref import ImageRef, RegistryError
 
     ImageRef.parse(prefix + "/x")
     registry = Registry(prefix.split("/", 1)[0])
@@ -181,7 +182,7 @@ def _images(cells, prefix: str, command: str = "ci k8s") -> dict[str, str]:  # n
 
 def run_k8s(args: argparse.Namespace) -> int:
     from pinmatrix.ci.k8s import k8s_manifests, load_pools, validate
-    from pinmatrix.smoke.catalogue import find_smoke_dir
+    from pinmatrix.project.catalogue import find_smoke_dir
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
@@ -245,7 +246,7 @@ def run_collect(args: argparse.Namespace) -> int:
 def run_slurm(args: argparse.Namespace) -> int:
     from pinmatrix.ci.pools import load_pools
     from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, submit
-    from pinmatrix.smoke.catalogue import find_smoke_dir
+    from pinmatrix.project.catalogue import find_smoke_dir
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)

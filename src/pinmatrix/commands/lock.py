@@ -14,7 +14,6 @@ from pinmatrix.commands._common import add_matrix_argument, add_selection_argume
 from pinmatrix.lock.resolve import (
     LockResult,
     lock_cells,
-    lock_path,
     owners_path,
     page_reader,
     record_owner,
@@ -22,6 +21,7 @@ from pinmatrix.lock.resolve import (
 )
 from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.lockfile import lock_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:

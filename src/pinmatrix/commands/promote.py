@@ -10,19 +10,16 @@ from pathlib import Path
 
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, examples, existing_file
+from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load, select
 from pinmatrix.paths import KNOWN_GOOD_FILE, SIGNING_KEY
+from pinmatrix.project.known_good import read_known_good
+from pinmatrix.project.policy import policy_for
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
-from pinmatrix.release.promote import (
-    PromotionRefused,
-    execute,
-    plan_promotion,
-    policy_for,
-    read_known_good,
-)
+from pinmatrix.release.promote import PromotionRefused, execute, plan_promotion
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
 
 
@@ -60,14 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, signed_by, steps, "
                    "reasons} per cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, registry_need=pushing)
 
 
 def _catalogue(root: Path) -> list[str] | None:
     """The smoke catalogue's names (required smokes may name groups that expand to several smokes): the
     project's smoke/ next to the matrix, else ./smoke, else $PINMATRIX_SMOKE_DIR; None without a catalogue
     (the cell's own smoke list is then matched as written, groups against recorded results)."""
-    from pinmatrix.smoke.catalogue import SmokeError, find_smoke_dir, load_catalogue
+    from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 
     explicit = root / "smoke"
     try:
@@ -97,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
     single = len(cells) == 1
     catalogue = _catalogue(matrix.root)
-    from pinmatrix.lock.resolve import lock_path
+    from pinmatrix.project.lockfile import lock_path
     from pinmatrix.release.attest import lock_for_sbom, sbom_inputs
     from pinmatrix.release.signing import load_signer, signing_key_path
 

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from pinmatrix.commands._common import examples, existing_file
+from pinmatrix.commands._registry import known_good_registry
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
+from pinmatrix.project.known_good import read_known_good
 from pinmatrix.release.candidates import Candidate, Selection, candidates, choose
-from pinmatrix.release.promote import read_known_good
 from pinmatrix.release.pull import verify_entry
 from pinmatrix.results.store import HostFingerprint
 
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print {reference, digest, stack, cell, pulled, engine, host, passed_over} as JSON on stdout "
                    "(with --list: {host, chosen, candidates})")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, registry_need=known_good_registry)
 
 
 def _engine(name: str):  # noqa: ANN202 - OCIEngine, imported lazily

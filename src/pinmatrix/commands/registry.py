@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _project(path: Path) -> tuple[Path, str]:
-    from pinmatrix.matrix.schema import load_matrix
+    from pinmatrix.project.matrix_toml import load_matrix
 
     matrix = load_matrix(path)
     return Path(matrix.root), matrix.settings.registry or ""

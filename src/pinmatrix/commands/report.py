@@ -11,10 +11,11 @@ from pathlib import Path
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument, examples
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.selection import load, require_stack
-from pinmatrix.report.statuses import FORMATS, SEVERITY_ORDER
+from pinmatrix.matrix.selection import load
+from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
+from pinmatrix.statuses import FORMATS, SEVERITY_ORDER
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -89,7 +90,7 @@ def log_roots(args: argparse.Namespace) -> list[Path]:
 
 def _catalogue(matrix_path: Path | None) -> list[str] | None:
     """The smoke catalogue's names (to expand group selectors), or None when there is no catalogue here."""
-    from pinmatrix.smoke.catalogue import SmokeError, find_smoke_dir, load_catalogue
+    from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 
     explicit = matrix_path.resolve().parent / "smoke" if matrix_path is not None else None
     try:
@@ -99,10 +100,11 @@ def _catalogue(matrix_path: Path | None) -> list[str] | None:
         return None
 
 
-def _required_smokes(matrix: object, cells: list[Cell], catalogue: list[str] | None) -> dict[str, list[str]]:
+def _required_smokes(matrix: Matrix, cells: list[Cell], catalogue: list[str] | None) -> dict[str, list[str]]:
     """Per cell: the smokes its stack's promotion policy requires (a cell whose required smokes all pass is
     reported as passing, however many optional smokes skipped)."""
-    from pinmatrix.release.promote import policy_for, required_smoke_names
+    from pinmatrix.project.policy import policy_for
+    from pinmatrix.release.promote import required_smoke_names
 
     policies = {name: policy_for(matrix, name) for name in {c.stack for c in cells}}
     return {c.id: required_smoke_names(c, policies[c.stack], catalogue)[0] for c in cells}

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from pinmatrix.commands._common import examples
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results.store import DEFAULT_PATH, STATUSES, ResultsStore
+from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.sanitize import terminal_text
+from pinmatrix.statuses import STATUSES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

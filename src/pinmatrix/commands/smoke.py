@@ -10,6 +10,7 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument, examples, existing_dir
+from pinmatrix.commands._registry import smoking_images
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 
@@ -80,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="print this run's records as JSON on stdout (progress goes to stderr), or write them "
                    "to FILE")
     p.add_argument("--list", action="store_true", help="list the catalogue (and each cell's selection) and exit")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, registry_need=smoking_images)
 
 
 def _cells(args: argparse.Namespace) -> tuple[list[Any], Any]:
@@ -106,7 +107,7 @@ def _cells(args: argparse.Namespace) -> tuple[list[Any], Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.smoke.catalogue import load_catalogue
+    from pinmatrix.project.catalogue import load_catalogue
     from pinmatrix.smoke.runner import RunOptions, new_run_id, plan_smokes, run_cells
 
     catalogue = load_catalogue(args.smoke_dir)
@@ -184,7 +185,7 @@ def _run_in_images(cells: list[Any], matrix: Any, store: ResultsStore, options: 
     from dataclasses import replace
 
     from pinmatrix.engine import get_engine
-    from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
+    from pinmatrix.project.catalogue import find_smoke_dir, load_catalogue
     from pinmatrix.smoke.container import ContainerSmokes, image_digest
     from pinmatrix.smoke.runner import run_cell
 
@@ -247,7 +248,7 @@ def _run_in_roots(cells: list[Any], matrix: Any, store: ResultsStore, options: A
     layout lacks is appended to ``no_image`` and passed over."""
     from dataclasses import replace
 
-    from pinmatrix.smoke.catalogue import find_smoke_dir, load_catalogue
+    from pinmatrix.project.catalogue import find_smoke_dir, load_catalogue
     from pinmatrix.smoke.chroot import find_image, prepare
     from pinmatrix.smoke.runner import plan_smokes, run_cell
 

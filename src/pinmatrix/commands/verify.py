@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 
 from pinmatrix.commands._common import examples, existing_file
+from pinmatrix.commands._registry import verified_reference
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.imageref import ImageRef
 from pinmatrix.paths import PUBLIC_KEY, public_key
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import TEST_RESULT_PREDICATE
 from pinmatrix.release.signing import trusted_keys
 from pinmatrix.release.verify import verify_image
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a trusted public key (PEM; repeatable; default: the files in PINMATRIX_TRUSTED_KEYS, "
                    f"separated by ':', else the project's {PUBLIC_KEY} that `pinmatrix keygen` made)")
     p.add_argument("--json", action="store_true", help="print the verification as JSON on stdout")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, registry_need=verified_reference)
 
 
 def run(args: argparse.Namespace) -> int:

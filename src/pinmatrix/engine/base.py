@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from pinmatrix.errors import EngineError
-from pinmatrix.registry.ref import tls_verify_for
+from pinmatrix.imageref import tls_verify_for
 
 EngineName = Literal["docker", "podman"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("docker", "podman")

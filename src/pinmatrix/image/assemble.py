@@ -51,9 +51,9 @@ from pinmatrix.image.patching import apply_patch, parse_patch
 from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.runnable import check_layers, summary
 from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
-from pinmatrix.lock.lockfile import LockEntry
+from pinmatrix.project.lockfile import LockEntry
+from pinmatrix.project.smoke_bundle import smoke_bundle, smoke_files
 from pinmatrix.registry.auth import find_credentials
-from pinmatrix.smoke.bundle import smoke_bundle, smoke_files
 
 LAYOUT_FORMAT = 2  # bump when a layer's bytes for the same inputs would change (2: scripts' #!python rewritten)
 MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once

@@ -13,7 +13,8 @@ from pinmatrix.engine import OCIEngine
 from pinmatrix.image.config import DEFAULT_PATH, iso_time, oci_arch
 from pinmatrix.image.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
 from pinmatrix.image.publish import load_into_engine
-from pinmatrix.image.rootfs import DEFAULT_SOURCE_DATE_EPOCH, DEFAULT_SUITE, debian_base, pinned_base
+from pinmatrix.image.rootfs import DEFAULT_SOURCE_DATE_EPOCH, debian_base, pinned_base
+from pinmatrix.project.debian_suites import suite_of
 
 BASE_REPOSITORY = "localhost/pinmatrix-base"
 # What RUN steps of images/Containerfile.j2 use on top of Python: venv and its pip wheel, GNU patch, CA tools.
@@ -32,7 +33,7 @@ def ensure_base_image(spec: BaseSpec, engine: OCIEngine, cache_dir: Path, *,
     else:
         spec = replace(spec, packages=tuple(sorted(set(spec.packages) | set(CONTAINERFILE_PACKAGES))))
         base = debian_base(spec, platform, layout, cache_dir, log)
-        suite = spec.suite or DEFAULT_SUITE
+        suite = suite_of(spec.suite)
     epoch = spec.source_date_epoch if spec.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH
     arch, variant = oci_arch(platform)
     config = {

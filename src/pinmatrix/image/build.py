@@ -17,7 +17,7 @@ from pinmatrix.image.containerfile import build_cell as containerfile_build
 from pinmatrix.image.publish import load_into_engine, push
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.image.wheels import IndexUnreachable
-from pinmatrix.lock.resolve import lock_path
+from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.image.toolchain import for_cell as cell_toolchains
+from pinmatrix.project.toolchains import for_cell as cell_toolchains
 
 LOCK_LABEL = "io.pinmatrix.lock.sha256"  # the sha256 of the lock an image was built from
 

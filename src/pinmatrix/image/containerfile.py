@@ -36,12 +36,13 @@ from pinmatrix.image.config import (  # noqa: F401 - nvidia_require_cuda re-used
 )
 from pinmatrix.image.layerplan import load_layer_specs, plan_layers
 from pinmatrix.image.patch_sources import resolve_patch
-from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SOURCE_DATE_EPOCH, DEFAULT_SUITE
+from pinmatrix.image.rootfs import DEFAULT_SOURCE_DATE_EPOCH
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref
-from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.imageref import ImageRef
+from pinmatrix.project.debian_suites import python_of, suite_of
+from pinmatrix.project.lockfile import parse_lock
+from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle, smoke_files
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
-from pinmatrix.smoke.bundle import incell_file, smoke_bundle, smoke_files
 
 IMAGES_DIR = Path("images")
 CONTAINERFILE_TEMPLATE = "Containerfile.j2"
@@ -124,8 +125,8 @@ def _write(path: Path, data: bytes, epoch: int) -> None:
 def check_python(cell: Cell) -> None:
     if cell.base.kind != "mmdebstrap":
         return
-    suite = cell.base.suite or DEFAULT_SUITE
-    have = DEBIAN_PYTHON.get(suite)
+    suite = suite_of(cell.base.suite)
+    have = python_of(suite)
     if have and have != cell.python:
         raise BuildError(
             f"cell {cell.id} ({cell.name}) needs Python {cell.python} but the Debian {suite} base has {have}; "

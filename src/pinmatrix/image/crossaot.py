@@ -36,9 +36,9 @@ from pinmatrix.image import jitcache
 from pinmatrix.image.jitcache import SCRATCH, AotBuild, AotError, AotPlan, CrossInputs
 from pinmatrix.image.layer import LayerWriter
 from pinmatrix.image.rootfs import BaseLayers
-from pinmatrix.image.toolchain import CrossSpec, Toolchain, ToolchainDoc, shipped
 from pinmatrix.image.wheels import Target, WheelFile
-from pinmatrix.lock.lockfile import LockEntry
+from pinmatrix.project.lockfile import LockEntry
+from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, shipped
 
 CROSS_FORMAT = 1  # bump when the cross build's bytes for the same inputs would change
 XCUDA = f"{SCRATCH}/xcuda"  # the cross CUDA_HOME, inside the builder root

@@ -41,9 +41,9 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.config import cell_env
 from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
-from pinmatrix.image.toolchain import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
 from pinmatrix.image.wheels import WheelFile
-from pinmatrix.smoke.catalogue import matches
+from pinmatrix.project.catalogue import matches
+from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
 
 AOT_FORMAT = 1  # bump when the layers' bytes for the same inputs would change
 AOT_FOLDER = "flashinfer/data/aot"  # under site-packages: flashinfer.jit.env.FLASHINFER_AOT_DIR

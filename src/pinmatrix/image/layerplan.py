@@ -19,12 +19,12 @@ from pydantic import ValidationError, field_validator, model_validator
 
 from pinmatrix.datamodel import Strict, friendly_message
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.lock.lockfile import (  # noqa: F401 - re-exported for the Containerfile path
+from pinmatrix.names import check_package_name, shown
+from pinmatrix.project.lockfile import (  # noqa: F401 - re-exported for the Containerfile path
     LockEntry,
     ParsedLock,
     parse_lock,
 )
-from pinmatrix.matrix.names import check_package_name, shown
 
 _LAYER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 

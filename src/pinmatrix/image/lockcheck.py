@@ -10,7 +10,7 @@ from packaging.utils import canonicalize_name
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.lock.lockfile import LockFileError, ParsedLock, parse_lock
+from pinmatrix.project.lockfile import LockFileError, ParsedLock, parse_lock
 
 _TARGET = re.compile(r"^# python (\S+) on (\S+);", re.MULTILINE)
 

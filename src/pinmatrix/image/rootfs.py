@@ -29,11 +29,10 @@ from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.config import oci_arch
 from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
 from pinmatrix.image.oci import OCILayout
+from pinmatrix.project.debian_suites import python_of, suite_of
 
-DEFAULT_SUITE = "trixie"
 DEFAULT_SOURCE_DATE_EPOCH = 1_735_689_600
 # The Python each Debian suite ships as python3: a cell's Python must be its base's.
-DEBIAN_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "forky": "3.13"}
 REQUIRED_PACKAGES: tuple[str, ...] = ("python3",)
 # An extract base runs no maintainer script, so it holds only what packages ship: these ship what any program
 # needs to start (trixie's base-files: the usr-merge links /bin, /lib -> usr/..., so the ELF interpreter
@@ -131,7 +130,7 @@ def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"),
 
 def rootfs_inputs(spec: BaseSpec, platform: str) -> RootfsInputs:
     return RootfsInputs(
-        suite=spec.suite or DEFAULT_SUITE,
+        suite=suite_of(spec.suite),
         packages=tuple(sorted(set(REQUIRED_PACKAGES) | set(spec.packages)
                               | (set(EXTRACT_PACKAGES) if spec.variant == "extract" else set()))),
         source_date_epoch=spec.source_date_epoch if spec.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH,
@@ -226,7 +225,7 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
         if record.is_file():
             data = json.loads(record.read_text())
             return BaseLayers((LayerDescriptor.from_json(data["layer"]),), (), name, inputs.key(), data.get("python"))
-        return BaseLayers((), (), name, inputs.key(), DEBIAN_PYTHON.get(inputs.suite))
+        return BaseLayers((), (), name, inputs.key(), python_of(inputs.suite))
     record = cache_dir / "rootfs" / f"{inputs.key()}.json"
     with locked(cache_dir / "rootfs" / f"{inputs.key()}.lock"):
         kept = cache_dir / "rootfs" / f"{inputs.key()}.layer"

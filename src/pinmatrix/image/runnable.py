@@ -30,7 +30,7 @@ from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.elf import MACHINES, ElfError, ElfInfo, is_elf, read_elf
 from pinmatrix.image.layer import open_layer
-from pinmatrix.matrix.names import OneLine
+from pinmatrix.names import OneLine
 
 RULES_FILE = "runnable.toml"
 PREFIX = 64 << 20  # bytes of an ELF file kept while its layer streams past (its headers and string table)

@@ -28,7 +28,7 @@ from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import CHUNK, sha256_file
 from pinmatrix.image.oci import remove_dead_temporaries
-from pinmatrix.lock.lockfile import LockEntry
+from pinmatrix.project.lockfile import LockEntry
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"

@@ -29,9 +29,7 @@ from pinmatrix.image.wheels import (
     cell_target,
     ssl_context,
 )
-from pinmatrix.lock.lockfile import LockFileError, parse_lock
-
-LOCK_DIR = Path("locks")
+from pinmatrix.project.lockfile import LOCK_DIR, LockFileError, lock_path, parse_lock
 
 
 @dataclass(frozen=True)
@@ -41,10 +39,6 @@ class LockResult:
     ok: bool
     changed: bool = False
     reason: str = ""  # uv's words when the cell cannot be resolved
-
-
-def lock_path(cell: Cell, root: Path = Path(".")) -> Path:
-    return root / LOCK_DIR / f"{cell.id}.txt"
 
 
 def find_uv() -> str:

@@ -16,7 +16,7 @@ from pinmatrix.archflag import (  # ArchFlag re-exported: the one parser of arch
     ArchFlag,
     parse_capability,
 )
-from pinmatrix.matrix.compat_model import (  # CompatError re-exported: what a malformed compat.toml raises
+from pinmatrix.project.compat_toml import (  # CompatError re-exported: what a malformed compat.toml raises
     COMPAT_FILE,
     CompatDoc,
     CompatError,  # noqa: F401

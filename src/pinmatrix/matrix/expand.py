@@ -30,8 +30,6 @@ from pinmatrix.cell import (
 )
 from pinmatrix.errors import MatrixError
 from pinmatrix.hashing import sha256_file
-from pinmatrix.image.rootfs import DEBIAN_PYTHON, DEFAULT_SUITE
-from pinmatrix.image.toolchain import for_cell as cell_toolchains
 from pinmatrix.matrix.compat import (
     ArchFlag,
     CompatRules,
@@ -41,8 +39,10 @@ from pinmatrix.matrix.compat import (
     capability_string,
 )
 from pinmatrix.matrix.keyword import compile_keyword
-from pinmatrix.matrix.names import shown
-from pinmatrix.matrix.schema import Axes, AxisValue, EnvVariant, Matrix, Stack
+from pinmatrix.names import shown
+from pinmatrix.project.debian_suites import known_suites, python_of, suite_of
+from pinmatrix.project.matrix_toml import Axes, AxisValue, EnvVariant, Matrix, Stack
+from pinmatrix.project.toolchains import for_cell as cell_toolchains
 
 Value = str | AxisValue | EnvVariant
 Assignment = dict[str, Value]
@@ -134,12 +134,11 @@ class _StackExpander:
         """A cell's Python comes from its base: refuse, before anything is built, a Python the base lacks."""
         if self.base.kind != "mmdebstrap":
             return
-        suite = self.base.suite or DEFAULT_SUITE
-        have = DEBIAN_PYTHON.get(suite)
+        suite = suite_of(self.base.suite)
+        have = python_of(suite)
         base_path = ("stacks", self.name, "base", "suite") if stack.base else ("matrix", "base", "suite")
         if have is None:
-            known = ", ".join(f"{s} ({p})" for s, p in DEBIAN_PYTHON.items())
-            self.problems.append(self.matrix.where(base_path, f"unknown Debian suite {suite!r} (known: {known})"))
+            self.problems.append(self.matrix.where(base_path, f"unknown Debian suite {suite!r} (known: {known_suites()})"))
         elif have != self.python:
             path = ("stacks", self.name, "python") if stack.python else ("matrix", "python")
             self.problems.append(self.matrix.where(
@@ -474,7 +473,7 @@ def _check_requirement_urls(matrix: Matrix) -> list[str]:
 
 def _check_smoke_names(matrix: Matrix) -> list[str]:
     """Every smoke a stack selects, and every smoke a known issue names, must exist in the catalogue."""
-    from pinmatrix.smoke.catalogue import SmokeError, load_catalogue, matches
+    from pinmatrix.project.catalogue import SmokeError, load_catalogue, matches
 
     try:  # the smoke/ folder beside the matrix, else $PINMATRIX_SMOKE_DIR or ./smoke (find_smoke_dir)
         catalogue = load_catalogue(matrix.root / "smoke")
@@ -503,7 +502,7 @@ def _check_smoke_names(matrix: Matrix) -> list[str]:
 def _check_boundaries(matrix: Matrix, catalogue: list[Any]) -> list[str]:
     """A known issue's boundary names one of the issue's smokes and a parameter it declares (the expected first
     failure a number), or an axis of a stack."""
-    from pinmatrix.smoke.catalogue import matches
+    from pinmatrix.project.catalogue import matches
 
     problems = []
     axes = set(KNOWN_AXES) | {str(canonicalize_name(p)) for st in matrix.stacks.values() for p in st.packages}

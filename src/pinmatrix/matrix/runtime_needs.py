@@ -18,13 +18,13 @@ from typing import Annotated, Any
 from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, Field, ValidationError
 
+from pinmatrix import names
 from pinmatrix.cell import Cell
 from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.lock.lockfile import LockFileError, parse_lock
-from pinmatrix.matrix import names
-from pinmatrix.matrix.names import FreeText, OneLine, PackageName
-from pinmatrix.matrix.schema import Matrix
+from pinmatrix.names import FreeText, OneLine, PackageName
+from pinmatrix.project.lockfile import LockFileError, parse_lock
+from pinmatrix.project.matrix_toml import Matrix
 
 NEEDS_FILE = "runtime_needs.toml"
 MAX_NEEDS_BYTES = 64 * 1024

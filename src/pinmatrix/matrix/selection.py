@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.expand import Expansion, expand_matrix, select_cells
-from pinmatrix.matrix.schema import Matrix, Stack, load_matrix
+from pinmatrix.project.matrix_toml import Matrix, load_matrix, require_stack
 
 STDIN = Path("-")
 
@@ -21,14 +20,6 @@ def load(path: Path) -> tuple[Matrix, Expansion]:
     else:
         matrix = load_matrix(path)
     return matrix, expand_matrix(matrix)
-
-
-def require_stack(matrix: Matrix, name: str) -> Stack:
-    """The stack called ``name``; one line naming the file and the stacks there are when there is none."""
-    stack = matrix.stacks.get(name)
-    if stack is None:
-        raise PinmatrixError(f"{matrix.path.name}: unknown stack {name!r} (stacks: {', '.join(matrix.stacks)})")
-    return stack
 
 
 def select(matrix: Matrix, expansion: Expansion, *, stack: str | None = None, keyword: str | None = None,

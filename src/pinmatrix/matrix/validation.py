@@ -10,13 +10,13 @@ from pathlib import Path
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.matrix.expand import Expansion
 from pinmatrix.matrix.runtime_needs import check_runtime_needs
-from pinmatrix.matrix.schema import Matrix
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.matrix_toml import Matrix
+from pinmatrix.project.policy import policy_for
 
 
 def validate_matrix(path: Path) -> tuple[Matrix, Expansion]:
     """The matrix and its expansion when everything holds; MatrixError with every problem otherwise."""
-    from pinmatrix.release.promote import policy_for  # release reads matrix/, never the other way at import
 
     matrix, expansion = load(path)
     problems: list[str] = []

@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.registry.ref import host_name, is_loopback
+from pinmatrix.imageref import host_name, is_loopback
 
 TOKEN_HOSTS_ENV = "PINMATRIX_TOKEN_HOSTS"
 HELPER_PREFIX = "docker-credential-"

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Callable
 from typing import BinaryIO
 
-from pinmatrix.registry.ref import RegistryError
+from pinmatrix.imageref import RegistryError
 
 CHUNK = 1 << 20
 # A request body: bytes, or a function that opens it afresh (stream, length), so it can be sent again after

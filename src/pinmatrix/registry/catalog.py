@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef, RegistryError
 
 
 @dataclass(frozen=True)

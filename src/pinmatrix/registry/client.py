@@ -39,6 +39,7 @@ from typing import Annotated, Any, BinaryIO
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from pinmatrix.hashing import sha256_digest
+from pinmatrix.imageref import ImageRef, RegistryError, is_digest, tls_verify_for
 from pinmatrix.registry.auth import (
     AuthError,
     Credentials,
@@ -49,7 +50,6 @@ from pinmatrix.registry.auth import (
     token_hosts,
 )
 from pinmatrix.registry.blobs import CHUNK, Body, VerifyingReader
-from pinmatrix.registry.ref import ImageRef, RegistryError, is_digest, tls_verify_for
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

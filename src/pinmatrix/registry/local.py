@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 from pinmatrix.atomic import atomic_write_text, locked
 from pinmatrix.engine.services import Service, start_registry
-from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.registry.ref import host_name, is_loopback
+from pinmatrix.errors import EngineError
+from pinmatrix.imageref import host_name, is_loopback
 
 REGISTRY_DIR = Path(".pinmatrix") / "registry"
 PIDFILE = "registry.json"
@@ -205,60 +205,14 @@ def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[S
         users.close()
 
 
-# ------------------------------------------------------------------------------- which commands need one
-
-
-def _matrix_registry(args: argparse.Namespace, override: str | None = None) -> tuple[Path, str] | None:
-    from pinmatrix.matrix.schema import load_matrix
-
-    path = getattr(args, "matrix", None) or Path("matrix.toml")
-    if str(path) == "-":
-        return None
-    try:
-        matrix = load_matrix(Path(path))
-    except PinmatrixError:
-        return None  # the command itself reports a bad matrix
-    return Path(matrix.root), (override or matrix.settings.registry or "")
-
-
-def _known_good_registry(args: argparse.Namespace) -> tuple[Path, str] | None:
-    from pinmatrix.release.promote import read_known_good
-
-    path = Path(args.known_good)
-    try:
-        entries = read_known_good(path)
-    except PinmatrixError:
-        return None
-    for entry in reversed(entries):
-        if args.stack in (None, entry.get("stack")) and loopback_endpoint(str(entry.get("reference", ""))):
-            return Path.cwd(), str(entry["reference"])  # pull reads no matrix: the project is where it runs
-    return None
-
-
-def needed_by(args: argparse.Namespace) -> tuple[Path, str] | None:
-    """(project root, registry setting) when the parsed command talks to a registry, else None. One table,
-    so that every command that pushes, resolves or pulls gets the embedded registry the same way."""
-    command = getattr(args, "command", None)
-    if command == "build" and getattr(args, "push", False):
-        return _matrix_registry(args, getattr(args, "registry", None))
-    if command == "smoke" and getattr(args, "runtime", "host") in ("docker", "podman") and (args.cell or args.stack):
-        return _matrix_registry(args, getattr(args, "image", None))
-    if command == "promote":
-        return _matrix_registry(args, getattr(args, "registry", None))
-    if command == "ci" and getattr(args, "ci_command", None) == "k8s":
-        return _matrix_registry(args, getattr(args, "registry", None))
-    if command == "pull":  # --print too: the image is verified in the registry before its reference is printed
-        return _known_good_registry(args)
-    if command == "verify" and loopback_endpoint(str(getattr(args, "reference", ""))):
-        return Path.cwd(), str(args.reference)
-    return None
-
-
 @contextmanager
 def for_command(args: argparse.Namespace) -> Iterator[State | None]:
-    """The embedded registry around one parsed command (cli.py wraps every command in this). Smoking an image
-    only asks the registry which digest a tag was pushed as: if none can be started, it goes on without."""
-    need = needed_by(args)
+    """The embedded registry around one parsed command (cli.py wraps every command in this), when the command
+    declares that it talks to a registry: its parser's ``registry_need`` default, called with the parsed
+    arguments, gives (project root, registry setting) or None. Smoking an image only asks the registry which
+    digest a tag was pushed as: if none can be started, it goes on without."""
+    declared = getattr(args, "registry_need", None)
+    need = declared(args) if declared is not None else None
     with ExitStack() as stack:
         state = None
         if need is not None:

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.config import LOCK_LABEL
+from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import Manifest, Registry
-from pinmatrix.registry.ref import ImageRef, RegistryError
 from pinmatrix.release.sbom import CYCLONEDX_PREDICATE
-from pinmatrix.report.statuses import INFRA_STATUSES
 from pinmatrix.results.store import SmokeRecord
+from pinmatrix.statuses import INFRA_STATUSES
 
 if TYPE_CHECKING:
     from securesystemslib.signer import CryptoSigner

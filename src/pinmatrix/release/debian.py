@@ -24,8 +24,8 @@ from pydantic import StringConstraints, ValidationError
 
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 
 STATUS_PATH = "var/lib/dpkg/status"
 BASE_HISTORY = "pinmatrix: base "  # the created_by of every base layer (image/config.py, image/base_image.py)

@@ -12,27 +12,23 @@ Safety by construction:
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-import tomlkit
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.selection import require_stack
+from pinmatrix.imageref import ImageRef
+from pinmatrix.project.known_good import record_promotion
+from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
-from pinmatrix.report.statuses import INFRA_STATUSES
-from pinmatrix.results.store import STATUSES, SmokeRecord
+from pinmatrix.results.store import SmokeRecord
+from pinmatrix.statuses import INFRA_STATUSES
 
 if TYPE_CHECKING:
     from pinmatrix.release.debian import DebianPackage
@@ -42,65 +38,6 @@ class PromotionRefused(PinmatrixError):
     """The policy is not met (or the image changed since it was tested): nothing was promoted."""
 
     exit_code = 1
-
-
-class PromotionPolicy(BaseModel):
-    """``[matrix.promotion]`` (default for every stack) and ``[stacks.<name>.promotion]`` (per stack,
-    overriding the default key by key)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    required_smokes: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
-    """Smokes that must be clean. "*" stands for every smoke selected for the cell."""
-    hosts: Literal["every-gpu"] | list[str] = "every-gpu"
-    """Where they must be clean: "every-gpu" = on a host of every GPU of the stack that the cell's arch
-    covers (any host for CPU-only cells), or a list of gpu axis values ("sm_90", "sm_121") / product name
-    fragments ("H200")."""
-    min_clean_runs: int = Field(default=1, ge=1)
-    """Distinct clean runs needed per required smoke and GPU."""
-    repository: str = Field(default="known-good", pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-    """Promoted images go to <registry>/<repository>/<stack>."""
-    tag: str = Field(default="known-good", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-    """The tag that moves to the newest promoted cell of the stack."""
-    accept: list[str] = Field(default_factory=lambda: ["pass"], min_length=1)
-    """Statuses that count as clean (add "xfail" to accept known, expected failures)."""
-    host_runs: Literal["refuse", "identical"] = "refuse"
-    """Results measured in a host's own environment instead of the image (the host runtime): "refuse" (they
-    never count), or "identical" (they count when the host's Python and every locked package were the cell's,
-    as recorded in the result's environment.host_vs_lock)."""
-
-    @field_validator("accept")
-    @classmethod
-    def _statuses(cls, v: list[str]) -> list[str]:
-        verdicts = [s for s in STATUSES if s not in INFRA_STATUSES]  # an infrastructure error is no verdict
-        bad = [s for s in v if s not in verdicts]
-        if bad:
-            raise ValueError(f"unknown status {bad[0]!r} (statuses: {', '.join(verdicts)})")
-        if "fail" in v:
-            raise ValueError("'fail' can never count as clean")
-        return v
-
-    @field_validator("hosts")
-    @classmethod
-    def _hosts(cls, v: Any) -> Any:
-        if isinstance(v, list) and not v:
-            raise ValueError("hosts: list at least one gpu, or use \"every-gpu\"")
-        return v
-
-
-def policy_for(matrix: Any, stack: str) -> PromotionPolicy:
-    """The stack's policy from matrix.toml: ``[matrix.promotion]`` updated by ``[stacks.<stack>.promotion]``.
-    Errors name the file, line and key."""
-    merged: dict[str, Any] = dict(matrix.settings.promotion or {})
-    own = dict(require_stack(matrix, stack).promotion or {})
-    merged.update(own)
-    try:
-        return PromotionPolicy.model_validate(merged)
-    except ValidationError as err:
-        first = err.errors()[0]  # the input is a table: every error is at one of its keys
-        key = str(first["loc"][0])
-        base = ("stacks", stack, "promotion") if key in own else ("matrix", "promotion")
-        raise PinmatrixError(matrix.where((*base, key), first["msg"])) from None
 
 
 # ------------------------------------------------------------------------------------------------- check
@@ -153,7 +90,7 @@ def required_smoke_names(cell: Cell, policy: PromotionPolicy,
     """(smoke names that must be clean, required selectors that select none of the cell's smokes).
     Selectors may name groups ('xformers-tiled-matmul-boundary' = its '-output', '-a', '-b' smokes); with
     the catalogue's names they are expanded to the smokes that run."""
-    from pinmatrix.smoke.catalogue import matches
+    from pinmatrix.project.catalogue import matches
 
     cell_sel = list(cell.smokes)
     req_sel = cell_sel + [s for s in policy.required_smokes if s != "*" and s not in cell_sel] \
@@ -170,7 +107,7 @@ def required_smoke_names(cell: Cell, policy: PromotionPolicy,
 def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord],
                  stack_gpus: Sequence[str] = (), catalogue: Sequence[str] | None = None) -> Check:
     """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences."""
-    from pinmatrix.smoke.catalogue import matches
+    from pinmatrix.project.catalogue import matches
 
     every = [r for r in records if r.cell_id == cell.id]
     records = [r for r in every if r.status not in INFRA_STATUSES]  # the harness failed: never the cell's
@@ -359,63 +296,3 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
     record_promotion(known_good, entry)
     return Promotion(stack=cell.stack, cell_id=cell.id, digest=digest, reference=str(promoted),
                      attestation=attestation, promoted_at=stamp, sbom=published.sbom, signed_by=published.keyid)
-
-
-# ------------------------------------------------------------------------------------- known-good.toml
-
-HEADER = (
-    "Written by `pinmatrix promote`: one [[promoted]] entry per promotion, oldest first.\n"
-    "`pinmatrix pull` picks the newest entry whose requirements the host meets and pulls it by digest."
-)
-
-
-def _clean(value: Any) -> Any:
-    """TOML has no null: drop None values (recursively)."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_clean(v) for v in value if v is not None]
-    return value
-
-
-def read_known_good(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    try:
-        doc = tomlkit.parse(path.read_text())
-    except Exception as err:  # tomlkit raises several parse error types
-        raise PinmatrixError(f"{path}: not valid TOML: {err}") from None
-    entries = doc.get("promoted", [])
-    out = []
-    for i, entry in enumerate(entries):
-        data = json.loads(json.dumps(entry))  # tomlkit items -> plain values
-        for key in ("stack", "cell_id", "digest", "reference", "promoted_at"):
-            if key not in data:
-                raise PinmatrixError(f"{path}: promoted[{i}] lacks {key!r}")
-        out.append(data)
-    return out
-
-
-def record_promotion(path: Path, entry: dict[str, Any]) -> None:
-    if path.exists():
-        doc = tomlkit.parse(path.read_text())
-    else:
-        doc = tomlkit.document()
-        for line in HEADER.splitlines():
-            doc.add(tomlkit.comment(line))
-    if "promoted" not in doc:
-        doc.add("promoted", tomlkit.aot())
-    table = tomlkit.table()
-    for key, value in _clean(entry).items():
-        if key == "evidence":
-            continue
-        table.add(key, value)
-    evidence = tomlkit.aot()
-    for ev in _clean(entry.get("evidence", [])):
-        t = tomlkit.table()
-        for k, v in ev.items():
-            t.add(k, v)
-        evidence.append(t)
-    table.add("evidence", evidence)
-    doc["promoted"].append(table)
-    atomic_write_text(path, tomlkit.dumps(doc))

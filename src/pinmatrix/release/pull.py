@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import Registry
-from pinmatrix.registry.ref import ImageRef
 from pinmatrix.release.hostmatch import HostFacts, Requirements, host_meets
 from pinmatrix.release.signing import TrustedKey
 from pinmatrix.release.verify import Verification, verify_image

@@ -33,7 +33,7 @@ from packaging.utils import canonicalize_name
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.lock.lockfile import parse_lock
+from pinmatrix.project.lockfile import parse_lock
 from pinmatrix.release.debian import DebianPackage
 from pinmatrix.release.requires import requires_graph, target_environment
 
@@ -51,7 +51,7 @@ class LockedPackage:
 
 
 def locked_packages(text: str, source: str = "lock") -> list[LockedPackage]:
-    """The pinned distributions of a lock (``pinmatrix.lock.lockfile``). An entry that is not an exact
+    """The pinned distributions of a lock (``pinmatrix.project.lockfile``). An entry that is not an exact
     ``name==version`` pin with sha256 hashes is refused, naming the file and the entry."""
     packages: list[LockedPackage] = []
     for entry in parse_lock(text, source).entries:

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pinmatrix.image.config import LOCK_LABEL
+from pinmatrix.imageref import ImageRef, repository_path
 from pinmatrix.registry.client import INDEX_TYPES, Registry
-from pinmatrix.registry.ref import ImageRef, repository_path
 from pinmatrix.release.attest import (
     DSSE_MEDIA_TYPE,
     SBOM_PREDICATE,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from pinmatrix.report.model import Report, worst
-from pinmatrix.report.statuses import INFRA_STATUSES
+from pinmatrix.statuses import INFRA_STATUSES
 
 
 def render_junit(report: Report) -> str:

@@ -12,7 +12,7 @@ from pinmatrix.report.html import render_html
 from pinmatrix.report.junit import render_junit
 from pinmatrix.report.markdown import render_markdown
 from pinmatrix.report.model import Report, report_to_dict
-from pinmatrix.report.statuses import FORMATS
+from pinmatrix.statuses import FORMATS
 
 
 def render(report: Report, fmt: str) -> str:

@@ -28,8 +28,8 @@ from pinmatrix.results import storefile
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.statuses import STATUSES
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded", "error")  # error: infrastructure
 DEFAULT_PATH = Path(".pinmatrix/results.sqlite")
 SCHEMA_VERSION = 1
 

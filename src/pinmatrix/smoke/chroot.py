@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.smoke.bundle import incell_dir
-from pinmatrix.smoke.catalogue import Smoke
+from pinmatrix.project.catalogue import Smoke
+from pinmatrix.project.smoke_bundle import incell_dir
 from pinmatrix.smoke.chroot_host import (
     ChrootRefused,
     DriverFiles,

@@ -16,7 +16,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from pinmatrix.datamodel import Strict, friendly_message
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.names import Name, OneLine, shown
+from pinmatrix.names import Name, OneLine, shown
 from pinmatrix.sanitize import strip_ansi, terminal_text
 
 SIGNATURES_PATH = Path(__file__).with_name("signatures.toml")

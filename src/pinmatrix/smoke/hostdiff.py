@@ -12,7 +12,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from pinmatrix.lock.lockfile import LockFileError, parse_lock
+from pinmatrix.project.lockfile import LockFileError, parse_lock
 
 _PROBE = (
     "import sys, json, importlib.metadata as m\n"

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pinmatrix.smoke.catalogue import matches
+from pinmatrix.project.catalogue import matches
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
+from pinmatrix.project.smoke_bundle import incell_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import file_slug, terminal_text
-from pinmatrix.smoke.bundle import incell_dir
-from pinmatrix.smoke.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.smoke.classify import Outcome, classify
 from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
 from pinmatrix.smoke.hostdiff import differences, environment_of

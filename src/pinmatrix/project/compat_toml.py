@@ -11,10 +11,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
 
+from pinmatrix import names
 from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix import names
-from pinmatrix.matrix.names import OneLine, VersionText
+from pinmatrix.names import OneLine, VersionText
 
 COMPAT_FILE = "compat.toml"
 _GPU = re.compile(r"sm_\d\d+")  # as the matrix's gpu axis writes it

@@ -10,6 +10,8 @@ SEVERITY: dict[str, int] = {
     "pass": 0, "skip": 1, "missing": 2, "error": 3, "xfail": 4, "xpass": 5, "degraded": 6, "fail": 7,
 }
 INFRA_STATUSES: tuple[str, ...] = ("error",)
+# What a smoke run can record, in the results store's order.
+STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "xfail", "xpass", "degraded", "error")  # error: infrastructure
 SEVERITY_ORDER: tuple[str, ...] = tuple(sorted(SEVERITY, key=SEVERITY.__getitem__))
 STATUS_LABELS: dict[str, str] = {
     "pass": "pass", "skip": "skipped", "missing": "no result", "error": "infrastructure error",

@@ -16,8 +16,8 @@ from pydantic import Field, ValidationError, field_validator
 
 from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.names import check_requirement_text
-from pinmatrix.smoke.catalogue import matches
+from pinmatrix.names import check_requirement_text
+from pinmatrix.project.catalogue import matches
 
 DATA_FILE = "data/toolchains.toml"
 

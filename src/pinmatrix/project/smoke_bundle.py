@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from pinmatrix.smoke.catalogue import SmokeError
+from pinmatrix.project.catalogue import SmokeError
 
 SMOKE_RUNTIME = ("_smokelib.py", "_oracles.py")
 

@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pinmatrix import names
 from pinmatrix.archflag import ArchFlag, split_flags
 from pinmatrix.datamodel import Strict, friendly_message, key_path
-from pinmatrix.errors import MatrixError
-from pinmatrix.matrix import names
-from pinmatrix.matrix.names import (
+from pinmatrix.errors import MatrixError, PinmatrixError
+from pinmatrix.names import (
     EnvValue,
     FreeText,
     HttpUrl,
@@ -26,7 +26,7 @@ from pinmatrix.matrix.names import (
     SmokeSelector,
     shown,
 )
-from pinmatrix.matrix.tomlpos import TomlLocator, nesting_problem
+from pinmatrix.project.tomlpos import TomlLocator, nesting_problem
 
 DEFAULT_MATRIX = Path("matrix.toml")
 _GPU = re.compile(r"^sm_(\d+)(\d)$")
@@ -432,3 +432,11 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
 
 
 Stack.model_rebuild()  # Stack.base refers to Base, defined after it
+
+
+def require_stack(matrix: Matrix, name: str) -> Stack:
+    """The stack called ``name``; one line naming the file and the stacks there are when there is none."""
+    stack = matrix.stacks.get(name)
+    if stack is None:
+        raise PinmatrixError(f"{matrix.path.name}: unknown stack {name!r} (stacks: {', '.join(matrix.stacks)})")
+    return stack

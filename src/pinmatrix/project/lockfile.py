@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 
 _REQ_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(?:==|===|@|;|\s|$)")
@@ -112,3 +114,10 @@ def _via_names(text: str) -> list[str]:
             continue
         names.append(canonicalize_name(part))
     return names
+
+
+LOCK_DIR = Path("locks")  # a project's locks: locks/<cell id>.txt
+
+
+def lock_path(cell: Cell, root: Path = Path(".")) -> Path:
+    return root / LOCK_DIR / f"{cell.id}.txt"

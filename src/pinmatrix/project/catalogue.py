@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.smoke.params import SmokeParams, parse_params
+from pinmatrix.project.smoke_params import SmokeParams, parse_params
 
 SMOKE_DIR_ENV = "PINMATRIX_SMOKE_DIR"
 # Modules run in this order within a phase: cheap and general first, heavy and specific later.
@@ -42,7 +42,7 @@ class Smoke:
 def find_smoke_dir(explicit: Path | None = None) -> Path:
     """The smoke catalogue: ``explicit``, else $PINMATRIX_SMOKE_DIR, else ./smoke (the project's folder, next to
     matrix.toml, like patches/ and locks/). A catalogue is a folder of smoke modules; the runtime they import
-    ships with pinmatrix (``pinmatrix.smoke.bundle``)."""
+    ships with pinmatrix (``pinmatrix.project.smoke_bundle``)."""
     candidates: list[Path] = []
     if explicit is not None:
         candidates.append(Path(explicit))
