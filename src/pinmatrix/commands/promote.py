@@ -8,18 +8,15 @@ import json
 import sys
 from pathlib import Path
 
-from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, examples, existing_file
 from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.settings import image_ref
 from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load, select
 from pinmatrix.paths import KNOWN_GOOD_FILE, SIGNING_KEY
-from pinmatrix.project.known_good import read_known_good
-from pinmatrix.project.policy import policy_for
-from pinmatrix.registry.client import Registry
-from pinmatrix.release.promote import PromotionRefused, execute, plan_promotion
+from pinmatrix.release.promote import PromotionRefused
+from pinmatrix.release.promote_cells import PromotionOutcome, PromoteSettings, promote_cells
+from pinmatrix.release.signing import load_signer, signing_key_path
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
 
 
@@ -74,6 +71,32 @@ def _catalogue(root: Path) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)
+    single = len(settings.cells) == 1
+
+    def show(o: PromotionOutcome) -> None:
+        if o.outcome == "refused" and not single:
+            say(f"refused  {o.cell.id} {o.cell.name}: {'; '.join(o.reasons)}")
+        elif o.outcome == "already-promoted":
+            say(f"already promoted {o.cell.id} {o.cell.name} ({o.digest})")
+        elif o.outcome == "would-promote":
+            say(f"would promote {o.cell.id} {o.cell.name}:", *(f"\n  - {step}" for step in o.steps), sep="")
+        elif o.outcome == "promoted":
+            say(f"promoted {o.cell.id} {o.cell.name}: {o.reference} (attestation {o.attestation})")
+
+    outcomes = promote_cells(settings, show, functools.partial(print, file=sys.stderr))
+    if args.json:
+        print(json.dumps([o.to_json() for o in outcomes], indent=2))
+    if single and outcomes[0].error is not None:
+        raise outcomes[0].error
+    if not any(o.outcome != "refused" for o in outcomes):
+        raise PromotionRefused(f"no cell promoted ({len(outcomes)} refused)")
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> PromoteSettings:
+    """The run's settings: the command line over matrix.toml."""
     matrix, expansion = load(args.matrix)
     if not (args.cell or args.stack or args.keyword):
         raise PinmatrixError("promote: name the cells: --cell ID, --stack S or -k EXPR")
@@ -88,83 +111,11 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("promote: no cell matches the selection")
     prefix = (args.registry or matrix.settings.registry).rstrip("/")
     ImageRef.parse(prefix + "/x")  # validates the prefix: one clear line when malformed
-    registry = Registry(prefix.split("/", 1)[0])
-    known_good = args.known_good or (matrix.root / KNOWN_GOOD_FILE)
-    store = ResultsStore(args.results) if args.results.exists() else None
-    already = {(e["cell_id"], e["digest"]) for e in read_known_good(known_good)}
-    single = len(cells) == 1
-    catalogue = _catalogue(matrix.root)
-    from pinmatrix.project.lockfile import lock_path
-    from pinmatrix.release.attest import lock_for_sbom, sbom_inputs
-    from pinmatrix.release.signing import load_signer, signing_key_path
-
     key_path = signing_key_path(args.signing_key, matrix.root / SIGNING_KEY)
-    signer = load_signer(key_path) if key_path is not None else None
-    unsigned_warning = signer is None
-
-    promoted = refused = 0
-    outcomes: list[dict[str, object]] = []
-    say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)
-
-    def outcome(cell: Cell, what: str, **fields: object) -> None:
-        outcomes.append({"cell": cell.id, "name": cell.name, "stack": cell.stack, "outcome": what, "digest": None,
-                         "reference": None, "attestation": None, "sbom": None, "signed_by": None, "steps": [],
-                         "reasons": [], **fields})
-
-    def emit() -> None:
-        if args.json:
-            print(json.dumps(outcomes, indent=2))
-
-    for cell in cells:
-        policy = policy_for(matrix, cell.stack)
-        records = store.query(cell_id=cell.id, probe_params={}) if store else []  # plain runs, no bisect probes
-        stack_gpus = sorted({c.pins["gpu"] for c in expansion.cells if c.stack == cell.stack and "gpu" in c.pins})
-        source = ImageRef.parse(image_ref(cell, prefix))  # the build tag, <registry>/<stack>:<cell id>
-        try:
-            plan = plan_promotion(cell, policy, records, source=source, registry_prefix=prefix, registry=registry,
-                                  stack_gpus=stack_gpus, catalogue=catalogue)
-        except PromotionRefused as err:
-            outcome(cell, "refused", reasons=str(err).split(": ", 1)[1].split("; "))
-            if single:
-                emit()
-                raise
-            refused += 1
-            say(f"refused  {cell.id} {cell.name}: {str(err).split(': ', 1)[1]}")
-            continue
-        if (cell.id, plan.digest) in already and not args.force:
-            promoted += 1
-            outcome(cell, "already-promoted", digest=plan.digest)
-            say(f"already promoted {cell.id} {cell.name} ({plan.digest})")
-            continue
-        if args.dry_run:
-            promoted += 1
-            outcome(cell, "would-promote", digest=plan.digest, steps=plan.describe())
-            say(f"would promote {cell.id} {cell.name}:")
-            for step in plan.describe():
-                say(f"  - {step}")
-            continue
-        if unsigned_warning:
-            unsigned_warning = False
-            print(f"warning: no signing key (--signing-key, PINMATRIX_SIGNING_KEY or {SIGNING_KEY} from `pinmatrix "
-                  "keygen`): the evidence is unsigned, and "
-                  "`pinmatrix pull` and `verify` will refuse these images", file=sys.stderr)
-        lock_text, why_not = lock_for_sbom(registry, plan.source.with_digest(plan.digest), lock_path(cell, matrix.root))
-        if lock_text is None:
-            print(f"note: cell {cell.id}: {why_not}", file=sys.stderr)
-            result = execute(plan, registry, records, known_good, signer=signer)
-        else:
-            inputs = sbom_inputs(registry, plan.source.with_digest(plan.digest), lock_text,
-                                 (args.cache_dir or matrix.root / ".pinmatrix" / "cache") / "wheels",
-                                 lock_source=f"lock of cell {cell.id}")
-            for note in inputs.notes:
-                print(f"note: cell {cell.id}: {note}", file=sys.stderr)
-            result = execute(plan, registry, records, known_good, signer=signer, lock_text=lock_text,
-                             debian=inputs.debian, requires=inputs.requires)
-        promoted += 1
-        outcome(cell, "promoted", digest=result.digest, reference=result.reference,
-                attestation=result.attestation, sbom=result.sbom, signed_by=result.signed_by)
-        say(f"promoted {cell.id} {cell.name}: {result.reference} (attestation {result.attestation})")
-    emit()
-    if not promoted:
-        raise PromotionRefused(f"no cell promoted ({refused} refused)")
-    return 0
+    return PromoteSettings(
+        matrix=matrix, expansion=expansion, cells=cells, registry_prefix=prefix,
+        known_good=args.known_good or (matrix.root / KNOWN_GOOD_FILE),
+        store=ResultsStore(args.results) if args.results.exists() else None,
+        signer=load_signer(key_path) if key_path is not None else None,
+        cache_dir=(args.cache_dir or matrix.root / ".pinmatrix" / "cache") / "wheels",
+        catalogue=_catalogue(matrix.root), force=args.force, dry_run=args.dry_run)

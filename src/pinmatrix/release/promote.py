@@ -35,9 +35,18 @@ if TYPE_CHECKING:
 
 
 class PromotionRefused(PinmatrixError):
-    """The policy is not met (or the image changed since it was tested): nothing was promoted."""
+    """The policy is not met (or the image changed since it was tested): nothing was promoted. ``reasons``
+    holds each reason on its own, as the JSON output lists them."""
 
     exit_code = 1
+
+    def __init__(self, message: str, reasons: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.reasons = list(reasons) or [message]
+
+
+def _refused(cell: Cell, *reasons: str) -> PromotionRefused:
+    return PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: " + "; ".join(reasons), reasons)
 
 
 # ------------------------------------------------------------------------------------------------- check
@@ -212,24 +221,22 @@ def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeR
     """Check the policy and the registry; raise PromotionRefused with every reason, or return the plan."""
     check = check_policy(cell, policy, records, stack_gpus, catalogue)
     if not check.ok:
-        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: " + "; ".join(check.problems))
+        raise _refused(cell, *check.problems)
     if check.digest is None:  # only host runs the policy counts: promote the cell's image built from that lock
         built = registry.resolve(source)
         if built is None:
-            raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry")
+            raise _refused(cell, f"image {source} is not in the registry")
         check.digest = built
     # The image the smokes ran on must still exist (it is what gets copied) ...
     if registry.get_manifest(source.repository, check.digest) is None:
-        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: the tested image "
-                               f"{source.name}@{check.digest} is no longer in the registry")
+        raise _refused(cell, f"the tested image {source.name}@{check.digest} is no longer in the registry")
     # ... and still be what the cell's build tag names: a rebuilt image has no results yet.
     current = registry.resolve(source)
     if current is None:
-        raise PromotionRefused(f"cell {cell.id} ({cell.name}) not promoted: image {source} is not in the registry")
+        raise _refused(cell, f"image {source} is not in the registry")
     if current != check.digest:
-        raise PromotionRefused(
-            f"cell {cell.id} ({cell.name}) not promoted: digest no longer matches: {source} now names {current}, "
-            f"but the smokes ran on {check.digest}; run the smokes on the new image first")
+        raise _refused(cell, f"digest no longer matches: {source} now names {current}, but the smokes ran on "
+                             f"{check.digest}; run the smokes on the new image first")
     target = promoted_repository(registry_prefix, cell.stack, policy)
     if target.registry != source.registry:
         raise PromotionRefused(f"promoted repository {target.name} is on another registry than {source.name}")

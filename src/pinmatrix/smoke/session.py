@@ -1,0 +1,174 @@
+"""One ``smoke`` run over cells: in the host's own environment, in each cell's image in an engine's container,
+or in its image unpacked from an OCI layout (the chroot runtime). The command builds ``SmokeSettings`` and
+prints; this module decides where each cell runs and records the results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.project.catalogue import Smoke, find_smoke_dir
+from pinmatrix.project.matrix_toml import Matrix
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.smoke.runner import CellRun, RunOptions, plan_smokes, run_cell, run_cells
+from pinmatrix.smoke.target import SmokeTarget
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class SmokeSettings:
+    """What one smoke run is asked for: the cells, where they run, and the runner's options."""
+
+    cells: Sequence[SmokeTarget]
+    matrix: Matrix | None  # None: the synthetic host cell, no matrix read
+    catalogue: list[Smoke]
+    options: RunOptions
+    smoke_dir: Path | None = None  # --smoke-dir; None: the project's smoke/ (project.catalogue.find_smoke_dir)
+    keyword: str | None = None
+    image: str | None = None  # --image: one reference for every cell
+    layout: Path | None = None  # the chroot runtime's OCI layout (default .pinmatrix/oci)
+    roots: Path | None = None  # where the chroot runtime unpacks images (default .pinmatrix/roots)
+
+
+@dataclass
+class SmokeSession:
+    """The runs of the cells that ran, and a line for each cell whose image was not there."""
+
+    runs: list[CellRun]
+    no_image: list[str] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[SmokeRecord]:
+        return [r for run in self.runs for r in run.records]
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.records:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        return counts
+
+    def summary(self, run_id: str) -> str:
+        """``run ID: 3 pass, 1 skip; 2 already recorded; 1 cell(s) without an image``."""
+        skipped = sum(len(run.skipped_recorded) for run in self.runs)
+        text = ", ".join(f"{n} {s}" for s, n in sorted(self.counts().items())) or "nothing run"
+        return (f"run {run_id}: {text}" + (f"; {skipped} already recorded" if skipped else "")
+                + (f"; {len(self.no_image)} cell(s) without an image" if self.no_image else ""))
+
+    def notes(self) -> list[str]:
+        """The lines for stderr: cells without an image, known issues that passed, infrastructure errors."""
+        lines = [f"no image: {line}" for line in self.no_image]
+        lines += [f"note: {r.smoke} on cell {r.cell_id} passed although known issue {r.known_issue} expects it "
+                  "to fail: the issue may be gone" for r in self.records if r.status == "xpass"]
+        lines += [f"infrastructure error: {r.smoke} on cell {r.cell_id}: {r.reason} (not counted against the cell)"
+                  for r in self.records if r.status == "error"]
+        return lines
+
+    def exit_code(self) -> int:
+        counts = self.counts()
+        return 1 if counts.get("fail") or counts.get("error") or self.no_image else 0
+
+
+def run_smokes(settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
+               echo: Echo) -> SmokeSession:
+    """Smoke every cell where ``settings.options.runtime`` says, recording each result in ``store``."""
+    runtime = settings.options.runtime
+    if runtime == "host":
+        return SmokeSession(run_cells(settings.cells, store, settings.options, host=host, run_id=run_id, echo=echo))
+    if runtime == "chroot":
+        return _run_in_roots(settings, store, host, run_id, echo)
+    return _run_in_images(settings, store, host, run_id, echo)
+
+
+def cell_image_ref(cell: SmokeTarget, settings: SmokeSettings) -> str:
+    """The image a container or chroot run smokes for ``cell``: --image, else the cell's reference in the matrix's
+    registry (the build's tag)."""
+    if settings.image:
+        return settings.image
+    if settings.matrix is None:
+        raise PinmatrixError(f"--runtime {settings.options.runtime} without --cell/--stack needs --image REF")
+    from pinmatrix.image.settings import image_ref
+
+    return image_ref(cell, settings.matrix.settings.registry)  # type: ignore[arg-type]
+
+
+def _run_in_images(settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
+                   echo: Echo) -> SmokeSession:
+    """Smoke each cell in its image; a cell whose image is not in the engine's store gets a line in
+    ``no_image`` (naming the cell and the reference) and is passed over."""
+    from pinmatrix.engine import get_engine
+    from pinmatrix.smoke.container import ContainerSmokes, image_digest
+
+    options = settings.options
+    engine = get_engine(options.runtime)
+    engine.ensure_running()
+    smoke_dir = find_smoke_dir(settings.smoke_dir)
+    session = SmokeSession([])
+    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {options.runtime}")
+    for cell in settings.cells:
+        ref = cell_image_ref(cell, settings)
+        digest = image_digest(engine, ref)
+        if digest is None:
+            session.no_image.append(f"cell {cell.id} {cell.name}: {ref} is not in the {options.runtime} "
+                                    "store (build it with `pinmatrix build`, or pull it)")
+            echo(f"cell {cell.id} {cell.name}: no image {ref} in the {options.runtime} store; passed over")
+            continue
+        cache, image_env = _container_cache(engine, ref, digest, options.repo_root, options.kernel_cache, echo)
+        opts = replace(options, image_digest=digest, kernel_cache=options.kernel_cache if cache else "off",
+                       container=ContainerSmokes(engine, ref, smoke_dir, log_cap=options.log_cap, cache=cache,
+                                                 image_env=image_env))
+        session.runs.append(run_cell(cell, settings.catalogue, store, opts, host=host, run_id=run_id, echo=echo))
+    return session
+
+
+def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str | None,
+                     echo: Echo) -> tuple[Any, dict[str, str]]:
+    """The image's kernel cache for docker/podman and the image's own Env: none for an image that runs as
+    another user than root (its folder would not be writable there)."""
+    from pinmatrix.smoke.kernel_cache import prepare_cache
+
+    info = engine.inspect(ref)
+    image_env = dict(e.split("=", 1) for e in (info.env if info else ()) if "=" in e)
+    user = info.user if info else ""
+    if user not in ("", "root", "0", "0:0", "root:root"):
+        echo(f"  kernel cache off: the image runs as {user!r}, not root")
+        return None, image_env
+    cache = prepare_cache(root / ".pinmatrix" / "kernel-cache", digest, mode or "keep")
+    if cache is not None:
+        echo(f"  kernel cache {cache.folder}{' (emptied)' if mode == 'cold' else ''}")
+    return cache, image_env
+
+
+def _run_in_roots(settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
+                  echo: Echo) -> SmokeSession:
+    """Smoke each cell inside its image unpacked from the OCI layout (the chroot runtime); a cell whose image the
+    layout lacks gets a line in ``no_image`` and is passed over."""
+    from pinmatrix.smoke.chroot import find_image, prepare
+
+    options = settings.options
+    layout = settings.layout or options.repo_root / ".pinmatrix" / "oci"
+    roots = settings.roots or options.repo_root / ".pinmatrix" / "roots"
+    smoke_dir = find_smoke_dir(settings.smoke_dir)
+    session = SmokeSession([])
+    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime chroot, layout {layout}")
+    for cell in settings.cells:
+        ref = cell_image_ref(cell, settings)
+        digest = find_image(layout, ref)
+        if digest is None:
+            session.no_image.append(f"cell {cell.id} {cell.name}: {ref} is not in the OCI layout {layout} "
+                                    "(build it with `pinmatrix build --engine none`, or unpack its bundle there)")
+            echo(f"cell {cell.id} {cell.name}: no image {ref} in {layout}; passed over")
+            continue
+        echo(f"cell {cell.id} {cell.name}: image {digest}")
+        runtime = prepare(layout, digest, roots, smoke_dir,
+                          smokes=plan_smokes(cell, settings.catalogue, settings.keyword),
+                          gpu_required=cell.gpu_required,
+                          log_dir=options.logs_dir / run_id / "chroot" / digest[7:19],
+                          kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=echo,
+                          kernel_cache=options.kernel_cache or "keep")
+        opts = replace(options, image_digest=digest, container=runtime)
+        session.runs.append(run_cell(cell, settings.catalogue, store, opts, host=host, run_id=run_id, echo=echo))
+    return session
