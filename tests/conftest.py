@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import start_dockerd
 
 from pinmatrix.cell import BaseSpec, Cell, CellPatch, cell_identity
 from pinmatrix.engine import OCIEngine, get_engine
-from pinmatrix.engine.services import Service, podman_config, start_dockerd, start_registry
+from pinmatrix.engine.services import Service, podman_config, start_registry
 from pinmatrix.errors import EngineError
 from pinmatrix.registry.client import Registry
 

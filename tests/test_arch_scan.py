@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import nvcc_toolchain
 
 from conftest import make_cell
 from pinmatrix.archflag import ArchFlag
@@ -78,7 +79,7 @@ def cuobjdump_exe(cache: Path) -> str:
 @pytest.fixture(scope="session")
 def libs(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One shared library per target, compiled once per session (two at a time)."""
-    toolchain = tools.nvcc_toolchain(cache)
+    toolchain = nvcc_toolchain(cache)
     out = tmp_path_factory.mktemp("cuda-libs")
     source = out / "scale.cu"
     source.write_text(KERNEL)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import nvcc_toolchain
 
 from conftest import make_cell
 from pinmatrix.archscan import tools
@@ -52,7 +53,7 @@ def cuobjdump_exe() -> str:
 
 @pytest.fixture(scope="session")
 def bins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    toolchain = tools.nvcc_toolchain(tools.cache_dir())
+    toolchain = nvcc_toolchain(tools.cache_dir())
     out = tmp_path_factory.mktemp("summary-bins")
     source = out / "scale.cu"
     source.write_text(KERNEL)

@@ -5,9 +5,10 @@ SASS target carries which build, the flag lists of TORCH_CUDA_ARCH_LIST, and com
 from __future__ import annotations
 
 import pytest
+from helpers import rule_source
 
 from pinmatrix import archflag
-from pinmatrix.archflag import ArchFlag, parse_capability, parse_flags, rule_source, split_flags
+from pinmatrix.archflag import ArchFlag, parse_capability, parse_flags, split_flags
 
 
 @pytest.mark.parametrize(("text", "flag"), [

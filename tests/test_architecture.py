@@ -257,3 +257,80 @@ def test_a_catalogue_cannot_shadow_the_runtime(tmp_path: Path) -> None:
     (tmp_path / "_smokelib.py").write_text("# an old copy\n")
     with pytest.raises(SmokeError, match="_smokelib.py ships with pinmatrix"):
         smoke_bundle(tmp_path)
+
+
+MAX_FUNCTION_LINES = 80
+MAX_COMMAND_LINES = 40  # a command's handler parses, calls its step's library function, prints
+
+
+def _functions(path: Path) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function and method of a module."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((prefix + child.name, (child.end_lineno or child.lineno) - child.lineno + 1))
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+def test_no_function_is_over_80_lines() -> None:
+    long = [f"{module}.{name}: {n} lines" for module, path in _modules().items()
+            for name, n in _functions(path) if n > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_each_command_handler_is_thin() -> None:
+    """``run`` and ``run_<sub>`` of commands/: at most 40 lines."""
+    long = [f"{module}.{name}: {n} lines" for module, path in _modules().items() if ".commands." in module
+            for name, n in _functions(path) if (name == "run" or name.startswith("run_")) and n > MAX_COMMAND_LINES]
+    assert long == []
+
+
+def _top_level_names(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [n for n in names if not (n.startswith("__") and n.endswith("__"))]
+
+
+def names_used(paths: list[Path]) -> set[str]:
+    """Every name a module refers to: names, attributes, and the original name of what it imports under an alias."""
+    used: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.alias) and node.asname:
+                used.add(node.name.rpartition(".")[2])
+    return used
+
+
+def test_the_unused_check_sees_an_alias_and_misses_nothing(tmp_path: Path) -> None:
+    user = tmp_path / "user.py"
+    user.write_text("from m import build as b\nimport os\nb()\nos.path.join\n")
+    assert {"build", "b", "os", "path", "join"} <= names_used([user])
+    assert "unused_helper" not in names_used([user])
+
+
+def test_no_definition_is_unused_outside_the_tests() -> None:
+    """Each top-level function, class and constant of the package is used by the package itself, the
+    benchmarks, tools/ or noxfile.py; a piece only the tests use lives in tests/."""
+    users = [*SRC.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "tools").rglob("*.py"),
+             ROOT / "noxfile.py"]
+    used = names_used(users)
+    unused = [f"{module}.{name}" for module, path in _modules().items() for name in _top_level_names(path)
+              if name not in used]
+    assert unused == []

@@ -214,9 +214,10 @@ def test_requirement_urls_must_lie_under_a_declared_index() -> None:
 
 
 def test_read_lock_and_pruned_cells(tmp_path: Path) -> None:
+    from helpers import read_lock
+
     from conftest import make_cell
     from pinmatrix.errors import LockError
-    from pinmatrix.lock.resolve import read_lock
     from pinmatrix.matrix.selection import load
     from pinmatrix.project.lockfile import lock_path
 

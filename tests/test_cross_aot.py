@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import nvcc_toolchain
 
 from pinmatrix.archscan import tools
 from pinmatrix.cell import Cell
@@ -177,7 +178,7 @@ default /tmp/pinmatrix-aot/ws/tiny/tiny.so
 @pytest.mark.skipif(shutil.which(CROSS) is None or shutil.which("aarch64-linux-gnu-gcc") is None,
                     reason="Debian's g++-aarch64-linux-gnu (.ci/apt-packages.txt)")
 def test_a_tiny_module_cross_compiles_to_an_aarch64_elf_with_sm_121a(tmp_path: Path) -> None:
-    nvcc = tools.nvcc_toolchain(tools.cache_dir())
+    nvcc = nvcc_toolchain(tools.cache_dir())
     cuobjdump = tools.cuobjdump(tools.cache_dir())
     assert cuobjdump
     root = tmp_path / "root"

@@ -13,11 +13,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from helpers import components_of
 
 from conftest import make_cell
 from pinmatrix.cli import main
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.release.sbom import cell_bom, components_of, locked_packages
+from pinmatrix.release.sbom import cell_bom, locked_packages
 from pinmatrix.release.signing import (
     SigningKeyError,
     check_envelope,

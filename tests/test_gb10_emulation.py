@@ -8,11 +8,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from emulation import EmulationError, emulation_problem
+from helpers import import_smoke
 
 from conftest import engine_for, make_cell
 from pinmatrix.cell import BaseSpec
 from pinmatrix.image.build import build_all
-from pinmatrix.image.emulation import EmulationError, emulation_problem, import_smoke
 from pinmatrix.image.publish import load_into_engine
 from pinmatrix.image.settings import BuildSettings, image_ref
 from pinmatrix.lock.resolve import lock_cell

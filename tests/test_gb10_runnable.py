@@ -13,10 +13,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import read_elf_bytes
 
 from conftest import require_binaries
 from pinmatrix.cell import BaseSpec
-from pinmatrix.image.elf import ElfError, read_elf_bytes
+from pinmatrix.image.elf import ElfError
 from pinmatrix.image.layer import MEDIA_TYPE_TAR
 from pinmatrix.image.rootfs import CA_BUNDLE, EXTRACT_PACKAGES, extract_data, rootfs_inputs
 from pinmatrix.image.runnable import check_layers, parse_rules, summary

@@ -254,7 +254,8 @@ def test_known_good_file_round_trip_header_and_errors(tmp_path: Path) -> None:
 
 
 def test_pull_judges_newest_first_once_per_cell() -> None:
-    from pinmatrix.release.pull import judge, pick, requirements_of
+    from pinmatrix.release.candidates import choose
+    from pinmatrix.release.pull import judge, requirements_of
 
     def e(cell: str, when: str, stack: str = "xf", **kw) -> dict:  # noqa: ANN003
         return {"stack": stack, "cell_id": cell, "cell_name": f"{stack}[{cell}]", "digest": A,
@@ -272,10 +273,10 @@ def test_pull_judges_newest_first_once_per_cell() -> None:
                                                                ("tie", True)]
     assert verdicts[1].entry["min_driver"] == "999.0"  # a cell promoted twice is judged by its newest entry
     assert any("590.44.01" in r for r in verdicts[0].reasons)
-    assert pick(verdicts).entry["cell_id"] == "cpu"
+    assert choose(verdicts).entry["cell_id"] == "cpu"
     assert [v.entry["cell_id"] for v in judge(entries, host, stack="xf")] == ["new", "old", "tie"]
-    assert pick(judge(entries, host, stack="xf")).entry["cell_id"] == "tie"
-    assert pick([]) is None
+    assert choose(judge(entries, host, stack="xf")).entry["cell_id"] == "tie"
+    assert choose([]) is None
     assert verdicts[2].label == "cpu demo[cpu] (promoted 2026-11-05T00:00:00Z)"
     assert e("x", "t", cell_name="").get("cell_name") == "" and \
         judge([{**e("x", "t"), "cell_name": ""}], host)[0].label == "x (promoted t)"

@@ -13,8 +13,9 @@ from test_promote import oci_registry, push_image  # noqa: F401 - the fixture
 from pinmatrix.archflag import parse_flags
 from pinmatrix.cli import main
 from pinmatrix.project.known_good import read_known_good, record_promotion
+from pinmatrix.release.candidates import choose
 from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets
-from pinmatrix.release.pull import judge, pick
+from pinmatrix.release.pull import judge
 from pinmatrix.results.store import HostFingerprint
 
 H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04", capability="9.0")
@@ -79,14 +80,14 @@ def test_newest_cell_the_host_meets() -> None:
     # GB10 on the old driver: the newest gb10 cell needs 590, so the older 12.0f one is chosen
     verdicts = judge(ENTRIES, GB10_OLD, stack="gb10")
     assert [v.entry["cell_id"][0] for v in verdicts] == ["c", "b", "a"]
-    chosen = pick(verdicts)
+    chosen = choose(verdicts)
     assert chosen is not None and chosen.entry["cell_id"] == "aaaaaaaaaaaa"
     assert verdicts[0].reasons == ["built for 9.0a, which does not cover capability 12.1"]
     assert verdicts[1].reasons == ["needs driver >= 590.44.01, the host has 580.142"]
-    assert pick(judge(ENTRIES, GB10_NEW, stack="gb10")).entry["cell_id"] == "bbbbbbbbbbbb"
-    assert pick(judge(ENTRIES, H200)).entry["cell_id"] == "cccccccccccc"
-    assert pick(judge(ENTRIES, CPU)).entry["cell_id"] == "dddddddddddd"  # only the CPU-only cell fits
-    assert pick(judge(ENTRIES, CPU, stack="gb10")) is None
+    assert choose(judge(ENTRIES, GB10_NEW, stack="gb10")).entry["cell_id"] == "bbbbbbbbbbbb"
+    assert choose(judge(ENTRIES, H200)).entry["cell_id"] == "cccccccccccc"
+    assert choose(judge(ENTRIES, CPU)).entry["cell_id"] == "dddddddddddd"  # only the CPU-only cell fits
+    assert choose(judge(ENTRIES, CPU, stack="gb10")) is None
 
 
 def _write(path: Path, entries: list[dict]) -> None:

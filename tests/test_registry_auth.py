@@ -26,6 +26,7 @@ from auth_registries import (
     write_auth_file,
     write_htpasswd,
 )
+from helpers import skopeo_copy
 from test_verified_pull import promote_signed
 
 from conftest import require_binaries
@@ -33,7 +34,6 @@ from pinmatrix.cli import main
 from pinmatrix.imageref import RegistryError
 from pinmatrix.registry.auth import AuthError, Credentials, engine_auth_env, find_credentials, parse_challenge
 from pinmatrix.registry.blobs import VerifyingReader
-from pinmatrix.registry.catalog import skopeo_copy
 from pinmatrix.registry.client import Registry
 
 USERS = {"alice": "correct horse battery staple"}

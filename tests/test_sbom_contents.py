@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import components_of
 from oci_layout import cell_labels
 from packageurl import PackageURL
 from test_promote import CPU_CELL, _matrix_for, oci_registry, record  # noqa: F401 - the fixture
@@ -29,7 +30,7 @@ from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
 from pinmatrix.release import attest, debian
 from pinmatrix.release.debian import DebianError, DebianPackage, base_layers, base_packages, parse_status
 from pinmatrix.release.requires import cached_requires, requires_graph, target_environment, wheel_requires
-from pinmatrix.release.sbom import cell_bom, components_of
+from pinmatrix.release.sbom import cell_bom
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 
 STATUS = """Package: libc6

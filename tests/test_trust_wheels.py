@@ -15,9 +15,10 @@ from collections import namedtuple
 from pathlib import Path
 
 import pytest
+from helpers import unpacked_size
 
 from pinmatrix.image import install
-from pinmatrix.image.install import InstallError, VenvLayout, install_wheel, unpack_budget, unpacked_size
+from pinmatrix.image.install import InstallError, VenvLayout, install_wheel, unpack_budget
 from pinmatrix.image.layer import LayerWriter
 
 LAYOUT = VenvLayout("3.13")

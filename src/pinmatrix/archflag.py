@@ -125,11 +125,6 @@ class ArchFlag:
         return self.suffix in accepted
 
 
-def rule_source(form: str, suffix: str) -> str:
-    """The cited source of the rule for ``form`` ('sass'/'ptx') and ``suffix`` ('', 'a', 'f')."""
-    return str(arch_rules()[form][suffix or "plain"]["source"])
-
-
 def split_flags(value: str) -> list[str]:
     """'9.0a 12.1a' or '9.0a;12.1a' -> ['9.0a', '12.1a'] (spaces, ';' or ','); a lone '+PTX' attaches to the
     flag before it, as in TORCH_CUDA_ARCH_LIST ('8.0 +PTX' is '8.0+PTX'). A leading '+PTX' stays a token of

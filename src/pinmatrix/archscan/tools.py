@@ -19,16 +19,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
 
 CUOBJDUMP_PINS: tuple[str, ...] = ("nvidia-cuda-cuobjdump==13.2.86",)
-NVCC_PINS: tuple[str, ...] = (
-    "nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
-    "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85",
-)
 
 
 class ToolError(PinmatrixError):
@@ -103,27 +98,3 @@ def cuobjdump_version(exe: str) -> str:
     return lines[-1] if lines else "unknown"
 
 
-@dataclass(frozen=True)
-class NvccToolchain:
-    """nvcc from PyPI wheels. ``compile`` runs it with the library folder the wheels' nvcc.profile misses."""
-
-    root: Path  # .../nvidia/cu13
-
-    @property
-    def nvcc(self) -> Path:
-        return self.root / "bin" / "nvcc"
-
-    @property
-    def cuobjdump(self) -> Path:
-        return self.root / "bin" / "cuobjdump"
-
-    def compile(self, source: Path, output: Path, args: Sequence[str], *, timeout_s: float = 300) -> None:
-        """``nvcc ARGS -o OUTPUT SOURCE`` (add '-shared -Xcompiler -fPIC' to ARGS for a shared library)."""
-        cmd = [str(self.nvcc), *args, f"-L{self.root / 'lib'}", "-o", str(output), str(source)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
-        if proc.returncode != 0:
-            raise ToolError(f"nvcc {' '.join(args)} failed: {' '.join((proc.stderr or proc.stdout).split())[:500]}")
-
-
-def nvcc_toolchain(root: Path | None = None) -> NvccToolchain:
-    return NvccToolchain(_cuda_root(install_wheels(NVCC_PINS, root)))

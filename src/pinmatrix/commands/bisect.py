@@ -183,17 +183,7 @@ def run_param(args: argparse.Namespace) -> int:
             raise PinmatrixError(f"--range {args.span!r}: expected LO:HI")
         lo, hi = _number(left, "--range"), _number(right, "--range")
     space = make_space(smoke, args.param, lo, hi, args.step)
-    overrides: dict[str, Any] = {}
-    decl = smoke.parameters
-    for name, text in _pairs(args.fix).items():
-        if name == args.param:
-            raise PinmatrixError(f"--fix {name}: that is the parameter being searched")
-        known = set(decl.fixed) | set(decl.params)
-        if name not in known:
-            raise PinmatrixError(f"--fix {name}: smoke {smoke.name!r} has no dimension {name!r} "
-                                 f"(dimensions: {', '.join(sorted(known))})")
-        current = decl.fixed.get(name, None)
-        overrides[name] = text if isinstance(current, str) else _integral(_number(text, f"--fix {name}"))
+    overrides = _param_overrides(args, smoke)
     if args.wheels is not None and not args.wheels.is_dir():
         raise PinmatrixError(f"--wheels {args.wheels}: not a directory")
     if args.max_probes is not None and args.max_probes < 1:
@@ -220,33 +210,37 @@ def run_param(args: argparse.Namespace) -> int:
     return _output(args, report)
 
 
+def _param_overrides(args: argparse.Namespace, smoke: Any) -> dict[str, Any]:
+    """--fix NAME=VALUE for the smoke's other dimensions: a number, or text where the default is text."""
+    overrides: dict[str, Any] = {}
+    decl = smoke.parameters
+    for name, text in _pairs(args.fix).items():
+        if name == args.param:
+            raise PinmatrixError(f"--fix {name}: that is the parameter being searched")
+        known = set(decl.fixed) | set(decl.params)
+        if name not in known:
+            raise PinmatrixError(f"--fix {name}: smoke {smoke.name!r} has no dimension {name!r} "
+                                 f"(dimensions: {', '.join(sorted(known))})")
+        current = decl.fixed.get(name, None)
+        overrides[name] = text if isinstance(current, str) else _integral(_number(text, f"--fix {name}"))
+    return overrides
+
+
 def _integral(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
 def run_version(args: argparse.Namespace) -> int:
     from pinmatrix.bisect.probe import Prober
-    from pinmatrix.bisect.runtimes import ImageRuntime, VenvRuntime
-    from pinmatrix.bisect.versions import (
-        Point,
-        distribution_of,
-        index_args,
-        is_package_axis,
-        parse_values,
-        resolve_range,
-        run_version_bisect,
-        stack_axis,
-    )
+    from pinmatrix.bisect.versions import Point, run_version_bisect, stack_axis
     from pinmatrix.matrix.selection import load
-    from pinmatrix.project.catalogue import find_smoke_dir
     from pinmatrix.project.matrix_toml import require_stack
-    from pinmatrix.smoke.runner import RunOptions, new_run_id
+    from pinmatrix.smoke.runner import new_run_id
 
     smoke = _smoke(args)
     matrix, _ = load(args.matrix)
     stack = require_stack(matrix, args.stack)
-    own = stack_axis(stack, args.axis)
-    if own is None:
+    if stack_axis(stack, args.axis) is None:
         raise PinmatrixError(f"{args.matrix}: stack {args.stack!r} has no axis {args.axis!r}")
     fixed = _pairs(args.fix)
     for name in fixed:
@@ -255,48 +249,12 @@ def run_version(args: argparse.Namespace) -> int:
     if args.max_probes is not None and args.max_probes < 1:
         raise PinmatrixError("--max-probes must be at least 1")
     echo = _echo(args)
-    root = matrix.root.resolve()
-    work = (args.work or root / ".pinmatrix" / "bisect").resolve()
-    own_order = False
-    if args.spec:
-        if not is_package_axis(stack, args.axis):
-            raise PinmatrixError(f"--range: {args.axis!r} is not a package axis; give --values")
-        dist = distribution_of(stack, args.axis)
-        python = stack.python or matrix.settings.python
-        platform = stack.platform or matrix.settings.platform
-        echo(f"resolving {dist}{args.spec} with uv (python {python}, {platform}, "
-             f"exclude-newer {matrix.settings.exclude_newer or 'none'})")
-        values = parse_values(stack, args.axis, resolve_range(
-            args.spec, dist, python=python, platform=platform, exclude_newer=matrix.settings.exclude_newer,
-            index_args=index_args(matrix)))
-    elif args.values:
-        values = parse_values(stack, args.axis, [v.strip() for v in args.values.split(",") if v.strip()])
-    else:
-        values, own_order = list(own), True
-        if len(values) < 2:
-            raise PinmatrixError(f"stack {args.stack!r} has one value of {args.axis!r}: give --values or --range")
+    values, own_order = _version_values(args, matrix, stack, echo)
     points = [Point(v) for v in values]
     store = ResultsStore(args.results)
     host = HostFingerprint.detect()
     run_id = new_run_id()
-    options = RunOptions(smoke_dir=args.smoke_dir, timeout_s=args.timeout, python=args.python, logs_dir=args.logs,
-                         repo_root=root)
-    if args.runtime == "venv":
-        runtime: Any = VenvRuntime(options, project_root=root, work_root=work,
-                                   exclude_newer=matrix.settings.exclude_newer, echo=echo, python=args.venv_python)
-    else:
-        from pinmatrix.commands.build import choose_engine
-
-        engine = choose_engine(args.runtime)
-        if engine is None:
-            raise PinmatrixError(f"--runtime {args.runtime}: no such engine")
-        runtime = ImageRuntime(options, engine=engine, project_root=root, work_root=work,
-                               exclude_newer=matrix.settings.exclude_newer,
-                               cache_dir=(args.cache_dir or root / ".pinmatrix" / "cache"),
-                               smoke_dir=find_smoke_dir(args.smoke_dir),
-                               ca_certificates=tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists()),
-                               ca_in_images=bool(getattr(matrix.settings, "ca_certificates_in_images", False)),
-                               echo=echo)
+    runtime = _version_runtime(args, matrix, echo)
     prober = Prober(store, host, smoke, run_id=f"bisect-{run_id}", logs_dir=args.logs, echo=echo,
                     max_probes=args.max_probes, any_digest=True, max_seconds=args.max_seconds)
     echo(f"bisect {smoke.name} along {args.stack}.{args.axis} over {len(points)} values "
@@ -306,3 +264,60 @@ def run_version(args: argparse.Namespace) -> int:
                                 prepare=runtime.prepare, runtime=args.runtime, host=host.to_dict(),
                                 max_skips=args.max_skips)
     return _output(args, report)
+
+
+def _version_values(args: argparse.Namespace, matrix: Any, stack: Any, echo: Any) -> tuple[list[Any], bool]:
+    """The values to bisect over (--range resolved with uv, --values, or the stack's own, in its order) and
+    whether they are the stack's own."""
+    from pinmatrix.bisect.versions import (
+        distribution_of,
+        index_args,
+        is_package_axis,
+        parse_values,
+        resolve_range,
+        stack_axis,
+    )
+
+    if args.spec:
+        if not is_package_axis(stack, args.axis):
+            raise PinmatrixError(f"--range: {args.axis!r} is not a package axis; give --values")
+        dist = distribution_of(stack, args.axis)
+        python = stack.python or matrix.settings.python
+        platform = stack.platform or matrix.settings.platform
+        echo(f"resolving {dist}{args.spec} with uv (python {python}, {platform}, "
+             f"exclude-newer {matrix.settings.exclude_newer or 'none'})")
+        return parse_values(stack, args.axis, resolve_range(
+            args.spec, dist, python=python, platform=platform, exclude_newer=matrix.settings.exclude_newer,
+            index_args=index_args(matrix))), False
+    if args.values:
+        return parse_values(stack, args.axis, [v.strip() for v in args.values.split(",") if v.strip()]), False
+    values = list(stack_axis(stack, args.axis) or ())
+    if len(values) < 2:
+        raise PinmatrixError(f"stack {args.stack!r} has one value of {args.axis!r}: give --values or --range")
+    return values, True
+
+
+def _version_runtime(args: argparse.Namespace, matrix: Any, echo: Any) -> Any:
+    """Where each probed version runs: a venv per value, or an image per value built with an engine."""
+    from pinmatrix.bisect.runtimes import ImageRuntime, VenvRuntime
+    from pinmatrix.engine.select import choose_engine
+    from pinmatrix.project.catalogue import find_smoke_dir
+    from pinmatrix.smoke.runner import RunOptions
+
+    root = matrix.root.resolve()
+    work = (args.work or root / ".pinmatrix" / "bisect").resolve()
+    options = RunOptions(smoke_dir=args.smoke_dir, timeout_s=args.timeout, python=args.python, logs_dir=args.logs,
+                         repo_root=root)
+    if args.runtime == "venv":
+        return VenvRuntime(options, project_root=root, work_root=work,
+                           exclude_newer=matrix.settings.exclude_newer, echo=echo, python=args.venv_python)
+    engine = choose_engine(args.runtime)
+    if engine is None:
+        raise PinmatrixError(f"--runtime {args.runtime}: no such engine")
+    return ImageRuntime(options, engine=engine, project_root=root, work_root=work,
+                        exclude_newer=matrix.settings.exclude_newer,
+                        cache_dir=(args.cache_dir or root / ".pinmatrix" / "cache"),
+                        smoke_dir=find_smoke_dir(args.smoke_dir),
+                        ca_certificates=tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists()),
+                        ca_in_images=bool(getattr(matrix.settings, "ca_certificates_in_images", False)),
+                        echo=echo)

@@ -19,7 +19,8 @@ from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import pushing
-from pinmatrix.engine import ENGINE_NAMES, OCIEngine, auto_engine, get_engine
+from pinmatrix.engine import ENGINE_NAMES, OCIEngine
+from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assemble import describe
 from pinmatrix.image.build import CellBuilder, build_all
@@ -77,16 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logs-dir", type=Path, default=None,
                    help="per-cell build logs (default: .pinmatrix/logs/build next to the matrix)")
     p.set_defaults(func=run, registry_need=pushing)
-
-
-def choose_engine(name: str) -> OCIEngine | None:
-    if name == "none":
-        return None
-    if name != "auto":
-        engine = get_engine(name)
-        engine.ensure_running()
-        return engine
-    return auto_engine(hint=" (or pass --engine none)")
 
 
 def _ensure_locks(cells: list[Cell], root: Path, exclude_newer: str | None, console: Console) -> dict[str, str]:
@@ -154,20 +145,8 @@ def run(args: argparse.Namespace) -> int:
         lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
     if args.print_plan:
         return _print_plan(cells, settings, lock_problems)
-    engine_name = args.engine or matrix.settings.engine
-    load_images = args.load if args.load is not None else not (args.push and engine_name == "auto")
-    settings = replace(settings, load=load_images)
-    compiles = any(needs_containerfile(c) for c in cells)
-    engine = choose_engine(engine_name) if load_images or compiles else None
-    if args.push and not load_images:
-        console.print("--push: images go to the registry from the OCI layout; nothing is loaded into an engine "
-                      "(--load loads them too)")
-    registry = Registry.from_setting(registry_setting) if registry_setting else None
-    if args.push and registry is None:
-        raise PinmatrixError("--push needs a registry: set matrix.registry or pass --registry")
-    if args.push and registry is not None and not registry.ping():
-        raise PinmatrixError(f"registry {registry.host} is not reachable; start it or drop --push")
-    where = f"into {engine.name}" if engine and load_images else "into the OCI layout only"
+    settings, engine, registry = _targets(args, matrix.settings.engine, registry_setting, settings, cells, console)
+    where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
     console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once; logs in {settings.logs_dir}")
     results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems)
     console.print(summary_table(results))
@@ -181,6 +160,26 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=1))
     return 1 if failed else 0
+
+
+def _targets(args: argparse.Namespace, matrix_engine: str, registry_setting: str | None, settings: BuildSettings,
+             cells: list[Cell], console: Console) -> tuple[BuildSettings, OCIEngine | None, Registry | None]:
+    """Where the images go: the engine they are loaded into (none when they are only pushed, unless --load or a
+    cell builds from a Containerfile) and the registry they are pushed to."""
+    engine_name = args.engine or matrix_engine
+    load_images = args.load if args.load is not None else not (args.push and engine_name == "auto")
+    settings = replace(settings, load=load_images)
+    compiles = any(needs_containerfile(c) for c in cells)
+    engine = choose_engine(engine_name) if load_images or compiles else None
+    if args.push and not load_images:
+        console.print("--push: images go to the registry from the OCI layout; nothing is loaded into an engine "
+                      "(--load loads them too)")
+    registry = Registry.from_setting(registry_setting) if registry_setting else None
+    if args.push and registry is None:
+        raise PinmatrixError("--push needs a registry: set matrix.registry or pass --registry")
+    if args.push and registry is not None and not registry.ping():
+        raise PinmatrixError(f"registry {registry.host} is not reachable; start it or drop --push")
+    return settings, engine, registry
 
 
 def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,

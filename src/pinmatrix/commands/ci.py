@@ -8,6 +8,7 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
@@ -15,6 +16,9 @@ from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
+
+if TYPE_CHECKING:
+    from pinmatrix.ci.slurm import ScriptSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -245,8 +249,7 @@ def run_collect(args: argparse.Namespace) -> int:
 
 def run_slurm(args: argparse.Namespace) -> int:
     from pinmatrix.ci.pools import load_pools
-    from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, submit
-    from pinmatrix.project.catalogue import find_smoke_dir
+    from pinmatrix.ci.slurm import checked_name, plan, prepare, submit
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
@@ -258,21 +261,14 @@ def run_slurm(args: argparse.Namespace) -> int:
     sub_dir = args.out / sub_id
     if (sub_dir / "submission.json").exists():
         raise PinmatrixError(f"ci slurm: {sub_dir} already holds a submission (choose another --submission-id)")
-    settings = ScriptSettings(
-        matrix=args.matrix, submission_dir=sub_dir.resolve(), runtime=args.runtime,
-        pinmatrix=(args.pinmatrix,) if args.pinmatrix else (sys.executable, "-m", "pinmatrix"),
-        smoke_dir=find_smoke_dir(args.smoke_dir or _beside(args.matrix, "smoke")), cpus_per_task=args.cpus_per_task,
-        cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword)
+    settings = _slurm_settings(args, sub_dir)
     images = (_images(cells, (args.registry or matrix.settings.registry).rstrip("/"), "ci slurm")
               if args.runtime != "host" else None)
     store = ResultsStore(args.results) if args.results.exists() and not args.rerun else None
     planned = plan(cells, pools, settings, images=images, wheels=args.wheels, store=store, rerun=args.rerun)
-    for line in planned.skipped:
-        print(f"skipped {line}", file=sys.stderr)
-    for line in planned.recorded:
-        print(f"recorded {line}", file=sys.stderr)
-    for line in planned.warnings:
-        print(f"warning: {line}", file=sys.stderr)
+    for kind, lines in (("skipped", planned.skipped), ("recorded", planned.recorded), ("warning:", planned.warnings)):
+        for line in lines:
+            print(f"{kind} {line}", file=sys.stderr)
     if not planned.arrays:
         if not planned.recorded:
             raise PinmatrixError("ci slurm: no task to submit (see the skipped lines above)")
@@ -280,17 +276,26 @@ def run_slurm(args: argparse.Namespace) -> int:
         return 0
     submission = prepare(planned, settings, sub_id)
     if args.print_only:
-        for array in submission.arrays:
-            sys.stdout.write(Path(array.script).read_text())
+        sys.stdout.write("".join(Path(array.script).read_text() for array in submission.arrays))
         print(f"wrote {len(submission.arrays)} script(s) and {sub_dir / 'submission.json'}; nothing submitted",
               file=sys.stderr)
         return 0
-    submission = submit(submission, settings)
-    for array in submission.arrays:
-        print(f"submitted {array.name}: job {array.job_id}, {len(array.tasks)} task(s), "
-              f"{' '.join(o for o in array.options if o.startswith(('--partition', '--constraint', '--gres', '--time')))}")
+    for array in submit(submission, settings).arrays:
+        shown = " ".join(o for o in array.options if o.startswith(("--partition", "--constraint", "--gres", "--time")))
+        print(f"submitted {array.name}: job {array.job_id}, {len(array.tasks)} task(s), {shown}")
     print(f"collect with: pinmatrix ci slurm-collect {sub_dir} --wait")
     return 0
+
+
+def _slurm_settings(args: argparse.Namespace, sub_dir: Path) -> ScriptSettings:
+    from pinmatrix.ci.slurm import ScriptSettings
+    from pinmatrix.project.catalogue import find_smoke_dir
+
+    return ScriptSettings(
+        matrix=args.matrix, submission_dir=sub_dir.resolve(), runtime=args.runtime,
+        pinmatrix=(args.pinmatrix,) if args.pinmatrix else (sys.executable, "-m", "pinmatrix"),
+        smoke_dir=find_smoke_dir(args.smoke_dir or _beside(args.matrix, "smoke")), cpus_per_task=args.cpus_per_task,
+        cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword)
 
 
 def _beside(matrix: Path, name: str) -> Path | None:

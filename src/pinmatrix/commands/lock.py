@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.lock.resolve import (
     LockResult,
@@ -73,60 +74,72 @@ def run(args: argparse.Namespace) -> int:
         for need in group_needs(cells):
             console.print(f"not locked: {need.line()} (`pinmatrix cells --json` names them; --with-needs tries them)")
         cells = [c for c in cells if not c.needs]
-    total = len(cells)
-    done = 0
-
-    unreachable: dict[str, list[str]] = {}  # index URL -> cells that failed because it cannot be reached
-
-    def state_of(res: LockResult) -> str:
-        if not res.ok:
-            return "FAILED"
-        if args.check:
-            return ("STALE" if res.path.is_file() else "MISSING") if res.changed else "fresh"
-        return "locked" if res.changed else "unchanged"
-
-    def report(res: LockResult) -> None:
-        nonlocal done
-        done += 1
-        state = state_of(res)
-        index = None if res.ok else unreachable_index(res)
-        suffix = f": index {index} unreachable (reported once below)" if index else ""
-        console.print(f"[{done}/{total}] {state:9} {res.cell.id} {res.cell.name}{suffix}")
-        if index:
-            unreachable.setdefault(index, []).append(res.cell.id)
-        elif not res.ok:
-            console.print(f"          {res.reason}")
-
+    progress = _Progress(console, len(cells), args.check)
     extra_ca = [p for p in (Path(matrix.root) / c for c in matrix.settings.ca_certificates) if p.exists()]
     results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
-                         jobs=args.jobs, on_done=report, fetcher=page_reader(extra_ca), write=not args.check)
+                         jobs=args.jobs, on_done=progress.report, fetcher=page_reader(extra_ca), write=not args.check)
     root, owner = Path(matrix.root), matrix.path.name
     full = args.stack is None and args.keyword is None
     if args.check:
         return _check_outcome(args, results, root, owner, full, {c.id for c in expansion.cells}, console,
-                              state_of)
-    if full and owner != "<stdin>":  # a matrix read from stdin has no name to own locks by
-        remove, keep = stale_locks(root, owner, {c.id for c in expansion.cells})
+                              progress.state_of)
+    if owner != "<stdin>":  # a matrix read from stdin has no name to own locks by
+        _own_locks(root, owner, full, cells, {c.id for c in expansion.cells}, console)
+    for index, ids in progress.unreachable.items():
+        console.print(f"index {index} is unreachable from here: {len(ids)} cell(s) cannot lock: {', '.join(ids)}")
+    failed = [r for r in results if not r.ok]
+    if args.json:
+        _print_json(results)
+    print(f"{len(results) - len(failed)} locked, {len(failed)} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+class _Progress:
+    """``[3/12] locked    <id> <name>`` per cell as each lock ends; an unreachable index is named once."""
+
+    def __init__(self, console: Console, total: int, check: bool) -> None:
+        self.console, self.total, self.check, self.done = console, total, check, 0
+        self.unreachable: dict[str, list[str]] = {}  # index URL -> cells that failed because it cannot be reached
+
+    def state_of(self, res: LockResult) -> str:
+        if not res.ok:
+            return "FAILED"
+        if self.check:
+            return ("STALE" if res.path.is_file() else "MISSING") if res.changed else "fresh"
+        return "locked" if res.changed else "unchanged"
+
+    def report(self, res: LockResult) -> None:
+        self.done += 1
+        index = None if res.ok else unreachable_index(res)
+        suffix = f": index {index} unreachable (reported once below)" if index else ""
+        self.console.print(f"[{self.done}/{self.total}] {self.state_of(res):9} {res.cell.id} {res.cell.name}{suffix}")
+        if index:
+            self.unreachable.setdefault(index, []).append(res.cell.id)
+        elif not res.ok:
+            self.console.print(f"          {res.reason}")
+
+
+def _own_locks(root: Path, owner: str, full: bool, cells: list[Cell], all_ids: set[str], console: Console) -> None:
+    """After a full lock, remove the locks this matrix made for cells it no longer has (keeping other matrices'
+    locks), then record which locks this matrix owns."""
+    if full:
+        remove, keep = stale_locks(root, owner, all_ids)
         for stale in remove:
             stale.unlink()
             console.print(f"removed   {stale.name}: {owner} made it and has no cell with this id any more")
         if keep:
             console.print(f"kept      {len(keep)} lock(s) that no cell of {owner} has but that {owner} did not make "
                           f"(another matrix's, see {owners_path(root)}): {', '.join(p.stem for p in keep)}")
-    if owner != "<stdin>":
-        record_owner(root, owner, [c.id for c in cells if lock_path(c, root).is_file()], replace=full)
-    for index, ids in unreachable.items():
-        console.print(f"index {index} is unreachable from here: {len(ids)} cell(s) cannot lock: {', '.join(ids)}")
-    failed = [r for r in results if not r.ok]
-    if args.json:
-        from pinmatrix.lock.resolve import uv_version
+    record_owner(root, owner, [c.id for c in cells if lock_path(c, root).is_file()], replace=full)
 
-        version = uv_version() if results else None
-        print(json.dumps([{"cell": r.cell.id, "name": r.cell.name, "path": str(r.path), "uv": version,
-                           "status": ("locked" if r.changed else "unchanged") if r.ok else "failed",
-                           "reason": r.reason or None} for r in results], indent=2))
-    print(f"{len(results) - len(failed)} locked, {len(failed)} failed", file=sys.stderr)
-    return 1 if failed else 0
+
+def _print_json(results: list[LockResult]) -> None:
+    from pinmatrix.lock.resolve import uv_version
+
+    version = uv_version() if results else None
+    print(json.dumps([{"cell": r.cell.id, "name": r.cell.name, "path": str(r.path), "uv": version,
+                       "status": ("locked" if r.changed else "unchanged") if r.ok else "failed",
+                       "reason": r.reason or None} for r in results], indent=2))
 
 
 def _check_outcome(args: argparse.Namespace, results: list[LockResult], root: Path, owner: str, full: bool,

@@ -15,7 +15,7 @@ from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load, select
 from pinmatrix.paths import KNOWN_GOOD_FILE, SIGNING_KEY
 from pinmatrix.release.promote import PromotionRefused
-from pinmatrix.release.promote_cells import PromotionOutcome, PromoteSettings, promote_cells
+from pinmatrix.release.promote_cells import PromoteSettings, PromotionOutcome, promote_cells
 from pinmatrix.release.signing import load_signer, signing_key_path
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
 

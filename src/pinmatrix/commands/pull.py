@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from pinmatrix.commands._common import examples, existing_file
 from pinmatrix.commands._registry import known_good_registry
@@ -100,35 +101,21 @@ def _list(found: list[Candidate], chosen: Candidate | None, host: HostFingerprin
 
 
 def run(args: argparse.Namespace) -> int:
-    selection = Selection.parse(stack=args.stack, cells=args.cell, keyword=args.keyword, pins=args.pin)
-    if not args.known_good.exists():
-        raise PinmatrixError(f"{args.known_good}: no such file (run `pinmatrix promote` first)")
-    entries = read_known_good(args.known_good)
-    if args.stack and not any(e["stack"] == args.stack for e in entries):
-        stacks = sorted({e["stack"] for e in entries})
-        raise PinmatrixError(f"{args.known_good}: no known-good cell for stack {args.stack!r} "
-                             f"(stacks with one: {', '.join(stacks) or 'none'})")
-    selection.check_against(entries, str(args.known_good))
+    from pinmatrix.registry.client import Registry
+    from pinmatrix.release.signing import trusted_keys
+
+    entries = _entries(args)
     host = _host(args)
-    found = candidates(entries, host, selection)
+    found = candidates(entries, host, _selection(args))
     chosen = choose(found)
     if args.list_only:
         return _list(found, chosen, host, args.json)
-    if not args.quiet:
-        print(f"host: {host.label()}", file=sys.stderr)
-        for c in found:
-            if c is chosen:
-                break
-            print(f"passed over {c.label}: {'; '.join(c.reasons)}", file=sys.stderr)
+    _say_passed_over(args, host, found, chosen)
     if chosen is None:
         asked = " and ".join(x for x in (f"stack {args.stack}" if args.stack else "",
                                           "--cell/-k/--pin" if args.cell or args.keyword or args.pin else "") if x)
         raise PinmatrixError(f"no known-good cell{' of ' + asked if asked else ''} runs on this host "
                              f"({host.label()}): {len(found)} passed over (see `pinmatrix pull --list`)")
-    from pinmatrix.registry.auth import engine_auth_env
-    from pinmatrix.registry.client import Registry
-    from pinmatrix.release.signing import trusted_keys
-
     registry = Registry(str(chosen.entry["reference"]).split("/", 1)[0])
     ref, verified, notes = verify_entry(chosen.entry, registry, trusted_keys(args.key, public_key()),
                                         str(args.known_good))
@@ -137,20 +124,55 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(k[:12] for k in verified.keyids)}", file=sys.stderr)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    engine = None
-    if not args.print_only:
-        engine = _engine(args.engine)
-        with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
-            engine.env.update(auth_env)
-            engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
-        if not args.quiet:
-            print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.verdict.reasons)})", file=sys.stderr)
+    engine = None if args.print_only else _pull(args, registry, ref, chosen)
     if args.json:
         passed_over = [{"label": c.label, "reasons": c.reasons} for c in found[:found.index(chosen)]]
         print(json.dumps({"reference": str(ref), "digest": chosen.entry["digest"], "stack": chosen.entry["stack"],
                           "cell": chosen.entry["cell_id"], "pulled": engine is not None,
                           "engine": engine.name if engine else None, "host": host.to_dict(),
                           "passed_over": passed_over, "verification": verified.model_dump()}, indent=2))
-        return 0
-    print(ref)
+    else:
+        print(ref)
     return 0
+
+
+def _selection(args: argparse.Namespace) -> Selection:
+    return Selection.parse(stack=args.stack, cells=args.cell, keyword=args.keyword, pins=args.pin)
+
+
+def _entries(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The known-good entries, checked against what the command line asks for."""
+    selection = _selection(args)  # a malformed --pin or -k is named before the file is read
+    if not args.known_good.exists():
+        raise PinmatrixError(f"{args.known_good}: no such file (run `pinmatrix promote` first)")
+    entries = read_known_good(args.known_good)
+    if args.stack and not any(e["stack"] == args.stack for e in entries):
+        stacks = sorted({e["stack"] for e in entries})
+        raise PinmatrixError(f"{args.known_good}: no known-good cell for stack {args.stack!r} "
+                             f"(stacks with one: {', '.join(stacks) or 'none'})")
+    selection.check_against(entries, str(args.known_good))
+    return entries
+
+
+def _say_passed_over(args: argparse.Namespace, host: HostFingerprint, found: list[Candidate],
+                     chosen: Candidate | None) -> None:
+    if args.quiet:
+        return
+    print(f"host: {host.label()}", file=sys.stderr)
+    for c in found:
+        if c is chosen:
+            break
+        print(f"passed over {c.label}: {'; '.join(c.reasons)}", file=sys.stderr)
+
+
+def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate):  # noqa: ANN202 - OCIEngine
+    """Pull the verified reference with the engine; the engine."""
+    from pinmatrix.registry.auth import engine_auth_env
+
+    engine = _engine(args.engine)
+    with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
+        engine.env.update(auth_env)
+        engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
+    if not args.quiet:
+        print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.verdict.reasons)})", file=sys.stderr)
+    return engine

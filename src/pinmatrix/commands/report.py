@@ -114,37 +114,9 @@ def run(args: argparse.Namespace) -> int:
     from pinmatrix.report.model import SEVERITY, STATUS_LABELS, build_report
     from pinmatrix.report.write import write_reports
 
-    cells: list[Cell] = []
-    required: dict[str, list[str]] | None = None
-    descriptions: dict[str, str] = {}
-    title = args.title
-    matrix_path = args.matrix
-    if matrix_path is None and Path("matrix.toml").is_file():
-        matrix_path = Path("matrix.toml")
-    if matrix_path is not None:
-        matrix, expansion = load(matrix_path)
-        for name in args.stack or []:
-            require_stack(matrix, name)
-        cells = list(expansion.cells)
-        title = title or f"{matrix.settings.name} report"
-        required = _required_smokes(matrix, cells, _catalogue(matrix_path))
-        descriptions = {name: stack.description for name, stack in matrix.stacks.items() if stack.description}
-    pivot = None
-    if args.pivot:
-        parts = [p.strip() for p in args.pivot.split(",")]
-        if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-            raise PinmatrixError(f"--pivot {args.pivot!r}: expected two different axes, e.g. 'driver,torch'")
-        pivot = (parts[0], parts[1])
-
-    records: list[SmokeRecord] = []
-    if args.results.exists() or not args.from_json:
-        if not args.results.exists() and not cells:
-            raise PinmatrixError(f"{args.results}: no results store (run `pinmatrix smoke` first, or pass --from-json)")
-        if args.results.exists():
-            records = ResultsStore(args.results).query()
-    for path in args.from_json:
-        records += _read_json_rows(path)
-
+    matrix_path, cells, required, descriptions, title = _from_matrix(args)
+    pivot = _pivot(args.pivot)
+    records = _records(args, cells)
     report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
                           log_roots=log_roots(args),
                           catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions)
@@ -171,10 +143,48 @@ def run(args: argparse.Namespace) -> int:
         from pinmatrix.report.model import report_to_dict
 
         print(json.dumps(report_to_dict(report), indent=2, sort_keys=True))
-    if args.fail_on:
-        bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]]
-        if bad:
-            say(terminal_text(f"{len(bad)} cells at or past {args.fail_on}: "
-                              + ", ".join(f"{c.id} ({c.status})" for c in bad)))
-            return 1
-    return 0
+    bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]] if args.fail_on else []
+    if bad:
+        say(terminal_text(f"{len(bad)} cells at or past {args.fail_on}: "
+                          + ", ".join(f"{c.id} ({c.status})" for c in bad)))
+    return 1 if bad else 0
+
+
+def _from_matrix(args: argparse.Namespace) -> tuple[Path | None, list[Cell], dict[str, list[str]] | None,
+                                                    dict[str, str], str | None]:
+    """The matrix (--matrix, else ./matrix.toml when there is one): its cells, each cell's required smokes,
+    the stacks' descriptions and the report's title."""
+    matrix_path = args.matrix
+    if matrix_path is None and Path("matrix.toml").is_file():
+        matrix_path = Path("matrix.toml")
+    if matrix_path is None:
+        return None, [], None, {}, args.title
+    matrix, expansion = load(matrix_path)
+    for name in args.stack or []:
+        require_stack(matrix, name)
+    cells = list(expansion.cells)
+    descriptions = {name: stack.description for name, stack in matrix.stacks.items() if stack.description}
+    return (matrix_path, cells, _required_smokes(matrix, cells, _catalogue(matrix_path)), descriptions,
+            args.title or f"{matrix.settings.name} report")
+
+
+def _pivot(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise PinmatrixError(f"--pivot {text!r}: expected two different axes, e.g. 'driver,torch'")
+    return parts[0], parts[1]
+
+
+def _records(args: argparse.Namespace, cells: list[Cell]) -> list[SmokeRecord]:
+    """The results store's rows (when there is one, or no --from-json), then the --from-json files' rows."""
+    records: list[SmokeRecord] = []
+    if args.results.exists() or not args.from_json:
+        if not args.results.exists() and not cells:
+            raise PinmatrixError(f"{args.results}: no results store (run `pinmatrix smoke` first, or pass --from-json)")
+        if args.results.exists():
+            records = ResultsStore(args.results).query()
+    for path in args.from_json:
+        records += _read_json_rows(path)
+    return records

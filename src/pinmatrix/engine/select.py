@@ -45,3 +45,14 @@ def auto_engine(env: Mapping[str, str] | None = None, *, hint: str = "") -> OCIE
         if status[candidate] == "ok":
             return get_engine(candidate, env)
     raise EngineError("no container engine is usable: " + "; ".join(status[name] for name in AUTO_ORDER) + hint)
+
+
+def choose_engine(name: str) -> OCIEngine | None:
+    """An --engine value's engine, running: none for "none", the first that works for "auto"."""
+    if name == "none":
+        return None
+    if name != "auto":
+        engine = get_engine(name)
+        engine.ensure_running()
+        return engine
+    return auto_engine(hint=" (or pass --engine none)")

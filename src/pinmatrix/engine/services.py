@@ -86,40 +86,6 @@ def unmount_under(directory: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
 
-def start_dockerd(directory: Path, timeout: float = 60) -> Service:
-    """dockerd with vfs storage, no iptables and no bridge, listening on a socket in ``directory``."""
-    exe = shutil.which("dockerd")
-    if exe is None:
-        raise EngineError("dockerd is not installed (apt-get install docker.io)")
-    directory.mkdir(parents=True, exist_ok=True)
-    sock = directory / "docker.sock"
-    log = directory / "dockerd.log"
-    argv = [
-        exe, "--storage-driver=vfs", "--iptables=false", "--ip6tables=false", "--bridge=none",
-        f"--data-root={directory / 'data'}", f"--exec-root={directory / 'exec'}",
-        f"--pidfile={directory / 'docker.pid'}", f"--host=unix://{sock}",
-    ]
-    with open(log, "wb") as handle:
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    env = {"DOCKER_HOST": f"unix://{sock}"}
-    docker = shutil.which("docker")
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise EngineError(f"dockerd exited with {proc.returncode}; see {log}")
-        if docker is None or not sock.exists():
-            return False
-        return subprocess.run([docker, "version"], env={**os.environ, **env}, capture_output=True).returncode == 0
-
-    try:
-        _wait_for(ready, timeout, "dockerd", log)
-    except EngineError:
-        _stop(proc.pid)
-        raise
-    return Service("dockerd", proc.pid, directory, env, str(sock))
-
-
 def podman_config(directory: Path, tools: Sequence[str] = ("podman", "buildah")) -> Service:
     """storage.conf (vfs) and containers.conf (runc, cgroupfs, ulimits) in ``directory``; podman and buildah
     read them through CONTAINERS_STORAGE_CONF and CONTAINERS_CONF. Nothing runs, so there is no PID."""

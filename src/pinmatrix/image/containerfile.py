@@ -40,7 +40,7 @@ from pinmatrix.image.rootfs import DEFAULT_SOURCE_DATE_EPOCH
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref
 from pinmatrix.imageref import ImageRef
 from pinmatrix.project.debian_suites import python_of, suite_of
-from pinmatrix.project.lockfile import parse_lock
+from pinmatrix.project.lockfile import ParsedLock, parse_lock
 from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle, smoke_files
 from pinmatrix.registry.client import Registry
 
@@ -49,7 +49,6 @@ CONTAINERFILE_TEMPLATE = "Containerfile.j2"
 LAYER_PLAN = "layers.toml"
 PATCH_HELPER = "apply_patches.py"
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
-
 
 
 class BuildError(PinmatrixError):
@@ -160,29 +159,7 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
         for f in ca_certificate_files(settings.ca_certificates)
     ]
 
-    plan_entries = []
-    by_name = lock.by_name()
-    for patch in cell.patches:
-        entry: dict[str, object] = {
-            "id": patch.id, "package": patch.package, "version": patch.version, "kind": patch.kind,
-            "status": patch.status, "note": patch.note, "strip": 1,
-        }
-        if patch.status == "apply":
-            resolved = resolve_patch(patch, settings.root, settings.cache_dir)
-            name = f"{patch.id}.patch"
-            _write(context / "patches" / name, resolved.path.read_bytes(), epoch)
-            entry.update(file=name, sha256=patch.sha256)
-            if patch.kind == "source":
-                locked = by_name.get(re.sub(r"[-_.]+", "-", patch.package).lower())
-                if locked is None:
-                    raise BuildError(f"cell {cell.id}: source patch {patch.id} targets {patch.package}, which is not in the lock")
-                entry["requirement"] = locked.text
-        plan_entries.append(entry)
-    if plan_entries:
-        _write(context / "patches" / "plan.json",
-               (json.dumps({"patches": plan_entries}, indent=1, sort_keys=True) + "\n").encode(), epoch)
-        _write(context / "patches" / PATCH_HELPER, incell_file(PATCH_HELPER).read_bytes(), epoch)
-
+    plan_entries = _write_patches(cell, lock, settings, context, epoch)
     smoke_src = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
     smoke = bool(smoke_files(smoke_src))
     for name, path in smoke_bundle(smoke_src) if smoke else []:
@@ -218,39 +195,6 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
     labels["io.pinmatrix.inputs"] = inputs
     _write(context / "Containerfile", render(labels).encode(), epoch)
     return RenderedCell(cell, image_ref(cell, settings.registry), context, inputs, labels, tuple(layer_names))
-
-
-def layer_of(instruction: str) -> str:
-    """Which layer of the plan a build step belongs to (for progress displays)."""
-    m = re.search(r"/pinmatrix/layers/\d\d-([a-z0-9-]+)\.txt", instruction)
-    if m:
-        return m.group(1)
-    head = instruction.split(None, 1)[0].upper() if instruction.strip() else ""
-    if head == "FROM":
-        return "base"
-    if "ca-certificates" in instruction:
-        return "python"
-    if "patches" in instruction:
-        return "patches"
-    if "smoke" in instruction:
-        return "smoke"
-    return "config" if head in {"ENV", "LABEL"} else head.lower()
-
-
-_FAILURE_PATTERNS = (
-    re.compile(r"pinmatrix: patch .*(?:does not apply|refused).*"),
-    re.compile(r"ERROR: (?:THESE PACKAGES DO NOT MATCH THE HASHES|Could not find a version|No matching distribution).*"),
-    re.compile(r"AssertionError: image python .*"),
-)
-
-
-def failure_reason(log_lines: Sequence[str], fallback: str) -> str:
-    for pattern in _FAILURE_PATTERNS:
-        for line in reversed(log_lines):
-            m = pattern.search(line)
-            if m:
-                return m.group(0).strip()
-    return fallback
 
 
 def build_cell(
@@ -324,6 +268,66 @@ def build_cell(
             result.fail(f"{type(err).__name__}: {err}", note)
     result.seconds = time.monotonic() - start
     return result
+
+
+def _write_patches(cell: Cell, lock: ParsedLock, settings: BuildSettings, context: Path, epoch: int) -> list[dict[str, object]]:
+    """The cell's patches into ``context/patches`` with their plan (what the in-cell helper applies); the plan."""
+    plan_entries = []
+    by_name = lock.by_name()
+    for patch in cell.patches:
+        entry: dict[str, object] = {
+            "id": patch.id, "package": patch.package, "version": patch.version, "kind": patch.kind,
+            "status": patch.status, "note": patch.note, "strip": 1,
+        }
+        if patch.status == "apply":
+            resolved = resolve_patch(patch, settings.root, settings.cache_dir)
+            name = f"{patch.id}.patch"
+            _write(context / "patches" / name, resolved.path.read_bytes(), epoch)
+            entry.update(file=name, sha256=patch.sha256)
+            if patch.kind == "source":
+                locked = by_name.get(re.sub(r"[-_.]+", "-", patch.package).lower())
+                if locked is None:
+                    raise BuildError(f"cell {cell.id}: source patch {patch.id} targets {patch.package}, which is not in the lock")
+                entry["requirement"] = locked.text
+        plan_entries.append(entry)
+    if plan_entries:
+        _write(context / "patches" / "plan.json",
+               (json.dumps({"patches": plan_entries}, indent=1, sort_keys=True) + "\n").encode(), epoch)
+        _write(context / "patches" / PATCH_HELPER, incell_file(PATCH_HELPER).read_bytes(), epoch)
+    return plan_entries
+
+
+def layer_of(instruction: str) -> str:
+    """Which layer of the plan a build step belongs to (for progress displays)."""
+    m = re.search(r"/pinmatrix/layers/\d\d-([a-z0-9-]+)\.txt", instruction)
+    if m:
+        return m.group(1)
+    head = instruction.split(None, 1)[0].upper() if instruction.strip() else ""
+    if head == "FROM":
+        return "base"
+    if "ca-certificates" in instruction:
+        return "python"
+    if "patches" in instruction:
+        return "patches"
+    if "smoke" in instruction:
+        return "smoke"
+    return "config" if head in {"ENV", "LABEL"} else head.lower()
+
+
+_FAILURE_PATTERNS = (
+    re.compile(r"pinmatrix: patch .*(?:does not apply|refused).*"),
+    re.compile(r"ERROR: (?:THESE PACKAGES DO NOT MATCH THE HASHES|Could not find a version|No matching distribution).*"),
+    re.compile(r"AssertionError: image python .*"),
+)
+
+
+def failure_reason(log_lines: Sequence[str], fallback: str) -> str:
+    for pattern in _FAILURE_PATTERNS:
+        for line in reversed(log_lines):
+            m = pattern.search(line)
+            if m:
+                return m.group(0).strip()
+    return fallback
 
 
 def _remote_inputs(registry: Registry, ref: str, note: Callable[[str], None]) -> tuple[str, str] | None:

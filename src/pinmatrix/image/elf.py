@@ -60,6 +60,43 @@ def _exact(read_at: ReadAt, offset: int, size: int, file_size: int, what: str) -
 
 def read_elf(read_at: ReadAt, file_size: int) -> ElfInfo:
     """Parse the headers of an ELF file of ``file_size`` bytes. ElfError names what is malformed."""
+    head = _header(read_at, file_size)
+    loads, interp_at, dynamic_at = _segments(read_at, file_size, head)
+    interpreter = None
+    if interp_at is not None:
+        offset, size = interp_at
+        if size > MAX_INTERP:
+            raise ElfError(f"PT_INTERP of {size} bytes is longer than {MAX_INTERP}")
+        interpreter = _exact(read_at, offset, size, file_size, "PT_INTERP").split(b"\0", 1)[0].decode(
+            "utf-8", "replace")
+    if dynamic_at is None:
+        return ElfInfo(head.machine, head.type, interpreter, (), None, (), (), dynamic=False)
+    entries = _dynamic_entries(read_at, file_size, head, dynamic_at)
+    wanted = [(t, v) for t, v in entries if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
+    if len(wanted) > MAX_NEEDED:
+        raise ElfError(f"{len(wanted)} DT_NEEDED/SONAME/RPATH entries are more than {MAX_NEEDED}")
+    if not wanted:
+        return ElfInfo(head.machine, head.type, interpreter, (), None, (), (), dynamic=True)
+    text = _string_reader(read_at, file_size, entries, loads)
+    needed = tuple(text(v) for t, v in wanted if t == DT_NEEDED)
+    soname = next((text(v) for t, v in wanted if t == DT_SONAME), None)
+    rpath = tuple(p for t, v in wanted if t == DT_RPATH for p in text(v).split(":") if p)
+    runpath = tuple(p for t, v in wanted if t == DT_RUNPATH for p in text(v).split(":") if p)
+    return ElfInfo(head.machine, head.type, interpreter, needed, soname, rpath, runpath, dynamic=True)
+
+
+@dataclass(frozen=True)
+class _Header:
+    end: str  # struct byte order: "<" or ">"
+    is64: bool
+    type: int
+    machine: int
+    phoff: int
+    phentsize: int
+    phnum: int
+
+
+def _header(read_at: ReadAt, file_size: int) -> _Header:
     ident = _exact(read_at, 0, 16, file_size, "the ELF identification")
     if ident[:4] != MAGIC:
         raise ElfError("not an ELF file (no \\x7fELF magic)")
@@ -71,22 +108,28 @@ def read_elf(read_at: ReadAt, file_size: int) -> ElfInfo:
     end = "<" if data_enc == 1 else ">"
     is64 = elf_class == 2
     header_fmt = end + ("HHIQQQIHHHHHH" if is64 else "HHIIIIIHHHHHH")
-    header_size = struct.calcsize(header_fmt)
-    fields = struct.unpack(header_fmt, _exact(read_at, 16, header_size, file_size, "the ELF header"))
+    fields = struct.unpack(header_fmt, _exact(read_at, 16, struct.calcsize(header_fmt), file_size, "the ELF header"))
     e_type, e_machine, _, _, e_phoff, _, _, _, e_phentsize, e_phnum = fields[:10]
-    ph_fmt = end + ("IIQQQQQQ" if is64 else "IIIIIIII")
+    return _Header(end, is64, e_type, e_machine, e_phoff, e_phentsize, e_phnum)
+
+
+def _segments(read_at: ReadAt, file_size: int, head: _Header) -> tuple[
+        list[tuple[int, int, int]], tuple[int, int] | None, tuple[int, int] | None]:
+    """The PT_LOAD segments as (vaddr, offset, filesz), and where PT_INTERP and PT_DYNAMIC are (offset, size)."""
+    ph_fmt = head.end + ("IIQQQQQQ" if head.is64 else "IIIIIIII")
     ph_size = struct.calcsize(ph_fmt)
-    if e_phnum > MAX_PHNUM:
-        raise ElfError(f"{e_phnum} program headers are more than the {MAX_PHNUM} this reader accepts")
-    if e_phnum and e_phentsize < ph_size:
-        raise ElfError(f"program header entries of {e_phentsize} bytes are smaller than the {ph_size} of the format")
-    table = _exact(read_at, e_phoff, e_phentsize * e_phnum, file_size, "the program header table") if e_phnum else b""
-    loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
+    if head.phnum > MAX_PHNUM:
+        raise ElfError(f"{head.phnum} program headers are more than the {MAX_PHNUM} this reader accepts")
+    if head.phnum and head.phentsize < ph_size:
+        raise ElfError(f"program header entries of {head.phentsize} bytes are smaller than the {ph_size} of the format")
+    table = (_exact(read_at, head.phoff, head.phentsize * head.phnum, file_size, "the program header table")
+             if head.phnum else b"")
+    loads: list[tuple[int, int, int]] = []
     interp_at: tuple[int, int] | None = None
     dynamic_at: tuple[int, int] | None = None
-    for i in range(e_phnum):
-        raw = table[i * e_phentsize:i * e_phentsize + ph_size]
-        if is64:
+    for i in range(head.phnum):
+        raw = table[i * head.phentsize:i * head.phentsize + ph_size]
+        if head.is64:
             p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack(ph_fmt, raw)
         else:
             p_type, p_offset, p_vaddr, _, p_filesz, _, _, _ = struct.unpack(ph_fmt, raw)
@@ -96,19 +139,16 @@ def read_elf(read_at: ReadAt, file_size: int) -> ElfInfo:
             interp_at = (p_offset, p_filesz)
         elif p_type == PT_DYNAMIC:
             dynamic_at = (p_offset, p_filesz)
-    interpreter = None
-    if interp_at is not None:
-        offset, size = interp_at
-        if size > MAX_INTERP:
-            raise ElfError(f"PT_INTERP of {size} bytes is longer than {MAX_INTERP}")
-        interpreter = _exact(read_at, offset, size, file_size, "PT_INTERP").split(b"\0", 1)[0].decode(
-            "utf-8", "replace")
-    if dynamic_at is None:
-        return ElfInfo(e_machine, e_type, interpreter, (), None, (), (), dynamic=False)
+    return loads, interp_at, dynamic_at
+
+
+def _dynamic_entries(read_at: ReadAt, file_size: int, head: _Header,
+                     dynamic_at: tuple[int, int]) -> list[tuple[int, int]]:
+    """The dynamic segment's (tag, value) entries up to DT_NULL."""
     offset, size = dynamic_at
     if size > MAX_DYNAMIC:
         raise ElfError(f"the dynamic segment of {size} bytes is larger than {MAX_DYNAMIC}")
-    dyn_fmt = end + ("qQ" if is64 else "iI")
+    dyn_fmt = head.end + ("qQ" if head.is64 else "iI")
     dyn_size = struct.calcsize(dyn_fmt)
     dynamic = _exact(read_at, offset, size - size % dyn_size, file_size, "the dynamic segment")
     entries: list[tuple[int, int]] = []
@@ -117,13 +157,14 @@ def read_elf(read_at: ReadAt, file_size: int) -> ElfInfo:
         if tag == DT_NULL:
             break
         entries.append((tag, value))
+    return entries
+
+
+def _string_reader(read_at: ReadAt, file_size: int, entries: list[tuple[int, int]],
+                   loads: list[tuple[int, int, int]]) -> Callable[[int], str]:
+    """A reader of the dynamic string table (DT_STRTAB, DT_STRSZ), located through the PT_LOAD segments."""
     strtab = next((v for t, v in entries if t == DT_STRTAB), None)
     strsz = next((v for t, v in entries if t == DT_STRSZ), None)
-    wanted = [(t, v) for t, v in entries if t in (DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH)]
-    if len(wanted) > MAX_NEEDED:
-        raise ElfError(f"{len(wanted)} DT_NEEDED/SONAME/RPATH entries are more than {MAX_NEEDED}")
-    if not wanted:
-        return ElfInfo(e_machine, e_type, interpreter, (), None, (), (), dynamic=True)
     if strtab is None or strsz is None:
         raise ElfError("the dynamic segment names libraries but has no DT_STRTAB/DT_STRSZ")
     if strsz > MAX_STRSZ:
@@ -140,13 +181,4 @@ def read_elf(read_at: ReadAt, file_size: int) -> ElfInfo:
         stop = strings.find(b"\0", index)
         return strings[index:stop if stop >= 0 else len(strings)].decode("utf-8", "replace")
 
-    needed = tuple(text(v) for t, v in wanted if t == DT_NEEDED)
-    soname = next((text(v) for t, v in wanted if t == DT_SONAME), None)
-    rpath = tuple(p for t, v in wanted if t == DT_RPATH for p in text(v).split(":") if p)
-    runpath = tuple(p for t, v in wanted if t == DT_RUNPATH for p in text(v).split(":") if p)
-    return ElfInfo(e_machine, e_type, interpreter, needed, soname, rpath, runpath, dynamic=True)
-
-
-def read_elf_bytes(data: bytes) -> ElfInfo:
-    """``read_elf`` over bytes in memory."""
-    return read_elf(lambda offset, size: data[offset:offset + size], len(data))
+    return text

@@ -23,7 +23,6 @@ import os
 import posixpath
 import shutil
 import stat
-import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,15 +230,6 @@ class TarDestination(WheelDestination):
 
         with construct_record_file(list(records), prefix_for_scheme) as record_stream:
             self.write_file(scheme, record_file_path, record_stream, False)
-
-
-def unpacked_size(wheel: Path) -> int:
-    """The sum of the sizes of the wheel's members (what laying it out writes, before compression)."""
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            return sum(i.file_size for i in archive.infolist())
-    except (OSError, zipfile.BadZipFile) as err:
-        raise InstallError(f"{wheel.name}: not a zip file: {err}") from None
 
 
 def install_wheel(wheel: Path, layer: LayerWriter, layout: VenvLayout, *, budget: int | None = None) -> None:

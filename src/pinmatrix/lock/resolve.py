@@ -271,10 +271,3 @@ def stale_locks(root: Path, matrix_name: str, current: set[str]) -> tuple[list[P
             continue
         (remove if path.stem in mine and path.stem not in others else keep).append(path)
     return remove, keep
-
-
-def read_lock(cell: Cell, root: Path = Path(".")) -> str:
-    path = lock_path(cell, root)
-    if not path.is_file():
-        raise LockError(f"cell {cell.id} ({cell.name}) has no lock at {path}: run `pinmatrix lock -k {cell.id}`")
-    return path.read_text(encoding="utf-8")

@@ -4,11 +4,8 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass
 
-from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import Registry
 
 
@@ -43,28 +40,3 @@ def storage_stats(registry: Registry, repositories: list[str] | None = None) -> 
                 blobs[part["digest"]] = int(part["size"])
                 image_bytes += int(part["size"])
     return StorageStats(len(seen_manifests), len(blobs), sum(blobs.values()), image_bytes)
-
-
-def skopeo_copy(registry: Registry, source: str, target: str) -> str:
-    """``skopeo copy`` between two references of one registry (e.g. retag a digest as known-good); returns the
-    digest of the copy, which equals the source's when the manifest is carried over unchanged."""
-    skopeo = shutil.which("skopeo")
-    if skopeo is None:
-        raise RegistryError("skopeo is not installed (apt-get install skopeo)")
-    tls = str(registry.tls_verify).lower()
-    dest = ImageRef.parse(target)
-    creds = registry.credentials(dest.repository)
-    # credentials reach skopeo through the file they came from (--authfile), never as a command-line password
-    auth = ["--authfile", str(creds.source)] if creds is not None else []
-    proc = subprocess.run(
-        [skopeo, "copy", *auth, "--preserve-digests", f"--src-tls-verify={tls}", f"--dest-tls-verify={tls}",
-         f"docker://{source}", f"docker://{target}"],
-        capture_output=True, text=True, check=False,
-    )
-    if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
-        raise RegistryError(f"skopeo copy {source} -> {target} failed: {last[0]}")
-    digest = registry.manifest_digest(dest.repository, dest.reference)
-    if digest is None:
-        raise RegistryError(f"skopeo copy left no {target}")
-    return digest

@@ -66,10 +66,6 @@ def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | 
     return verdicts
 
 
-def pick(verdicts: list[PullCandidate]) -> PullCandidate | None:
-    return next((v for v in verdicts if v.ok), None)
-
-
 def reference_of(entry: dict[str, Any]) -> ImageRef:
     """The entry's name@digest, checked to carry the recorded digest (never a tag)."""
     ref = ImageRef.parse(str(entry["reference"]))

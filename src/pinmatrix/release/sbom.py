@@ -146,8 +146,3 @@ def _parses(line: str) -> bool:
         return True
     except InvalidRequirement:
         return False
-
-
-def components_of(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """purl -> component of a CycloneDX JSON document."""
-    return {c["purl"]: c for c in document.get("components", []) if "purl" in c}

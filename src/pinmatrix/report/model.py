@@ -434,17 +434,8 @@ def build_report(
             continue
         recs = by_cell.get(cell.id, [])
         smokes = concrete_smokes(cell.smokes, sorted(r.smoke for r in recs), catalogue)
-        pins = {k: str(v) for k, v in cell.pins.items()}
-        applied = [p.id for p in cell.patches_to_apply]
-        if applied:
-            pins["patches"] = " + ".join(applied)
-        rows[cell.id] = CellRow(
-            id=cell.id, stack=cell.stack, name=cell.name, pins=pins,
-            in_matrix=True, smokes=smokes, results=results_of(recs, smokes),
-            min_driver=cell.min_driver, compute_capability=cell.compute_capability,
-            gpu_required=cell.gpu_required,
-            required=list(required[cell.id]) if required is not None and cell.id in required else None,
-        )
+        rows[cell.id] = _cell_row(cell, smokes, results_of(recs, smokes),
+                                  list(required[cell.id]) if required is not None and cell.id in required else None)
     for cell_id, recs in by_cell.items():
         if cell_id in rows:
             continue
@@ -457,31 +448,42 @@ def build_report(
     by_stack: dict[str, list[CellRow]] = defaultdict(list)
     for row in rows.values():
         by_stack[row.stack].append(row)
-    stacks: list[StackReport] = []
-    for name in sorted(by_stack):
-        # broken cells first, then the rest in the matrix's natural order
-        stack_rows = sorted(by_stack[name], key=lambda r: (-SEVERITY[r.status] if r.status in BROKEN else 0,
-                                                           not r.in_matrix, natural_key(r.name), r.id))
-        if any("patches" in r.pins for r in stack_rows):  # a pseudo-axis: filters, pivot and diff see it
-            for r in stack_rows:
-                if r.in_matrix:
-                    r.pins.setdefault("patches", "none")
-        all_axes = _axis_order({a for r in stack_rows for a in r.pins})
-        varying = [a for a in all_axes if len({r.pins.get(a) for r in stack_rows}) > 1]
-        fixed = {a: stack_rows[0].pins[a] for a in all_axes if a not in varying and a in stack_rows[0].pins}
-        stack_smokes: list[str] = []
-        for r in stack_rows:
-            stack_smokes += [s for s in r.smokes if s not in stack_smokes]
-        # the smoke columns: the ones that broke somewhere in the stack first
-        stack_smokes.sort(key=lambda smoke: -SEVERITY[worst(r.smoke_status[smoke] for r in stack_rows
-                                                             if smoke in r.smoke_status)])
-        stacks.append(StackReport(
-            name=name, axes=varying, fixed=fixed, smokes=stack_smokes, cells=stack_rows,
-            pivot=choose_pivot(varying, stack_rows, pivot), description=(descriptions or {}).get(name, ""),
-        ))
+    stacks = [_stack_report(name, by_stack[name], pivot, (descriptions or {}).get(name, "")) for name in sorted(by_stack)]
     stacks.sort(key=lambda st: -SEVERITY[st.status] if st.status in BROKEN else 0)  # stable: by name otherwise
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return Report(title=title, generated_at=stamp, stacks=stacks)
+
+
+def _cell_row(cell: Cell, smokes: list[str], results: list[SmokeResult], required: list[str] | None) -> CellRow:
+    """A matrix cell's row; applied patches show as the pseudo-axis ``patches``."""
+    pins = {k: str(v) for k, v in cell.pins.items()}
+    applied = [p.id for p in cell.patches_to_apply]
+    if applied:
+        pins["patches"] = " + ".join(applied)
+    return CellRow(id=cell.id, stack=cell.stack, name=cell.name, pins=pins, in_matrix=True, smokes=smokes,
+                   results=results, min_driver=cell.min_driver, compute_capability=cell.compute_capability,
+                   gpu_required=cell.gpu_required, required=required)
+
+
+def _stack_report(name: str, rows: list[CellRow], pivot: tuple[str, str] | None, description: str) -> StackReport:
+    """One stack's table: broken cells first, then the rest in the matrix's natural order; the axes that vary as
+    columns, the rest as the stack's fixed pins; the smokes that broke somewhere first."""
+    stack_rows = sorted(rows, key=lambda r: (-SEVERITY[r.status] if r.status in BROKEN else 0,
+                                             not r.in_matrix, natural_key(r.name), r.id))
+    if any("patches" in r.pins for r in stack_rows):  # a pseudo-axis: filters, pivot and diff see it
+        for r in stack_rows:
+            if r.in_matrix:
+                r.pins.setdefault("patches", "none")
+    all_axes = _axis_order({a for r in stack_rows for a in r.pins})
+    varying = [a for a in all_axes if len({r.pins.get(a) for r in stack_rows}) > 1]
+    fixed = {a: stack_rows[0].pins[a] for a in all_axes if a not in varying and a in stack_rows[0].pins}
+    stack_smokes: list[str] = []
+    for r in stack_rows:
+        stack_smokes += [s for s in r.smokes if s not in stack_smokes]
+    stack_smokes.sort(key=lambda smoke: -SEVERITY[worst(r.smoke_status[smoke] for r in stack_rows
+                                                         if smoke in r.smoke_status)])
+    return StackReport(name=name, axes=varying, fixed=fixed, smokes=stack_smokes, cells=stack_rows,
+                       pivot=choose_pivot(varying, stack_rows, pivot), description=description)
 
 
 def failure_to_dict(cell: CellRow, result: SmokeResult) -> dict[str, Any]:

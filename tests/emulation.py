@@ -6,12 +6,8 @@ container of the image. Slow (a CUDA stack imports in minutes), so it is asked f
 from __future__ import annotations
 
 import platform
-import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from pinmatrix.engine.base import OCIEngine
 from pinmatrix.errors import PinmatrixError
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -23,19 +19,6 @@ MAX_OUTPUT = 4000  # characters of the smoke's output kept
 
 class EmulationError(PinmatrixError):
     """The import smoke could not be run (no emulation for the image's architecture)."""
-
-
-@dataclass(frozen=True)
-class ImportSmoke:
-    ref: str
-    modules: tuple[str, ...]
-    ok: bool
-    seconds: float
-    output: str  # the tail of the container's output
-
-    def line(self) -> str:
-        state = "ok" if self.ok else "FAILED"
-        return f"import {', '.join(self.modules)} in {self.ref}: {state} in {self.seconds:.0f} s"
 
 
 def emulation_problem(arch: str, binfmt: Path = BINFMT, machine: str | None = None) -> str | None:
@@ -63,22 +46,3 @@ def emulation_problem(arch: str, binfmt: Path = BINFMT, machine: str | None = No
         return (f"the binfmt_misc entry {entry} lacks the F flag: a container cannot reach its interpreter "
                 "(qemu-user-static registers it with F)")
     return None
-
-
-def import_smoke(engine: OCIEngine, ref: str, arch: str, modules: tuple[str, ...], *, timeout: float = 1800,
-                 binfmt: Path = BINFMT) -> ImportSmoke:
-    """``python -c "import M1, M2"`` in a container of ``ref`` (no network, no GPU), under emulation where the
-    image is of another architecture. EmulationError when that architecture cannot run here."""
-    problem = emulation_problem(arch, binfmt)
-    if problem is not None:
-        raise EmulationError(f"{ref}: cannot run {arch} programs here: {problem}")
-    if not modules or not all(m.isidentifier() for m in modules):
-        raise EmulationError(f"{ref}: nothing importable to import ({modules!r})")
-    start = time.monotonic()
-    try:
-        proc = engine.run(ref, ["python", "-c", f"import {', '.join(modules)}; print('imported', {modules!r})"],
-                          network="none", gpus=False, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return ImportSmoke(ref, modules, False, time.monotonic() - start, f"timed out after {timeout:.0f} s")
-    output = (proc.stdout or b"").decode("utf-8", "replace") + (proc.stderr or b"").decode("utf-8", "replace")
-    return ImportSmoke(ref, modules, proc.returncode == 0, time.monotonic() - start, output[-MAX_OUTPUT:])
