@@ -35,7 +35,8 @@ from pinmatrix.image.publish import push
 from pinmatrix.image.rootfs import debian_base
 from pinmatrix.image.settings import image_ref
 from pinmatrix.image.wheels import DEFAULT_INDEX
-from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.expand import select_cells
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 

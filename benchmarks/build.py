@@ -16,7 +16,8 @@ from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.build import build_all
 from pinmatrix.image.containerfile import build_cell as containerfile_build
 from pinmatrix.image.settings import BuildSettings
-from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.expand import select_cells
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.catalog import storage_stats

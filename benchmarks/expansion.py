@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pinmatrix.matrix.expand import expand_matrix
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import load_matrix
 
 TARGET_S = 1.0

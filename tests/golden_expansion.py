@@ -15,7 +15,7 @@ GOLDEN = REPO / "tests" / "data" / "expansion.golden.json"
 
 
 def current() -> dict[str, Any]:
-    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.selection import expand_matrix
     from pinmatrix.project.matrix_toml import load_matrix
 
     expansion = expand_matrix(load_matrix(REPO / "matrix.toml"))

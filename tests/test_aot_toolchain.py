@@ -10,8 +10,7 @@ import pytest
 from pinmatrix.cell import Cell
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.config import cell_env
-from pinmatrix.matrix.selection import load
-from pinmatrix.matrix.validation import validate_matrix
+from pinmatrix.matrix.selection import load, validate_matrix
 from pinmatrix.project import toolchains as toolchain
 
 REPO = Path(__file__).resolve().parents[1]

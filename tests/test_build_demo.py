@@ -19,7 +19,8 @@ from conftest import REPO, engine_for
 from pinmatrix.image.build import build_all
 from pinmatrix.image.settings import BuildSettings
 from pinmatrix.imageref import ImageRef
-from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.expand import select_cells
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry

@@ -17,7 +17,8 @@ import pytest
 from conftest import REPO, engine_for, require_binaries
 from pinmatrix.image.oci import OCILayout
 from pinmatrix.imageref import ImageRef
-from pinmatrix.matrix.expand import expand_matrix, select_cells
+from pinmatrix.matrix.expand import select_cells
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry
 

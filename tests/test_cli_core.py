@@ -140,7 +140,7 @@ def test_help_explains_every_command() -> None:
 
 
 def test_a_stack_can_replace_the_base(tmp_path: Path) -> None:
-    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.selection import expand_matrix
     from pinmatrix.project.matrix_toml import load_matrix
 
     digest = "b" * 64

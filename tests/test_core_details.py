@@ -199,7 +199,7 @@ def test_unknown_keys_say_what_was_meant(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_requirement_urls_must_lie_under_a_declared_index() -> None:
-    from pinmatrix.matrix.expand import _under
+    from pinmatrix.matrix.validation import _under
 
     index = "https://mirror.example/simple/"
     assert _under("https://mirror.example/simple/six/six-1.17.0-py3-none-any.whl", index)
@@ -431,7 +431,7 @@ def test_include_and_exclude_rules_take_every_env_form(tmp_path: Path) -> None:
 ])
 def test_bad_rule_values_name_the_rule_and_axis(tmp_path: Path, include: str, message: str) -> None:
     from pinmatrix.errors import MatrixError
-    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.selection import expand_matrix
     from pinmatrix.project.matrix_toml import load_matrix
 
     path = tmp_path / "m.toml"
@@ -539,7 +539,7 @@ def test_a_refusal_lists_every_problem_and_group_selectors_expand() -> None:
 
 
 def test_ca_certificates_join_the_cell_id_by_content_only_when_they_go_into_images(tmp_path: Path) -> None:
-    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.selection import expand_matrix
     from pinmatrix.project.matrix_toml import load_matrix
 
     certs = tmp_path / "certs"
@@ -571,7 +571,7 @@ six = ["1.17.0"]
 
 
 def test_ca_certificates_in_images_name_files_or_folders_relative_to_the_matrix(tmp_path: Path) -> None:
-    from pinmatrix.matrix.expand import expand_matrix
+    from pinmatrix.matrix.selection import expand_matrix
     from pinmatrix.project.matrix_toml import load_matrix
 
     (tmp_path / "certs").mkdir()

@@ -11,7 +11,7 @@ import pytest
 
 from pinmatrix.cell import IndexSpec
 from pinmatrix.errors import MatrixError
-from pinmatrix.matrix.expand import expand_matrix
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import load_matrix
 
 MIRROR = IndexSpec(name="mirror", url="https://mirror.example.org/simple", default=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pinmatrix.matrix.expand import expand_matrix
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import load_matrix
 
 PACKAGES = ["alpha", "bravo", "charlie", "delta"]

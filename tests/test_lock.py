@@ -15,8 +15,7 @@ from pinmatrix.cli import main
 from pinmatrix.errors import LockError
 from pinmatrix.lock import resolve
 from pinmatrix.lock.resolve import find_uv, lock_cell, owners_path, read_owners, record_owner
-from pinmatrix.matrix.expand import expand_matrix
-from pinmatrix.matrix.selection import load
+from pinmatrix.matrix.selection import expand_matrix, load
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 

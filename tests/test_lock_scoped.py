@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cli import main
-from pinmatrix.matrix.expand import expand_matrix
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 

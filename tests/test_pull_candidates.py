@@ -133,7 +133,9 @@ def test_engine_auto_prefers_podman_in_pull_and_build(tmp_path: Path) -> None:
     assert AUTO_ORDER[0] == "podman" and auto_engine(env).name == "podman"
     (tmp_path / "podman").unlink()
     assert auto_engine(env).name == "docker"
-    commands = Path(__file__).resolve().parents[1] / "src" / "pinmatrix" / "commands"
+    package = Path(__file__).resolve().parents[1] / "src" / "pinmatrix"
     for name in ("build.py", "pull.py"):  # read, not imported: both must ask the one order
-        text = (commands / name).read_text(encoding="utf-8")
-        assert "auto_engine(" in text and "detect_engines(" not in text, name
+        text = (package / "commands" / name).read_text(encoding="utf-8")
+        assert "choose_engine(" in text and "detect_engines(" not in text and "auto_engine(" not in text, name
+    select = (package / "engine" / "select.py").read_text(encoding="utf-8")
+    assert "return auto_engine(" in select.split("def choose_engine", 1)[1]

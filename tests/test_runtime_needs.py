@@ -8,8 +8,7 @@ import pytest
 
 from pinmatrix.errors import MatrixError
 from pinmatrix.matrix.runtime_needs import RuntimeNeedsError, default_needs, load_needs
-from pinmatrix.matrix.selection import load
-from pinmatrix.matrix.validation import validate_matrix
+from pinmatrix.matrix.selection import load, validate_matrix
 
 REPO = Path(__file__).resolve().parents[1]
 HASH = "a" * 64

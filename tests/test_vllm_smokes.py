@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pinmatrix.matrix.validation import validate_matrix
+from pinmatrix.matrix.selection import validate_matrix
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore

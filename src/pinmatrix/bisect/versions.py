@@ -24,7 +24,8 @@ from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.lock.resolve import find_uv
-from pinmatrix.matrix.expand import PACKAGE_AXES, PrunedCell, distribution, expand_matrix
+from pinmatrix.matrix.expand import PACKAGE_AXES, PrunedCell, distribution
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.matrix_toml import Axes, AxisValue, EnvVariant, Matrix, Stack
 

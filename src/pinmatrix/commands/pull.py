@@ -64,16 +64,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, registry_need=known_good_registry)
 
 
-def _engine(name: str):  # noqa: ANN202 - OCIEngine, imported lazily
-    from pinmatrix.engine import auto_engine, get_engine
-
-    if name != "auto":
-        engine = get_engine(name)
-        engine.ensure_running()
-        return engine
-    return auto_engine()
-
-
 def _host(args: argparse.Namespace) -> HostFingerprint:
     if not args.host_json:
         return HostFingerprint.detect()
@@ -167,9 +157,12 @@ def _say_passed_over(args: argparse.Namespace, host: HostFingerprint, found: lis
 
 def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate):  # noqa: ANN202 - OCIEngine
     """Pull the verified reference with the engine; the engine."""
+    from pinmatrix.engine.select import choose_engine
     from pinmatrix.registry.auth import engine_auth_env
 
-    engine = _engine(args.engine)
+    engine = choose_engine(args.engine, hint="")
+    if engine is None:
+        raise PinmatrixError("pull needs an engine to pull into (--engine docker, podman or auto; --print only prints)")
     with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
         engine.env.update(auth_env)
         engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))

@@ -8,7 +8,7 @@ import json
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import MatrixError
 from pinmatrix.matrix.needs import group_needs
-from pinmatrix.matrix.validation import validate_matrix
+from pinmatrix.matrix.selection import validate_matrix
 
 
 def register(sub: argparse._SubParsersAction) -> None:

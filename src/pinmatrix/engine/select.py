@@ -47,7 +47,7 @@ def auto_engine(env: Mapping[str, str] | None = None, *, hint: str = "") -> OCIE
     raise EngineError("no container engine is usable: " + "; ".join(status[name] for name in AUTO_ORDER) + hint)
 
 
-def choose_engine(name: str) -> OCIEngine | None:
+def choose_engine(name: str, *, hint: str = " (or pass --engine none)") -> OCIEngine | None:
     """An --engine value's engine, running: none for "none", the first that works for "auto"."""
     if name == "none":
         return None
@@ -55,4 +55,4 @@ def choose_engine(name: str) -> OCIEngine | None:
         engine = get_engine(name)
         engine.ensure_running()
         return engine
-    return auto_engine(hint=" (or pass --engine none)")
+    return auto_engine(hint=hint)

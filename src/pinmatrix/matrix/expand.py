@@ -4,16 +4,13 @@ PrunedCell carrying the rule's words; nothing is dropped silently."""
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
@@ -31,15 +28,12 @@ from pinmatrix.cell import (
 from pinmatrix.errors import MatrixError
 from pinmatrix.hashing import sha256_file
 from pinmatrix.matrix.compat import (
-    ArchFlag,
     CompatRules,
-    UnknownVersion,
     cached_specifier,
     cached_version,
     capability_string,
 )
 from pinmatrix.matrix.keyword import compile_keyword
-from pinmatrix.names import shown
 from pinmatrix.project.debian_suites import known_suites, python_of, suite_of
 from pinmatrix.project.matrix_toml import Axes, AxisValue, EnvVariant, Matrix, Stack
 from pinmatrix.project.toolchains import for_cell as cell_toolchains
@@ -392,140 +386,6 @@ def _value_matches(value: Value, want: str) -> bool:
     return want in (display(value), version_of(value))
 
 
-def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
-    """Problems that need no expansion: patch references, unknown versions, known-issue axes."""
-    problems: list[str] = []
-    for sname, stack in matrix.stacks.items():
-        axes = {a: getattr(stack.axes, a) for a in KNOWN_AXES if getattr(stack.axes, a) is not None}
-        axes.update(stack.packages)
-        for axis, values in axes.items():
-            for i, value in enumerate(values):
-                path = ("stacks", sname, "axes" if axis in KNOWN_AXES else "packages", axis, i)
-                try:
-                    if axis == "cuda":
-                        rules.min_driver(value)
-                    elif axis == "torch":
-                        rules.torch_series(value.version)
-                    elif axis == "xformers":
-                        rules.xformers_torch(value.version)
-                    elif axis == "vllm":
-                        rules.vllm_rule(value.version)
-                    elif axis == "arch":
-                        for flag in split_flags(value):
-                            rules.arch_min_cuda(ArchFlag.parse(flag))
-                except UnknownVersion as exc:
-                    problems.append(matrix.where(path, str(exc)))
-                if not isinstance(value, AxisValue):
-                    continue
-                for pid in value.patches:
-                    spec = matrix.patches.get(pid)
-                    if spec is None:
-                        known = ", ".join(matrix.patches) or "none declared"
-                        problems.append(matrix.where(path, f"unknown patch id {pid!r} (patches: {known})"))
-                        continue
-                    if canonicalize_name(spec.package) != canonicalize_name(distribution(axis)):
-                        problems.append(matrix.where(path, f"patch {pid!r} is for {spec.package}, not {distribution(axis)}"))
-                    elif cached_version(value.version) not in cached_specifier(spec.applies_to):
-                        problems.append(matrix.where(path, f"patch {pid!r} applies to {spec.package}{spec.applies_to}, not {value.version}"))
-                    elif spec.source is None and not (spec.contained_in and cached_version(value.version) >= cached_version(spec.contained_in)):
-                        problems.append(matrix.where(path, f"patch {pid!r} has no source and {value.version} predates {spec.contained_in}"))
-    for pid, spec in matrix.patches.items():
-        if spec.source is None or "://" in spec.source:
-            continue  # remote sources are fetched and checked by the build's patch cache
-        file = matrix.root / spec.source
-        if not file.is_file():
-            problems.append(matrix.where(("patches", pid, "source"), f"patch file {spec.source} does not exist"))
-        elif spec.sha256 is not None and (actual := sha256_file(file)) != spec.sha256:
-            problems.append(matrix.where(("patches", pid, "sha256"),
-                                         f"sha256 mismatch for {spec.source}: the file has {actual}"))
-    problems.extend(_check_smoke_names(matrix))
-    problems.extend(_check_requirement_urls(matrix))
-    for i, issue in enumerate(matrix.known_issues):
-        for axis in issue.when:
-            if axis not in KNOWN_AXES and not any(axis in s.packages for s in matrix.stacks.values()):
-                problems.append(matrix.where(("known_issues", i, "when", axis), f"{axis!r} is not an axis of any stack"))
-        for pid in issue.without_patches:
-            if pid not in matrix.patches:
-                problems.append(matrix.where(("known_issues", i, "without_patches"), f"unknown patch id {pid!r}"))
-    return problems
-
-
-def _under(url: str, index: str) -> bool:
-    """Whether ``url`` lies under the index URL ``index``: same scheme and host, path below the index's."""
-    u, i = urlsplit(url), urlsplit(index)
-    base = i.path.rstrip("/") + "/"
-    return (u.scheme, u.netloc) == (i.scheme, i.netloc) and (u.path + "/").startswith(base) and "/../" not in u.path + "/"
-
-
-def _check_requirement_urls(matrix: Matrix) -> list[str]:
-    """A requirement in ``extra`` may name a URL (``name @ URL``) only under a declared [[matrix.indexes]] url."""
-    declared = [i.url for i in matrix.settings.indexes]
-    problems = []
-    for sname, stack in matrix.stacks.items():
-        for i, text in enumerate(stack.extra):
-            url = Requirement(text.strip()).url
-            if url is not None and not any(_under(url, index) for index in declared):
-                problems.append(matrix.where(("stacks", sname, "extra", i),
-                                             f"{shown(text)} names the URL {shown(url)}, which is under no "
-                                             "declared index ([[matrix.indexes]] url)"))
-    return problems
-
-
-def _check_smoke_names(matrix: Matrix) -> list[str]:
-    """Every smoke a stack selects, and every smoke a known issue names, must exist in the catalogue."""
-    from pinmatrix.project.catalogue import SmokeError, load_catalogue, matches
-
-    try:  # the smoke/ folder beside the matrix, else $PINMATRIX_SMOKE_DIR or ./smoke (find_smoke_dir)
-        catalogue = load_catalogue(matrix.root / "smoke")
-    except SmokeError:
-        return []  # no catalogue next to the matrix or the package: nothing to check against
-    names = [s.name for s in catalogue]
-    problems = _check_boundaries(matrix, catalogue)
-    selectors: list[tuple[tuple[str | int, ...], list[str]]] = [
-        (("stacks", sname, "smokes"), stack.smokes) for sname, stack in matrix.stacks.items()]
-    selectors += [(("known_issues", i, "smokes"), issue.smokes) for i, issue in enumerate(matrix.known_issues)]
-    promotions: list[tuple[tuple[str, ...], dict[str, Any] | None]] = [(("matrix", "promotion"), matrix.settings.promotion)]
-    promotions += [(("stacks", sname, "promotion"), stack.promotion) for sname, stack in matrix.stacks.items()]
-    for path, table in promotions:
-        wanted = (table or {}).get("required_smokes")
-        if isinstance(wanted, list):
-            selectors.append(((*path, "required_smokes"), [w for w in wanted if isinstance(w, str)]))
-    for where, wanted in selectors:
-        for sel in wanted:
-            if not any(matches(sel, n) for n in names):
-                close = difflib.get_close_matches(sel, names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                problems.append(matrix.where(where, f"unknown smoke {sel!r}{hint}"))
-    return problems
-
-
-def _check_boundaries(matrix: Matrix, catalogue: list[Any]) -> list[str]:
-    """A known issue's boundary names one of the issue's smokes and a parameter it declares (the expected first
-    failure a number), or an axis of a stack."""
-    from pinmatrix.project.catalogue import matches
-
-    problems = []
-    axes = set(KNOWN_AXES) | {str(canonicalize_name(p)) for st in matrix.stacks.values() for p in st.packages}
-    for i, issue in enumerate(matrix.known_issues):
-        b = issue.boundary
-        if b is None:
-            continue
-        path = ("known_issues", i, "boundary")
-        own = [s for s in catalogue if any(matches(sel, s.name) for sel in issue.smokes)
-               and (b.smoke is None or matches(b.smoke, s.name))]
-        if b.smoke is not None and not own:
-            problems.append(matrix.where((*path, "smoke"), f"{b.smoke!r} is not a smoke of this issue"))
-            continue
-        declared = {p for s in own if s.parameters for p in s.parameters.params}
-        if b.param in declared:
-            if isinstance(b.expect_first_fail, str):
-                problems.append(matrix.where((*path, "expect_first_fail"), f"parameter {b.param!r} is numeric"))
-        elif str(canonicalize_name(b.param)) not in axes:
-            problems.append(matrix.where((*path, "param"), f"{b.param!r} is neither a parameter of the issue's "
-                                         f"smokes ({', '.join(sorted(declared)) or 'none declared'}) nor an axis"))
-    return problems
-
-
 def combination_limit(matrix: Matrix, override: int | None = None) -> int:
     """The most combinations expansion makes: ``override`` (or --max-combinations), else [matrix].max_combinations."""
     return override or MAX_COMBINATIONS_OVERRIDE.get() or matrix.settings.max_combinations
@@ -562,14 +422,12 @@ def _bounded(matrix: Matrix, rules: CompatRules, limit: int) -> tuple[dict[str, 
     return out, problems
 
 
-def expand_matrix(matrix: Matrix, rules: CompatRules | None = None, *,
-                  max_combinations: int | None = None) -> Expansion:
-    """Every stack's cells and pruned combinations. Raises MatrixError on structural problems, and on a
-    matrix whose combinations (counted first, never made) pass ``combination_limit``."""
+def expand_cells(matrix: Matrix, rules: CompatRules | None = None, *,
+                 max_combinations: int | None = None) -> Expansion:
+    """Every stack's cells and pruned combinations of a matrix that ``matrix.validation.validate`` passed.
+    Raises MatrixError on what only expansion finds (a stack with no cells, two stacks declaring one cell), and
+    on a matrix whose combinations (counted first, never made) pass ``combination_limit``."""
     rules = rules or CompatRules.default()
-    problems = check_static(matrix, rules)
-    if problems:
-        raise MatrixError(problems)
     expanders, problems = _bounded(matrix, rules, combination_limit(matrix, max_combinations))
     if problems:
         raise MatrixError(problems)

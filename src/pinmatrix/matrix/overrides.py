@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from pinmatrix.datamodel import friendly_message
 from pinmatrix.errors import MatrixError, PinmatrixError
-from pinmatrix.matrix.expand import Expansion, expand_matrix
+from pinmatrix.matrix.expand import Expansion
+from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import Axes, AxisValue, EnvVariant, Matrix, Stack
 
 _SET = re.compile(r"^(?P<axis>[A-Za-z0-9][A-Za-z0-9_.-]*)=(?P<value>[^\s=]+)$")

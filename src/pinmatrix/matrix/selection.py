@@ -1,5 +1,5 @@
-"""Reading matrix.toml into its cells, and choosing some of them: by stack, by a pytest-style ``-k``
-expression, by id prefix. Every command and test that needs the cells comes through here."""
+"""Reading matrix.toml into its cells (parse, validate, expand), and choosing some of them: by stack, by a
+pytest-style ``-k`` expression, by id prefix. Every command and test that needs the cells comes through here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.matrix.expand import Expansion, expand_matrix, select_cells
+from pinmatrix.errors import MatrixError
+from pinmatrix.matrix.compat import CompatRules
+from pinmatrix.matrix.expand import Expansion, expand_cells, select_cells
+from pinmatrix.matrix.runtime_needs import check_runtime_needs
+from pinmatrix.matrix.validation import validate
 from pinmatrix.project.matrix_toml import Matrix, load_matrix, require_stack
 
 STDIN = Path("-")
@@ -20,6 +24,24 @@ def load(path: Path) -> tuple[Matrix, Expansion]:
     else:
         matrix = load_matrix(path)
     return matrix, expand_matrix(matrix)
+
+
+def expand_matrix(matrix: Matrix, rules: CompatRules | None = None, *,
+                  max_combinations: int | None = None) -> Expansion:
+    """A parsed matrix validated (``matrix.validation``), then expanded: every stack's cells and pruned
+    combinations. MatrixError with every problem, located."""
+    validate(matrix, rules)
+    return expand_cells(matrix, rules, max_combinations=max_combinations)
+
+
+def validate_matrix(path: Path) -> tuple[Matrix, Expansion]:
+    """``pinmatrix validate``: the matrix and its expansion when everything holds, including what each locked
+    cell's base must carry at run time (``runtime_needs``); MatrixError with every problem otherwise."""
+    matrix, expansion = load(path)
+    problems = check_runtime_needs(matrix, expansion.cells)
+    if problems:
+        raise MatrixError(list(dict.fromkeys(problems)))
+    return matrix, expansion
 
 
 def select(matrix: Matrix, expansion: Expansion, *, stack: str | None = None, keyword: str | None = None,

@@ -22,12 +22,12 @@ class KnownGoodEvidence(Strict):
     """One smoke result the promotion rested on."""
 
     smoke: str
-    gpu: str
-    host_id: str
-    host: str
-    status: str
-    run_id: str
-    finished_at: str
+    gpu: str | None = None
+    host_id: str | None = None
+    host: str | None = None
+    status: str | None = None
+    run_id: str | None = None
+    finished_at: str | None = None
     image_digest: str | None = Field(default=None, pattern=DIGEST)
 
 
@@ -35,7 +35,7 @@ class KnownGoodEntry(Strict):
     """One ``[[promoted]]`` table, as ``release.promote.execute`` writes it."""
 
     stack: str
-    cell_id: str = Field(pattern=r"^[0-9a-f]{12}$")
+    cell_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # a 12-hex id from promote; no path
     digest: str = Field(pattern=DIGEST)
     reference: str
     promoted_at: str
