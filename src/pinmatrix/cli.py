@@ -85,7 +85,7 @@ def build_parser(full: Collection[str] | None = None, environ: Mapping[str, str]
             importlib.import_module(command_module(name)).register(sub)
         else:
             sub.add_parser(name, help=COMMAND_HELP[name])
-    from pinmatrix.envdefaults import apply_environment
+    from pinmatrix.envdefaults import apply_environment  # noqa: PLC0415 - lazy CLI
 
     try:  # PINMATRIX_<COMMAND>_<OPTION>: the command line still wins
         apply_environment(parser, os.environ if environ is None else environ)
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(commands_for(arguments, os.environ))
     args = parser.parse_args(arguments)
-    from pinmatrix.matrix.expand import MAX_COMBINATIONS_OVERRIDE
+    from pinmatrix.matrix.expand import MAX_COMBINATIONS_OVERRIDE  # noqa: PLC0415 - lazy CLI
 
     # --max-combinations holds for this command only (main() may run many commands in one process)
     token = MAX_COMBINATIONS_OVERRIDE.set(
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pinmatrix.registry.local import for_command
+    from pinmatrix.registry.local import for_command  # noqa: PLC0415 - lazy CLI
 
     try:
         with for_command(args):  # the embedded registry, for commands that talk to a loopback one

@@ -133,7 +133,7 @@ def _non_ascii(text: str) -> str | None:
 
 def _looks_like(ch: str) -> str | None:
     try:
-        from confusable_homoglyphs import confusables
+        from confusable_homoglyphs import confusables  # noqa: PLC0415 - its tables load only for a name outside ASCII
     except ImportError:  # pragma: no cover - a declared dependency
         return None
     found = confusables.is_confusable(ch, greedy=True, preferred_aliases=["latin", "common"]) or []

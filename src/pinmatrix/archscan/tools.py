@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.lock.resolve import find_uv
 
 CUOBJDUMP_PINS: tuple[str, ...] = ("nvidia-cuda-cuobjdump==13.2.86",)
 
@@ -56,7 +57,6 @@ def install_wheels(pins: Sequence[str], root: Path | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / ".complete").is_file():
             return target
-        from pinmatrix.lock.resolve import find_uv
 
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
         cmd = [find_uv(), "pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(staging),

@@ -21,9 +21,12 @@ from typing import Any
 
 from pinmatrix.bisect.probe import CannotProbe, PointEnv
 from pinmatrix.hashing import sha256_file
+from pinmatrix.image.build import CellBuilder
+from pinmatrix.image.settings import BuildSettings
 from pinmatrix.lock.resolve import find_uv, lock_cell
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.sanitize import file_slug
+from pinmatrix.smoke.container import ContainerSmokes, image_digest
 from pinmatrix.smoke.overlay import build_overlay
 from pinmatrix.smoke.runner import RunOptions
 
@@ -140,7 +143,6 @@ class ImageRuntime:
     def prepare(self, cell: Any) -> PointEnv:
         if cell.id in self._made:
             return self._made[cell.id]
-        from pinmatrix.smoke.container import ContainerSmokes, image_digest
 
         lock = cell_lock(cell, self.project_root, self.work_root, self.exclude_newer, self.echo)
         self.echo(f"  image {cell.name}: building with the image builder, loading into {self.engine.name}")
@@ -160,8 +162,6 @@ def image_builder(engine: Any, root: Path, cache_dir: Path, logs_dir: Path, smok
                   ca_certificates: tuple[Path, ...], ca_in_images: bool) -> Any:
     """The project's image builder, set up as ``pinmatrix build`` sets it up (no registry, no push, images
     loaded into ``engine``). The only place the bisect touches image building."""
-    from pinmatrix.image.build import CellBuilder
-    from pinmatrix.image.settings import BuildSettings
 
     settings = BuildSettings(root=root, cache_dir=cache_dir, logs_dir=logs_dir, registry=None,
                              ca_certificates=ca_certificates, ca_in_images=ca_in_images, push=False,

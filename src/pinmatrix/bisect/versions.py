@@ -26,7 +26,7 @@ from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.lock.resolve import find_uv
 from pinmatrix.matrix.expand import PACKAGE_AXES, PrunedCell, distribution
 from pinmatrix.matrix.selection import expand_matrix
-from pinmatrix.project.catalogue import Smoke
+from pinmatrix.project.catalogue import Smoke, matches
 from pinmatrix.project.matrix_toml import Axes, AxisValue, EnvVariant, Matrix, Stack
 
 AxisItem = str | AxisValue | EnvVariant
@@ -275,7 +275,6 @@ def run_version_bisect(*, matrix: Matrix, stack_name: str, axis: str, points: li
 
 
 def _version_boundaries(matrix: Matrix, smoke: str, axis: str) -> list[bnd.BoundarySpec]:
-    from pinmatrix.project.catalogue import matches
 
     out = []
     for issue in matrix.known_issues:

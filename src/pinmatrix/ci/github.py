@@ -18,6 +18,7 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.settings import image_ref
 from pinmatrix.names import shown, text_problem
 
 # GitHub Actions: "A matrix can generate a maximum of 256 jobs per workflow run."
@@ -54,7 +55,6 @@ def runner_labels(cell: Cell, *, cpu_runner: Sequence[str] = ("ubuntu-latest",))
 def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",),
                   registry: str | None = None) -> dict[str, Any]:
     """``registry``: the image prefix; each entry then names the cell's image (its build tag) as ``image``."""
-    from pinmatrix.image.settings import image_ref
 
     if not cells:
         raise PinmatrixError("ci github: no cells selected")

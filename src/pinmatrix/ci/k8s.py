@@ -20,9 +20,12 @@ from pinmatrix.cell import Cell
 from pinmatrix.ci.pools import NodePool, load_pools, pool_fits
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
-from pinmatrix.smoke.runner import cell_smoke_env
+from pinmatrix.smoke.classify import classify
+from pinmatrix.smoke.known import apply_known_issues
+from pinmatrix.smoke.runner import _read_result, cell_smoke_env, plan_smokes
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
 RESULTS_MOUNT = "/results"
@@ -80,8 +83,6 @@ class Emitted:
 
 def smoke_specs(cell: Cell, smoke_dir: Path) -> tuple[list[str], int]:
     """The pod runner's smoke specs (module:name:timeout) and the most GPUs any of them needs."""
-    from pinmatrix.project.catalogue import load_catalogue
-    from pinmatrix.smoke.runner import plan_smokes
 
     smokes = plan_smokes(cell, load_catalogue(smoke_dir), None)
     gpus = max([int(s.needs.get("gpus", 1)) for s in smokes if s.gpu] or [0])
@@ -171,7 +172,7 @@ def validate(documents: Iterable[dict[str, Any]], kube_version: str = "1.37.0") 
     """Validate against the Kubernetes JSON schemas shipped by the ``kubernetes-validate`` package
     (strict: unknown fields are errors). Returns one line per problem."""
     try:
-        import kubernetes_validate
+        import kubernetes_validate  # noqa: PLC0415 - a large schema package, loaded only to validate manifests
     except ImportError:
         raise PinmatrixError("validating manifests needs the kubernetes-validate package (pip install "
                              "'pinmatrix[k8s]')") from None
@@ -205,9 +206,6 @@ def _host_from(probe: dict[str, Any]) -> HostFingerprint:
 def collect(run_dir: Path, cells: dict[str, Cell], *, run_id: str | None = None) -> list[SmokeRecord]:
     """Records from one pod's output directory (its run.json, logs and result files), classified and with
     known issues applied exactly as ``pinmatrix smoke`` does."""
-    from pinmatrix.smoke.classify import classify
-    from pinmatrix.smoke.known import apply_known_issues
-    from pinmatrix.smoke.runner import _read_result
 
     try:
         run = json.loads((run_dir / "run.json").read_text())

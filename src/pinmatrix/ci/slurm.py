@@ -36,6 +36,7 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import Name, check_name, shown, text_problem
 from pinmatrix.project.catalogue import Smoke, load_catalogue
 from pinmatrix.results.store import ResultsStore, SmokeRecord
+from pinmatrix.smoke.runner import effective_timeout, plan_smokes
 
 SCHEMA = "pinmatrix-slurm-submission/1"
 MANIFEST = "submission.json"
@@ -130,7 +131,6 @@ def plain_path(path: Path, what: str) -> str:
 
 def _smoke_needs(cell: Cell, catalogue: list[Smoke], keyword: str | None) -> tuple[tuple[str, ...], int, int]:
     """The cell's smokes, the most GPUs one of them needs, and the seconds they may take in all."""
-    from pinmatrix.smoke.runner import effective_timeout, plan_smokes
 
     smokes = plan_smokes(cell, catalogue, keyword)
     gpus = max([int(s.needs.get("gpus", 1)) for s in smokes if s.gpu] or [0])

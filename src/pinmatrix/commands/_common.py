@@ -10,6 +10,7 @@ from typing import Any
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.expand import Expansion
+from pinmatrix.matrix.overrides import with_overrides
 from pinmatrix.matrix.selection import STDIN, select
 from pinmatrix.project.matrix_toml import Matrix
 
@@ -81,7 +82,6 @@ def selected(matrix: Matrix, expansion: Expansion, args: argparse.Namespace) -> 
     """The cells --stack and -k choose (with --set AXIS=VALUE: the one-off cells of --stack that it makes)."""
     sets = getattr(args, "set", None) or []
     if sets:
-        from pinmatrix.matrix.overrides import with_overrides
 
         matrix, expansion = with_overrides(matrix, getattr(args, "stack", None), sets)
     return select(matrix, expansion, stack=getattr(args, "stack", None), keyword=getattr(args, "keyword", None))

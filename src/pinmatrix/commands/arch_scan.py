@@ -8,6 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from pinmatrix.archscan.render import render_scan_markdown
+from pinmatrix.archscan.scan import scan_cell, scan_document, scan_tool
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
@@ -50,8 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.archscan.render import render_scan_markdown
-    from pinmatrix.archscan.scan import scan_cell, scan_document, scan_tool
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)

@@ -4,14 +4,34 @@ an ordered axis of a stack where a smoke's verdict changes (``version``)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.bisect.boundary import boundaries_for
+from pinmatrix.bisect.param import make_space, run_param_bisect
+from pinmatrix.bisect.probe import Prober
+from pinmatrix.bisect.runtimes import HostRuntime, ImageRuntime, VenvRuntime
+from pinmatrix.bisect.versions import (
+    Point,
+    distribution_of,
+    index_args,
+    is_package_axis,
+    parse_values,
+    resolve_range,
+    run_version_bisect,
+    stack_axis,
+)
 from pinmatrix.commands._common import examples
+from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import load, select
+from pinmatrix.project.catalogue import find_smoke_dir, load_catalogue
+from pinmatrix.project.matrix_toml import require_stack
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
+from pinmatrix.smoke.runner import HostCell, RunOptions, new_run_id
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -116,11 +136,9 @@ def _number(text: str, what: str) -> float:
 
 
 def _smoke(args: argparse.Namespace) -> Any:
-    from pinmatrix.project.catalogue import load_catalogue
 
     catalogue = {s.name: s for s in load_catalogue(args.smoke_dir)}
     if args.smoke not in catalogue:
-        import difflib
 
         close = difflib.get_close_matches(args.smoke, list(catalogue), n=1)
         raise PinmatrixError(f"no smoke named {args.smoke!r} in the catalogue"
@@ -150,14 +168,12 @@ def _echo(args: argparse.Namespace) -> Any:
 
 
 def _param_cell(args: argparse.Namespace) -> tuple[Any, Any]:
-    from pinmatrix.smoke.runner import HostCell
 
     if not args.cell:
         if args.stack:
             raise PinmatrixError("--stack needs --cell (one cell is probed)")
         return HostCell(), None
 
-    from pinmatrix.matrix.selection import load, select
 
     matrix, expansion = load(args.matrix)
     cells = select(matrix, expansion, stack=args.stack)
@@ -169,11 +185,6 @@ def _param_cell(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def run_param(args: argparse.Namespace) -> int:
-    from pinmatrix.bisect.boundary import boundaries_for
-    from pinmatrix.bisect.param import make_space, run_param_bisect
-    from pinmatrix.bisect.probe import Prober
-    from pinmatrix.bisect.runtimes import HostRuntime
-    from pinmatrix.smoke.runner import RunOptions, new_run_id
 
     smoke = _smoke(args)
     lo = hi = None
@@ -231,11 +242,6 @@ def _integral(x: float) -> int | float:
 
 
 def run_version(args: argparse.Namespace) -> int:
-    from pinmatrix.bisect.probe import Prober
-    from pinmatrix.bisect.versions import Point, run_version_bisect, stack_axis
-    from pinmatrix.matrix.selection import load
-    from pinmatrix.project.matrix_toml import require_stack
-    from pinmatrix.smoke.runner import new_run_id
 
     smoke = _smoke(args)
     matrix, _ = load(args.matrix)
@@ -269,14 +275,6 @@ def run_version(args: argparse.Namespace) -> int:
 def _version_values(args: argparse.Namespace, matrix: Any, stack: Any, echo: Any) -> tuple[list[Any], bool]:
     """The values to bisect over (--range resolved with uv, --values, or the stack's own, in its order) and
     whether they are the stack's own."""
-    from pinmatrix.bisect.versions import (
-        distribution_of,
-        index_args,
-        is_package_axis,
-        parse_values,
-        resolve_range,
-        stack_axis,
-    )
 
     if args.spec:
         if not is_package_axis(stack, args.axis):
@@ -299,10 +297,6 @@ def _version_values(args: argparse.Namespace, matrix: Any, stack: Any, echo: Any
 
 def _version_runtime(args: argparse.Namespace, matrix: Any, echo: Any) -> Any:
     """Where each probed version runs: a venv per value, or an image per value built with an engine."""
-    from pinmatrix.bisect.runtimes import ImageRuntime, VenvRuntime
-    from pinmatrix.engine.select import choose_engine
-    from pinmatrix.project.catalogue import find_smoke_dir
-    from pinmatrix.smoke.runner import RunOptions
 
     root = matrix.root.resolve()
     work = (args.work or root / ".pinmatrix" / "bisect").resolve()

@@ -8,7 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+from pinmatrix.bundle.image import ImageRequest, bundle_image, read_host_has
+from pinmatrix.bundle.pack import parse_size
+from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.wheels import WheelFetcher, ssl_context
+from pinmatrix.matrix.selection import load, select
+from pinmatrix.project.lockfile import lock_path
 
 WHEELS_EXAMPLES = """\
 Examples:
@@ -114,11 +120,6 @@ def _print(args: argparse.Namespace, manifest, out: Path) -> int:  # noqa: ANN00
 
 
 def run_wheels(args: argparse.Namespace) -> int:
-    from pinmatrix.bundle.pack import parse_size
-    from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
-    from pinmatrix.image.wheels import WheelFetcher, ssl_context
-    from pinmatrix.matrix.selection import load, select
-    from pinmatrix.project.lockfile import lock_path
 
     part_size = parse_size(args.part_size)
     matrix, expansion = load(args.matrix)
@@ -147,8 +148,6 @@ def run_wheels(args: argparse.Namespace) -> int:
 
 
 def run_image(args: argparse.Namespace) -> int:
-    from pinmatrix.bundle.image import ImageRequest, bundle_image, read_host_has
-    from pinmatrix.bundle.pack import parse_size
 
     request = ImageRequest(layout=args.layout, digest=args.digest,
                            host_has=frozenset(read_host_has(args.host_has)) if args.host_has else frozenset(),

@@ -8,17 +8,24 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import yaml
 
 from pinmatrix.atomic import atomic_write_text
+from pinmatrix.ci import k8s, slurm_collect
+from pinmatrix.ci.github import github_matrix
+from pinmatrix.ci.k8s import k8s_manifests, validate
+from pinmatrix.ci.pools import load_pools
+from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, submit
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.catalogue import find_smoke_dir
+from pinmatrix.registry.client import Registry
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
-
-if TYPE_CHECKING:
-    from pinmatrix.ci.slurm import ScriptSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -155,7 +162,6 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
 
 
 def run_github(args: argparse.Namespace) -> int:
-    from pinmatrix.ci.github import github_matrix
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
@@ -166,9 +172,6 @@ def run_github(args: argparse.Namespace) -> int:
 
 
 def _images(cells, prefix: str, command: str = "ci k8s") -> dict[str, str]:  # noqa: ANN001
-    from pinmatrix.image.settings import image_ref
-    from pinmatrix.imageref import ImageRef, RegistryError
-    from pinmatrix.registry.client import Registry
 
     ImageRef.parse(prefix + "/x")
     registry = Registry(prefix.split("/", 1)[0])
@@ -185,8 +188,6 @@ def _images(cells, prefix: str, command: str = "ci k8s") -> dict[str, str]:  # n
 
 
 def run_k8s(args: argparse.Namespace) -> int:
-    from pinmatrix.ci.k8s import k8s_manifests, load_pools, validate
-    from pinmatrix.project.catalogue import find_smoke_dir
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
@@ -204,7 +205,6 @@ def run_k8s(args: argparse.Namespace) -> int:
         problems = validate(emitted.documents, args.kube_version)
         if problems:
             raise PinmatrixError(f"ci k8s: generated manifests fail schema validation: {problems[0]}")
-    import yaml
 
     if args.format == "json":
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": emitted.documents}, indent=2, sort_keys=True)
@@ -219,7 +219,6 @@ def run_k8s(args: argparse.Namespace) -> int:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from pinmatrix.ci.k8s import collect
 
     _, expansion = load(args.matrix)
     cells = {c.id: c for c in expansion.cells}
@@ -230,7 +229,7 @@ def run_collect(args: argparse.Namespace) -> int:
         dirs += sorted(p.parent for p in ([path / "run.json"] if (path / "run.json").is_file() else path.rglob("run.json")))
     if not dirs:
         raise PinmatrixError(f"no run.json under {', '.join(str(p) for p in args.paths)}")
-    records = [r for d in dirs for r in collect(d, cells)]
+    records = [r for d in dirs for r in k8s.collect(d, cells)]
     if args.json == "-":
         print(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
     elif args.json:
@@ -248,8 +247,6 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_slurm(args: argparse.Namespace) -> int:
-    from pinmatrix.ci.pools import load_pools
-    from pinmatrix.ci.slurm import checked_name, plan, prepare, submit
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
@@ -288,8 +285,6 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 
 def _slurm_settings(args: argparse.Namespace, sub_dir: Path) -> ScriptSettings:
-    from pinmatrix.ci.slurm import ScriptSettings
-    from pinmatrix.project.catalogue import find_smoke_dir
 
     return ScriptSettings(
         matrix=args.matrix, submission_dir=sub_dir.resolve(), runtime=args.runtime,
@@ -305,15 +300,14 @@ def _beside(matrix: Path, name: str) -> Path | None:
 
 
 def run_slurm_collect(args: argparse.Namespace) -> int:
-    from pinmatrix.ci.slurm_collect import collect, wait
 
     records = []
     waiting: list[str] = []
     tasks = 0
     for path in args.paths:
         if args.wait:
-            wait(path, timeout_s=args.wait_timeout, echo=lambda line: print(line, file=sys.stderr))
-        got = collect(path)
+            slurm_collect.wait(path, timeout_s=args.wait_timeout, echo=lambda line: print(line, file=sys.stderr))
+        got = slurm_collect.collect(path)
         records += got.records
         waiting += got.waiting
         tasks += got.tasks

@@ -7,6 +7,8 @@ import json
 import shlex
 
 from pinmatrix.commands._common import examples
+from pinmatrix.engine.services import project_podman_env
+from pinmatrix.paths import state_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.engine.services import project_podman_env
-    from pinmatrix.paths import state_dir
 
     env = project_podman_env(state_dir())
     if args.json:

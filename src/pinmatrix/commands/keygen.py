@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from pinmatrix.commands._common import examples
-from pinmatrix.paths import KEY_PREFIX
+from pinmatrix.paths import KEY_PREFIX, project_root
+from pinmatrix.release.signing import generate_keypair
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +32,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.paths import project_root
-    from pinmatrix.release.signing import generate_keypair
 
     private, public, keyid = generate_keypair(args.out or project_root() / KEY_PREFIX, force=args.force)
     print(f"wrote {private} (private, keep it secret) and {public} (public); key id {keyid}")

@@ -19,6 +19,7 @@ from pinmatrix.lock.resolve import (
     page_reader,
     record_owner,
     stale_locks,
+    uv_version,
 )
 from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
@@ -134,7 +135,6 @@ def _own_locks(root: Path, owner: str, full: bool, cells: list[Cell], all_ids: s
 
 
 def _print_json(results: list[LockResult]) -> None:
-    from pinmatrix.lock.resolve import uv_version
 
     version = uv_version() if results else None
     print(json.dumps([{"cell": r.cell.id, "name": r.cell.name, "path": str(r.path), "uv": version,

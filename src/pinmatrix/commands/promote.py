@@ -14,6 +14,7 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load, select
 from pinmatrix.paths import KNOWN_GOOD_FILE, SIGNING_KEY
+from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 from pinmatrix.release.promote import PromotionRefused
 from pinmatrix.release.promote_cells import PromoteSettings, PromotionOutcome, promote_cells
 from pinmatrix.release.signing import load_signer, signing_key_path
@@ -61,7 +62,6 @@ def _catalogue(root: Path) -> list[str] | None:
     """The smoke catalogue's names (required smokes may name groups that expand to several smokes): the
     project's smoke/ next to the matrix, else ./smoke, else $PINMATRIX_SMOKE_DIR; None without a catalogue
     (the cell's own smoke list is then matched as written, groups against recorded results)."""
-    from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 
     explicit = root / "smoke"
     try:

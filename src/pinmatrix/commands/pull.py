@@ -8,13 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.commands._common import examples, existing_file
+from pinmatrix.commands._common import examples, existing_file, read_input
 from pinmatrix.commands._registry import known_good_registry
+from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
 from pinmatrix.project.known_good import read_known_good
+from pinmatrix.registry.auth import engine_auth_env
+from pinmatrix.registry.client import Registry
 from pinmatrix.release.candidates import Candidate, Selection, candidates, choose
 from pinmatrix.release.pull import verify_entry
+from pinmatrix.release.signing import trusted_keys
 from pinmatrix.results.store import HostFingerprint
 
 
@@ -68,7 +72,6 @@ def _host(args: argparse.Namespace) -> HostFingerprint:
     if not args.host_json:
         return HostFingerprint.detect()
     try:
-        from pinmatrix.commands._common import read_input
 
         return HostFingerprint.from_dict(json.loads(read_input(args.host_json, "host fingerprint file")))
     except (OSError, ValueError, KeyError) as err:
@@ -91,8 +94,6 @@ def _list(found: list[Candidate], chosen: Candidate | None, host: HostFingerprin
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.registry.client import Registry
-    from pinmatrix.release.signing import trusted_keys
 
     entries = _entries(args)
     host = _host(args)
@@ -157,8 +158,6 @@ def _say_passed_over(args: argparse.Namespace, host: HostFingerprint, found: lis
 
 def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate):  # noqa: ANN202 - OCIEngine
     """Pull the verified reference with the engine; the engine."""
-    from pinmatrix.engine.select import choose_engine
-    from pinmatrix.registry.auth import engine_auth_env
 
     engine = choose_engine(args.engine, hint="")
     if engine is None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.project.matrix_toml import load_matrix
+from pinmatrix.registry import local as lr
 
 ACTION_EXAMPLES = {
     "start": ("pinmatrix registry start         # kept until `pinmatrix registry stop`",
@@ -40,14 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _project(path: Path) -> tuple[Path, str]:
-    from pinmatrix.project.matrix_toml import load_matrix
 
     matrix = load_matrix(path)
     return Path(matrix.root), matrix.settings.registry or ""
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.registry import local as lr
 
     root, setting = _project(args.matrix)
     endpoint = lr.loopback_endpoint(setting)

@@ -9,10 +9,17 @@ import sys
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_limit_argument, examples
+from pinmatrix.commands._common import add_limit_argument, examples, read_input
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 from pinmatrix.project.matrix_toml import Matrix, require_stack
+from pinmatrix.project.policy import policy_for
+from pinmatrix.release.promote import required_smoke_names
+from pinmatrix.report.archscan import arch_scan_tables, load_arch_scans
+from pinmatrix.report.browser import screenshot_file
+from pinmatrix.report.model import SEVERITY, STATUS_LABELS, build_report, report_to_dict
+from pinmatrix.report.write import write_reports
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.statuses import FORMATS, SEVERITY_ORDER
@@ -66,7 +73,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_json_rows(path: Path) -> list[SmokeRecord]:
-    from pinmatrix.commands._common import read_input
 
     try:
         rows = json.loads(read_input(path, "results file"))
@@ -90,7 +96,6 @@ def log_roots(args: argparse.Namespace) -> list[Path]:
 
 def _catalogue(matrix_path: Path | None) -> list[str] | None:
     """The smoke catalogue's names (to expand group selectors), or None when there is no catalogue here."""
-    from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 
     explicit = matrix_path.resolve().parent / "smoke" if matrix_path is not None else None
     try:
@@ -103,16 +108,12 @@ def _catalogue(matrix_path: Path | None) -> list[str] | None:
 def _required_smokes(matrix: Matrix, cells: list[Cell], catalogue: list[str] | None) -> dict[str, list[str]]:
     """Per cell: the smokes its stack's promotion policy requires (a cell whose required smokes all pass is
     reported as passing, however many optional smokes skipped)."""
-    from pinmatrix.project.policy import policy_for
-    from pinmatrix.release.promote import required_smoke_names
 
     policies = {name: policy_for(matrix, name) for name in {c.stack for c in cells}}
     return {c.id: required_smoke_names(c, policies[c.stack], catalogue)[0] for c in cells}
 
 
 def run(args: argparse.Namespace) -> int:
-    from pinmatrix.report.model import SEVERITY, STATUS_LABELS, build_report
-    from pinmatrix.report.write import write_reports
 
     matrix_path, cells, required, descriptions, title = _from_matrix(args)
     pivot = _pivot(args.pivot)
@@ -121,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
                           log_roots=log_roots(args),
                           catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions)
     if args.arch_scan:
-        from pinmatrix.report.archscan import arch_scan_tables, load_arch_scans
 
         report.arch_scan = arch_scan_tables(load_arch_scans(args.arch_scan))
     formats = args.formats or list(FORMATS)
@@ -132,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
     if args.screenshot:
         if "html" not in paths:
             raise PinmatrixError("--screenshot needs the html format")
-        from pinmatrix.report.browser import screenshot_file
 
         w, h = screenshot_file(paths["html"], args.screenshot, suffix=args.screenshot_at)
         say(f"png    {args.screenshot} ({w}x{h})")
@@ -140,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))
     say(f"{len(report.cells)} cells: {summary or 'none'}")
     if args.json:
-        from pinmatrix.report.model import report_to_dict
 
         print(json.dumps(report_to_dict(report), indent=2, sort_keys=True))
     bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]] if args.fail_on else []

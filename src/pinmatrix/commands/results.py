@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from pinmatrix.commands._common import examples
+from pinmatrix.commands._common import examples, read_input
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
 from pinmatrix.results.storefile import ResultsError
@@ -45,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
     if args.import_files:
         total = 0
         for path in args.import_files:
-            from pinmatrix.commands._common import read_input
 
             try:
                 rows = json.loads(read_input(path, "results file"))

@@ -12,10 +12,11 @@ from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument, examples, existing_dir
 from pinmatrix.commands._registry import smoking_images
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.matrix.selection import load, select
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
-from pinmatrix.smoke.runner import RunOptions, new_run_id, plan_smokes
+from pinmatrix.smoke.runner import HostCell, RunOptions, new_run_id, plan_smokes
 from pinmatrix.smoke.session import SmokeSettings, run_smokes
 from pinmatrix.smoke.target import SmokeTarget
 
@@ -90,12 +91,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cells(args: argparse.Namespace) -> tuple[Sequence[SmokeTarget], Matrix | None]:
-    from pinmatrix.smoke.runner import HostCell
 
     if not args.cell and not args.stack:
         return [HostCell()], None
 
-    from pinmatrix.matrix.selection import load, select
 
     matrix, expansion = load(args.matrix)
     cells = select(matrix, expansion, stack=args.stack)

@@ -50,7 +50,7 @@ def find_uv() -> str:
     if found:
         return found
     try:
-        from uv import find_uv_bin  # the uv wheel ships the binary
+        from uv import find_uv_bin  # noqa: PLC0415 - the uv wheel ships the binary; a uv on PATH serves without it
 
         return find_uv_bin()
     except Exception:  # noqa: BLE001 - any failure means: not installed

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
+from pinmatrix.project.catalogue import matches
 from pinmatrix.project.known_good import record_promotion
 from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
+from pinmatrix.release.sbom import cell_bom
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.statuses import INFRA_STATUSES
 
@@ -99,7 +101,6 @@ def required_smoke_names(cell: Cell, policy: PromotionPolicy,
     """(smoke names that must be clean, required selectors that select none of the cell's smokes).
     Selectors may name groups ('xformers-tiled-matmul-boundary' = its '-output', '-a', '-b' smokes); with
     the catalogue's names they are expanded to the smokes that run."""
-    from pinmatrix.project.catalogue import matches
 
     cell_sel = list(cell.smokes)
     req_sel = cell_sel + [s for s in policy.required_smokes if s != "*" and s not in cell_sel] \
@@ -116,7 +117,6 @@ def required_smoke_names(cell: Cell, policy: PromotionPolicy,
 def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord],
                  stack_gpus: Sequence[str] = (), catalogue: Sequence[str] | None = None) -> Check:
     """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences."""
-    from pinmatrix.project.catalogue import matches
 
     every = [r for r in records if r.cell_id == cell.id]
     records = [r for r in every if r.status not in INFRA_STATUSES]  # the harness failed: never the cell's
@@ -262,7 +262,6 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
     """``signer`` (a securesystemslib signer, ``pinmatrix.release.signing.load_signer``) signs the evidence as DSSE
     envelopes; ``lock_text`` (the cell's lock) adds a CycloneDX SBOM to it, with ``debian`` (the base's
     ``DebianPackage`` records) and ``requires`` (the wheels' Requires-Dist: ``pinmatrix.release.attest.sbom_inputs``)."""
-    from pinmatrix.release.sbom import cell_bom
 
     cell, policy = plan.cell, plan.policy
     moment = now or datetime.now(timezone.utc)

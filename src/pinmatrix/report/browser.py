@@ -67,7 +67,7 @@ class Chromium:
         self.close()
 
     def start(self) -> None:
-        import websocket  # websocket-client
+        import websocket  # noqa: PLC0415 - websocket-client, needed only for --screenshot
 
         self._profile = tempfile.mkdtemp(prefix="pinmatrix-chromium-")
         args = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pinmatrix.report.archscan import arch_scan_markdown
 from pinmatrix.report.model import STATUS_LABELS, CellRow, Report, SmokeResult
 from pinmatrix.sanitize import markdown_code, markdown_text
 
@@ -86,7 +87,6 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
                              + " | ".join(f"{ICONS[per[h]]} {STATUS_LABELS[per[h]]}" for h in hosts) + " |")
         lines.append("")
     if report.arch_scan:
-        from pinmatrix.report.archscan import arch_scan_markdown
 
         lines += arch_scan_markdown(report.arch_scan)
     return "\n".join(lines).rstrip() + "\n"

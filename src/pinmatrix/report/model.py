@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import KNOWN_AXES, Cell
+from pinmatrix.names import check_name
+from pinmatrix.project.catalogue import matches
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.statuses import SEVERITY, STATUS_LABELS
@@ -46,7 +48,6 @@ def log_file(log_path: str | None, run_id: str, roots: Sequence[Path]) -> Path |
     A record says where its log was (``/x/.pinmatrix/logs/RUN/CELL/SMOKE.log``); the same tail is also
     looked for under each root, for logs copied elsewhere (results/h200/logs/RUN/...). A path that names
     anything else (/etc/passwd, ../../secret, a symlink out of the root) is never opened."""
-    from pinmatrix.names import check_name
 
     if not log_path:
         return None
@@ -226,7 +227,6 @@ class CellRow:
         """The worst status of the smokes that count: every required smoke, and the optional ones that ran
         and did not skip. So a cell whose required smokes all pass is "pass" although optional smokes skipped
         (NVFP4 smokes on sm_90); ``skipped`` says how many."""
-        from pinmatrix.project.catalogue import matches  # required entries may be group selectors
 
         counted = [st for name, st in self.smoke_status.items()
                    if self.required is None or st not in ("skip", "missing")
@@ -341,7 +341,6 @@ def concrete_smokes(selectors: Sequence[str], result_names: Iterable[str],
     """The smoke names a cell stands for. Matrix selectors may name groups ('xformers-tiled-matmul-boundary'
     selects '...-output', '-a', '-b'); with the catalogue's names they are expanded, without it a selector
     is kept only until a result of a smoke it selects shows up. Names with results are always included."""
-    from pinmatrix.project.catalogue import matches
 
     results = list(dict.fromkeys(result_names))
     if catalogue is not None:

@@ -11,8 +11,10 @@ from typing import Any
 
 from pinmatrix.engine import OCIEngine, host_has_gpus
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.imageref import ImageRef
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.smoke_bundle import incell_dir
+from pinmatrix.registry.client import Registry
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
@@ -119,8 +121,6 @@ def _registry_digest(ref: str, image_id: str) -> str | None:
     """The registry's manifest digest for the tag ``ref`` when that manifest is this very image (its config
     digest is the local image id), else None. An engine's local digest of an image it built is not the one
     the registry holds after the push recompressed the layers; promotion checks the registry's."""
-    from pinmatrix.imageref import ImageRef
-    from pinmatrix.registry.client import Registry
 
     try:
         parsed = ImageRef.parse(ref)

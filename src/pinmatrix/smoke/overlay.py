@@ -56,7 +56,7 @@ def _installer(python: str) -> list[str]:
     uv = shutil.which("uv")
     if uv is None:
         try:
-            from uv import find_uv_bin
+            from uv import find_uv_bin  # noqa: PLC0415 - the uv wheel ships the binary; a uv on PATH serves without it
 
             uv = find_uv_bin()
         except (ImportError, FileNotFoundError):

@@ -9,10 +9,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.engine import get_engine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.settings import image_ref
 from pinmatrix.project.catalogue import Smoke, find_smoke_dir
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.smoke.chroot import find_image, prepare
+from pinmatrix.smoke.container import ContainerSmokes, image_digest
+from pinmatrix.smoke.kernel_cache import prepare_cache
 from pinmatrix.smoke.runner import CellRun, RunOptions, plan_smokes, run_cell, run_cells
 from pinmatrix.smoke.target import SmokeTarget
 
@@ -90,7 +95,6 @@ def cell_image_ref(cell: SmokeTarget, settings: SmokeSettings) -> str:
         return settings.image
     if settings.matrix is None:
         raise PinmatrixError(f"--runtime {settings.options.runtime} without --cell/--stack needs --image REF")
-    from pinmatrix.image.settings import image_ref
 
     return image_ref(cell, settings.matrix.settings.registry)  # type: ignore[arg-type]
 
@@ -99,8 +103,6 @@ def _run_in_images(settings: SmokeSettings, store: ResultsStore, host: HostFinge
                    echo: Echo) -> SmokeSession:
     """Smoke each cell in its image; a cell whose image is not in the engine's store gets a line in
     ``no_image`` (naming the cell and the reference) and is passed over."""
-    from pinmatrix.engine import get_engine
-    from pinmatrix.smoke.container import ContainerSmokes, image_digest
 
     options = settings.options
     engine = get_engine(options.runtime)
@@ -128,7 +130,6 @@ def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str |
                      echo: Echo) -> tuple[Any, dict[str, str]]:
     """The image's kernel cache for docker/podman and the image's own Env: none for an image that runs as
     another user than root (its folder would not be writable there)."""
-    from pinmatrix.smoke.kernel_cache import prepare_cache
 
     info = engine.inspect(ref)
     image_env = dict(e.split("=", 1) for e in (info.env if info else ()) if "=" in e)
@@ -146,7 +147,6 @@ def _run_in_roots(settings: SmokeSettings, store: ResultsStore, host: HostFinger
                   echo: Echo) -> SmokeSession:
     """Smoke each cell inside its image unpacked from the OCI layout (the chroot runtime); a cell whose image the
     layout lacks gets a line in ``no_image`` and is passed over."""
-    from pinmatrix.smoke.chroot import find_image, prepare
 
     options = settings.options
     layout = settings.layout or options.repo_root / ".pinmatrix" / "oci"
