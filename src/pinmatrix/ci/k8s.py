@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.ci.pools import NodePool, load_pools, pool_fits
+from pinmatrix.ci.pools import NodePool, load_pools, pool_fits, pools_for
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.project.catalogue import load_catalogue
@@ -100,19 +100,7 @@ def k8s_manifests(cells: Sequence[Cell], pools: Sequence[NodePool], images: dict
         if not image or "@sha256:" not in image:
             out.skipped.append(f"{cell.id} {cell.name}: no image by digest in the registry (build and push it first)")
             continue
-        targets: list[NodePool | None]
-        if not cell.gpu_required:
-            targets = [None]
-        else:
-            targets = []
-            for pool in pools:
-                ok, why = pool_fits(cell, pool)
-                if ok:
-                    targets.append(pool)
-                else:
-                    out.skipped.append(f"{cell.id} {cell.name} x pool {pool.name}: {why}")
-            if not targets:
-                out.skipped.append(f"{cell.id} {cell.name}: no node pool fits")
+        targets = pools_for(cell, pools, out.skipped)
         specs, gpus_needed = smoke_specs(cell, smoke_dir)
         for target in targets:
             gpus = min(target.gpus, max(1, gpus_needed)) if target else 0

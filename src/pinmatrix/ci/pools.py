@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,20 @@ def pool_fits(cell: Cell, pool: NodePool) -> tuple[bool, str]:
         Requirements(cell.gpu_required, cell.min_driver, cell.compute_capability, tuple(cell.arch_flags)),
         HostFacts(driver=pool.driver, capability=pool.capability, gpu_count=pool.gpus))
     return ok, "; ".join(reasons)
+
+
+def pools_for(cell: Cell, pools: Sequence[NodePool], skipped: list[str]) -> list[NodePool | None]:
+    """Where a cell's smokes go: anywhere (``[None]``) for a CPU cell, else every pool that fits it; each pool
+    that does not, and a cell that fits none, gets a line in ``skipped``."""
+    if not cell.gpu_required:
+        return [None]
+    targets: list[NodePool | None] = []
+    for pool in pools:
+        ok, why = pool_fits(cell, pool)
+        if ok:
+            targets.append(pool)
+        else:
+            skipped.append(f"{cell.id} {cell.name} x pool {pool.name}: {why}")
+    if not targets:
+        skipped.append(f"{cell.id} {cell.name}: no node pool fits" + ("" if pools else " (no --pools)"))
+    return targets

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
-from pinmatrix.ci.pools import NodePool, pool_fits
+from pinmatrix.ci.pools import NodePool, pools_for
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import Name, check_name, shown, text_problem
@@ -173,17 +173,7 @@ def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSetti
                 out.skipped.append(f"{cell.id} {cell.name}: no image by digest in the registry (build and push it)")
                 continue
             digest = image.split("@", 1)[1]
-        targets: list[NodePool | None] = [None]
-        if cell.gpu_required:
-            targets = []
-            for pool in pools:
-                ok, why = pool_fits(cell, pool)
-                if ok:
-                    targets.append(pool)
-                else:
-                    out.skipped.append(f"{cell.id} {cell.name} x pool {pool.name}: {why}")
-            if not targets:
-                out.skipped.append(f"{cell.id} {cell.name}: no node pool fits" + ("" if pools else " (no --pools)"))
+        targets = pools_for(cell, pools, out.skipped)
         smokes, gpus_needed, seconds = _smoke_needs(cell, catalogue, settings.keyword)
         done = store.query(cell_id=cell.id) if store is not None and not rerun else []
         cell_wheels = None

@@ -311,22 +311,29 @@ class ResultsStore:
             self.check()
 
         def init() -> None:
-            with self._connect() as conn:
-                storefile.begin_write(conn, self.path, wait_s=self.WRITE_WAIT_S, on_wait=self.on_wait)
-                try:
-                    self._init_schema(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                finally:
-                    storefile.clear_owner(self.path)
+            with self._write_transaction() as conn:
+                self._init_schema(conn)
 
         self._retry(init)
         self._ready = True
 
     # -- connection handling -------------------------------------------------------------------
+    @contextmanager
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the store's write lock: committed when the block ends, rolled back when it
+        raises; the lock's owner record cleared either way."""
+        with self._connect() as conn:
+            storefile.begin_write(conn, self.path, wait_s=self.WRITE_WAIT_S, on_wait=self.on_wait)
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                storefile.clear_owner(self.path)
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
@@ -401,18 +408,9 @@ class ResultsStore:
         self.prepare_write()
 
         def write() -> int:
-            with self._connect() as conn:
-                storefile.begin_write(conn, self.path, wait_s=self.WRITE_WAIT_S, on_wait=self.on_wait)
-                try:
-                    for rec in recs:
-                        self._insert(conn, rec)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                finally:
-                    storefile.clear_owner(self.path)
+            with self._write_transaction() as conn:
+                for rec in recs:
+                    self._insert(conn, rec)
             return len(recs)
 
         return int(self._retry(write))
