@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import start_dockerd
+from promotion import oci_registry  # noqa: F401 - the fixture, for every test folder
 
 from pinmatrix.cell import BaseSpec, Cell, CellPatch, cell_identity
 from pinmatrix.engine import OCIEngine, get_engine

@@ -16,7 +16,7 @@ from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.sanitize import terminal_text  # errors may quote smoke output or imported rows
 
 # The pipeline, in order: each step with its commands and their one-line help (the same words each command
-# module gives its own parser: tests/test_cli_lazy.py holds them equal). --help shows it as is.
+# module gives its own parser: tests/unit/test_cli_lazy.py holds them equal). --help shows it as is.
 PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("matrix: read, check and expand matrix.toml", (
         ("validate", "check matrix.toml and report every problem with its line"),

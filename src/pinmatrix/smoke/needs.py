@@ -2,7 +2,7 @@
 
 The smoke judges the same needs again inside the cell (``incell/_smokelib.unmet_need``: the in-cell runtime is
 standard library only and imports nothing of pinmatrix, so the rule is written there as well);
-tests/test_smoke_needs.py holds both to the same answers over a grid of needs and GPUs."""
+tests/unit/smoke/test_needs.py holds both to the same answers over a grid of needs and GPUs."""
 
 from __future__ import annotations
 

@@ -1,0 +1,17 @@
+"""Shared by tests in several folders."""
+
+from __future__ import annotations
+
+from pinmatrix.results.store import HostFingerprint, SmokeRecord
+
+HOST = HostFingerprint.make(hostname="h200-a", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
+                            capability="9.0", cuda_driver_api="13.0")
+
+def rec(smoke: str = "torch-gemm", *, cell: str = "aaaaaaaaaaaa", run: str = "r1", status: str = "pass",
+        host: HostFingerprint = HOST, **kw) -> SmokeRecord:
+    base = dict(cell_id=cell, stack="h200", host=host, smoke=smoke, run_id=run, status=status, failure_class=None,
+                reason="", metrics={"tflops": 700.5, "n": 3, "note": "x"}, log_path="/tmp/x.log",
+                started_at="2026-11-29T20:00:00+00:00", finished_at="2026-11-29T20:00:01+00:00", duration_s=1.25,
+                known_issue=None, image_digest=None)
+    base.update(kw)
+    return SmokeRecord(**base)

@@ -1,0 +1,151 @@
+"""`pinmatrix pull`: which known-good cell a host gets (driver floor, arch coverage, newest first), the
+reasons printed for the cells passed over, and a real pull by digest with podman from a local registry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from promotion import push_image  # noqa: F401 - the fixture
+
+from pinmatrix.archflag import parse_flags
+from pinmatrix.cli import main
+from pinmatrix.project.known_good import read_known_good, record_promotion
+from pinmatrix.release.candidates import choose
+from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets
+from pinmatrix.release.pull import judge
+from pinmatrix.results.store import HostFingerprint
+
+H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04", capability="9.0")
+GB10_OLD = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142", capability="12.1")
+GB10_NEW = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="595.58.03", capability="12.1")
+CPU = HostFingerprint.make(hostname="c")
+
+
+def entry(cell_id: str, when: str, *, stack: str = "gb10", gpu: bool = True, min_driver: str | None = None,
+          arch: tuple[str, ...] = (), cap: str | None = None, registry: str = "127.0.0.1:5000",
+          digest: str | None = None) -> dict:
+    digest = digest or "sha256:" + cell_id[:1] * 64
+    return {
+        "stack": stack, "cell_id": cell_id, "cell_name": f"{stack}[{cell_id}]", "digest": digest,
+        "reference": f"{registry}/pinmatrix/known-good/{stack}@{digest}", "promoted_at": when,
+        "gpu_required": gpu, "min_driver": min_driver, "compute_capability": cap, "arch_flags": list(arch),
+        "pins": {}, "policy": {}, "evidence": [],
+    }
+
+
+ENTRIES = [
+    entry("aaaaaaaaaaaa", "2026-11-01T00:00:00Z", min_driver="580.65.06", arch=("12.0f",), cap="12.0"),
+    entry("bbbbbbbbbbbb", "2026-11-10T00:00:00Z", min_driver="590.44.01", arch=("12.1a",), cap="12.1"),
+    entry("cccccccccccc", "2026-11-20T00:00:00Z", min_driver="580.65.06", arch=("9.0a",), cap="9.0"),
+    entry("dddddddddddd", "2026-11-05T00:00:00Z", stack="demo", gpu=False),
+]
+
+
+def test_arch_rules() -> None:
+    assert arch_covers(("9.0a",), None, "9.0")[0]
+    assert not arch_covers(("9.0a",), None, "10.0")[0]
+    assert arch_covers(("8.0",), None, "8.6")[0] and not arch_covers(("8.6",), None, "8.0")[0]
+    assert arch_covers(("12.0f",), None, "12.1")[0]
+    assert not arch_covers(("12.0f",), None, "10.0")[0]
+    assert arch_covers(("8.0+PTX",), None, "12.1")[0]
+    assert arch_covers(("8.0", "+PTX"), None, "9.0")[0]
+    assert not arch_covers(("9.0a", "+PTX"), None, "10.0")[0]  # arch-specific PTX does not carry forward
+    assert arch_covers((), "9.0", "9.0")[0] and arch_covers((), None, "7.5")[0]
+    # the one arch-flag grammar (archflag.py): a lone +PTX attaches to the flag before it, not the highest one
+    assert [a.label for a in parse_flags(["9.0a", "12.1a;12.0f"])] == ["9.0a", "12.1a", "12.0f"]
+    assert [(a.label, a.ptx) for a in parse_flags(["9.0", "+PTX", "8.0"])] == [("9.0+PTX", True), ("8.0", False)]
+    assert arch_covers(("9.0", "+PTX", "8.0"), None, "10.0")[0]
+    assert arch_covers(("8.0", "+PTX", "9.0a"), None, "10.0")[0]  # 8.0+PTX JIT-compiles on 10.0
+    for bad in (["ampere"], ["+PTX"], ["90a"]):
+        with pytest.raises(ValueError):
+            parse_flags(bad)
+
+
+def test_host_requirements() -> None:
+    req = Requirements(gpu_required=True, min_driver="590.44.01", compute_capability="12.1", arch_flags=("12.1a",))
+    ok, why = host_meets(req, HostFacts(driver="580.142", capability="12.1", gpu_count=1))
+    assert not ok and why == ["needs driver >= 590.44.01, the host has 580.142"]
+    ok, why = host_meets(req, HostFacts(driver=None, capability=None))
+    assert not ok and why == ["needs an NVIDIA GPU, this host has none"]
+    ok, _ = host_meets(req, HostFacts(driver="595.58.03", capability="12.1", gpu_count=1))
+    assert ok
+    mixed = HostFacts(driver="595.58.03", capability="12.0,12.1", gpu_count=2)
+    assert not host_meets(req, mixed)[0]  # the 12.1a build does not run on the 12.0 GPU
+
+
+def test_newest_cell_the_host_meets() -> None:
+    # GB10 on the old driver: the newest gb10 cell needs 590, so the older 12.0f one is chosen
+    verdicts = judge(ENTRIES, GB10_OLD, stack="gb10")
+    assert [v.entry["cell_id"][0] for v in verdicts] == ["c", "b", "a"]
+    chosen = choose(verdicts)
+    assert chosen is not None and chosen.entry["cell_id"] == "aaaaaaaaaaaa"
+    assert verdicts[0].reasons == ["built for 9.0a, which does not cover capability 12.1"]
+    assert verdicts[1].reasons == ["needs driver >= 590.44.01, the host has 580.142"]
+    assert choose(judge(ENTRIES, GB10_NEW, stack="gb10")).entry["cell_id"] == "bbbbbbbbbbbb"
+    assert choose(judge(ENTRIES, H200)).entry["cell_id"] == "cccccccccccc"
+    assert choose(judge(ENTRIES, CPU)).entry["cell_id"] == "dddddddddddd"  # only the CPU-only cell fits
+    assert choose(judge(ENTRIES, CPU, stack="gb10")) is None
+
+
+def _write(path: Path, entries: list[dict]) -> None:
+    for e in entries:
+        record_promotion(path, e)
+
+
+def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The choice and the reasons; the chosen entry is then verified before anything is printed, and with no
+    trusted key nothing verifies (the signed path is tests/integration/test_verified_pull.py)."""
+    monkeypatch.delenv("PINMATRIX_TRUSTED_KEYS", raising=False)
+    monkeypatch.chdir(tmp_path)  # no project here, so no project key (.pinmatrix/keys/signing.pub) either
+    remote = [dict(e, reference=e["reference"].replace("127.0.0.1:5000", "registry.example:5000")) for e in ENTRIES]
+    kg = tmp_path / "known-good.toml"
+    _write(kg, remote)
+    assert len(read_known_good(kg)) == 4
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(GB10_OLD.to_dict()))
+    rc = main(["pull", "--known-good", str(kg), "--stack", "gb10", "--print", "--host-json", str(host)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert "passed over cccccccccccc gb10[cccccccccccc] (promoted 2026-11-20T00:00:00Z): built for 9.0a" in err
+    assert "passed over bbbbbbbbbbbb" in err and "needs driver >= 590.44.01, the host has 580.142" in err
+    assert err.strip().splitlines()[-1] == (
+        f"pinmatrix: error: {kg}: cell aaaaaaaaaaaa: will not pull {remote[0]['reference']}: no trusted public key "
+        "to verify with: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
+
+    host.write_text(json.dumps(CPU.to_dict()))
+    rc = main(["pull", "--known-good", str(kg), "--stack", "gb10", "--print", "--host-json", str(host)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("pinmatrix: error: no known-good cell of stack gb10 runs on this host")
+    rc = main(["pull", "--known-good", str(kg), "--stack", "nope", "--print"])
+    assert rc == 2 and "no known-good cell for stack 'nope'" in capsys.readouterr().err
+    rc = main(["pull", "--known-good", str(tmp_path / "missing.toml"), "--print"])
+    assert rc == 2
+
+
+def test_pull_refuses_an_image_without_signed_evidence(oci_registry: str, podman_env, tmp_path: Path,  # noqa: F811
+                                                      capsys, monkeypatch) -> None:
+    """An image pushed into a known-good repository and named by digest in known-good.toml, but never
+    promoted (no attestation): pull refuses it with one line, exit 2, and podman pulls nothing. The signed
+    path, tag moves and tampering are tests/integration/test_verified_pull.py."""
+    from pinmatrix.release.signing import generate_keypair
+
+    for key, value in podman_env.env.items():  # conftest's private podman storage
+        monkeypatch.setenv(key, value)
+    digest = push_image(oci_registry, "pulltest/known-good/demo", "known-good", "demo, never promoted")
+    kg = tmp_path / "known-good.toml"
+    e = entry("eeeeeeeeeeee", "2026-11-29T00:00:00Z", stack="demo", gpu=False, digest=digest)
+    e["reference"] = f"{oci_registry}/pulltest/known-good/demo@{digest}"
+    _write(kg, [e])
+    pub = generate_keypair(tmp_path / "k")[1]
+    rc = main(["pull", "--known-good", str(kg), "--stack", "demo", "--engine", "podman", "--key", str(pub)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.strip().splitlines()[-1] == (
+        f"pinmatrix: error: {kg}: cell eeeeeeeeeeee: will not pull {e['reference']}: no test-result attestation "
+        "signed by a trusted key (0 attestation(s) found: none attached)")
+    listed = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert digest not in listed
