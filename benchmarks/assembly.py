@@ -30,11 +30,11 @@ from typing import Any
 
 from benchmarks.floor import honest_floor, peer_build
 from pinmatrix.engine.services import directory_bytes, podman_config, start_registry
-from pinmatrix.image.assemble import Assembler, AssemblySettings
-from pinmatrix.image.publish import push
-from pinmatrix.image.rootfs import debian_base
+from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
+from pinmatrix.image.datapath.rootfs import debian_base
+from pinmatrix.image.datapath.wheels import DEFAULT_INDEX
+from pinmatrix.image.format.publish import push
 from pinmatrix.image.settings import image_ref
-from pinmatrix.image.wheels import DEFAULT_INDEX
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path

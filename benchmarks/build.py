@@ -14,7 +14,7 @@ from typing import Any
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.build import build_all
-from pinmatrix.image.containerfile import build_cell as containerfile_build
+from pinmatrix.image.containerfile.render import build_cell as containerfile_build
 from pinmatrix.image.settings import BuildSettings
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix

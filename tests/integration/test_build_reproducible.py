@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, engine_for, require_binaries
-from pinmatrix.image.oci import OCILayout
+from pinmatrix.image.format.oci import OCILayout
 from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix

@@ -7,7 +7,7 @@ import pytest
 from helpers import skopeo_copy
 
 from conftest import TEST_BASE, engine_for, require_binaries
-from pinmatrix.image.base_image import ensure_base_image
+from pinmatrix.image.containerfile.base_image import ensure_base_image
 from pinmatrix.imageref import ImageRef, RegistryError, is_loopback
 from pinmatrix.registry.catalog import storage_stats
 from pinmatrix.registry.client import Registry

@@ -22,8 +22,8 @@ from pinmatrix.cell import Cell
 from pinmatrix.engine.base import OCIEngine
 from pinmatrix.engine.services import Service, _stop, _wait_for
 from pinmatrix.errors import EngineError, LockError
-from pinmatrix.image.elf import ElfInfo, read_elf
-from pinmatrix.image.install import InstallError
+from pinmatrix.image.datapath.elf import ElfInfo, read_elf
+from pinmatrix.image.datapath.install import InstallError
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry

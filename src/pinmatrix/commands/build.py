@@ -22,8 +22,8 @@ from pinmatrix.commands._registry import pushing
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.assemble import describe
 from pinmatrix.image.build import CellBuilder, build_all
+from pinmatrix.image.datapath.assemble import describe
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.matrix.selection import load

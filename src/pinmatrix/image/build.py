@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.assemble import Assembler
-from pinmatrix.image.containerfile import build_cell as containerfile_build
-from pinmatrix.image.publish import load_into_engine, push
+from pinmatrix.image.containerfile.render import build_cell as containerfile_build
+from pinmatrix.image.datapath.assemble import Assembler
+from pinmatrix.image.datapath.wheels import IndexUnreachable
+from pinmatrix.image.format.publish import load_into_engine, push
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
-from pinmatrix.image.wheels import IndexUnreachable
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 from pinmatrix.cell import Cell
-from pinmatrix.image.assemble import AssembledImage, AssemblySettings
-from pinmatrix.image.layer import DEFAULT_GZIP_LEVEL
+from pinmatrix.image.datapath.assemble import AssembledImage, AssemblySettings
+from pinmatrix.image.format.layer import DEFAULT_GZIP_LEVEL
 
 Status = Literal["built", "cached", "failed"]
 DEFAULT_REPOSITORY = "localhost/pinmatrix"

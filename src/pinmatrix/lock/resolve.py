@@ -21,7 +21,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import LockError
-from pinmatrix.image.wheels import (
+from pinmatrix.image.datapath.wheels import (
     DEFAULT_INDEX,
     IndexUnreachable,
     WheelError,

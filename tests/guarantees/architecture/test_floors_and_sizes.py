@@ -124,7 +124,7 @@ FLOORS: tuple[frozenset[str], ...] = (
 
 
 def folder_of(module: str) -> str:
-    """``pinmatrix.image.oci`` -> ``image``; a top-level module is its own folder."""
+    """``pinmatrix.image.format.oci`` -> ``image``; a top-level module is its own folder."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -181,7 +181,7 @@ ONE_HOME = {
     "atomic_path": "pinmatrix.atomic", "atomic_write_text": "pinmatrix.atomic",
     "require_stack": "pinmatrix.project.matrix_toml", "load": "pinmatrix.matrix.selection",
     "Strict": "pinmatrix.datamodel", "friendly_message": "pinmatrix.datamodel", "key_path": "pinmatrix.datamodel",
-    "cell_env": "pinmatrix.image.config", "file_slug": "pinmatrix.sanitize", "locked": "pinmatrix.atomic", "cell_smoke_env": "pinmatrix.smoke.runner",
+    "cell_env": "pinmatrix.image.format.config", "file_slug": "pinmatrix.sanitize", "locked": "pinmatrix.atomic", "cell_smoke_env": "pinmatrix.smoke.runner",
 }
 
 
@@ -204,7 +204,7 @@ def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
     winning over the arch lists, and the cell winning over the host's environment."""
     import dataclasses
 
-    from pinmatrix.image.config import cell_env
+    from pinmatrix.image.format.config import cell_env
     from pinmatrix.matrix.selection import load
     from pinmatrix.project.catalogue import Smoke
     from pinmatrix.smoke.runner import smoke_env
@@ -368,3 +368,13 @@ def test_tests_mirror_the_package() -> None:
     in tests/guarantees/<quality>, the smoke catalogue's own tests in tests/catalogue, shared pieces in
     tests/support."""
     assert misplaced_tests(ROOT / "tests", PACKAGE) == []
+
+
+def test_what_an_image_is_knows_nothing_of_how_it_is_made() -> None:
+    """image/format (the OCI layout, layers, config, publishing) imports neither the data path that assembles an
+    image (image/datapath) nor the Containerfile path (image/containerfile)."""
+    graph = import_graph()
+    reaching = sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("pinmatrix.image.format")
+                      for t in targets if t.startswith(("pinmatrix.image.datapath", "pinmatrix.image.containerfile",
+                                                        "pinmatrix.image.build", "pinmatrix.image.settings")))
+    assert reaching == []

@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.build import build_all
-from pinmatrix.image.oci import OCILayout
+from pinmatrix.image.format.oci import OCILayout
 from pinmatrix.image.settings import BuildSettings
 from pinmatrix.matrix.selection import load
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cell import IndexSpec
-from pinmatrix.image import wheels
-from pinmatrix.image.wheels import Target, WheelError, WheelFetcher, WheelFile
+from pinmatrix.image.datapath import wheels
+from pinmatrix.image.datapath.wheels import Target, WheelError, WheelFetcher, WheelFile
 from pinmatrix.project.lockfile import parse_lock
 
 TARGET = Target("3.13", "x86_64-manylinux_2_28")

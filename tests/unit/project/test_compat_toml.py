@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.layerplan import LayerPlanError, LayerSpec, load_layer_specs
+from pinmatrix.image.containerfile.layerplan import LayerPlanError, LayerSpec, load_layer_specs
 from pinmatrix.matrix.compat import CompatError, CompatRules
 from pinmatrix.project.compat_toml import CompatDoc, TorchSeries, VllmRule
 from pinmatrix.smoke.classify import SIGNATURES_PATH, Signature, SignatureError, load_signatures

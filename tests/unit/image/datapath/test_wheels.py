@@ -1,4 +1,4 @@
-"""pinmatrix.image.wheels rule by rule against a PEP 691 index made here: the tags a target accepts (in their
+"""pinmatrix.image.datapath.wheels rule by rule against a PEP 691 index made here: the tags a target accepts (in their
 order), which indexes a package may come from, how a page is read and cached, which wheel is chosen, and how a
 download is bounded, checked, cached and refused (each refusal one line)."""
 
@@ -18,8 +18,8 @@ import pytest
 
 from conftest import make_cell
 from pinmatrix.cell import IndexSpec
-from pinmatrix.image import wheels
-from pinmatrix.image.wheels import (
+from pinmatrix.image.datapath import wheels
+from pinmatrix.image.datapath.wheels import (
     DEFAULT_INDEX,
     IndexUnreachable,
     Target,

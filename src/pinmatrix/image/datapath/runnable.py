@@ -28,8 +28,8 @@ from pydantic import Field, ValidationError
 
 from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.elf import MACHINES, ElfError, ElfInfo, is_elf, read_elf
-from pinmatrix.image.layer import open_layer
+from pinmatrix.image.datapath.elf import MACHINES, ElfError, ElfInfo, is_elf, read_elf
+from pinmatrix.image.format.layer import open_layer
 from pinmatrix.names import OneLine
 
 RULES_FILE = "runnable.toml"

@@ -1,4 +1,4 @@
-"""The builder's lock check (pinmatrix.image.lockcheck), rule by rule on small locks made here: each refusal is
+"""The builder's lock check (pinmatrix.image.datapath.lockcheck), rule by rule on small locks made here: each refusal is
 one line that names the cell and the lock file, and a lock that keeps every rule passes."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_cell
-from pinmatrix.image.lockcheck import LockMismatch, checked_lock
+from pinmatrix.image.datapath.lockcheck import LockMismatch, checked_lock
 
 SHA = "ab" * 32
 CELL = make_cell("tiny", ("tiny==1.0", "other>=1.0"), pins={"tiny": "1.0"})

@@ -27,7 +27,7 @@ from packaging.utils import (
 from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import CHUNK, sha256_file
-from pinmatrix.image.oci import remove_dead_temporaries
+from pinmatrix.image.format.oci import remove_dead_temporaries
 from pinmatrix.project.lockfile import LockEntry
 
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -1,4 +1,4 @@
-"""pinmatrix.image.oci rule by rule: the layout's files, digests as blob names, blobs checked before reuse,
+"""pinmatrix.image.format.oci rule by rule: the layout's files, digests as blob names, blobs checked before reuse,
 images named in index.json (replaced by name, kept sorted), what an image needs, and the oci-archive that
 engines load (each blob once, the index naming each image for podman and docker)."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pinmatrix.image import oci
-from pinmatrix.image.oci import (
+from pinmatrix.image.format import oci
+from pinmatrix.image.format.oci import (
     CONTAINERD_NAME,
     MEDIA_TYPE_INDEX,
     MEDIA_TYPE_MANIFEST,

@@ -14,9 +14,9 @@ import pytest
 
 from conftest import skip_or_fail
 from pinmatrix.errors import PatchError
-from pinmatrix.image.patching import apply_patch, parse_patch, sha256_file
+from pinmatrix.image.datapath.patching import apply_patch, parse_patch, sha256_file
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 XFORMERS_PATCH = ROOT / "patches" / "xformers-tiled-matmul-int64.patch"
 KERNEL = "xformers/ops/_triton/tiled_matmul_kernels.py"
 

@@ -1,4 +1,4 @@
-"""FlashInfer's modules compiled ahead of time into a layer of their own (pinmatrix.image.jitcache): which
+"""FlashInfer's modules compiled ahead of time into a layer of their own (pinmatrix.image.datapath.jitcache): which
 modules a cell gets, the keys that let cells share the layers, the link files the CUDA wheels lack, where the
 modules land in the image, and the chroot the generator runs in. The compile itself (minutes per module, a
 cell's whole torch stack) is a benchmark session: results/arch-scan/."""
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.cell import Cell
-from pinmatrix.image import jitcache
-from pinmatrix.image.layer import LayerWriter
+from pinmatrix.image.datapath import jitcache
+from pinmatrix.image.format.layer import LayerWriter
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.toolchains import shipped
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 SITE = "opt/venv/lib/python3.13/site-packages"
 
 

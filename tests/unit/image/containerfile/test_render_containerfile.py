@@ -10,7 +10,8 @@ import pytest
 from conftest import REPO, make_cell, project_copy
 from pinmatrix.cell import CellPatch
 from pinmatrix.errors import PatchError
-from pinmatrix.image.containerfile import (
+from pinmatrix.image.containerfile.layerplan import LayerPlanError, load_layer_specs, parse_lock, plan_layers
+from pinmatrix.image.containerfile.render import (
     BuildError,
     BuildSettings,
     failure_reason,
@@ -18,7 +19,6 @@ from pinmatrix.image.containerfile import (
     nvidia_require_cuda,
     render_cell,
 )
-from pinmatrix.image.layerplan import LayerPlanError, load_layer_specs, parse_lock, plan_layers
 
 H = "--hash=sha256:" + "a" * 64
 TORCH_LOCK = f"""\

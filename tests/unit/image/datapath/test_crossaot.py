@@ -1,4 +1,4 @@
-"""A foreign cell's FlashInfer AOT modules cross-compiled on this builder (pinmatrix.image.crossaot): the builder
+"""A foreign cell's FlashInfer AOT modules cross-compiled on this builder (pinmatrix.image.datapath.crossaot): the builder
 root is the closure of the generator's imports in the cell's own lock, the key holds the cross compiler and the
 builder wheels, a builder without the cross compiler says so in one line, only the declared modules are built,
 and a tiny module goes through the same ninja path as FlashInfer's (paths moved under the root, the host's nvcc
@@ -18,15 +18,15 @@ from helpers import nvcc_toolchain
 
 from pinmatrix.archscan import tools
 from pinmatrix.cell import Cell
-from pinmatrix.image import crossaot, jitcache
-from pinmatrix.image.jitcache import AotError, CrossInputs
-from pinmatrix.image.rootfs import BaseLayers
-from pinmatrix.image.wheels import Target, WheelFile
+from pinmatrix.image.datapath import crossaot, jitcache
+from pinmatrix.image.datapath.jitcache import AotError, CrossInputs
+from pinmatrix.image.datapath.rootfs import BaseLayers
+from pinmatrix.image.datapath.wheels import Target, WheelFile
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.lockfile import LockEntry
 from pinmatrix.project.toolchains import shipped
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 SITE = "opt/venv/lib/python3.13/site-packages"
 SHAS = {"torch": "a" * 64, "flashinfer-python": "b" * 64, "nvidia-cuda-nvcc": "c" * 64}
 CROSS = "aarch64-linux-gnu-g++"

@@ -36,7 +36,7 @@ from installer.sources import WheelFile as InstallerWheel
 from installer.utils import Scheme, construct_record_file, fix_shebang
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.layer import LayerWriter
+from pinmatrix.image.format.layer import LayerWriter
 
 VENV = "opt/venv"  # the image's environment, relative to the image root
 UNPACK_RATIO = 16  # a wheel may unpack to this many times its size (CUDA wheels: about 2-3x)

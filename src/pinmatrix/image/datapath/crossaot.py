@@ -32,11 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.image import jitcache
-from pinmatrix.image.jitcache import SCRATCH, AotBuild, AotError, AotPlan, CrossInputs
-from pinmatrix.image.layer import LayerWriter
-from pinmatrix.image.rootfs import BaseLayers
-from pinmatrix.image.wheels import Target, WheelFile
+from pinmatrix.image.datapath import jitcache
+from pinmatrix.image.datapath.jitcache import SCRATCH, AotBuild, AotError, AotPlan, CrossInputs
+from pinmatrix.image.datapath.rootfs import BaseLayers
+from pinmatrix.image.datapath.wheels import Target, WheelFile
+from pinmatrix.image.format.layer import LayerWriter
 from pinmatrix.project.lockfile import LockEntry
 from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, shipped
 

@@ -12,7 +12,7 @@ from typing import BinaryIO, cast
 
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import EngineError, PinmatrixError
-from pinmatrix.image.oci import OCILayout, StoredImage
+from pinmatrix.image.format.oci import OCILayout, StoredImage
 
 
 class PublishError(PinmatrixError):

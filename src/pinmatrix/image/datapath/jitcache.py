@@ -15,7 +15,7 @@ Two layers, both keyed by what they are made of, so cells that agree share them:
 
 The build runs the cell's own programs where they run natively. A cell of another architecture (an aarch64 cell
 on an x86_64 builder) gets its modules cross-compiled where ``data/toolchains.toml`` ``[[cross]]`` declares how
-(``image/crossaot.py``: the generator in a builder root of the builder's architecture, the host code compiled by
+(``image/datapath/crossaot.py``: the generator in a builder root of the builder's architecture, the host code compiled by
 Debian's cross compiler), only the modules declared there, the others compiled at run time; without a declaration
 or without the cross compiler it gets no AOT layer, and the reason is logged in one line."""
 
@@ -39,9 +39,9 @@ from pinmatrix.archflag import ArchFlag
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.config import cell_env
-from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
-from pinmatrix.image.wheels import WheelFile
+from pinmatrix.image.datapath.wheels import WheelFile
+from pinmatrix.image.format.config import cell_env
+from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer
 from pinmatrix.project.catalogue import matches
 from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
 
@@ -93,7 +93,7 @@ def aot_modules(cell: Cell, doc: ToolchainDoc | None = None) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class CrossInputs:
-    """What a foreign cell's modules are cross-compiled with (image/crossaot.py ``inputs``), or why not (``skip``)."""
+    """What a foreign cell's modules are cross-compiled with (image/datapath/crossaot.py ``inputs``), or why not (``skip``)."""
 
     spec: CrossSpec | None
     skip: str = ""
@@ -138,7 +138,7 @@ def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int
     """None when the cell has no CUDA toolchain; else its link layer's key and, where it can be built here, its
     AOT layer's key: the cell's Python, platform, arch list and modules, every locked wheel's sha256, its base and
     the generator's bytes (so the plain and the patched cell of one lock share it, the 12.0f and 12.1a cells not).
-    A foreign cell's layer is built only with ``cross`` (image/crossaot.py ``inputs``), whose compiler, builder
+    A foreign cell's layer is built only with ``cross`` (image/datapath/crossaot.py ``inputs``), whose compiler, builder
     root base and builder wheels are in its key too."""
     chains, _ = for_cell(cell.smokes, cell.pins.get("cuda"), doc)
     chains = [c for c in chains if set(c.wheels.requirements) <= set(cell.requirements)]

@@ -18,12 +18,12 @@ from pep691 import serve_pages
 from conftest import REPO, make_cell
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import MatrixError
-from pinmatrix.image.assemble import Assembler, AssemblySettings
 from pinmatrix.image.build import build_all
-from pinmatrix.image.layer import LayerWriter
-from pinmatrix.image.lockcheck import LockMismatch, checked_lock
+from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
+from pinmatrix.image.datapath.lockcheck import LockMismatch, checked_lock
+from pinmatrix.image.datapath.wheels import Target, WheelError, WheelFetcher
+from pinmatrix.image.format.layer import LayerWriter
 from pinmatrix.image.settings import BuildSettings, image_ref
-from pinmatrix.image.wheels import Target, WheelError, WheelFetcher
 from pinmatrix.lock.resolve import lock_cell
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import load
@@ -151,8 +151,8 @@ def test_an_aarch64_cell_is_assembled_here_with_the_arm64_platform(build_cache: 
 def test_a_cell_whose_layers_would_not_fit_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     import subprocess
 
-    from pinmatrix.image.assemble import AssemblyError
-    from pinmatrix.image.wheels import WheelFile
+    from pinmatrix.image.datapath.assemble import AssemblyError
+    from pinmatrix.image.datapath.wheels import WheelFile
 
     small = tmp_path / "small"
     small.mkdir()
@@ -175,8 +175,8 @@ def test_a_cell_whose_layers_would_not_fit_is_refused_before_anything_is_written
 def test_a_base_pinned_by_digest_is_fetched_and_its_layers_used_as_they_are(docker_registry, tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from pinmatrix.image.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
-    from pinmatrix.image.publish import push
+    from pinmatrix.image.format.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
+    from pinmatrix.image.format.publish import push
 
     # a base image made here: one layer with /usr/bin/python3 -> python3.13 and an os-release, pushed by digest
     src = OCILayout(tmp_path / "src").init()

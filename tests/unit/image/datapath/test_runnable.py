@@ -1,4 +1,4 @@
-"""The static runnability check (image/runnable.py, image/elf.py) on tiny ELF files compiled here with Debian's
+"""The static runnability check (image/datapath/runnable.py, image/datapath/elf.py) on tiny ELF files compiled here with Debian's
 gcc: a missing interpreter and a missing library are named, $ORIGIN RPATH and the config's LD_LIBRARY_PATH are
 honoured, the driver's libraries are host-provided, optional plugins do not fail, a malformed header is named as
 such; and the extract base gets what a program needs as data."""
@@ -17,10 +17,10 @@ from helpers import read_elf_bytes
 
 from conftest import require_binaries
 from pinmatrix.cell import BaseSpec
-from pinmatrix.image.elf import ElfError
-from pinmatrix.image.layer import MEDIA_TYPE_TAR
-from pinmatrix.image.rootfs import CA_BUNDLE, EXTRACT_PACKAGES, extract_data, rootfs_inputs
-from pinmatrix.image.runnable import check_layers, parse_rules, summary
+from pinmatrix.image.datapath.elf import ElfError
+from pinmatrix.image.datapath.rootfs import CA_BUNDLE, EXTRACT_PACKAGES, extract_data, rootfs_inputs
+from pinmatrix.image.datapath.runnable import check_layers, parse_rules, summary
+from pinmatrix.image.format.layer import MEDIA_TYPE_TAR
 
 INTERP = "/lib64/ld-linux-x86-64.so.2"
 
@@ -143,7 +143,7 @@ def test_driver_libraries_are_host_provided_and_optional_plugins_do_not_fail(tmp
 
 
 def test_the_rules_file_is_checked(tmp_path: Path) -> None:
-    from pinmatrix.image.runnable import RunnableError
+    from pinmatrix.image.datapath.runnable import RunnableError
 
     with pytest.raises(RunnableError, match=r"runnable.toml: loader: required key is missing"):
         parse_rules("[host_provided]\nsource = 'x'\nlibraries = []\n[optional]\nsource = 'y'\n")

@@ -30,27 +30,27 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
-from pinmatrix.image import crossaot, jitcache
-from pinmatrix.image.config import cell_env, cell_labels, image_config, oci_arch
-from pinmatrix.image.install import VenvLayout, install_wheel
-from pinmatrix.image.layer import (
+from pinmatrix.image.containerfile.patch_sources import resolve_patch
+from pinmatrix.image.datapath import crossaot, jitcache
+from pinmatrix.image.datapath.install import VenvLayout, install_wheel
+from pinmatrix.image.datapath.lockcheck import checked_lock
+from pinmatrix.image.datapath.patching import apply_patch, parse_patch
+from pinmatrix.image.datapath.rootfs import BaseLayers, debian_base, pinned_base
+from pinmatrix.image.datapath.runnable import check_layers, summary
+from pinmatrix.image.datapath.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
+from pinmatrix.image.format.config import cell_env, cell_labels, image_config, oci_arch
+from pinmatrix.image.format.layer import (
     DEFAULT_GZIP_LEVEL,
     LayerDescriptor,
     LayerWriter,
     open_layer,
 )
-from pinmatrix.image.lockcheck import checked_lock
-from pinmatrix.image.oci import (
+from pinmatrix.image.format.oci import (
     MEDIA_TYPE_CONFIG,
     MEDIA_TYPE_MANIFEST,
     OCILayout,
     canonical_json,
 )
-from pinmatrix.image.patch_sources import resolve_patch
-from pinmatrix.image.patching import apply_patch, parse_patch
-from pinmatrix.image.rootfs import BaseLayers, debian_base, pinned_base
-from pinmatrix.image.runnable import check_layers, summary
-from pinmatrix.image.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.project.lockfile import LockEntry
 from pinmatrix.project.smoke_bundle import smoke_bundle, smoke_files
 from pinmatrix.registry.auth import find_credentials
@@ -325,9 +325,9 @@ class Assembler:
             image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, patch.sha256,
                                                                         target_wheel.sha256, cell.python, epoch,
                                                                         level)))
-        # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/jitcache.py).
+        # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/datapath/jitcache.py).
         aot = jitcache.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level)
-        if aot is not None and aot.wants_cross:  # a foreign cell: its modules cross-compiled (image/crossaot.py)
+        if aot is not None and aot.wants_cross:  # a foreign cell: its modules cross-compiled (image/datapath/crossaot.py)
             cross = crossaot.inputs(cell, aot, lock.entries, lambda entry, t: self.choices.choose(entry, t, cell),
                                     lambda builder: self.base(builder, log, dry=dry))
             aot = jitcache.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level,

@@ -14,7 +14,7 @@ import pytest
 
 from pinmatrix.cell import CellPatch
 from pinmatrix.errors import PatchError
-from pinmatrix.image.patch_sources import resolve_patch
+from pinmatrix.image.containerfile.patch_sources import resolve_patch
 
 PATCH = b"--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 

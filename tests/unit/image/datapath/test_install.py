@@ -1,4 +1,4 @@
-"""pinmatrix.image.install laid out and read back: the venv layer's own entries, a wheel's files in their schemes
+"""pinmatrix.image.datapath.install laid out and read back: the venv layer's own entries, a wheel's files in their schemes
 with their modes (executable only for a regular file with an x bit), entry-point scripts, INSTALLER, and a
 RECORD whose every line names a file of the layer with its sha256 and size; RECORD's hashes and sizes checked
 as each file streams, and a broken wheel named in one line."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from installer.utils import Scheme
 
-from pinmatrix.image.install import InstallError, TarDestination, VenvLayout, _SizedStream, install_wheel
-from pinmatrix.image.layer import LayerWriter
+from pinmatrix.image.datapath.install import InstallError, TarDestination, VenvLayout, _SizedStream, install_wheel
+from pinmatrix.image.format.layer import LayerWriter
 
 LAYOUT = VenvLayout("3.13")
 SITE = "opt/venv/lib/python3.13/site-packages"

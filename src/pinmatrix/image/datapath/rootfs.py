@@ -26,9 +26,9 @@ from pinmatrix.atomic import atomic_path, atomic_write_text, locked
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.config import oci_arch
-from pinmatrix.image.layer import LayerDescriptor, LayerWriter, open_layer
-from pinmatrix.image.oci import OCILayout
+from pinmatrix.image.format.config import oci_arch
+from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer
+from pinmatrix.image.format.oci import OCILayout
 from pinmatrix.project.debian_suites import python_of, suite_of
 
 DEFAULT_SOURCE_DATE_EPOCH = 1_735_689_600
