@@ -620,3 +620,90 @@ def test_os_environment_is_not_in_the_image(project: Project, monkeypatch: pytes
     config = project.assembler.layout.blob_path(image.config_digest).read_bytes()
     assert b"leak" not in config and os.environ["PINMATRIX_SECRET_TEST"] == "leak"
 
+
+
+# -- the runnable check and a base pinned by digest -------------------------------------------------------
+
+def test_an_image_that_would_not_run_is_refused_before_its_manifest_and_optional_files_are_noted(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.image.runnable import Problem, summary
+
+    seen: dict[str, object] = {}
+    fatal = Problem("/opt/venv/bin/prog", "its interpreter /lib/ld.so is not in the image")
+
+    def check(layers: list[tuple[Path, str]], arch: str, env: dict[str, str]) -> list[Problem]:
+        seen.update(layers=list(layers), arch=arch, env=dict(env))
+        return [Problem("/opt/venv/x.so", "needs libgone.so.1 (searched /usr/lib)", optional="loaded by a plugin"),
+                fatal]
+
+    monkeypatch.setattr(assemble_module, "check_layers", check)
+    cell = project.make(("alpha", "beta"), env={"LANG": "en_GB.UTF-8", "EXTRA": "1"})
+    steps: list[str] = []
+    with pytest.raises(AssemblyError) as err:
+        project.assemble(cell, steps=steps)
+    assert str(err.value) == f"cell {cell.id} ({cell.name}): the image would not run: {summary([fatal])}"
+    assert steps[-2:] == ["runnable", "runnable: /opt/venv/x.so needs libgone.so.1: optional, loaded by a plugin"]
+    assert project.assembler.layout.image("localhost/rules:one") is None
+    assert seen["arch"] == "amd64"
+    env = seen["env"]
+    assert isinstance(env, dict) and env["LANG"] == "en_GB.UTF-8" and env["EXTRA"] == "1"  # the cell's env wins
+    assert env["PATH"].startswith("/opt/venv/bin:")
+    layers = seen["layers"]
+    assert isinstance(layers, list) and len(layers) == 5
+    assert layers[0] == (project.assembler.layout.blob_path(base_layer(project.assembler.layout).digest),
+                         "application/vnd.oci.image.layer.v1.tar")
+    assert all(path.is_file() for path, _ in layers)
+
+    monkeypatch.setattr(assemble_module, "check_layers", lambda layers, arch, env: seen.update(env=dict(env)) or [])
+    base_only = project.make(("alpha", "beta"), env={"ONLY_BASE": "x"})
+    project.assemble(base_only, ref="localhost/rules:base-env")
+    assert seen["env"]["LANG"] == "C.UTF-8"  # type: ignore[index]  # from the base's config
+
+    monkeypatch.setattr(assemble_module, "check_layers", lambda *a: [])
+    steps = []
+    project.assemble(cell, steps=steps)
+    assert steps[-2:] == ["config", "runnable"]
+    off = Assembler(dataclasses.replace(project.settings, check_runnable=False))
+    monkeypatch.setattr(assemble_module, "check_layers", lambda *a: [fatal])
+    steps = []
+    image = project.assemble(cell, ref="localhost/rules:unchecked", steps=steps, assembler=off)
+    assert steps[-1] == "config" and image.digest
+
+
+def test_a_base_pinned_by_digest_is_asked_of_its_registry_with_its_credentials(
+        project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pinmatrix.cell import BaseSpec
+    from pinmatrix.registry.auth import Credentials
+
+    name = f"127.0.0.1:5000/library/debian@sha256:{'a' * 64}"
+    cell = project.make(("alpha", "beta"), base=BaseSpec(kind="image", image=name, source_date_epoch=5))
+    asked: list[tuple[object, ...]] = []
+
+    def pinned(spec: BaseSpec, platform: str, layout: OCILayout, *, tls_verify: bool, authfile: Path | None):  # noqa: ANN202
+        asked.append((spec.image, platform, tls_verify, authfile))
+        return BaseLayers((base_layer(layout),), (), f"image:{spec.image}", "k", project.base_python)
+
+    def creds(host: str, repository: str = "") -> Credentials | None:
+        asked.append((host, repository))
+        return Credentials(username="u", password="p", source=tmp_path / "auth.json", key=host) if host == "127.0.0.1:5000" \
+            else None
+
+    monkeypatch.setattr(assemble_module, "pinned_base", pinned)
+    monkeypatch.setattr(assemble_module, "find_credentials", creds)
+    dry = project.assembler.base(cell, project.log, dry=True)
+    assert dry == BaseLayers((), (), name, f"image:{name}", "3.11") and asked == []
+    base = project.assembler.base(cell, project.log)
+    assert base.name == f"image:{name}"
+    assert asked == [("127.0.0.1:5000", "library/debian"), (name, cell.platform, False, tmp_path / "auth.json")]
+    asked.clear()
+    given = Assembler(dataclasses.replace(project.settings, registry_authfile=tmp_path / "given.json"))
+    given.base(cell, project.log)
+    assert asked[-1] == (name, cell.platform, False, tmp_path / "given.json")
+    asked.clear()
+    remote = project.make(("alpha", "beta"), base=BaseSpec(kind="image", image=f"quay.example/debian@sha256:{'a' * 64}"))
+    project.assembler.base(remote, project.log)
+    assert asked == [("quay.example", "debian"), (remote.base.image, remote.platform, True, None)]
+    plain = project.make(("alpha", "beta"), base=BaseSpec(kind="image", image="debian"))
+    asked.clear()
+    project.assembler.base(plain, project.log)
+    assert asked == [("debian", plain.platform, True, None)]  # no registry part: no credentials asked for
