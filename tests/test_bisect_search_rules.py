@@ -183,3 +183,11 @@ def test_a_probe_budget_without_words_says_it_was_spent() -> None:
 def test_the_next_point_is_the_nearest_the_middle_not_skipped(before: int, after: int, skipped: set[int],
                                                              nxt: int | None) -> None:
     assert _next_point(before, after, skipped) == nxt
+
+
+def test_the_default_skip_budget_is_five_points() -> None:
+    result, probed = search(12, verdicts(12, 9, set(range(5))))
+    assert result.outcome == "change" and result.first == 5  # five skipped: within the budget
+    result, probed = search(12, verdicts(12, 9, set(range(6))))
+    assert probed == [0, 11, 1, 2, 3, 4, 5]
+    assert result == SearchResult("cannot-probe", note="no probe-able point at the low end (6 skipped)")
