@@ -707,3 +707,137 @@ def test_a_base_pinned_by_digest_is_asked_of_its_registry_with_its_credentials(
     asked.clear()
     project.assembler.base(plain, project.log)
     assert asked == [("debian", plain.platform, True, None)]  # no registry part: no credentials asked for
+
+
+# -- the CUDA link and FlashInfer AOT layers (image/jitcache.py, image/crossaot.py stand-ins) ---------------
+
+class AotStandIn:
+    """jitcache's and crossaot's entry points as assemble calls them: each records its arguments and its
+    builder writes one marker file, so what assemble hands them and does with their layers is seen."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, project: Project, *, skip: str = "", modules=("norm",),
+                 foreign: bool = False) -> None:
+        from pinmatrix.image import crossaot, jitcache
+        from pinmatrix.image.jitcache import AotPlan, CrossInputs
+
+        self.calls: list[tuple[object, ...]] = []
+        self.project = project
+        cross_base = LayerWriter(project.assembler.layout.blobs, epoch=0)
+        cross_base.add_bytes("builder/os-release", b"ID=builder\n")
+        gamma = WheelFile("gamma", "3.0", "gamma-3.0-py3-none-any.whl", f"{project.url}/files/gamma-3.0-py3-none-any.whl",
+                          project.sha["gamma"], len(project.data["gamma"]))
+        self.cross = CrossInputs(types_spec(("beta", "absent")), compiler="/usr/bin/cc | cc 14 | x",
+                                 platform="x86_64-manylinux_2_35", base_key="bk", base_layers=(cross_base.close(),),
+                                 wheels={"gamma": gamma})
+
+        def plan(cell, shas, base_key, *, epoch, level, cross=None):  # noqa: ANN001, ANN202
+            self.calls.append(("plan", cell.id, dict(shas), base_key, epoch, level, cross))
+            return AotPlan(None, tuple(modules), "9.0a", link_key=f"link-{level}", key=f"aot-{level}-{cross is None}",
+                           skip=skip, cross=cross, foreign=foreign)
+
+        def inputs(cell, aot, entries, choose, base_for):  # noqa: ANN001, ANN202
+            self.calls.append(("inputs", [e.name for e in entries]))
+            return self.cross
+
+        def marker(name: str):  # noqa: ANN202
+            return lambda writer: writer.add_bytes(f"opt/{name}/marker", name.encode())
+
+        def link_layer_builder(cell, aot, site_packages, scratch):  # noqa: ANN001, ANN202
+            self.calls.append(("link", site_packages, scratch))
+            return marker("link")
+
+        def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step):  # noqa: ANN001, ANN202
+            self.calls.append(("aot", site_packages, list(layers), cache_dir, log))
+            return marker("aot")
+
+        def layer_builder(cell, aot, site_packages, builder_layers, cell_wheels, cache_dir, log, on_step, *, jobs):  # noqa: ANN001, ANN202
+            def build(writer: LayerWriter) -> None:
+                self.calls.append(("cross", site_packages, list(builder_layers()), list(cell_wheels()), cache_dir,
+                                   log, jobs))
+                writer.add_bytes("opt/cross/marker", b"cross")
+            return build
+
+        monkeypatch.setattr(jitcache, "plan", plan)
+        monkeypatch.setattr(jitcache, "link_layer_builder", link_layer_builder)
+        monkeypatch.setattr(jitcache, "aot_layer_builder", aot_layer_builder)
+        monkeypatch.setattr(crossaot, "inputs", inputs)
+        monkeypatch.setattr(crossaot, "layer_builder", layer_builder)
+        monkeypatch.setattr(crossaot, "describe", lambda cell, aot: f"flashinfer-aot: cross-compiled for {cell.id}")
+
+    def of(self, kind: str) -> list[tuple[object, ...]]:
+        return [c for c in self.calls if c[0] == kind]
+
+
+def types_spec(libraries_from: tuple[str, ...]) -> object:
+    import types
+
+    return types.SimpleNamespace(libraries_from=libraries_from, modules=("norm",))
+
+
+def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(project: Project,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project)
+    steps: list[str] = []
+    image = project.assemble(steps=steps)
+    names = [p.name for p in image.layers]
+    assert names == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "cuda-link", "flashinfer-aot", "smoke"]
+    assert [p.key for p in image.layers[4:6]] == ["link-1", "aot-1-True"]
+    (planned,) = aot.of("plan")
+    assert planned == ("plan", project.cell.id, {"alpha": project.sha["alpha"], "beta": project.sha["beta"]},
+                       "base-key", project.cell.base.source_date_epoch, 1, None)
+    assert aot.of("link") == [("link", SITE, project.settings.cache_dir)]
+    ((_, site, layers, cache_dir, log),) = aot.of("aot")
+    layout = project.assembler.layout
+    assert (site, cache_dir, log) == (SITE, project.settings.cache_dir, project.log)
+    own_root = [image.layers[0].descriptor, *(p.descriptor for p in image.layers[1:4])]  # base, venv, the wheels
+    assert layers == [(layout.blob_path(d.digest), d.media_type) for d in own_root if d]
+    assert project.layer_files(image.layers[4].descriptor)["opt/link/marker"] == b"link"  # type: ignore[arg-type]
+    assert project.layer_files(image.layers[5].descriptor)["opt/aot/marker"] == b"aot"  # type: ignore[arg-type]
+    assert project.log.read_text() == (f"flashinfer-aot: built in cell {project.cell.id}'s own root: norm for "
+                                       "9.0a\n")
+    assert aot.of("inputs") == []
+
+
+def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project, skip="no smoke of the cell loads a FlashInfer module")
+    image = project.assemble()
+    assert [p.name for p in image.layers][4:] == ["cuda-link", "smoke"]
+    assert len(aot.of("link")) == 1 and aot.of("aot") == [] and aot.of("cross") == []
+    assert project.log.read_text() == (f"flashinfer-aot: none for cell {project.cell.id}: no smoke of the cell "
+                                       "loads a FlashInfer module\n")
+    none = AotStandIn(monkeypatch, project, modules=())
+    assert [p.name for p in project.assembler.plan(project.cell, project.lock(), project.log)[0].layers][4:] == [
+        "cuda-link", "smoke"]
+    assert none.of("link") == []
+
+
+def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in_a_builder_root(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project, foreign=True)
+    steps: list[str] = []
+    image = project.assemble(steps=steps)
+    assert [p.name for p in image.layers][4:] == ["cuda-link", "flashinfer-aot", "smoke"]
+    assert image.layers[5].key == "aot-1-False"  # planned again, with the cross inputs in its key
+    assert [c[-1] for c in aot.of("plan")] == [None, aot.cross]
+    assert aot.of("inputs") == [("inputs", ["alpha", "beta"])]
+    ((_, site, builder, cell_wheels, cache_dir, log, jobs),) = aot.of("cross")
+    assert (site, cache_dir, log, jobs) == (SITE, project.settings.cache_dir, project.log, 2)
+    layout = project.assembler.layout
+    venv = image.layers[1].descriptor
+    assert venv is not None
+    assert builder[0] == (layout.blob_path(aot.cross.base_layers[0].digest), aot.cross.base_layers[0].media_type)
+    assert builder[1] == (layout.blob_path(venv.digest), venv.media_type)
+    assert len(builder) == 3  # the builder root's base, the venv, its one wheel (gamma, laid out for it)
+    with open_layer(builder[2][0], builder[2][1]) as tar:
+        assert f"{SITE}/gamma.py" in {m.name for m in tar}
+    beta = project.sha["beta"]  # libraries_from: beta is in the lock, 'absent' is not
+    assert cell_wheels == [project.settings.cache_dir / "wheels" / beta[:2] / beta / "beta-2.0-py3-none-any.whl"]
+    assert cell_wheels[0].read_bytes() == project.data["beta"]
+    assert "flashinfer-aot: cross-compiled for " + project.cell.id in steps
+    assert project.log.read_text() == f"flashinfer-aot: cross-compiled for {project.cell.id}\n"
+    assert project.layer_files(image.layers[5].descriptor)["opt/cross/marker"] == b"cross"  # type: ignore[arg-type]
+    for jobs, used in ((1, 1), (4, 2)):  # at most two compilers at once, at least one
+        other = Assembler(dataclasses.replace(project.settings, jobs=jobs, gzip_level=jobs + 4))  # new keys: built
+        project.assemble(assembler=other, ref=f"localhost/rules:jobs{jobs}")
+        assert aot.of("cross")[-1][-1] == used
