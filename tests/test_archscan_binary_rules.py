@@ -15,6 +15,7 @@ import os
 import stat
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,7 @@ def cubin(sm: int, *, abi: int = 8, note: bytes | None = None, **kw: object) -> 
 
 
 TOOL = """#!{python}
-import json, shutil, sys, time
+import json, os, shutil, sys, time
 spec = json.load(open({spec!r}))
 with open({spec!r} + ".calls", "a") as fh:
     fh.write(json.dumps(sys.argv[1:]) + "\\n")
@@ -111,6 +112,9 @@ if mode.get("copy"):
 sys.stdout.buffer.write(mode.get("stdout", "").encode("latin-1"))
 sys.stdout.flush()
 sys.stderr.write(mode.get("stderr", ""))
+if mode.get("close"):
+    os.close(1)
+time.sleep(mode.get("sleep", 0))
 sys.exit(mode.get("rc", 0))
 """
 
@@ -502,6 +506,32 @@ def test_a_cuobjdump_that_cannot_run_here_is_named(tmp_path: Path) -> None:
         cuobjdump_entries(tmp_path / "x", str(exe))
     with pytest.raises(ToolFailed, match="No such file"):
         cuobjdump_cubin_target(tmp_path / "x", str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["output-open", "output-closed"])
+def test_a_cuobjdump_that_hangs_is_killed_at_its_timeout_and_named(tmp_path: Path, close: bool) -> None:
+    exe, _ = cuobjdump(tmp_path, res_usage={"stdout": res_usage(("elf", "sm_90")), "sleep": 60, "close": close})
+    start = time.monotonic()
+    with pytest.raises(ToolFailed) as failed:
+        cuobjdump_entries(tmp_path / "lib.elf", exe, timeout_s=1.5)
+    assert 1.5 <= time.monotonic() - start < 15
+    assert str(failed.value) == "cuobjdump -res-usage: did not finish within 1.5 s"
+
+
+def test_a_cuobjdump_that_finishes_in_time_is_not_a_timeout(tmp_path: Path) -> None:
+    exe, _ = cuobjdump(tmp_path, res_usage={"stdout": res_usage(("elf", "sm_90")), "sleep": 0.3})
+    assert cuobjdump_entries(tmp_path / "lib.elf", exe, timeout_s=30) == [("sass", "sm_90")]
+
+
+def test_a_hanging_cuobjdump_leaves_the_header_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+
+    monkeypatch.setattr(binary, "cuobjdump_entries", functools.partial(cuobjdump_entries, timeout_s=1))
+    path = write(tmp_path, b"\0" * 64 + container(sass(90)))
+    exe, _ = cuobjdump(tmp_path, res_usage={"sleep": 60})
+    found = read_binary(path, exe)
+    assert found is not None and found.groups == [("sm_90",)] and found.tool == TOOL_HEADER
+    assert found.notes == [f"cuobjdump -res-usage: did not finish within 1 s; {FALLBACK}"]
 
 
 def test_a_cubins_exact_target_from_cuobjdumps_elf_line(tmp_path: Path) -> None:
