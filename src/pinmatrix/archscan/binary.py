@@ -23,6 +23,7 @@ import re
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -232,16 +233,28 @@ def _lines(argv: list[str], timeout_s: float) -> Iterator[str]:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace")
         except OSError as exc:  # not executable here (an x86_64 cuobjdump in an aarch64 image, say)
             raise ToolFailed(f"{argv[0]}: {exc}") from None
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        # the time bound holds while its output is read too: a tool that hangs with its stdout open is killed
+        timer = threading.Timer(timeout_s, expire)
+        timer.start()
         try:
             assert proc.stdout is not None
             yield from proc.stdout
-            proc.wait(timeout=timeout_s)
+            proc.wait()
         finally:
+            timer.cancel()
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         err.seek(0)
         tail = err.read()[-2000:].decode("utf-8", "replace")
+    if expired.is_set():
+        raise ToolFailed(f"{Path(argv[0]).name} {' '.join(argv[1:-1])}: did not finish within {timeout_s:g} s")
     if proc.returncode not in (0, None) and "does not contain device code" not in tail:
         last = [ln for ln in tail.splitlines() if ln.strip()][-1:] or [""]
         raise ToolFailed(f"{Path(argv[0]).name} {' '.join(argv[1:-1])}: exit {proc.returncode}: {last[0][:300]}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from pinmatrix.release.attest import (
     SBOM_PREDICATE,
     STATEMENT_TYPE,
     TEST_RESULT_PREDICATE,
+    Attachment,
     attachments,
 )
 from pinmatrix.release.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope
@@ -192,10 +194,35 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
     if not keys:
         out.problems.append("no trusted public key to verify with: pass --key FILE.pub or set PINMATRIX_TRUSTED_KEYS")
         return out
+    found = _single_image(registry, ref, out, expect_digest)
+    if found is None:
+        return out
+    digest, labels = found
+    evidence = _read_evidence(registry, ref, digest, keys, out)
+    if not evidence.results:
+        count = len(out.evidence)
+        detail = "; ".join(f"{e.digest[:19]}: {e.note}" for e in out.evidence if e.note) or "none attached"
+        out.problems.append(f"no test-result attestation signed by a trusted key "
+                            f"({count} attestation(s) found: {detail})")
+        return _finish(out)
+    ordered = newest_first(evidence.results)
+    out.attestation = evidence.artifact_of[id(ordered[0][0])]
+    _judge_newest(out, ordered[0][0].get("predicate") or {}, digest, not_before)
+    cells = _judge_cells(out, ordered, labels)
+    if cells:
+        _judge_recorded_cell(out, cells, digest, expect_cell, expect_stack)
+    _judge_sboms(out, evidence.sboms, cells[0] if cells else None, labels)
+    return _finish(out)
+
+
+def _single_image(registry: Registry, ref: ImageRef, out: Verification,
+                  expect_digest: str | None) -> tuple[str, dict[str, str]] | None:
+    """Step 1: the manifest ``ref`` names, by digest, is the recorded one and one image with a config: its
+    digest and config labels; None (with the problem in ``out``) when it is not."""
     manifest = registry.get_manifest(ref.repository, ref.reference)
     if manifest is None:
         out.problems.append(f"{ref} is not in the registry")
-        return out
+        return None
     digest = manifest.digest
     out.digest = digest
     if ref.digest and ref.tag:
@@ -204,17 +231,28 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
             out.problems.append(f"tag {ref.name}:{ref.tag} names {tagged or 'nothing'}, not {ref.digest}")
     if expect_digest and digest != expect_digest:
         out.problems.append(f"{ref} is {digest}, not the recorded {expect_digest}")
-        return out
+        return None
     if manifest.media_type in INDEX_TYPES or "config" not in manifest.json:
         out.problems.append(f"{ref} is an image index, not one image: pinmatrix promotes single images")
-        return out
-    labels = registry.config_labels(ref.repository, manifest.json)
-    image = ref.with_digest(digest)
+        return None
+    return digest, registry.config_labels(ref.repository, manifest.json)
 
-    verified_results: list[tuple[dict[str, Any], TrustedKey]] = []
-    artifact_of: dict[int, str] = {}  # id() of a verified statement -> the artifact it came in
-    signed_sboms: list[dict[str, Any]] = []
-    for att in attachments(registry, image):
+
+@dataclass
+class _Evidence:
+    """The statements of an image's attestations that a trusted key signed and that name the image."""
+
+    results: list[tuple[dict[str, Any], TrustedKey]] = field(default_factory=list)
+    artifact_of: dict[int, str] = field(default_factory=dict)  # id() of a verified statement -> its artifact
+    sboms: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _read_evidence(registry: Registry, ref: ImageRef, digest: str, keys: Sequence[TrustedKey],
+                   out: Verification) -> _Evidence:
+    """Steps 2, 3 and 5's signatures: every attachment of the image, reported in ``out.evidence``; the signed
+    test results and SBOMs kept, every problem (a bad signature by a trusted key among them) in ``out``."""
+    evidence = _Evidence()
+    for att in attachments(registry, ref.with_digest(digest)):
         report = EvidenceReport(digest=att.digest, predicate_type=att.predicate_type,
                                 signed=att.media_type == DSSE_MEDIA_TYPE, verified=False)
         out.evidence.append(report)
@@ -225,49 +263,57 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
         if att.media_type != DSSE_MEDIA_TYPE:
             report.note = "unsigned: ignored"
             continue
-        check = check_envelope(att.content, keys)
-        if check.verified_by is None:
-            report.note = check.problem
-            if check.problem and check.problem.startswith("signed only by untrusted"):
-                continue  # another signer's evidence: not ours to judge
-            out.problems.append(f"attestation {att.digest}: {check.problem} (tampered?)")
+        signed = _signed_statement(att, keys, report, out)
+        if signed is None:
             continue
-        report.verified, report.keyid, report.key_source = True, check.verified_by.keyid, check.verified_by.source
-        if check.payload_type != IN_TOTO_PAYLOAD_TYPE:
-            out.problems.append(f"attestation {att.digest}: signed payload type is {check.payload_type!r}, "
-                                f"not {IN_TOTO_PAYLOAD_TYPE}")
-            continue
-        try:
-            statement = json.loads(check.payload)
-            if not isinstance(statement, dict):
-                raise ValueError
-        except ValueError:
-            out.problems.append(f"attestation {att.digest}: the signed payload is not a JSON statement")
-            continue
-        predicate = statement.get("predicateType")
-        if att.predicate_type and predicate != att.predicate_type:
-            out.problems.append(f"attestation {att.digest}: annotated as {att.predicate_type} but the signed "
-                                f"statement is {predicate}")
-            continue
+        statement, key = signed
         problem = _subject_problem(statement, digest, ref, f"the signed attestation {att.digest}")
         if problem:
             out.problems.append(problem)
             continue
+        predicate = statement.get("predicateType")
         if predicate == TEST_RESULT_PREDICATE:
-            verified_results.append((statement, check.verified_by))
-            artifact_of[id(statement)] = att.digest
+            evidence.results.append((statement, key))
+            evidence.artifact_of[id(statement)] = att.digest
         elif predicate == SBOM_PREDICATE:
-            signed_sboms.append(statement)
+            evidence.sboms.append(statement)
+    return evidence
 
-    if not verified_results:
-        found = len(out.evidence)
-        detail = "; ".join(f"{e.digest[:19]}: {e.note}" for e in out.evidence if e.note) or "none attached"
-        out.problems.append(f"no test-result attestation signed by a trusted key "
-                            f"({found} attestation(s) found: {detail})")
-        return _finish(out)
-    ordered = newest_first(verified_results)
-    out.attestation = artifact_of[id(ordered[0][0])]
-    newest = ordered[0][0].get("predicate") or {}
+
+def _signed_statement(att: Attachment, keys: Sequence[TrustedKey], report: EvidenceReport,
+                      out: Verification) -> tuple[dict[str, Any], TrustedKey] | None:
+    """The in-toto statement a DSSE attachment carries, with the trusted key that signed it; None when no
+    trusted key signed it (ignored) or when it is refused (the problem added to ``out``)."""
+    check = check_envelope(att.content, keys)
+    if check.verified_by is None:
+        report.note = check.problem
+        if check.problem and check.problem.startswith("signed only by untrusted"):
+            return None  # another signer's evidence: not ours to judge
+        out.problems.append(f"attestation {att.digest}: {check.problem} (tampered?)")
+        return None
+    report.verified, report.keyid, report.key_source = True, check.verified_by.keyid, check.verified_by.source
+    if check.payload_type != IN_TOTO_PAYLOAD_TYPE:
+        out.problems.append(f"attestation {att.digest}: signed payload type is {check.payload_type!r}, "
+                            f"not {IN_TOTO_PAYLOAD_TYPE}")
+        return None
+    try:
+        statement = json.loads(check.payload)
+        if not isinstance(statement, dict):
+            raise ValueError
+    except ValueError:
+        out.problems.append(f"attestation {att.digest}: the signed payload is not a JSON statement")
+        return None
+    predicate = statement.get("predicateType")
+    if att.predicate_type and predicate != att.predicate_type:
+        out.problems.append(f"attestation {att.digest}: annotated as {att.predicate_type} but the signed "
+                            f"statement is {predicate}")
+        return None
+    return statement, check.verified_by
+
+
+def _judge_newest(out: Verification, newest: dict[str, Any], digest: str, not_before: str | None) -> None:
+    """Step 4's result: the newest signed test result's predicate lets the image through, and is not older
+    than the recorded promotion."""
     out.result = str(newest.get("result", "")) or None
     out.signed_at = str(newest.get("signedAt")) if newest.get("signedAt") is not None else None
     out.run_finished_at = str(newest.get("runFinishedAt")) if newest.get("runFinishedAt") is not None else None
@@ -280,6 +326,12 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
             out.problems.append(f"the newest signed test result for {digest} was signed at "
                                 f"{out.signed_at or 'an unknown time'}, before the recorded promotion at {not_before} "
                                 "(a newer result is being withheld?)")
+
+
+def _judge_cells(out: Verification, ordered: Sequence[tuple[dict[str, Any], TrustedKey]],
+                 labels: dict[str, str]) -> list[dict[str, str]]:
+    """Step 4's cell: the cells the signed results name (newest first), the signers' keys noted, and the
+    newest one compared with the image's labels."""
     cells: list[dict[str, str]] = []
     for statement, key in ordered:
         cell = statement_cell(statement)
@@ -291,25 +343,34 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
         cells.append(cell)
         if statement is ordered[0][0]:
             out.problems.extend(label_problems(cell, labels))
-    if cells:
-        first = cells[0]
-        out.cell_id, out.stack, out.cell_name = first["id"], first.get("stack"), first.get("name")
-        if any(c["id"] != first["id"] for c in cells):
-            out.problems.append(f"the signed attestations of {digest} name different cells: "
-                                f"{', '.join(sorted({c['id'] for c in cells}))}")
-        if expect_cell and first["id"] != expect_cell:
-            out.problems.append(f"the recorded cell is {expect_cell}, but the signed attestation of {digest} is for "
-                                f"cell {first['id']}")
-        if expect_stack and first.get("stack") != expect_stack:
-            out.problems.append(f"the recorded stack is {expect_stack}, but the signed attestation of {digest} is "
-                                f"for stack {first.get('stack')}")
-    out.sbom = "verified" if signed_sboms else "absent"
-    for statement in signed_sboms:
+    return cells
+
+
+def _judge_recorded_cell(out: Verification, cells: Sequence[dict[str, str]], digest: str,
+                         expect_cell: str | None, expect_stack: str | None) -> None:
+    """Every signed result names one cell, and it is the one (and the stack) the known-good record names."""
+    first = cells[0]
+    out.cell_id, out.stack, out.cell_name = first["id"], first.get("stack"), first.get("name")
+    if any(c["id"] != first["id"] for c in cells):
+        out.problems.append(f"the signed attestations of {digest} name different cells: "
+                            f"{', '.join(sorted({c['id'] for c in cells}))}")
+    if expect_cell and first["id"] != expect_cell:
+        out.problems.append(f"the recorded cell is {expect_cell}, but the signed attestation of {digest} is for "
+                            f"cell {first['id']}")
+    if expect_stack and first.get("stack") != expect_stack:
+        out.problems.append(f"the recorded stack is {expect_stack}, but the signed attestation of {digest} is "
+                            f"for stack {first.get('stack')}")
+
+
+def _judge_sboms(out: Verification, sboms: Sequence[dict[str, Any]], cell: dict[str, str] | None,
+                 labels: dict[str, str]) -> None:
+    """Step 5's SBOMs: each signed one describes the cell and the lock the image was built from."""
+    out.sbom = "verified" if sboms else "absent"
+    for statement in sboms:
         bom = statement.get("predicate")
-        out.problems.extend(_sbom_problems(bom, cells[0] if cells else None, labels))
+        out.problems.extend(_sbom_problems(bom, cell, labels))
         if isinstance(bom, dict):
             out.sbom_components = len(bom.get("components") or [])
-    return _finish(out)
 
 
 def _finish(out: Verification) -> Verification:

@@ -371,100 +371,132 @@ class Assembler:
             image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
             image.seconds = time.monotonic() - start
             return image
-        base: BaseLayers = ctx["base"]  # type: ignore[assignment]
-        venv: VenvLayout = ctx["venv"]  # type: ignore[assignment]
-        wheels: dict[str, WheelFile] = ctx["wheels"]  # type: ignore[assignment]
-        epoch: int = ctx["epoch"]  # type: ignore[assignment]
-        by_name = {p.name: p for p in image.layers}
-        self._check_disk(cell, [wheels[p.name.split(":", 1)[1].split("==", 1)[0]] for p in image.layers
+        job = _CellJob(cell=cell, image=image, log=log, on_step=on_step,
+                       base=ctx["base"], venv=ctx["venv"], wheels=ctx["wheels"],  # type: ignore[arg-type]
+                       epoch=ctx["epoch"], by_name={p.name: p for p in image.layers})  # type: ignore[arg-type]
+        self._check_disk(cell, [job.wheels[_wheel_name(p)] for p in image.layers
                                 if p.name.startswith("wheel:") and p.descriptor is None])
-
-        def wheel_layer(planned: PlannedLayer, source: dict[str, WheelFile] = wheels) -> None:
-            name = planned.name.split(":", 1)[1].split("==", 1)[0]
-            wheel = source[name]
-
-            def build(writer: LayerWriter) -> None:
-                on_step(f"fetch {wheel.filename}")
-                path = self.fetcher.fetch(wheel)
-                on_step(f"layer {wheel.filename}")
-                install_wheel(path, writer, venv)
-
-            self._cached_or_build(planned, build, epoch)
-
-        todo = [p for p in image.layers if p.name.startswith("wheel:") and p.descriptor is None]
-        self._cached_or_build(by_name["venv"], venv.write_venv, epoch)
-        if todo:
-            with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
-                for future in [pool.submit(wheel_layer, p) for p in sorted(todo, key=lambda p: -_size(wheels, p))]:
-                    future.result()
-        for patch in cell.patches_to_apply:
-            planned = by_name[f"patch:{patch.id}"]
-            wheel_path = self.fetcher.fetch(wheels[_canonical(patch.package)])
-            on_step(f"patch {patch.id}")
-            self._cached_or_build(planned, partial(self._patch_layer, cell, patch, wheel_path, venv), epoch)
+        self._build_wheels(job)
+        self._build_patches(job)
         aot: jitcache.AotPlan | None = ctx["aot"]  # type: ignore[assignment]
         if aot is not None:
-            if aot.skip:
-                with open(log, "a", encoding="utf-8") as handle:
-                    handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
-            self._cached_or_build(by_name["cuda-link"], jitcache.link_layer_builder(
-                cell, aot, venv.site_packages, self.settings.cache_dir), epoch)
-        if aot is not None and "flashinfer-aot" in by_name and aot.cross is not None:
-            with open(log, "a", encoding="utf-8") as handle:
-                handle.write(crossaot.describe(cell, aot) + "\n")
-            on_step(crossaot.describe(cell, aot))
+            self._build_aot(job, aot)
+        self._build_smoke_and_ca(job, ctx["smoke"])  # type: ignore[arg-type]
+        self._write_image(job, ref, ctx["env"], ctx["labels"])  # type: ignore[arg-type]
+        image.seconds = time.monotonic() - start
+        return image
 
-            def builder_root() -> list[tuple[Path, str]]:
-                """The builder root's layers: the cell's base for this builder's architecture, the venv, and
-                the builder-architecture wheels of the cell's pins that the generator imports."""
-                own = dict(crossaot.builder_wheels(aot))
-                planned = [PlannedLayer(f"wheel:{w.name}=={w.version}", _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION,
-                                                                            w.sha256, cell.python, epoch,
-                                                                            self.settings.gzip_level))
-                           for w in own.values()]
-                with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
-                    for future in [pool.submit(wheel_layer, p, own) for p in planned]:
-                        future.result()
-                assert aot.cross is not None
-                layers = [*aot.cross.base_layers, by_name["venv"].descriptor, *(p.descriptor for p in planned)]
-                return jitcache.layer_blobs(self.layout.blob_path, [d for d in layers if d is not None])
+    # -- the steps of assemble -------------------------------------------------------------------------------
 
-            def cell_wheels() -> list[Path]:
-                assert aot.cross is not None and aot.cross.spec is not None
-                return [self.fetcher.fetch(wheels[n]) for n in aot.cross.spec.libraries_from if n in wheels]
+    def _wheel_layer(self, job: _CellJob, planned: PlannedLayer, source: dict[str, WheelFile] | None = None) -> None:
+        """A wheel's layer (``source``: the wheels it is one of, the cell's by default), fetched and laid out."""
+        wheel = (job.wheels if source is None else source)[_wheel_name(planned)]
 
-            self._cached_or_build(by_name["flashinfer-aot"], crossaot.layer_builder(
-                cell, aot, venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, log, on_step,
-                jobs=max(1, min(2, self.settings.jobs))), epoch)
-        elif aot is not None and "flashinfer-aot" in by_name:
-            with open(log, "a", encoding="utf-8") as handle:
-                handle.write(f"flashinfer-aot: built in cell {cell.id}'s own root: {', '.join(aot.modules)} for "
-                             f"{aot.arch_list}\n")
-            root_layers = [*base.layers, *(p.descriptor for p in image.layers
+        def build(writer: LayerWriter) -> None:
+            job.on_step(f"fetch {wheel.filename}")
+            path = self.fetcher.fetch(wheel)
+            job.on_step(f"layer {wheel.filename}")
+            install_wheel(path, writer, job.venv)
+
+        self._cached_or_build(planned, build, job.epoch)
+
+    def _build_wheels(self, job: _CellJob) -> None:
+        """The venv layer, then every wheel layer not yet in the cache, the largest first, ``jobs`` at once."""
+        todo = [p for p in job.image.layers if p.name.startswith("wheel:") and p.descriptor is None]
+        self._cached_or_build(job.by_name["venv"], job.venv.write_venv, job.epoch)
+        if todo:
+            with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+                for future in [pool.submit(self._wheel_layer, job, p)
+                               for p in sorted(todo, key=lambda p: -_size(job.wheels, p))]:
+                    future.result()
+
+    def _build_patches(self, job: _CellJob) -> None:
+        """One layer per installed-tree patch, made from the wheel it patches."""
+        for patch in job.cell.patches_to_apply:
+            planned = job.by_name[f"patch:{patch.id}"]
+            wheel_path = self.fetcher.fetch(job.wheels[_canonical(patch.package)])
+            job.on_step(f"patch {patch.id}")
+            self._cached_or_build(planned, partial(self._patch_layer, job.cell, patch, wheel_path, job.venv),
+                                  job.epoch)
+
+    def _build_aot(self, job: _CellJob, aot: jitcache.AotPlan) -> None:
+        """The CUDA link layer, then FlashInfer's modules: cross-compiled for a foreign cell, else built in the
+        cell's own root."""
+        cell = job.cell
+        if aot.skip:
+            with open(job.log, "a", encoding="utf-8") as handle:
+                handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
+        self._cached_or_build(job.by_name["cuda-link"], jitcache.link_layer_builder(
+            cell, aot, job.venv.site_packages, self.settings.cache_dir), job.epoch)
+        if "flashinfer-aot" not in job.by_name:
+            return
+        if aot.cross is not None:
+            self._build_cross_aot(job, aot)
+            return
+        with open(job.log, "a", encoding="utf-8") as handle:
+            handle.write(f"flashinfer-aot: built in cell {cell.id}'s own root: {', '.join(aot.modules)} for "
+                         f"{aot.arch_list}\n")
+        root_layers = [*job.base.layers, *(p.descriptor for p in job.image.layers
                                            if p.descriptor and (p.name == "venv" or p.name.startswith("wheel:")))]
-            self._cached_or_build(by_name["flashinfer-aot"], jitcache.aot_layer_builder(
-                cell, aot, venv.site_packages, jitcache.layer_blobs(self.layout.blob_path, root_layers),
-                self.settings.cache_dir, log, on_step), epoch)
-        if "smoke" in by_name:
-            files: list[tuple[str, Path]] = ctx["smoke"]  # type: ignore[assignment]
+        self._cached_or_build(job.by_name["flashinfer-aot"], jitcache.aot_layer_builder(
+            cell, aot, job.venv.site_packages, jitcache.layer_blobs(self.layout.blob_path, root_layers),
+            self.settings.cache_dir, job.log, job.on_step), job.epoch)
 
+    def _build_cross_aot(self, job: _CellJob, aot: jitcache.AotPlan) -> None:
+        """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/crossaot.py)."""
+        cell, epoch = job.cell, job.epoch
+        with open(job.log, "a", encoding="utf-8") as handle:
+            handle.write(crossaot.describe(cell, aot) + "\n")
+        job.on_step(crossaot.describe(cell, aot))
+
+        def builder_root() -> list[tuple[Path, str]]:
+            """The builder root's layers: the cell's base for this builder's architecture, the venv, and
+            the builder-architecture wheels of the cell's pins that the generator imports."""
+            own = dict(crossaot.builder_wheels(aot))
+            planned = [PlannedLayer(f"wheel:{w.name}=={w.version}", _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION,
+                                                                        w.sha256, cell.python, epoch,
+                                                                        self.settings.gzip_level))
+                       for w in own.values()]
+            with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+                for future in [pool.submit(self._wheel_layer, job, p, own) for p in planned]:
+                    future.result()
+            assert aot.cross is not None
+            layers = [*aot.cross.base_layers, job.by_name["venv"].descriptor, *(p.descriptor for p in planned)]
+            return jitcache.layer_blobs(self.layout.blob_path, [d for d in layers if d is not None])
+
+        def cell_wheels() -> list[Path]:
+            assert aot.cross is not None and aot.cross.spec is not None
+            return [self.fetcher.fetch(job.wheels[n]) for n in aot.cross.spec.libraries_from if n in job.wheels]
+
+        self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
+            cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
+            job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
+
+    def _build_smoke_and_ca(self, job: _CellJob, files: list[tuple[str, Path]]) -> None:
+        """The smoke bundle's layer, and the CA layer when the image carries the extra certificates."""
+        if "smoke" in job.by_name:
             def smoke_layer(writer: LayerWriter) -> None:
                 for name, path in files:
                     with open(path, "rb") as handle:
                         writer.add_file(f"{SMOKE_DIR}/{name}", handle, path.stat().st_size)
 
-            self._cached_or_build(by_name["smoke"], smoke_layer, epoch)
-        if "ca" in by_name:
-            self._cached_or_build(by_name["ca"], lambda w: self._ca_layer(base, w), epoch)
-        on_step("config")
-        image.layers = _merge_small(image.layers, self.settings.max_layers, self, epoch)
+            self._cached_or_build(job.by_name["smoke"], smoke_layer, job.epoch)
+        if "ca" in job.by_name:
+            self._cached_or_build(job.by_name["ca"], lambda w: self._ca_layer(job.base, w), job.epoch)
+
+    def _write_image(self, job: _CellJob, ref: str, env: dict[str, str], labels: dict[str, str]) -> None:
+        """The small wheel layers merged past ``max_layers``, the runnable check, then the config and the
+        manifest, written to the layout under ``ref``."""
+        cell, base, image = job.cell, job.base, job.image
+        job.on_step("config")
+        image.layers = _merge_small(image.layers, self.settings.max_layers, self, job.epoch)
         descriptors = [*base.layers, *(p.descriptor for p in image.layers[1:] if p.descriptor)]
         if self.settings.check_runnable:
-            on_step("runnable")
-            self._check_runnable(cell, descriptors, base, ctx["env"], on_step)  # type: ignore[arg-type]
+            job.on_step("runnable")
+            self._check_runnable(cell, descriptors, base, env, job.on_step)
         history = [f"base {base.name}"] * len(base.layers) + [p.name for p in image.layers[1:]]
-        config = image_config(platform=cell.platform, env=ctx["env"], labels=ctx["labels"],  # type: ignore[arg-type]
-                              diff_ids=[d.diff_id for d in descriptors], history=history, epoch=epoch,
+        config = image_config(platform=cell.platform, env=env, labels=labels,
+                              diff_ids=[d.diff_id for d in descriptors], history=history, epoch=job.epoch,
                               base_env=base.env)
         config_bytes = canonical_json(config)
         config_digest = self.layout.put_blob(config_bytes)
@@ -476,17 +508,33 @@ class Assembler:
         }
         image.digest = self.layout.put_image(ref, manifest, {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id})
         image.config_digest = config_digest
-        image.seconds = time.monotonic() - start
-        return image
 
+
+@dataclass
+class _CellJob:
+    """One cell's image while ``Assembler.assemble`` builds it: its plan's parts, shared by the steps."""
+
+    cell: Cell
+    image: AssembledImage
+    base: BaseLayers
+    venv: VenvLayout
+    wheels: dict[str, WheelFile]
+    epoch: int
+    log: Path
+    on_step: Callable[[str], None]
+    by_name: dict[str, PlannedLayer]  # the planned layers by name, before the small wheels are merged
+
+
+def _wheel_name(planned: PlannedLayer) -> str:
+    """The package of a ``wheel:NAME==VERSION`` layer."""
+    return planned.name.split(":", 1)[1].split("==", 1)[0]
 
 def _canonical(name: str) -> str:
     return str(canonicalize_name(name))
 
 
 def _size(wheels: dict[str, WheelFile], planned: PlannedLayer) -> int:
-    name = planned.name.split(":", 1)[1].split("==", 1)[0]
-    return wheels[name].size or 0
+    return wheels[_wheel_name(planned)].size or 0
 
 
 def _merge_small(layers: list[PlannedLayer], max_layers: int, assembler: Assembler, epoch: int) -> list[PlannedLayer]:

@@ -1,0 +1,843 @@
+"""pinmatrix.image.datapath.assemble rule by rule, in process: a cell's image is its base, venv, one layer per locked
+wheel (by name), its patches, smoke and CA layers, then a config and manifest that name them in that order; a
+layer is found again by its key (what its bytes depend on) only while its blob re-hashes to its digest; an
+unchanged image is not assembled again, a damaged one is; the same cell gives the same bytes in another cache
+and layout; past ``max_layers`` the smallest wheels share one layer holding each path once; a base of another
+Python, a source patch, a patch of a package not in the lock and a cell whose layers would not fit are refused
+before anything is written. The base is a small layer written here (no mmdebstrap), the wheels come from an
+index on 127.0.0.1 (tests/pep691.py)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pep691 import serve_pages
+
+from conftest import make_cell
+from pinmatrix.cell import Cell, CellPatch, IndexSpec
+from pinmatrix.image.datapath import assemble as assemble_module
+from pinmatrix.image.datapath.assemble import (
+    INPUTS,
+    Assembler,
+    AssemblyError,
+    AssemblySettings,
+    LayerCache,
+    PlannedLayer,
+    WheelChoices,
+    describe,
+)
+from pinmatrix.image.datapath.rootfs import BaseLayers
+from pinmatrix.image.datapath.wheels import WheelFile
+from pinmatrix.image.format.config import LOCK_LABEL
+from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer
+from pinmatrix.image.format.oci import OCILayout
+
+BUNDLE = b"-----BEGIN CERTIFICATE-----\nBASE\n-----END CERTIFICATE-----"  # no newline at the end
+SITE = "opt/venv/lib/python3.11/site-packages"
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+
+
+def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
+    dist = f"{name}-{version}.dist-info"
+    entries = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+               f"{dist}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in entries.items()) + f"{dist}/RECORD,,\n"
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:  # fixed times: the same bytes in every Project
+        for n, d in [*entries.items(), (f"{dist}/RECORD", record.encode())]:
+            zf.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
+    return buf.getvalue()
+
+
+WHEELS = {
+    "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n"}),
+    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n"}),
+    "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200}),
+}
+
+
+def base_layer(layout: OCILayout) -> LayerDescriptor:
+    """A base layer as a pulled rootfs names its entries (``./etc/...``), as a plain tar."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in (("./etc/ssl/certs/ca-certificates.crt", BUNDLE), ("./etc/os-release", b"ID=test\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("./etc/ssl/certs/ca-certificates.crt.link")
+        link.type, link.linkname = tarfile.SYMTYPE, "ca-certificates.crt"
+        tar.addfile(link)
+    data = buf.getvalue()
+    digest = layout.put_blob(data)
+    return LayerDescriptor(digest, len(data), digest, "application/vnd.oci.image.layer.v1.tar")
+
+
+class Project:
+    """A project with a smoke folder, an index serving WHEELS, a cell that locks them and a base written here."""
+
+    def __init__(self, tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch, *, python: str = "3.11",
+                 packages: tuple[str, ...] = ("alpha", "beta"), **settings: object) -> None:
+        self.tmp = tmp_path
+        self.url = url
+        (tmp_path / "smoke").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "smoke" / "catalogue.toml").write_bytes(b"# the smokes\n")
+        self.data = {n: wheel_bytes(n, WHEELS[n][0], WHEELS[n][1]) for n in WHEELS}
+        self.sha = {n: hashlib.sha256(d).hexdigest() for n, d in self.data.items()}
+        self.packages = packages
+        self.cell = self.make(packages)
+        self.base_python: str | None = python
+        self.base_calls: list[bool] = []
+        monkeypatch.setattr(assemble_module, "debian_base", self._base)
+        chosen: dict[str, object] = {"smoke_dir": tmp_path / "smoke", "jobs": 2, **settings}
+        self.settings = AssemblySettings(root=tmp_path, cache_dir=tmp_path / "cache", layout_dir=tmp_path / "oci",
+                                         **chosen)  # type: ignore[arg-type]
+        self.assembler = Assembler(self.settings)
+        self.log = tmp_path / "build.log"
+
+    def make(self, packages: tuple[str, ...], **over: object) -> Cell:
+        cell = make_cell("rules", tuple(f"{n}=={WHEELS[n][0]}" for n in packages), pins={"alpha": "1.0"})
+        return dataclasses.replace(cell, indexes=(IndexSpec(name="test", url=f"{self.url}/simple", default=True),),
+                                   **over)  # type: ignore[arg-type]
+
+    def lock(self, cell: Cell | None = None) -> str:
+        cell = cell or self.cell
+        lines = [f"# pinmatrix lock for cell {cell.id}: test", f"# python {cell.python} on {cell.platform}; test"]
+        for n in sorted(WHEELS):
+            if f"{n}=={WHEELS[n][0]}" in cell.requirements:
+                lines += [f"{n}=={WHEELS[n][0]} \\", f"    --hash=sha256:{self.sha[n]}"]
+        return "\n".join(lines) + "\n"
+
+    def _base(self, spec: object, platform: str, layout: OCILayout, cache_dir: Path, log: Path, *,
+              dry: bool = False) -> BaseLayers:
+        self.base_calls.append(dry)
+        return BaseLayers((base_layer(layout),), ("PATH=/usr/bin:/bin", "LANG=C.UTF-8"), "debian:test", "base-key",
+                          self.base_python)
+
+    def assemble(self, cell: Cell | None = None, ref: str = "localhost/rules:one",
+                 steps: list[str] | None = None, assembler: Assembler | None = None):  # noqa: ANN201
+        cell = cell or self.cell
+        return (assembler or self.assembler).assemble(cell, self.lock(cell), ref, self.log,
+                                                      on_step=(steps.append if steps is not None else lambda s: None))
+
+    def layer_files(self, desc: LayerDescriptor) -> dict[str, bytes | None]:
+        out: dict[str, bytes | None] = {}
+        with open_layer(self.assembler.layout.blob_path(desc.digest), desc.media_type) as tar:
+            for member in tar:
+                handle = tar.extractfile(member) if member.isreg() else None
+                out[member.name] = handle.read() if handle else None
+        return out
+
+
+@pytest.fixture
+def index() -> Iterator[tuple[str, dict[str, bytes]]]:
+    pages: dict[str, bytes] = {}
+    with serve_pages(pages) as url:
+        yield url, pages
+
+
+def _serve(pages: dict[str, bytes], project: Project) -> None:
+    for name, data in project.data.items():
+        filename = f"{name}-{WHEELS[name][0]}-py3-none-any.whl"
+        pages[f"/simple/{name}/"] = json.dumps({"files": [{
+            "filename": filename, "url": f"/files/{filename}", "hashes": {"sha256": project.sha[name]},
+            "size": len(data)}]}).encode()
+        pages[f"/files/{filename}"] = data
+
+
+@pytest.fixture
+def project(tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> Project:
+    url, pages = index
+    p = Project(tmp_path / "p", url, monkeypatch)
+    _serve(pages, p)
+    return p
+
+
+# -- the image -------------------------------------------------------------------------------------------
+
+def test_an_image_is_base_venv_wheels_smoke_in_that_order_named_by_its_config(project: Project) -> None:
+    steps: list[str] = []
+    image = project.assemble(steps=steps)
+    layout = project.assembler.layout
+    assert [p.name for p in image.layers] == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "smoke"]
+    assert not image.cached and image.ref == "localhost/rules:one" and image.seconds > 0
+    stored = layout.image("localhost/rules:one")
+    assert stored is not None and (stored.digest, stored.config_digest) == (image.digest, image.config_digest)
+    assert stored.annotations[INPUTS] == image.inputs and stored.annotations["io.pinmatrix.cell.id"] == project.cell.id
+    descriptors = [p.descriptor for p in image.layers]
+    assert all(descriptors) and image.size == sum(d.size for d in descriptors if d)
+    manifest = stored.manifest
+    assert manifest["schemaVersion"] == 2 and manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert manifest["layers"] == [d.as_oci() for d in descriptors if d]
+    config_bytes = layout.blob_path(image.config_digest).read_bytes()
+    assert manifest["config"] == {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                  "digest": image.config_digest, "size": len(config_bytes)}
+    config = json.loads(config_bytes)
+    assert config["rootfs"]["diff_ids"] == [d.diff_id for d in descriptors if d]
+    assert [h["created_by"] for h in config["history"]] == [
+        "pinmatrix: base debian:test", "pinmatrix: venv", "pinmatrix: wheel:alpha==1.0", "pinmatrix: wheel:beta==2.0",
+        "pinmatrix: smoke"]
+    labels = config["config"]["Labels"]
+    assert labels[INPUTS] == image.inputs
+    assert labels["io.pinmatrix.layers"] == "base,venv,wheel:alpha==1.0,wheel:beta==2.0,smoke"
+    assert labels[LOCK_LABEL] == hashlib.sha256(project.lock().encode()).hexdigest()
+    assert labels["org.opencontainers.image.base.name"] == "debian:test"
+    assert "LANG=C.UTF-8" in config["config"]["Env"]
+    assert steps[0] == "plan" and steps[-2:] == ["config", "runnable"]
+    for name in ("alpha", "beta"):
+        filename = f"{name}-{WHEELS[name][0]}-py3-none-any.whl"
+        assert steps.index(f"fetch {filename}") < steps.index(f"layer {filename}") < steps.index("config")
+    assert project.layer_files(descriptors[2])[f"{SITE}/alpha.py"] == b"A = 1\n" * 2000  # type: ignore[arg-type]
+    assert project.layer_files(descriptors[3])[f"{SITE}/beta.py"] == b"B = 2\n"  # type: ignore[arg-type]
+    venv = project.layer_files(descriptors[1])  # type: ignore[arg-type]
+    assert "opt/venv/pyvenv.cfg" in venv
+    smoke = project.layer_files(descriptors[4])  # type: ignore[arg-type]
+    assert smoke["pinmatrix/smoke/catalogue.toml"] == b"# the smokes\n"
+    assert project.base_calls == [False]
+
+
+def test_an_unchanged_image_is_not_assembled_again_and_a_damaged_one_is(project: Project) -> None:
+    first = project.assemble()
+    blobs = sorted(p.name for p in project.assembler.layout.blobs.iterdir())
+    steps: list[str] = []
+    again = project.assemble(steps=steps)
+    assert again.cached and (again.digest, again.config_digest) == (first.digest, first.config_digest)
+    assert steps == ["plan"] and again.seconds >= 0
+    assert sorted(p.name for p in project.assembler.layout.blobs.iterdir()) == blobs
+    fresh = Assembler(project.settings)  # another process: the same records
+    assert project.assemble(assembler=fresh).cached
+    wheel = first.layers[2].descriptor
+    assert wheel is not None
+    path = project.assembler.layout.blob_path(wheel.digest)
+    path.write_bytes(b"\0" + path.read_bytes()[1:])  # damaged in place
+    steps = []
+    rebuilt = project.assemble(assembler=Assembler(project.settings), steps=steps)
+    assert not rebuilt.cached and rebuilt.digest == first.digest  # the same bytes again
+    assert "layer alpha-1.0-py3-none-any.whl" in steps and "layer beta-2.0-py3-none-any.whl" not in steps
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == wheel.digest[7:]
+    assert [p.cached for p in rebuilt.layers] == [True, True, False, True, True]
+
+
+def test_another_ref_of_the_same_inputs_is_written_under_that_ref(project: Project) -> None:
+    first = project.assemble()
+    other = project.assemble(ref="localhost/rules:two")
+    assert not other.cached and other.digest == first.digest
+    assert project.assembler.layout.image("localhost/rules:two") is not None
+
+
+def test_the_same_cell_gives_the_same_image_in_another_cache_and_layout(project: Project, tmp_path: Path,
+                                                                         index: tuple[str, dict[str, bytes]],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    first = project.assemble()
+    other = Project(tmp_path / "elsewhere" / "q", index[0], monkeypatch, jobs=1)
+    second = other.assemble()
+    assert (second.digest, second.config_digest, second.inputs) == (first.digest, first.config_digest, first.inputs)
+
+
+def test_a_layer_key_holds_what_its_bytes_depend_on_and_nothing_else(project: Project, tmp_path: Path,
+                                                                      index: tuple[str, dict[str, bytes]],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def keys(p: Project, cell: Cell | None = None) -> dict[str, str]:
+        cell = cell or p.cell
+        image, _ = p.assembler.plan(cell, p.lock(cell), p.log)
+        return {layer.name: layer.key for layer in image.layers} | {"inputs": image.inputs}
+
+    plain = keys(project)
+    three = project.make(("alpha", "beta", "gamma"))
+    with_gamma = keys(project, three)
+    assert with_gamma["wheel:alpha==1.0"] == plain["wheel:alpha==1.0"]  # shared with a cell that has more wheels
+    assert with_gamma["venv"] == plain["venv"] and with_gamma["inputs"] != plain["inputs"]
+    level = keys(Project(tmp_path / "level", index[0], monkeypatch, gzip_level=6))
+    plain_cell = project.cell
+    epoch = keys(project, dataclasses.replace(plain_cell, base=dataclasses.replace(
+        plain_cell.base, source_date_epoch=(plain_cell.base.source_date_epoch or 0) + 1)))
+    for changed in (level, epoch):
+        for name in ("venv", "wheel:alpha==1.0", "wheel:beta==2.0", "smoke", "inputs"):
+            assert changed[name] != plain[name], name
+    (project.tmp / "smoke" / "catalogue.toml").write_bytes(b"# other smokes\n")
+    smoke = keys(project)
+    assert smoke["smoke"] != plain["smoke"] and smoke["wheel:alpha==1.0"] == plain["wheel:alpha==1.0"]
+    assert keys(project)["smoke"] == smoke["smoke"]
+    assert len({plain[n] for n in ("venv", "wheel:alpha==1.0", "wheel:beta==2.0", "smoke")}) == 4
+
+
+def test_the_plan_says_what_is_cached_and_what_would_be_downloaded(project: Project) -> None:
+    image, context = project.assembler.plan(project.cell, project.lock(), project.log, dry=True)
+    assert project.base_calls == [True]
+    assert [(p.name, p.cached, p.download) for p in image.layers] == [
+        ("base", True, None), ("venv", False, None), ("wheel:alpha==1.0", False, len(project.data["alpha"])),
+        ("wheel:beta==2.0", False, len(project.data["beta"])), ("smoke", False, None)]
+    (planned,) = describe([image])
+    assert planned["download_bytes"] == len(project.data["alpha"]) + len(project.data["beta"])
+    assert planned["cell"] == project.cell.id and planned["digest"] is None and planned["config"] is None
+    assert [layer["download"] for layer in planned["layers"]] == [  # type: ignore[union-attr]
+        None, None, len(project.data["alpha"]), len(project.data["beta"]), None]
+    assert set(context) == {"base", "venv", "wheels", "labels", "env", "epoch", "smoke", "aot"}
+    built = project.assemble()
+    again, _ = project.assembler.plan(project.cell, project.lock(), project.log)
+    assert all(p.cached for p in again.layers) and all(p.download is None for p in again.layers)
+    assert [p.descriptor for p in again.layers] == [p.descriptor for p in built.layers]
+    (done,) = describe([built])
+    assert done["digest"] == built.digest and done["config"] == built.config_digest and done["cached"] is False
+    assert done["download_bytes"] == len(project.data["alpha"]) + len(project.data["beta"])
+    assert done["layers"][2] == {  # type: ignore[index]
+        "name": "wheel:alpha==1.0", "key": built.layers[2].key, "cached": False,
+        "digest": built.layers[2].descriptor.digest, "size": built.layers[2].descriptor.size,  # type: ignore[union-attr]
+        "download": len(project.data["alpha"])}
+
+
+def test_the_wheel_chosen_for_a_lock_line_is_remembered(project: Project, index: tuple[str, dict[str, bytes]]) -> None:
+    project.assemble()
+    index[1].clear()  # the index is gone: a warm build asks it nothing
+    image, context = Assembler(project.settings).plan(project.cell, project.lock(), project.log)
+    wheels = context["wheels"]
+    assert isinstance(wheels, dict) and wheels["alpha"].sha256 == project.sha["alpha"]
+    assert wheels["alpha"].size == len(project.data["alpha"])
+    assert all(p.cached for p in image.layers)
+
+
+def test_wheel_choices_are_kept_per_target_and_index(tmp_path: Path) -> None:
+    class Fetcher:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def choose(self, entry, target, indexes):  # noqa: ANN001, ANN201
+            self.asked += 1
+            return WheelFile(entry.name, entry.version, f"{entry.name}-{self.asked}.whl", "u", "a" * 64, self.asked)
+
+    from pinmatrix.image.datapath.wheels import Target
+    from pinmatrix.project.lockfile import parse_lock
+
+    fetcher = Fetcher()
+    choices = WheelChoices(tmp_path, fetcher)  # type: ignore[arg-type]
+    entry = parse_lock(f"six==1.17.0 --hash=sha256:{'a' * 64}\n").entries[0]
+    cell = make_cell("c", ("six==1.17.0",))
+    first = choices.choose(entry, Target("3.11", "x86_64-manylinux_2_28"), cell)
+    assert choices.choose(entry, Target("3.11", "x86_64-manylinux_2_28"), cell) == first and fetcher.asked == 1
+    assert WheelChoices(tmp_path, fetcher).choose(entry, Target("3.11", "x86_64-manylinux_2_28"), cell) == first  # type: ignore[arg-type]
+    assert choices.choose(entry, Target("3.12", "x86_64-manylinux_2_28"), cell).size == 2
+    assert choices.choose(entry, Target("3.11", "aarch64-manylinux_2_28"), cell).size == 3
+    other_index = dataclasses.replace(cell, indexes=(IndexSpec(name="mirror", url="https://mirror.invalid/simple"),))
+    assert choices.choose(entry, Target("3.11", "x86_64-manylinux_2_28"), other_index).size == 4
+    assert fetcher.asked == 4
+
+
+# -- the layer cache -------------------------------------------------------------------------------------
+
+def test_a_layer_record_counts_only_while_its_blob_rehashes_to_its_digest(tmp_path: Path) -> None:
+    layout = OCILayout(tmp_path / "oci").init()
+    writer = LayerWriter(layout.blobs, epoch=0)
+    writer.add_bytes("x", b"x")
+    desc = writer.close()
+    cache = LayerCache(tmp_path / "cache", layout)
+    assert cache.get("k") is None
+    cache.put("k", desc, "wheel:x==1")
+    record = json.loads((tmp_path / "cache" / "layers" / "k.json").read_text())
+    assert record == {**desc.to_json(), "what": "wheel:x==1"}
+    assert cache.get("k") == desc
+    (tmp_path / "cache" / "layers" / "bad.json").write_text("{not json")
+    assert cache.get("bad") is None
+    (tmp_path / "cache" / "layers" / "partial.json").write_text(json.dumps({"digest": desc.digest}))
+    assert cache.get("partial") is None
+    layout.blob_path(desc.digest).unlink()
+    assert LayerCache(tmp_path / "cache", OCILayout(tmp_path / "oci")).get("k") is None
+    writer = LayerWriter(layout.blobs, epoch=0)
+    writer.add_bytes("x", b"x")
+    assert writer.close() == desc
+    cache.put("wrong-size", dataclasses.replace(desc, size=desc.size + 1), "x")
+    assert LayerCache(tmp_path / "cache", OCILayout(tmp_path / "oci")).get("wrong-size") is None
+    assert cache.lock("a") is cache.lock("a") and cache.lock("a") is not cache.lock("b")
+
+
+def test_a_failed_layer_build_leaves_no_blob_no_temporary_and_no_record(project: Project) -> None:
+    planned = PlannedLayer("wheel:x==1", "key-x")
+
+    def build(writer: LayerWriter) -> None:
+        writer.add_bytes("opt/x", b"x" * 1000)
+        raise KeyboardInterrupt
+
+    blobs = set(project.assembler.layout.blobs.iterdir())
+    with pytest.raises(KeyboardInterrupt):
+        project.assembler._cached_or_build(planned, build, 0)
+    assert set(project.assembler.layout.blobs.iterdir()) == blobs
+    assert planned.descriptor is None and project.assembler.layers.get("key-x") is None
+    project.assembler._cached_or_build(planned, lambda w: w.add_bytes("opt/x", b"x"), 7)
+    assert planned.descriptor is not None and not planned.cached and planned.seconds > 0
+    with open_layer(project.assembler.layout.blob_path(planned.descriptor.digest), planned.descriptor.media_type) as tar:
+        assert {m.mtime for m in tar} == {7}
+    again = PlannedLayer("wheel:x==1", "key-x")
+    project.assembler._cached_or_build(again, build, 0)  # found: not built
+    assert again.cached and again.descriptor == planned.descriptor
+    record = json.loads((project.settings.cache_dir / "layers" / "key-x.json").read_text())
+    assert record["what"] == "wheel:x==1"
+
+
+# -- many wheels -----------------------------------------------------------------------------------------
+
+def test_past_max_layers_the_smallest_wheels_share_one_layer_holding_each_path_once(
+        tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "five", index[0], monkeypatch, max_layers=5)
+    _serve(index[1], p)
+    cell = p.make(("alpha", "beta", "gamma"))
+    image = p.assemble(cell)
+    names = [layer.name for layer in image.layers]
+    assert names == ["base", "venv", "wheel:alpha==1.0", "wheels:beta==2.0,gamma==3.0", "smoke"]
+    stored = p.assembler.layout.image("localhost/rules:one")
+    assert stored is not None and len(stored.manifest["layers"]) == 5
+    config = json.loads(p.assembler.layout.blob_path(image.config_digest).read_bytes())
+    assert config["history"][3]["created_by"] == "pinmatrix: wheels:beta==2.0,gamma==3.0"
+    merged = image.layers[3].descriptor
+    assert merged is not None
+    with open_layer(p.assembler.layout.blob_path(merged.digest), merged.media_type) as tar:
+        members = [m.name for m in tar]
+    assert len(members) == len(set(members))  # each path once: containers/storage refuses repeats
+    files = p.layer_files(merged)
+    assert files[f"{SITE}/beta.py"] == b"B = 2\n" and files[f"{SITE}/gamma.py"] == b"G = 3\n" * 200
+    assert f"{SITE}/alpha.py" not in files
+    assert any(n.startswith(f"{SITE}/beta-2.0.dist-info/") for n in files)
+    assert any(n.startswith(f"{SITE}/gamma-3.0.dist-info/") for n in files)
+
+    everything = Project(tmp_path / "four", index[0], monkeypatch, max_layers=4)
+    image = everything.assemble(cell)
+    assert [layer.name for layer in image.layers] == ["base", "venv", "wheels:alpha==1.0,beta==2.0,gamma==3.0",
+                                                      "smoke"]
+    files = everything.layer_files(image.layers[2].descriptor)  # type: ignore[arg-type]
+    assert files[f"{SITE}/shared/data.txt"] == b"from beta\n"  # the later layer's, as the layers' order leaves it
+    with open_layer(everything.assembler.layout.blob_path(image.layers[2].descriptor.digest),  # type: ignore[union-attr]
+                    "gzip") as tar:
+        members = [m.name for m in tar]
+    assert len(members) == len(set(members)) and members.count(f"{SITE}/shared/data.txt") == 1
+
+    roomy = Project(tmp_path / "six", index[0], monkeypatch, max_layers=6)
+    assert [layer.name for layer in roomy.assemble(cell).layers] == [
+        "base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "wheel:gamma==3.0", "smoke"]
+
+
+def test_the_merged_layer_is_shared_by_its_parts_keys(tmp_path: Path, index: tuple[str, dict[str, bytes]],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, max_layers=4)
+    _serve(index[1], p)
+    cell = p.make(("alpha", "beta", "gamma"))
+    first = p.assemble(cell)
+    steps: list[str] = []
+    other = p.make(("alpha", "beta", "gamma"), env={"X": "1"})
+    second = p.assemble(other, ref="localhost/rules:env", steps=steps)
+    assert second.digest != first.digest
+    assert second.layers[2].descriptor == first.layers[2].descriptor and second.layers[2].key == first.layers[2].key
+    assert not any(s.startswith("layer ") for s in steps)
+
+
+# -- refusals --------------------------------------------------------------------------------------------
+
+def test_a_base_without_python_or_with_another_one_is_refused(project: Project) -> None:
+    project.base_python = None
+    with pytest.raises(AssemblyError) as err:
+        project.assemble()
+    assert str(err.value) == (f"cell {project.cell.id} ({project.cell.name}): its base debian:test has no "
+                              "/usr/bin/python3")
+    project.base_python = "3.12"
+    with pytest.raises(AssemblyError) as err:
+        project.assemble()
+    assert str(err.value) == (f"cell {project.cell.id} ({project.cell.name}): the cell wants Python 3.11 but its "
+                              "base debian:test has 3.12")
+    assert project.assembler.layout.image("localhost/rules:one") is None
+
+
+def _patch(project: Project, kind: str = "installed-tree", package: str = "alpha",
+           text: bytes | None = None) -> CellPatch:
+    text = text if text is not None else (b"--- a/alpha.py\n+++ b/alpha.py\n@@ -1,2 +1,2 @@\n-A = 1\n+A = 2\n A = 1\n"
+                                          b"--- a/shared/data.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-from alpha\n")
+    (project.tmp / "patches").mkdir(exist_ok=True)
+    (project.tmp / "patches" / "fix.patch").write_bytes(text)
+    return CellPatch(id="fix", package=package, version="1.0", kind=kind, status="apply",  # type: ignore[arg-type]
+                     upstream="https://example.invalid/pr/1", sha256=hashlib.sha256(text).hexdigest(),
+                     source="patches/fix.patch")
+
+
+def test_a_source_patch_or_one_of_a_package_not_in_the_lock_is_refused_before_any_layer(project: Project) -> None:
+    source = project.make(("alpha", "beta"), patches=(_patch(project, kind="source"),))
+    with pytest.raises(AssemblyError) as err:
+        project.assemble(source)
+    assert str(err.value) == (f"cell {source.id} ({source.name}): a source patch must be compiled; it builds "
+                              "through the Containerfile path (pinmatrix build routes it there)")
+    assert project.base_calls == []
+    stray = project.make(("alpha", "beta"), patches=(_patch(project, package="Delta_Pkg"),))
+    with pytest.raises(AssemblyError) as err:
+        project.assemble(stray)
+    assert str(err.value) == f"cell {stray.id}: patch fix targets Delta_Pkg, which is not in the lock"
+    assert not list(project.assembler.layout.blobs.glob("*.tmp"))
+
+
+def test_an_installed_tree_patch_is_a_layer_of_the_files_it_changes(project: Project) -> None:
+    cell = project.make(("alpha", "beta"), patches=(_patch(project, package="Alpha"),))
+    steps: list[str] = []
+    image = project.assemble(cell, steps=steps)
+    assert [p.name for p in image.layers] == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "patch:fix",
+                                              "smoke"]
+    assert "patch fix" in steps
+    files = project.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
+    assert files[f"{SITE}/alpha.py"] == b"A = 2\n" + b"A = 1\n" * 1999
+    assert files[f"{SITE}/shared/.wh.data.txt"] == b""  # a file the patch removes is whited out
+    assert {n for n, d in files.items() if d is not None} == {f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt"}
+
+
+def test_a_patch_that_does_not_apply_or_is_already_applied_is_refused(project: Project) -> None:
+    bad = project.make(("alpha", "beta"), patches=(_patch(project, text=b"--- a/alpha.py\n+++ b/alpha.py\n"
+                                                                       b"@@ -1 +1 @@\n-Z = 9\n+Z = 0\n"),))
+    with pytest.raises(AssemblyError, match=rf"^cell {bad.id} \({re.escape(bad.name)}\): patch fix does not apply "
+                                            r"to alpha 1\.0: "):
+        project.assemble(bad)
+    reverse = b"--- a/beta.py\n+++ b/beta.py\n@@ -1 +1 @@\n-B = 0\n+B = 2\n"
+    done = project.make(("alpha", "beta"), patches=(dataclasses.replace(_patch(project, package="beta", text=reverse),
+                                                                        version="2.0"),))
+    with pytest.raises(AssemblyError) as err:
+        project.assemble(done)
+    assert str(err.value) == (f"cell {done.id}: patch fix is already in beta 2.0; declare contained_in instead")
+
+
+def test_a_cell_whose_new_layers_would_not_fit_is_refused_with_the_sizes(project: Project,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Path] = []
+
+    def usage(path: Path) -> object:
+        seen.append(Path(path))
+        return shutil._ntuple_diskusage(10**12, 10**12 - 100_000_000, 100_000_000)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(shutil, "disk_usage", usage)
+    big = WheelFile("torch", "2.11.0", "torch-2.11.0-py3-none-any.whl", "u", "0" * 64, 1_000_000_000)
+    unknown = dataclasses.replace(big, name="other", size=None)
+    with pytest.raises(AssemblyError) as err:
+        project.assembler._check_disk(project.cell, [big, unknown])
+    assert str(err.value) == (f"cell {project.cell.id} ({project.cell.name}): not enough disk: its 2 new layer(s) "
+                              f"need about 2.7 GB free under {project.settings.cache_dir} and "
+                              f"{project.settings.layout_dir}, 0.1 GB are")
+    assert set(seen) == {project.settings.cache_dir, project.settings.layout_dir}
+    assert project.settings.cache_dir.is_dir()
+    seen.clear()
+    project.assembler._check_disk(project.cell, [])
+    assert seen == []  # nothing new: nothing asked
+    small = dataclasses.replace(big, size=0)
+    with pytest.raises(AssemblyError, match=r"need about 0\.5 GB free"):  # a layer's own room: 512 MiB
+        project.assembler._check_disk(project.cell, [small])
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1, 0, 512 << 20))  # type: ignore[attr-defined]
+    project.assembler._check_disk(project.cell, [small])  # just enough
+    with pytest.raises(AssemblyError, match="not enough disk"):
+        project.assembler.assemble(project.cell, project.lock(), "localhost/rules:one", project.log)
+    assert project.assembler.layout.image("localhost/rules:one") is None
+    assert not [p for p in project.assembler.layout.blobs.iterdir() if not p.name.startswith(".")][1:]
+
+
+# -- CA certificates -------------------------------------------------------------------------------------
+
+def test_the_ca_layer_appends_the_extra_certificates_to_the_bases_bundle(tmp_path: Path,
+                                                                        index: tuple[str, dict[str, bytes]],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = [p.read_bytes() for p in sorted(Path("/etc/ssl/certs").glob("*.pem"))[:4]]
+    if len(real) < 4:
+        pytest.skip("no system certificates to use as extra ones")
+    cert_a, cert_b, cert_one, cert_two = real[0].rstrip(b"\n"), real[1], real[2], real[3]
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "b.crt").write_bytes(cert_b)
+    (certs / "a.crt").write_bytes(cert_a)  # no newline at its end
+    (certs / "skip.pem").write_bytes(b"not a crt")
+    single = tmp_path / "one.pem"
+    single.write_bytes(cert_one)
+    p = Project(tmp_path / "p", index[0], monkeypatch, extra_ca=(certs, single), ca_in_images=True)
+    _serve(index[1], p)
+    image = p.assemble()
+    assert [layer.name for layer in image.layers][-2:] == ["smoke", "ca"]
+    files = p.layer_files(image.layers[-1].descriptor)  # type: ignore[arg-type]
+    assert files["etc/ssl/certs/ca-certificates.crt"] == BUNDLE + b"\n" + cert_a + b"\n" + cert_b + cert_one
+    assert {n: d for n, d in files.items() if n.startswith("usr/local/share/ca-certificates/pinmatrix/") and d} == {
+        "usr/local/share/ca-certificates/pinmatrix/a.crt": cert_a,
+        "usr/local/share/ca-certificates/pinmatrix/b.crt": cert_b,
+        "usr/local/share/ca-certificates/pinmatrix/one.pem": cert_one}
+    key = image.layers[-1].key
+    (certs / "a.crt").write_bytes(cert_two)
+    again, _ = p.assembler.plan(p.cell, p.lock(), p.log)
+    assert again.layers[-1].key != key
+    (certs / "a.crt").write_bytes(cert_a)
+    single.write_bytes(cert_two)
+    assert p.assembler.plan(p.cell, p.lock(), p.log)[0].layers[-1].key not in (key, again.layers[-1].key)
+    without = Project(tmp_path / "q", index[0], monkeypatch, extra_ca=(certs,))
+    assert [layer.name for layer in without.assembler.plan(without.cell, without.lock(), without.log)[0].layers][-1] \
+        == "smoke"
+
+
+def test_a_base_without_a_bundle_gets_the_extra_certificates_alone(project: Project, tmp_path: Path) -> None:
+    cert = tmp_path / "x.crt"
+    data = next(iter(sorted(Path("/etc/ssl/certs").glob("*.pem")))).read_bytes()
+    cert.write_bytes(data)
+    settings = dataclasses.replace(project.settings, extra_ca=(cert,))
+    assembler = Assembler(settings)
+    writer = LayerWriter(assembler.layout.blobs, epoch=0)
+    writer.add_bytes("etc/other", b"")
+    empty = BaseLayers((writer.close(),), (), "empty", "k", "3.11")
+    out = LayerWriter(assembler.layout.blobs, epoch=0)
+    assembler._ca_layer(empty, out)
+    desc = out.close()
+    assert project.layer_files(desc)["etc/ssl/certs/ca-certificates.crt"] == data
+
+
+def test_no_smoke_folder_means_no_smoke_layer(tmp_path: Path, index: tuple[str, dict[str, bytes]],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, smoke_dir=None)
+    _serve(index[1], p)
+    assert p.assembler.smoke_dir == tmp_path / "p" / "smoke"
+    shutil.rmtree(tmp_path / "p" / "smoke")
+    image = p.assemble()
+    assert [layer.name for layer in image.layers] == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0"]
+
+
+def test_the_wheels_are_fetched_largest_first(tmp_path: Path, index: tuple[str, dict[str, bytes]],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, jobs=1)
+    _serve(index[1], p)
+    steps: list[str] = []
+    p.assemble(p.make(("alpha", "beta", "gamma")), steps=steps)
+    fetched = [s.split()[1].split("-")[0] for s in steps if s.startswith("fetch ")]
+    assert fetched == sorted(("alpha", "beta", "gamma"), key=lambda n: -len(p.data[n]))
+
+
+def test_os_environment_is_not_in_the_image(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINMATRIX_SECRET_TEST", "leak")
+    image = project.assemble()
+    config = project.assembler.layout.blob_path(image.config_digest).read_bytes()
+    assert b"leak" not in config and os.environ["PINMATRIX_SECRET_TEST"] == "leak"
+
+
+
+# -- the runnable check and a base pinned by digest -------------------------------------------------------
+
+def test_an_image_that_would_not_run_is_refused_before_its_manifest_and_optional_files_are_noted(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.image.datapath.runnable import Problem, summary
+
+    seen: dict[str, object] = {}
+    fatal = Problem("/opt/venv/bin/prog", "its interpreter /lib/ld.so is not in the image")
+
+    def check(layers: list[tuple[Path, str]], arch: str, env: dict[str, str]) -> list[Problem]:
+        seen.update(layers=list(layers), arch=arch, env=dict(env))
+        return [Problem("/opt/venv/x.so", "needs libgone.so.1 (searched /usr/lib)", optional="loaded by a plugin"),
+                fatal]
+
+    monkeypatch.setattr(assemble_module, "check_layers", check)
+    cell = project.make(("alpha", "beta"), env={"LANG": "en_GB.UTF-8", "EXTRA": "1"})
+    steps: list[str] = []
+    with pytest.raises(AssemblyError) as err:
+        project.assemble(cell, steps=steps)
+    assert str(err.value) == f"cell {cell.id} ({cell.name}): the image would not run: {summary([fatal])}"
+    assert steps[-2:] == ["runnable", "runnable: /opt/venv/x.so needs libgone.so.1: optional, loaded by a plugin"]
+    assert project.assembler.layout.image("localhost/rules:one") is None
+    assert seen["arch"] == "amd64"
+    env = seen["env"]
+    assert isinstance(env, dict) and env["LANG"] == "en_GB.UTF-8" and env["EXTRA"] == "1"  # the cell's env wins
+    assert env["PATH"].startswith("/opt/venv/bin:")
+    layers = seen["layers"]
+    assert isinstance(layers, list) and len(layers) == 5
+    assert layers[0] == (project.assembler.layout.blob_path(base_layer(project.assembler.layout).digest),
+                         "application/vnd.oci.image.layer.v1.tar")
+    assert all(path.is_file() for path, _ in layers)
+
+    monkeypatch.setattr(assemble_module, "check_layers", lambda layers, arch, env: seen.update(env=dict(env)) or [])
+    base_only = project.make(("alpha", "beta"), env={"ONLY_BASE": "x"})
+    project.assemble(base_only, ref="localhost/rules:base-env")
+    assert seen["env"]["LANG"] == "C.UTF-8"  # type: ignore[index]  # from the base's config
+
+    monkeypatch.setattr(assemble_module, "check_layers", lambda *a: [])
+    steps = []
+    project.assemble(cell, steps=steps)
+    assert steps[-2:] == ["config", "runnable"]
+    off = Assembler(dataclasses.replace(project.settings, check_runnable=False))
+    monkeypatch.setattr(assemble_module, "check_layers", lambda *a: [fatal])
+    steps = []
+    image = project.assemble(cell, ref="localhost/rules:unchecked", steps=steps, assembler=off)
+    assert steps[-1] == "config" and image.digest
+
+
+def test_a_base_pinned_by_digest_is_asked_of_its_registry_with_its_credentials(
+        project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pinmatrix.cell import BaseSpec
+    from pinmatrix.registry.auth import Credentials
+
+    name = f"127.0.0.1:5000/library/debian@sha256:{'a' * 64}"
+    cell = project.make(("alpha", "beta"), base=BaseSpec(kind="image", image=name, source_date_epoch=5))
+    asked: list[tuple[object, ...]] = []
+
+    def pinned(spec: BaseSpec, platform: str, layout: OCILayout, *, tls_verify: bool, authfile: Path | None):  # noqa: ANN202
+        asked.append((spec.image, platform, tls_verify, authfile))
+        return BaseLayers((base_layer(layout),), (), f"image:{spec.image}", "k", project.base_python)
+
+    def creds(host: str, repository: str = "") -> Credentials | None:
+        asked.append((host, repository))
+        return Credentials(username="u", password="p", source=tmp_path / "auth.json", key=host) if host == "127.0.0.1:5000" \
+            else None
+
+    monkeypatch.setattr(assemble_module, "pinned_base", pinned)
+    monkeypatch.setattr(assemble_module, "find_credentials", creds)
+    dry = project.assembler.base(cell, project.log, dry=True)
+    assert dry == BaseLayers((), (), name, f"image:{name}", "3.11") and asked == []
+    base = project.assembler.base(cell, project.log)
+    assert base.name == f"image:{name}"
+    assert asked == [("127.0.0.1:5000", "library/debian"), (name, cell.platform, False, tmp_path / "auth.json")]
+    asked.clear()
+    given = Assembler(dataclasses.replace(project.settings, registry_authfile=tmp_path / "given.json"))
+    given.base(cell, project.log)
+    assert asked[-1] == (name, cell.platform, False, tmp_path / "given.json")
+    asked.clear()
+    remote = project.make(("alpha", "beta"), base=BaseSpec(kind="image", image=f"quay.example/debian@sha256:{'a' * 64}"))
+    project.assembler.base(remote, project.log)
+    assert asked == [("quay.example", "debian"), (remote.base.image, remote.platform, True, None)]
+    plain = project.make(("alpha", "beta"), base=BaseSpec(kind="image", image="debian"))
+    asked.clear()
+    project.assembler.base(plain, project.log)
+    assert asked == [("debian", plain.platform, True, None)]  # no registry part: no credentials asked for
+
+
+# -- the CUDA link and FlashInfer AOT layers (image/datapath/jitcache.py, image/datapath/crossaot.py stand-ins) ---------------
+
+class AotStandIn:
+    """jitcache's and crossaot's entry points as assemble calls them: each records its arguments and its
+    builder writes one marker file, so what assemble hands them and does with their layers is seen."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, project: Project, *, skip: str = "", modules=("norm",),
+                 foreign: bool = False) -> None:
+        from pinmatrix.image.datapath import crossaot, jitcache
+        from pinmatrix.image.datapath.jitcache import AotPlan, CrossInputs
+
+        self.calls: list[tuple[object, ...]] = []
+        self.project = project
+        cross_base = LayerWriter(project.assembler.layout.blobs, epoch=0)
+        cross_base.add_bytes("builder/os-release", b"ID=builder\n")
+        gamma = WheelFile("gamma", "3.0", "gamma-3.0-py3-none-any.whl", f"{project.url}/files/gamma-3.0-py3-none-any.whl",
+                          project.sha["gamma"], len(project.data["gamma"]))
+        self.cross = CrossInputs(types_spec(("beta", "absent")), compiler="/usr/bin/cc | cc 14 | x",
+                                 platform="x86_64-manylinux_2_35", base_key="bk", base_layers=(cross_base.close(),),
+                                 wheels={"gamma": gamma})
+
+        def plan(cell, shas, base_key, *, epoch, level, cross=None):  # noqa: ANN001, ANN202
+            self.calls.append(("plan", cell.id, dict(shas), base_key, epoch, level, cross))
+            return AotPlan(None, tuple(modules), "9.0a", link_key=f"link-{level}", key=f"aot-{level}-{cross is None}",
+                           skip=skip, cross=cross, foreign=foreign)
+
+        def inputs(cell, aot, entries, choose, base_for):  # noqa: ANN001, ANN202
+            self.calls.append(("inputs", [e.name for e in entries]))
+            return self.cross
+
+        def marker(name: str):  # noqa: ANN202
+            return lambda writer: writer.add_bytes(f"opt/{name}/marker", name.encode())
+
+        def link_layer_builder(cell, aot, site_packages, scratch):  # noqa: ANN001, ANN202
+            self.calls.append(("link", site_packages, scratch))
+            return marker("link")
+
+        def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step):  # noqa: ANN001, ANN202
+            self.calls.append(("aot", site_packages, list(layers), cache_dir, log))
+            return marker("aot")
+
+        def layer_builder(cell, aot, site_packages, builder_layers, cell_wheels, cache_dir, log, on_step, *, jobs):  # noqa: ANN001, ANN202
+            def build(writer: LayerWriter) -> None:
+                self.calls.append(("cross", site_packages, list(builder_layers()), list(cell_wheels()), cache_dir,
+                                   log, jobs))
+                writer.add_bytes("opt/cross/marker", b"cross")
+            return build
+
+        monkeypatch.setattr(jitcache, "plan", plan)
+        monkeypatch.setattr(jitcache, "link_layer_builder", link_layer_builder)
+        monkeypatch.setattr(jitcache, "aot_layer_builder", aot_layer_builder)
+        monkeypatch.setattr(crossaot, "inputs", inputs)
+        monkeypatch.setattr(crossaot, "layer_builder", layer_builder)
+        monkeypatch.setattr(crossaot, "describe", lambda cell, aot: f"flashinfer-aot: cross-compiled for {cell.id}")
+
+    def of(self, kind: str) -> list[tuple[object, ...]]:
+        return [c for c in self.calls if c[0] == kind]
+
+
+def types_spec(libraries_from: tuple[str, ...]) -> object:
+    import types
+
+    return types.SimpleNamespace(libraries_from=libraries_from, modules=("norm",))
+
+
+def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(project: Project,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project)
+    steps: list[str] = []
+    image = project.assemble(steps=steps)
+    names = [p.name for p in image.layers]
+    assert names == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "cuda-link", "flashinfer-aot", "smoke"]
+    assert [p.key for p in image.layers[4:6]] == ["link-1", "aot-1-True"]
+    (planned,) = aot.of("plan")
+    assert planned == ("plan", project.cell.id, {"alpha": project.sha["alpha"], "beta": project.sha["beta"]},
+                       "base-key", project.cell.base.source_date_epoch, 1, None)
+    assert aot.of("link") == [("link", SITE, project.settings.cache_dir)]
+    ((_, site, layers, cache_dir, log),) = aot.of("aot")
+    layout = project.assembler.layout
+    assert (site, cache_dir, log) == (SITE, project.settings.cache_dir, project.log)
+    own_root = [image.layers[0].descriptor, *(p.descriptor for p in image.layers[1:4])]  # base, venv, the wheels
+    assert layers == [(layout.blob_path(d.digest), d.media_type) for d in own_root if d]
+    assert project.layer_files(image.layers[4].descriptor)["opt/link/marker"] == b"link"  # type: ignore[arg-type]
+    assert project.layer_files(image.layers[5].descriptor)["opt/aot/marker"] == b"aot"  # type: ignore[arg-type]
+    assert project.log.read_text() == (f"flashinfer-aot: built in cell {project.cell.id}'s own root: norm for "
+                                       "9.0a\n")
+    assert aot.of("inputs") == []
+
+
+def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project, skip="no smoke of the cell loads a FlashInfer module")
+    image = project.assemble()
+    assert [p.name for p in image.layers][4:] == ["cuda-link", "smoke"]
+    assert len(aot.of("link")) == 1 and aot.of("aot") == [] and aot.of("cross") == []
+    assert project.log.read_text() == (f"flashinfer-aot: none for cell {project.cell.id}: no smoke of the cell "
+                                       "loads a FlashInfer module\n")
+    none = AotStandIn(monkeypatch, project, modules=())
+    assert [p.name for p in project.assembler.plan(project.cell, project.lock(), project.log)[0].layers][4:] == [
+        "cuda-link", "smoke"]
+    assert none.of("link") == []
+
+
+def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in_a_builder_root(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project, foreign=True)
+    steps: list[str] = []
+    image = project.assemble(steps=steps)
+    assert [p.name for p in image.layers][4:] == ["cuda-link", "flashinfer-aot", "smoke"]
+    assert image.layers[5].key == "aot-1-False"  # planned again, with the cross inputs in its key
+    assert [c[-1] for c in aot.of("plan")] == [None, aot.cross]
+    assert aot.of("inputs") == [("inputs", ["alpha", "beta"])]
+    ((_, site, builder, cell_wheels, cache_dir, log, jobs),) = aot.of("cross")
+    assert (site, cache_dir, log, jobs) == (SITE, project.settings.cache_dir, project.log, 2)
+    layout = project.assembler.layout
+    venv = image.layers[1].descriptor
+    assert venv is not None
+    assert builder[0] == (layout.blob_path(aot.cross.base_layers[0].digest), aot.cross.base_layers[0].media_type)
+    assert builder[1] == (layout.blob_path(venv.digest), venv.media_type)
+    assert len(builder) == 3  # the builder root's base, the venv, its one wheel (gamma, laid out for it)
+    with open_layer(builder[2][0], builder[2][1]) as tar:
+        assert f"{SITE}/gamma.py" in {m.name for m in tar}
+    beta = project.sha["beta"]  # libraries_from: beta is in the lock, 'absent' is not
+    assert cell_wheels == [project.settings.cache_dir / "wheels" / beta[:2] / beta / "beta-2.0-py3-none-any.whl"]
+    assert cell_wheels[0].read_bytes() == project.data["beta"]
+    assert "flashinfer-aot: cross-compiled for " + project.cell.id in steps
+    assert project.log.read_text() == f"flashinfer-aot: cross-compiled for {project.cell.id}\n"
+    assert project.layer_files(image.layers[5].descriptor)["opt/cross/marker"] == b"cross"  # type: ignore[arg-type]
+    for jobs, used in ((1, 1), (4, 2)):  # at most two compilers at once, at least one
+        other = Assembler(dataclasses.replace(project.settings, jobs=jobs, gzip_level=jobs + 4))  # new keys: built
+        project.assemble(assembler=other, ref=f"localhost/rules:jobs{jobs}")
+        assert aot.of("cross")[-1][-1] == used
