@@ -19,9 +19,9 @@ from pathlib import Path
 from pinmatrix.archscan import verdict as V
 from pinmatrix.archscan.layers import scan_aot_layer
 from pinmatrix.archscan.scan import scan_tool
-from pinmatrix.image import jitcache
-from pinmatrix.image.assemble import Assembler, AssemblySettings
-from pinmatrix.image.layer import LayerWriter
+from pinmatrix.image.datapath import jitcache
+from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
+from pinmatrix.image.format.layer import LayerWriter
 from pinmatrix.matrix.selection import load
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,6 @@ pinmatrix report --stack gb10-nvfp4 --stack h200 --arch-scan results/arch-scan/g
 pinmatrix arch-scan --cell 34a5fc7fb6a2 --cell 68642c0882af --stack gb10-nvfp4 --out results/arch-scan/gb10 > /dev/null
 # The flashinfer-aot layers for 12.1a and 12.0f built on the x86_64 h200 cell's root (root: chroot), read by arch-scan:
 python results/arch-scan/aot_x86.py fp4-quantize fp4-gemm-cutlass
-# The gb10 images with their flashinfer-aot layer cross-compiled on this x86_64 builder (image/crossaot.py), read
+# The gb10 images with their flashinfer-aot layer cross-compiled on this x86_64 builder (image/datapath/crossaot.py), read
 # with --layout, then loaded into podman and the modules loaded under qemu-aarch64: results/arch-scan/gb10-aot/
 sh results/arch-scan/gb10-aot/run.sh

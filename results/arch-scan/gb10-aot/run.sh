@@ -1,5 +1,5 @@
 #!/bin/sh
-# The gb10 cells' flashinfer-aot layer cross-compiled on this x86_64 builder (image/crossaot.py), then read:
+# The gb10 cells' flashinfer-aot layer cross-compiled on this x86_64 builder (image/datapath/crossaot.py), then read:
 # one 12.1a and one 12.0f gb10-nvfp4 cell (vllm 0.20.0, torch 2.11.0 cu130, flashinfer 0.6.8.post1, aarch64).
 # A benchmark session, not CI (tens of minutes on 2 shared cores). Run from the repository root:
 #     sh results/arch-scan/gb10-aot/run.sh 2>&1 | tee results/arch-scan/gb10-aot/log
