@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from pinmatrix.bisect.crossing import crossings
 from pinmatrix.project.catalogue import matches
+from pinmatrix.smoke.target import SmokeTarget
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class BoundaryCheck:
         return asdict(self)
 
 
-def boundaries_for(matrix: Any, cell: Any, smoke: str, param: str) -> list[BoundarySpec]:
+def boundaries_for(matrix: Any, cell: SmokeTarget | None, smoke: str, param: str) -> list[BoundarySpec]:
     """The boundaries on ``param`` of the known issues that apply to ``cell`` and ``smoke``."""
     if matrix is None:
         return []

@@ -15,6 +15,7 @@ from pinmatrix.bisect.report import BisectReport, failing_classes
 from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.project.catalogue import Smoke
+from pinmatrix.smoke.target import SmokeTarget
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def make_space(smoke: Smoke, param: str, lo: float | None, hi: float | None, ste
 
 
 
-def run_param_bisect(*, cell: Any, smoke: Smoke, space: ParamSpace, overrides: dict[str, Any], prober: Prober,
+def run_param_bisect(*, cell: SmokeTarget, smoke: Smoke, space: ParamSpace, overrides: dict[str, Any], prober: Prober,
                      prepare: Any, boundaries: list[bnd.BoundarySpec], runtime: str, host: dict[str, Any],
                      max_skips: int) -> BisectReport:
     decl = smoke.parameters
@@ -96,8 +97,8 @@ def run_param_bisect(*, cell: Any, smoke: Smoke, space: ParamSpace, overrides: d
     res = bisect(space.n, probe, high_first=True, max_skips=max_skips)
     rep = BisectReport(
         kind="param", smoke=smoke.name, searched=space.name, host=host, runtime=runtime, run_id=prober.run_id,
-        points=space.n, space=space.to_dict(), cells=[{"id": cell.id, "name": getattr(cell, "name", cell.id),
-                                                       "stack": getattr(cell, "stack", "")}],
+        points=space.n, space=space.to_dict(), cells=[{"id": cell.id, "name": cell.name,
+                                                       "stack": cell.stack}],
         held_fixed=fixed, outcome=res.outcome, answer="", note=res.note, probes=list(prober.probes),
     )
     rep.failing_classes = failing_classes(rep.probes)

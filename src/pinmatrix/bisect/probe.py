@@ -15,6 +15,7 @@ from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import RunOptions, run_one
+from pinmatrix.smoke.target import SmokeTarget
 
 # How a smoke's status counts in a search: an expected failure still fails, an unexpected pass still passes.
 VERDICTS: dict[str, ProbeOutcome] = {"pass": "pass", "xpass": "pass", "fail": "fail", "xfail": "fail",
@@ -79,7 +80,7 @@ class Prober:
             recs = [r for r in recs if r.image_digest == digest]
         return max(recs, key=lambda r: (r.finished_at, r.started_at)) if recs else None
 
-    def probe(self, index: int, value: Any, label: str, cell: Any, params: dict[str, Any],
+    def probe(self, index: int, value: Any, label: str, cell: SmokeTarget, params: dict[str, Any],
               prepare: Callable[[], PointEnv], digest: str | None = None) -> Probe:
         """The verdict at one point: the recorded result if there is one, else a new run (``prepare`` makes
         the point: overlay, lock, venv or image). A point that cannot be made is a skip."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.bisect.probe import CannotProbe, PointEnv
+from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_file
 from pinmatrix.image.build import CellBuilder
 from pinmatrix.image.settings import BuildSettings
@@ -29,6 +30,7 @@ from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.container import ContainerSmokes, image_digest
 from pinmatrix.smoke.overlay import build_overlay
 from pinmatrix.smoke.runner import RunOptions
+from pinmatrix.smoke.target import SmokeTarget
 
 Echo = Callable[[str], None]
 
@@ -47,17 +49,17 @@ class HostRuntime:
         self.echo = echo
         self._made: dict[str, PointEnv] = {}
 
-    def prepare(self, cell: Any) -> PointEnv:
+    def prepare(self, cell: SmokeTarget) -> PointEnv:
         if cell.id not in self._made:
             overlay = None
-            if self.wheels_dir or getattr(cell, "patches", None):
+            if self.wheels_dir or cell.patches:
                 overlay = build_overlay(cell, self.overlay_root, wheels_dir=self.wheels_dir, repo_root=self.repo_root,
                                         python=self.options.python, log=self.echo)
             self._made[cell.id] = PointEnv(self.options, overlay)
         return self._made[cell.id]
 
 
-def cell_lock(cell: Any, project_root: Path, work_root: Path, exclude_newer: str | None, echo: Echo) -> Path:
+def cell_lock(cell: Cell, project_root: Path, work_root: Path, exclude_newer: str | None, echo: Echo) -> Path:
     """The cell's lock: the project's ``locks/<id>.txt`` when it has one, else one made with uv under
     ``work_root/locks`` (a bisect point outside the matrix does not add files to the project)."""
     shipped = lock_path(cell, project_root)
@@ -92,7 +94,7 @@ class VenvRuntime:
         self.echo = echo
         self._made: dict[str, PointEnv] = {}
 
-    def prepare(self, cell: Any) -> PointEnv:
+    def prepare(self, cell: Cell) -> PointEnv:
         if cell.id in self._made:
             return self._made[cell.id]
         lock = cell_lock(cell, self.project_root, self.work_root, self.exclude_newer, self.echo)
@@ -140,7 +142,7 @@ class ImageRuntime:
                                      ca_certificates, ca_in_images)
         self._made: dict[str, PointEnv] = {}
 
-    def prepare(self, cell: Any) -> PointEnv:
+    def prepare(self, cell: Cell) -> PointEnv:
         if cell.id in self._made:
             return self._made[cell.id]
 

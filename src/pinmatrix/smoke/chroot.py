@@ -48,6 +48,7 @@ from pinmatrix.smoke.container import (
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
+from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "chroot"
 DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and nvidia-smi (bin/) inside the root
@@ -209,7 +210,7 @@ class ChrootSmokes:
         finally:
             force_remove(scratch)
 
-    def __call__(self, cell: Any, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
+    def __call__(self, cell: SmokeTarget, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
                  timeout: float) -> ProcessResult:
         passed = image_smoke_env(env, result_path.name)
         extra = archscan_binds(passed)

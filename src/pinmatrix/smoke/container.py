@@ -7,7 +7,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pinmatrix.engine import OCIEngine, host_has_gpus
 from pinmatrix.errors import PinmatrixError
@@ -18,6 +17,7 @@ from pinmatrix.registry.client import Registry
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import ProcessResult, run_process
+from pinmatrix.smoke.target import SmokeTarget
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
 INCELL_MOUNT = "/opt/pinmatrix-incell"
@@ -45,7 +45,7 @@ class ContainerSmokes:
         self.kill_grace_s = kill_grace_s
         self.log_cap = log_cap
 
-    def __call__(self, cell: Any, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
+    def __call__(self, cell: SmokeTarget, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
                  timeout: float) -> ProcessResult:
         work = result_path.parent.resolve()
         name = f"pinmatrix-smoke-{secrets.token_hex(4)}"

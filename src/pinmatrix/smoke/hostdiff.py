@@ -13,6 +13,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from pinmatrix.project.lockfile import LockFileError, parse_lock
+from pinmatrix.smoke.target import SmokeTarget
 
 _PROBE = (
     "import sys, json, importlib.metadata as m\n"
@@ -36,7 +37,7 @@ def environment_of(python: str, extra_path: Path | None = None) -> dict[str, Any
     return seen
 
 
-def differences(cell: Any, lock_text: str | None, seen: dict[str, Any]) -> dict[str, Any]:
+def differences(cell: SmokeTarget, lock_text: str | None, seen: dict[str, Any]) -> dict[str, Any]:
     """What differs between the cell (its Python and lock) and the environment ``seen``."""
     cell_python = getattr(cell, "python", None)
     out: dict[str, Any] = {"host_python": seen.get("python"), "cell_python": cell_python}

@@ -17,6 +17,7 @@ from typing import Any
 
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.image.datapath.patching import apply_patch, parse_patch
+from pinmatrix.smoke.target import SmokeTarget
 
 
 class OverlayError(PinmatrixError):
@@ -65,7 +66,7 @@ def _installer(python: str) -> list[str]:
 
 
 def build_overlay(
-    cell: Any,
+    cell: SmokeTarget,
     root: Path,
     *,
     wheels_dir: Path | None,
@@ -75,8 +76,8 @@ def build_overlay(
 ) -> Overlay | None:
     """Make ``root/<cell id>/site`` afresh for ``cell``; None when the cell needs no overlay."""
     wheels = sorted(Path(wheels_dir).glob("*.whl")) if wheels_dir else []
-    to_apply = [p for p in (getattr(cell, "patches", ()) or ()) if _patch_field(p, "status") == "apply"]
-    upstream = [p for p in (getattr(cell, "patches", ()) or ()) if _patch_field(p, "status") == "already-upstream"]
+    to_apply = [p for p in cell.patches if _patch_field(p, "status") == "apply"]
+    upstream = [p for p in cell.patches if _patch_field(p, "status") == "already-upstream"]
     for p in upstream:
         log(f"  patch {_patch_field(p, 'id')}: already upstream in {_patch_field(p, 'package')} "
             f"{_patch_field(p, 'version')} (contained in {_patch_field(p, 'contained_in')}): nothing to apply")
