@@ -175,13 +175,15 @@ def sign_envelope(payload: bytes, signer: CryptoSigner, payload_type: str = IN_T
 @dataclass(frozen=True)
 class EnvelopeCheck:
     """What one envelope turned out to be. ``verified_by`` is the trusted key that verified it (None when no
-    trusted key did); ``problem`` says why not."""
+    trusted key did); ``problem`` says why not; ``foreign`` is True when only keys that are not trusted signed it
+    (another signer's evidence, not a tampered one)."""
 
     payload: bytes
     payload_type: str
     keyids: tuple[str, ...]
     verified_by: TrustedKey | None
     problem: str | None
+    foreign: bool = False
 
 
 def parse_envelope(data: bytes) -> tuple[bytes, str, list[dict[str, Any]]]:
@@ -237,4 +239,4 @@ def check_envelope(data: bytes, keys: Sequence[TrustedKey]) -> EnvelopeCheck:
     if not signatures:
         return EnvelopeCheck(payload, payload_type, keyids, None, "the envelope carries no signature")
     named = ", ".join(k[:12] or "(none)" for k in keyids)
-    return EnvelopeCheck(payload, payload_type, keyids, None, f"signed only by untrusted key(s) {named}")
+    return EnvelopeCheck(payload, payload_type, keyids, None, f"signed only by untrusted key(s) {named}", foreign=True)

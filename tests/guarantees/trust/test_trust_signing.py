@@ -160,7 +160,8 @@ def test_every_branch_of_check_envelope_returns_what_it_saw(tmp_path: Path) -> N
 
     foreign = dict(env, signatures=[{"keyid": "ab" * 32, "sig": good["sig"]}, {"sig": good["sig"]}])
     assert check_envelope(json.dumps(foreign).encode(), [trusted]) == EnvelopeCheck(
-        payload, "application/x-test", ("ab" * 32, ""), None, f"signed only by untrusted key(s) {'ab' * 6}, (none)")
+        payload, "application/x-test", ("ab" * 32, ""), None, f"signed only by untrusted key(s) {'ab' * 6}, (none)",
+        foreign=True)
 
 
 def test_which_signing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -99,15 +99,16 @@ def test_envelopes_verify_only_untouched_and_only_with_a_trusted_key(tmp_path: P
 
     forged = dict(envelope, payload=base64.b64encode(payload.replace(b"PASSED", b"FAILED")).decode())
     bad = check_envelope(json.dumps(forged).encode(), [trusted])
-    assert bad.verified_by is None
+    assert bad.verified_by is None and not bad.foreign  # tampered, not someone else's
     assert bad.problem == f"the signature by trusted key {trusted.keyid[:12]} ({trusted.source}) does not verify"
     retyped = dict(envelope, payloadType="text/plain")  # the type is signed too (DSSE's PAE)
     assert check_envelope(json.dumps(retyped).encode(), [trusted]).verified_by is None
 
     foreign = check_envelope(json.dumps(envelope).encode(), [other])
     assert foreign.verified_by is None and foreign.problem == f"signed only by untrusted key(s) {trusted.keyid[:12]}"
+    assert foreign.foreign  # verify passes over another signer's evidence by this flag, not by the message
     unsigned = check_envelope(json.dumps(dict(envelope, signatures=[])).encode(), [trusted])
-    assert unsigned.problem == "the envelope carries no signature"
+    assert unsigned.problem == "the envelope carries no signature" and not unsigned.foreign
     assert check_envelope(b"{", [trusted]).problem == "not JSON"
     assert check_envelope(b'{"payload": 1}', [trusted]).problem == \
         "not a DSSE envelope (payload, payloadType, signatures)"
