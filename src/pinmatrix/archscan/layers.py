@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.archscan.binary import BinaryTargets, read_binary
-from pinmatrix.archscan.wheels import SCAN_VERSION
-from pinmatrix.hashing import sha256_bytes
+from pinmatrix.archscan.wheels import scan_cache_file, write_scan_cache
 from pinmatrix.image.format.layer import open_layer
 
 AOT_HISTORY = "pinmatrix: flashinfer-aot"
@@ -78,8 +77,7 @@ def aot_layer(layout: Path, cell_id: str) -> tuple[str, str, str] | None:
 def scan_aot_layer(layout: Path, digest: str, media_type: str, cuobjdump: str | None, tool_label: str,
                    cache: Path | None = None) -> LayerScan:
     """The CUDA binaries of the AOT layer ``digest``, labelled by their path in the AOT folder."""
-    key = sha256_bytes(f"{SCAN_VERSION}|{tool_label}".encode())[:8]
-    cached = cache / f"layer-{digest.split(':', 1)[1]}-{key}.json" if cache else None
+    cached = scan_cache_file(cache, f"layer-{digest.split(':', 1)[1]}", tool_label)
     if cached and cached.is_file():
         return LayerScan.from_dict(json.loads(cached.read_text()))
     t0 = time.monotonic()
@@ -109,8 +107,5 @@ def scan_aot_layer(layout: Path, digest: str, media_type: str, cuobjdump: str | 
             scratch.unlink()
     scan = LayerScan(digest, binaries, manifest, time.monotonic() - t0)
     if cached:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = cached.with_suffix(".tmp")
-        tmp_path.write_text(json.dumps(scan.to_dict()))
-        tmp_path.replace(cached)
+        write_scan_cache(cached, scan.to_dict())
     return scan

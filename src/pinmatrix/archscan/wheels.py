@@ -12,8 +12,10 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pinmatrix.archscan.binary import MAX_BINARY_BYTES, TOOL_HEADER, BinaryTargets, read_binary
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.hashing import sha256_bytes, sha256_file
 
 SCAN_VERSION = 3  # bump when what read_binary reports changes (3: bare cubins keep their f suffix)
@@ -45,8 +47,7 @@ class WheelScan:
 def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path | None = None,
                sha256: str | None = None) -> WheelScan:
     digest = sha256 or sha256_file(path)
-    key = sha256_bytes(f"{SCAN_VERSION}|{tool_label}".encode())[:8]
-    cached = cache / f"{digest}-{key}.json" if cache else None
+    cached = scan_cache_file(cache, digest, tool_label)
     if cached and cached.is_file():
         return WheelScan.from_dict(json.loads(cached.read_text()))
     t0 = time.monotonic()
@@ -71,8 +72,18 @@ def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path |
             scratch.unlink()
     scan = WheelScan(path.name, digest, binaries, candidates, time.monotonic() - t0, tool_label)
     if cached:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = cached.with_suffix(".tmp")
-        tmp_path.write_text(json.dumps(scan.to_dict()))
-        tmp_path.replace(cached)
+        write_scan_cache(cached, scan.to_dict())
     return scan
+
+
+def scan_cache_file(cache: Path | None, stem: str, tool_label: str) -> Path | None:
+    """Where a scan of ``stem`` (a wheel's sha256, ``layer-<hex>``) by ``tool_label`` is kept: the key changes
+    with the reader's version and the tool, so a scan is never reused by another reader."""
+    if cache is None:
+        return None
+    return cache / f"{stem}-{sha256_bytes(f'{SCAN_VERSION}|{tool_label}'.encode())[:8]}.json"
+
+
+def write_scan_cache(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(data))
