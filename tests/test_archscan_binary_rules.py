@@ -79,12 +79,12 @@ def elf(*, machine: int = EM_CUDA, abi: int = 8, flags: int = 0, cls: int = 2,
     body += names
     body += b"\0" * (-len(body) % 8)
     shoff = 64 + len(body)
-    headers = b"\0" * max(shentsize, 64)  # SHN_UNDEF
+    headers = b"\0" * shentsize  # SHN_UNDEF
     for name, off, size in [*placed, (b".shstrtab", names_off, len(names) + names_grow)]:
         off = (offsets or {}).get(name, off)
         size = (sizes or {}).get(name, size)
-        headers += struct.pack("<IIQQQQIIQQ", name_at[name], 1, 0, 0, off, size, 0, 0, 1, 0)
-        headers += b"\0" * (shentsize - 64) if shentsize > 64 else b""
+        head = struct.pack("<IIQQQQIIQQ", name_at[name], 1, 0, 0, off, size, 0, 0, 1, 0)
+        headers += head[:shentsize] + b"\0" * (shentsize - 64)
     count = len(placed) + 2
     ident = b"\x7fELF" + bytes([cls, 1, 1, 0x33, abi]) + b"\0" * 7
     head = ident + struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff + shoff_delta, flags, 64, 0, 0,
@@ -375,6 +375,66 @@ def test_a_note_ending_exactly_at_the_files_end_is_read() -> None:
     assert _cubin_note_target(bytes(headers)) == "sm_120f"
     struct.pack_into("<Q", headers, shoff + 64 + 24, len(data) + 1)
     assert _cubin_note_target(bytes(headers)) is None
+
+
+def headers_at(data: bytes) -> int:
+    return struct.unpack_from("<Q", data, 0x28)[0]
+
+
+def test_section_headers_smaller_than_elf64s_are_refused_even_when_readable() -> None:
+    # 48-byte entries still hold the 40 bytes read of each: a reader that took them would find the note
+    assert _cubin_note_target(cubin(100, note=b"-arch sm_100f", shentsize=48)) is None
+
+
+def test_a_section_table_that_runs_past_the_end_is_refused_even_when_its_start_is_readable() -> None:
+    data = cubin(100, note=b"-arch sm_100f")
+    assert _cubin_note_target(data) == "sm_100f"
+    assert _cubin_note_target(data[:-24]) is None  # the last entry's last 24 bytes (never read) are missing
+
+
+def test_offsets_with_the_top_bit_set_are_past_the_end_not_from_the_end() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    shoff = headers_at(bytes(data))
+    table = len(data) - shoff
+    struct.pack_into("<Q", data, 0x28, (1 << 64) - table)  # would be -table as a signed number
+    assert _cubin_note_target(bytes(data)) is None
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    names_entry = shoff + 3 * 64  # .shstrtab, the fourth header
+    names_off = struct.unpack_from("<Q", data, names_entry + 24)[0]
+    struct.pack_into("<Q", data, names_entry + 24, (1 << 64) - (len(data) - names_off))
+    assert _cubin_note_target(bytes(data)) is None
+
+
+def test_a_name_table_index_of_0xffff_is_refused() -> None:
+    # SHN_XINDEX: the real index would be elsewhere; as a signed number it would be the last header
+    assert _cubin_note_target(cubin(100, note=b"-arch sm_100f", shstrndx=0xFFFF)) is None
+
+
+def test_a_name_table_ending_at_the_files_end_is_read() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    names_entry = headers_at(bytes(data)) + 3 * 64
+    names_off, names_size = struct.unpack_from("<QQ", data, names_entry + 24)
+    table = bytes(data[names_off:names_off + names_size])
+    struct.pack_into("<Q", data, names_entry + 24, len(data))
+    data += table
+    assert _cubin_note_target(bytes(data)) == "sm_100f"
+
+
+def test_a_note_running_past_the_files_end_is_not_read() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    note_entry = headers_at(bytes(data)) + 2 * 64
+    struct.pack_into("<QQ", data, note_entry + 24, len(data), 120)
+    data += b"-arch sm_120f" + b" " * 100  # 113 of the 120 bytes declared
+    assert _cubin_note_target(bytes(data)) is None
+    data += b" " * 7
+    assert _cubin_note_target(bytes(data)) == "sm_120f"
+
+
+def test_the_most_sections_e_shnum_can_name_are_read() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    data += b"\0" * 64 * (65535 - 4)  # empty section headers after the four
+    struct.pack_into("<H", data, 0x3C, 65535)
+    assert _cubin_note_target(bytes(data)) == "sm_100f"
 
 
 def test_a_truncated_cubin_names_nothing_and_does_not_raise() -> None:

@@ -663,3 +663,28 @@ def test_run_ids_are_utc_stamps_with_a_random_tail() -> None:
     for i in ids:
         assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", i)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", runner.now())
+
+
+class BareCell:
+    """A cell as a caller may pass one: an id and its smokes, no stack, name or known issues."""
+
+    def __init__(self, cell_id: str, smokes: tuple[str, ...] | None = None, stack: str | None = None) -> None:
+        self.id, self.smokes = cell_id, smokes
+        if stack is not None:
+            self.stack = stack
+
+    def variables(self) -> dict[str, str]:
+        return {}
+
+
+def test_a_record_carries_the_cells_stack_or_host(tmp_path: Path, catalogue: Path) -> None:
+    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    store = ResultsStore(tmp_path / "r.sqlite")
+    opts = options(tmp_path, catalogue, container=rt, runtime="podman")
+    for cell, stack in ((BareCell("c1", ("alpha", "gpu-big"), stack="st-1"), "st-1"),
+                        (BareCell("c2", ("alpha", "gpu-big")), "host")):
+        lines: list[str] = []
+        out = run_cell(cell, load_catalogue(catalogue), store, opts, host=HOST, run_id="r", echo=lines.append)
+        assert {r.smoke: r.stack for r in out.records} == {"alpha": stack, "gpu-big": stack}
+        assert lines[0] == f"cell {cell.id} : 2 smoke(s)"
+        assert {r.smoke: r.status for r in out.records} == {"alpha": "pass", "gpu-big": "skip"}
