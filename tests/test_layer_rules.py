@@ -292,3 +292,22 @@ def test_a_blob_store_that_exists_is_used_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "keep").write_bytes(b"k")
     desc = _write(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([desc.digest[7:], "keep"])
+
+
+def test_names_that_begin_or_end_with_any_letter_are_kept_whole(tmp_path: Path) -> None:
+    writer = LayerWriter(tmp_path, epoch=0)
+    writer.add_dir("etc/X/")  # only slashes are stripped, never a letter
+    writer.add_bytes("/X11/xorg.conf", b"")
+    writer.add_symlink("usr/lib/libX", "libX.so.6")
+    desc = writer.close()
+    names = [m.name for m in _members(tmp_path / desc.digest[7:], desc.media_type)]
+    assert names == ["etc", "etc/X", "X11", "X11/xorg.conf", "usr", "usr/lib", "usr/lib/libX"]
+
+
+def test_a_streamed_file_is_plain_unless_said_executable(tmp_path: Path) -> None:
+    writer = LayerWriter(tmp_path, epoch=0)
+    writer.add_file("opt/data.bin", io.BytesIO(b"1234"), 4)
+    writer.add_file("opt/run", io.BytesIO(b"#!"), 2, executable=True)
+    desc = writer.close()
+    modes = {m.name: m.mode for m in _members(tmp_path / desc.digest[7:], desc.media_type)}
+    assert modes == {"opt": 0o755, "opt/data.bin": 0o644, "opt/run": 0o755}
