@@ -655,6 +655,8 @@ def test_run_cells_checks_the_store_first_and_says_the_run(tmp_path: Path, catal
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", run_id) and runs[1].records[0].run_id == run_id
     assert lines[0] == f"run {run_id} on {HOST.label()} (host {HOST.id}), runtime podman"
     assert [r.cell.id for r in runs] == ["host", "c2"]
+    assert lines[1:] == ["cell host host (the current environment): 1 smoke(s)", "  PASS      alpha 0.1s",
+                         "cell c2 host (the current environment): 1 smoke(s)", "  PASS      beta 0.1s"]
 
 
 def test_run_ids_are_utc_stamps_with_a_random_tail() -> None:
@@ -688,3 +690,19 @@ def test_a_record_carries_the_cells_stack_or_host(tmp_path: Path, catalogue: Pat
         assert {r.smoke: r.stack for r in out.records} == {"alpha": stack, "gpu-big": stack}
         assert lines[0] == f"cell {cell.id} : 2 smoke(s)"
         assert {r.smoke: r.status for r in out.records} == {"alpha": "pass", "gpu-big": "skip"}
+
+
+def test_run_ids_and_stamps_are_utc_whatever_the_hosts_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    monkeypatch.setenv("TZ", "XST+07")  # seven hours west of UTC, no tzdata needed
+    time.tzset()
+    try:
+        before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        stamp = dt.datetime.strptime(new_run_id()[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        now = dt.datetime.fromisoformat(runner.now())
+        after = dt.datetime.now(dt.timezone.utc)
+        assert before <= stamp <= after and before <= now <= after and now.utcoffset() == dt.timedelta(0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
