@@ -52,6 +52,9 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
+EXECUTABLE = {"alpha/run.sh"}  # written 0755 in its wheel
+
+
 def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
     dist = f"{name}-{version}.dist-info"
     entries = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
@@ -60,12 +63,15 @@ def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:  # fixed times: the same bytes in every Project
         for n, d in [*entries.items(), (f"{dist}/RECORD", record.encode())]:
-            zf.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
+            info = zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100755 if n in EXECUTABLE else 0o100644) << 16
+            zf.writestr(info, d)
     return buf.getvalue()
 
 
 WHEELS = {
-    "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n"}),
+    "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
+                      "alpha/run.sh": b"#!/bin/sh\necho one\n"}),
     "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n"}),
     "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200}),
 }
@@ -460,7 +466,10 @@ def test_a_base_without_python_or_with_another_one_is_refused(project: Project) 
 def _patch(project: Project, kind: str = "installed-tree", package: str = "alpha",
            text: bytes | None = None) -> CellPatch:
     text = text if text is not None else (b"--- a/alpha.py\n+++ b/alpha.py\n@@ -1,2 +1,2 @@\n-A = 1\n+A = 2\n A = 1\n"
-                                          b"--- a/shared/data.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-from alpha\n")
+                                          b"--- a/shared/data.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-from alpha\n"
+                                          b"--- a/alpha/run.sh\n+++ b/alpha/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
+                                          b"-echo one\n+echo two\n"
+                                          b"--- /dev/null\n+++ b/alpha/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n")
     (project.tmp / "patches").mkdir(exist_ok=True)
     (project.tmp / "patches" / "fix.patch").write_bytes(text)
     return CellPatch(id="fix", package=package, version="1.0", kind=kind, status="apply",  # type: ignore[arg-type]
@@ -492,7 +501,17 @@ def test_an_installed_tree_patch_is_a_layer_of_the_files_it_changes(project: Pro
     files = project.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
     assert files[f"{SITE}/alpha.py"] == b"A = 2\n" + b"A = 1\n" * 1999
     assert files[f"{SITE}/shared/.wh.data.txt"] == b""  # a file the patch removes is whited out
-    assert {n for n, d in files.items() if d is not None} == {f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt"}
+    assert files[f"{SITE}/alpha/run.sh"] == b"#!/bin/sh\necho two\n"
+    assert files[f"{SITE}/alpha/new.py"] == b"NEW = 1\n"  # a file the patch adds
+    assert {n for n, d in files.items() if d is not None} == {
+        f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt", f"{SITE}/alpha/run.sh", f"{SITE}/alpha/new.py"}
+    with open_layer(project.assembler.layout.blob_path(image.layers[4].descriptor.digest),  # type: ignore[union-attr]
+                    image.layers[4].descriptor.media_type) as tar:  # type: ignore[union-attr]
+        modes = {m.name: m.mode for m in tar if m.isreg()}
+    wheel_modes = project.layer_files(image.layers[2].descriptor)  # type: ignore[arg-type]
+    assert f"{SITE}/alpha/run.sh" in wheel_modes
+    assert modes[f"{SITE}/alpha/run.sh"] == 0o755  # as executable as in its wheel
+    assert modes[f"{SITE}/alpha.py"] == modes[f"{SITE}/alpha/new.py"] == 0o644
 
 
 def test_a_patch_that_does_not_apply_or_is_already_applied_is_refused(project: Project) -> None:
