@@ -311,3 +311,43 @@ def test_a_streamed_file_is_plain_unless_said_executable(tmp_path: Path) -> None
     desc = writer.close()
     modes = {m.name: m.mode for m in _members(tmp_path / desc.digest[7:], desc.media_type)}
     assert modes == {"opt": 0o755, "opt/data.bin": 0o644, "opt/run": 0o755}
+
+
+def _tar_of(*members: tuple[tarfile.TarInfo, bytes | None]) -> tarfile.TarFile:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    buf.seek(0)
+    return tarfile.open(fileobj=buf, mode="r|")
+
+
+def _copy(tmp_path: Path, source: tarfile.TarFile) -> dict[str, bytes | None]:
+    writer = LayerWriter(tmp_path, epoch=0)
+    with source:
+        for member in source:
+            writer.add_member(member, source.extractfile(member) if member.isreg() else None)
+    desc = writer.close()
+    out: dict[str, bytes | None] = {}
+    with open_layer(tmp_path / desc.digest[7:], desc.media_type) as tar:
+        for member in tar:
+            handle = tar.extractfile(member) if member.isreg() else None
+            out[member.name] = handle.read() if handle else None
+    return out
+
+
+def test_a_copied_link_whose_header_claims_a_size_is_written_without_it(tmp_path: Path) -> None:
+    link = tarfile.TarInfo("lnk")
+    link.type, link.linkname, link.size = tarfile.SYMTYPE, "x", 600  # a hostile base's header: no data follows
+    after = tarfile.TarInfo("after")
+    after.size = 5
+    assert _copy(tmp_path, _tar_of((link, None), (after, b"hello"))) == {"lnk": None, "after": b"hello"}
+
+
+def test_a_copied_name_is_kept_but_for_its_dot_slash(tmp_path: Path) -> None:
+    entries = []
+    for name in ("./opt/name ", "./usr/lib/libX", "./etc/ X"):
+        info = tarfile.TarInfo(name)
+        info.size = 1
+        entries.append((info, b"1"))
+    assert set(_copy(tmp_path, _tar_of(*entries))) == {"opt/name ", "usr/lib/libX", "etc/ X"}
