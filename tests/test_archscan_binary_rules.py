@@ -483,12 +483,34 @@ def test_the_wrapped_elf_holds_every_container_in_its_fatbin_section(tmp_path: P
     assert header[5] % 8 == 0  # the section headers aligned
 
 
+def test_the_wrapped_elf_is_the_layout_cuobjdump_was_checked_against(tmp_path: Path) -> None:
+    """Byte for byte the minimal ELF the real-cuobjdump tests (test_arch_scan) read: every header field pinned."""
+    a = container(sass(90), b"\0" * 3)  # 83 bytes: five bytes of padding after it
+    out = tmp_path / "w.elf"
+    wrap_containers(a, [(0, len(a))], out)
+    raw = out.read_bytes()
+    names = b"\0.nv_fatbin\0.shstrtab\0"
+    body = len(a) + 5
+    names_at = 0x100 + body
+    headers_at = names_at + len(names) + (-(names_at + len(names)) % 8)
+    assert raw[0x100:names_at] == a + b"\0" * 5
+    assert raw[names_at:headers_at] == names + b"\0" * (headers_at - names_at - len(names))
+    assert raw[:16] == b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    assert struct.unpack_from("<HHIQQQIHHHHHH", raw, 16) == (3, 62, 1, 0, 0, headers_at, 0, 64, 0, 0, 64, 3, 2)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", raw, headers_at + 64 * i) for i in range(3)]
+    assert heads == [(0,) * 10, (1, 1, 2, 0x100, 0x100, body, 0, 0, 8, 0), (12, 3, 0, 0, names_at, len(names), 0, 0, 1, 0)]
+    assert len(raw) == headers_at + 3 * 64
+
+
 def test_the_wrapped_elf_keeps_the_libraries_machine(tmp_path: Path) -> None:
     lib = elf(machine=183, flags=0) + container(sass(90))  # an aarch64 library
     start = len(lib) - len(container(sass(90)))
     out = tmp_path / "w.elf"
     wrap_containers(lib, [(start, len(lib))], out)
     assert struct.unpack_from("<H", out.read_bytes(), 18)[0] == 183
+    odd = elf(machine=0xBEEF, flags=0) + container(sass(90))  # any 16-bit number, as the library has it
+    wrap_containers(odd, [(start, len(odd))], out)
+    assert struct.unpack_from("<H", out.read_bytes(), 18)[0] == 0xBEEF
 
 
 def test_readelf_reads_the_wrapped_elf(tmp_path: Path) -> None:
@@ -576,6 +598,14 @@ def test_a_cuobjdump_that_hangs_is_killed_at_its_timeout_and_named(tmp_path: Pat
         cuobjdump_entries(tmp_path / "lib.elf", exe, timeout_s=1.5)
     assert 1.5 <= time.monotonic() - start < 15
     assert str(failed.value) == "cuobjdump -res-usage: did not finish within 1.5 s"
+
+
+def test_a_cuobjdump_reading_a_cubin_is_bounded_in_time_too(tmp_path: Path) -> None:
+    exe, _ = cuobjdump(tmp_path, elf={"sleep": 60})
+    start = time.monotonic()
+    with pytest.raises(ToolFailed, match=r"^cuobjdump -elf: did not finish within 1 s$"):
+        cuobjdump_cubin_target(tmp_path / "k.cubin", exe, timeout_s=1)
+    assert time.monotonic() - start < 15
 
 
 def test_a_cuobjdump_that_finishes_in_time_is_not_a_timeout(tmp_path: Path) -> None:
