@@ -419,6 +419,23 @@ def test_a_smoke_without_a_log_or_result_still_gets_a_record(tmp_path: Path, cat
                   options(tmp_path, catalogue, container=NoLog(ProcessResult(2, False, None, 0.1))), host=HOST,
                   run_id="r", work=work, overlay=None)
     assert (rec.status, rec.failure_class) == ("fail", "error") and rec.metrics == {} and rec.environment == {}
+    assert rec.reason == "exited with status 2 without a result: no output"  # no log: nothing read from one
+
+
+def test_a_log_that_is_not_utf_8_is_read_not_raised(tmp_path: Path, catalogue: Path) -> None:
+    class RawLog(Runtime):
+        def __call__(self, cell: Any, smoke: Any, env: dict[str, str], log_path: Path, result_path: Path,
+                     timeout: float) -> ProcessResult:
+            log_path.write_bytes(b"\xff\xfe\x80 native garbage\n"
+                                 b"RuntimeError: CUDA error: an illegal memory access was encountered\n")
+            return self.answer
+
+    work = tmp_path / "w"
+    work.mkdir()
+    rec = run_one(HostCell(), smoke(catalogue, "alpha"),
+                  options(tmp_path, catalogue, container=RawLog(ProcessResult(1, False, None, 0.1))), host=HOST,
+                  run_id="r", work=work, overlay=None)
+    assert (rec.status, rec.failure_class) == ("fail", "illegal-memory-access")
 
 
 def test_the_host_runtime_runs_the_smoke_module_with_faulthandler(tmp_path: Path, catalogue: Path,
