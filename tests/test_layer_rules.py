@@ -342,6 +342,9 @@ def test_a_copied_link_whose_header_claims_a_size_is_written_without_it(tmp_path
     after = tarfile.TarInfo("after")
     after.size = 5
     assert _copy(tmp_path, _tar_of((link, None), (after, b"hello"))) == {"lnk": None, "after": b"hello"}
+    (blob,) = [p for p in tmp_path.iterdir()]
+    with open_layer(blob, "gzip") as tar:  # what GNU tar or containers/storage would skip as the link's data
+        assert {m.name: m.size for m in tar} == {"lnk": 0, "after": 5}
 
 
 def test_a_copied_name_is_kept_but_for_its_dot_slash(tmp_path: Path) -> None:
