@@ -71,7 +71,7 @@ def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
 
 WHEELS = {
     "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
-                      "alpha/run.sh": b"#!/bin/sh\necho one\n"}),
+                      "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n"}),
     "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n"}),
     "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200}),
 }
@@ -469,7 +469,9 @@ def _patch(project: Project, kind: str = "installed-tree", package: str = "alpha
                                           b"--- a/shared/data.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-from alpha\n"
                                           b"--- a/alpha/run.sh\n+++ b/alpha/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
                                           b"-echo one\n+echo two\n"
-                                          b"--- /dev/null\n+++ b/alpha/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n")
+                                          b"--- /dev/null\n+++ b/alpha/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n"
+                                          b"--- a/alpha/sub/deep.py\n+++ b/alpha/sub/deep.py\n@@ -1 +1 @@\n-D = 1\n"
+                                          b"+D = 2\n")
     (project.tmp / "patches").mkdir(exist_ok=True)
     (project.tmp / "patches" / "fix.patch").write_bytes(text)
     return CellPatch(id="fix", package=package, version="1.0", kind=kind, status="apply",  # type: ignore[arg-type]
@@ -503,8 +505,10 @@ def test_an_installed_tree_patch_is_a_layer_of_the_files_it_changes(project: Pro
     assert files[f"{SITE}/shared/.wh.data.txt"] == b""  # a file the patch removes is whited out
     assert files[f"{SITE}/alpha/run.sh"] == b"#!/bin/sh\necho two\n"
     assert files[f"{SITE}/alpha/new.py"] == b"NEW = 1\n"  # a file the patch adds
+    assert files[f"{SITE}/alpha/sub/deep.py"] == b"D = 2\n"  # two folders down
     assert {n for n, d in files.items() if d is not None} == {
-        f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt", f"{SITE}/alpha/run.sh", f"{SITE}/alpha/new.py"}
+        f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt", f"{SITE}/alpha/run.sh", f"{SITE}/alpha/new.py",
+        f"{SITE}/alpha/sub/deep.py"}
     with open_layer(project.assembler.layout.blob_path(image.layers[4].descriptor.digest),  # type: ignore[union-attr]
                     image.layers[4].descriptor.media_type) as tar:  # type: ignore[union-attr]
         modes = {m.name: m.mode for m in tar if m.isreg()}
@@ -863,3 +867,36 @@ def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in
         other = Assembler(dataclasses.replace(project.settings, jobs=jobs, gzip_level=jobs + 4))  # new keys: built
         project.assemble(assembler=other, ref=f"localhost/rules:jobs{jobs}")
         assert aot.of("cross")[-1][-1] == used
+
+
+def test_a_patch_from_a_url_is_fetched_once_into_the_cache_and_laid_out(project: Project,
+                                                                         index: tuple[str, dict[str, bytes]]) -> None:
+    local = _patch(project, package="alpha")
+    text = (project.tmp / "patches" / "fix.patch").read_bytes()
+    index[1]["/patches/fix.patch"] = text
+    remote = dataclasses.replace(local, source=f"{project.url}/patches/fix.patch")
+    cell = project.make(("alpha", "beta"), patches=(remote,))
+    image = project.assemble(cell)
+    assert (project.settings.cache_dir / "patches" / f"{local.sha256}.patch").read_bytes() == text
+    files = project.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
+    assert files[f"{SITE}/alpha.py"] == b"A = 2\n" + b"A = 1\n" * 1999
+
+
+def test_a_patch_file_that_holds_no_diff_is_refused_naming_the_patch(project: Project) -> None:
+    from pinmatrix.errors import PatchError
+
+    cell = project.make(("alpha", "beta"), patches=(_patch(project, text=b"not a diff\n"),))
+    with pytest.raises(PatchError, match=r"^fix: no unified diff found"):
+        project.assemble(cell)
+
+
+def test_a_layer_in_the_cache_needs_no_download_even_when_its_wheel_file_is_gone(project: Project) -> None:
+    built = project.assemble()
+    shutil.rmtree(project.settings.cache_dir / "wheels")
+    image, _ = Assembler(project.settings).plan(project.cell, project.lock(), project.log)
+    assert [p.download for p in image.layers[2:4]] == [len(project.data["alpha"]), len(project.data["beta"])]
+    (planned,) = describe([image])
+    assert planned["download_bytes"] == 0 and all(layer["download"] is None for layer in planned["layers"])  # type: ignore[union-attr]
+    assert {k: v for k, v in planned.items() if k != "layers"} == {
+        "cell": project.cell.id, "name": project.cell.name, "ref": "", "digest": None, "config": None,
+        "inputs": built.inputs, "cached": False, "download_bytes": 0}
