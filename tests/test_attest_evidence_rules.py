@@ -97,3 +97,53 @@ def test_unreadable_statements_and_ones_without_a_subject_do_not_hide_the_next(t
                                             signed_at=MOMENT)
         attest.attach(registry, image, good, now=MOMENT)
         assert attest.fetch_statements(registry, image) == [good]
+
+
+def _list(registry: Registry, image, doc: dict, descriptor_type: str) -> str:  # noqa: ANN001
+    """Put ``doc`` as a manifest and list it as a referrer of ``image`` with ``descriptor_type``."""
+    from pinmatrix.hashing import sha256_digest
+    from pinmatrix.registry.client import OCI_MANIFEST, Manifest
+
+    body = json.dumps(doc).encode()
+    digest = sha256_digest(body)
+    registry.put_manifest("promoted/demo", digest, Manifest(body, OCI_MANIFEST, digest))
+    registry._add_to_referrers_tag("promoted/demo", image.digest, {"mediaType": OCI_MANIFEST, "digest": digest,
+                                                                   "size": len(body), "artifactType": descriptor_type})
+    return digest
+
+
+def test_what_is_not_evidence_is_passed_over_without_hiding_what_follows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.release.attest import IN_TOTO_MEDIA_TYPE
+
+    with serve_registry() as reg:
+        registry = Registry(reg.address, allowed_token_hosts=())
+        image = _image(reg, {})
+        subject = registry.get_manifest("promoted/demo", image.digest)
+        assert subject is not None
+        registry.push_artifact("promoted/demo", subject, artifact_type="application/x-other", payload=b"{}",
+                               payload_media_type=IN_TOTO_MEDIA_TYPE)  # not evidence
+        registry._add_to_referrers_tag("promoted/demo", image.digest, {
+            "mediaType": "x", "digest": "sha256:" + "8" * 64, "size": 1, "artifactType": IN_TOTO_MEDIA_TYPE})  # gone
+        _list(registry, image, {"schemaVersion": 2}, IN_TOTO_MEDIA_TYPE)  # no layers at all
+        statement = registry.push_blob("promoted/demo", b'{"s": 1}')
+        other = registry.push_blob("promoted/demo", b"other")
+        two = _list(registry, image, {"schemaVersion": 2, "layers": [
+            {"mediaType": "application/octet-stream", "digest": other, "size": 5},
+            {"mediaType": IN_TOTO_MEDIA_TYPE, "digest": statement, "size": 8}]}, IN_TOTO_MEDIA_TYPE)
+        plain = registry.push_artifact("promoted/demo", subject, artifact_type=IN_TOTO_MEDIA_TYPE, payload=b'{"p": 2}',
+                                       payload_media_type=IN_TOTO_MEDIA_TYPE)  # no annotations
+        found = attest.attachments(registry, image)
+        assert [(a.digest, a.artifact_type, a.predicate_type, a.content) for a in found] == [
+            (two, "", "", b'{"s": 1}'), (plain, IN_TOTO_MEDIA_TYPE, "", b'{"p": 2}')]
+        monkeypatch.setattr(attest, "MAX_EVIDENCE_BYTES", 7)
+        with pytest.raises(Exception, match="is 8 bytes, more than the 7 expected here"):
+            attest.attachments(registry, image)
+
+
+def test_a_bad_lock_is_named_as_the_lock_by_default(tmp_path: Path) -> None:
+    from pinmatrix.errors import PinmatrixError
+
+    with serve_registry() as reg:
+        image = _image(reg, {})
+        with pytest.raises(PinmatrixError, match=r"^lock: cannot read requirement "):
+            attest.sbom_inputs(Registry(reg.address, allowed_token_hosts=()), image, "=== no\n", tmp_path)
