@@ -125,6 +125,9 @@ def test_a_cell_gives_its_variables_and_its_payload() -> None:
     env = cell_smoke_env(cell)
     assert env == {"VLLM_X": "1", "PINMATRIX_CELL": json.dumps(cell_payload(cell), default=str)}
     assert HostCell().variables() == {} and cell.variables() is not cell.env
+    odd = HostCell(pins={"torch": Path("2.9.1")}, compute_capability=Path("12.1"))  # values JSON cannot say
+    assert json.loads(cell_smoke_env(odd)["PINMATRIX_CELL"])["pins"] == {"torch": "2.9.1"}
+    assert json.loads(cell_smoke_env(odd)["PINMATRIX_CELL"])["compute_capability"] == "12.1"
 
 
 def test_the_smokes_environment(tmp_path: Path, catalogue: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,6 +137,7 @@ def test_the_smokes_environment(tmp_path: Path, catalogue: Path, monkeypatch: py
     monkeypatch.setenv("VLLM_X", "host")
     monkeypatch.setenv("PINMATRIX_LIB", "/the/users/own")
     monkeypatch.setenv("HOST_ONLY", "kept")
+    monkeypatch.setenv("PYTHONUNBUFFERED", "")  # the host's setting does not decide: the log must be live
     cell = HostCell(env={"VLLM_X": "cell"})
     result = tmp_path / "r.json"
     env = smoke_env(cell, smoke(catalogue, "alpha"), result, None)
