@@ -171,16 +171,21 @@ def test_an_answer_of_exactly_the_bound_is_read(serve, monkeypatch: pytest.Monke
     host = serve(Script([(200, {}, b"x" * 100)]))
     client, _ = _client(host)
     assert client._request("GET", "/v2/", max_bytes=100)[2] == b"x" * 100
-    with pytest.raises(RegistryError, match=r"the answer is 100 bytes, more than the 99 allowed$"):
+    with pytest.raises(RegistryError) as err:
         client._request("GET", "/v2/", max_bytes=99)
+    # (the message names the path as the caller gave it: without the registry's host, unlike _open's)
+    assert str(err.value).startswith("GET ") and str(err.value).endswith("/v2/: the answer is 100 bytes, more than "
+                                                                           "the 99 allowed")
     assert MAX_MANIFEST == 4 << 20
 
 
 def test_a_head_answer_has_its_status_headers_and_no_body(serve) -> None:  # noqa: ANN001
-    host = serve(Script([(200, {"Content-Length": "12345", "Docker-Content-Digest": "sha256:x"}, b"")]))
+    big = str(5 << 20)  # a blob's length, beyond what an answer read whole may be
+    host = serve(Script([(200, {"Content-Length": big, "Docker-Content-Digest": "sha256:x"}, b"")]))
     client, _ = _client(host)
     status, headers, body = client._request("HEAD", "/v2/r/blobs/sha256:x")
-    assert (status, headers["docker-content-digest"], headers["content-length"], body) == (200, "sha256:x", "12345", b"")
+    assert (status, headers["docker-content-digest"], headers["content-length"], body) == (200, "sha256:x", big, b"")
+    assert client.has_blob("r", "sha256:x")
 
 
 # -- redirects ----------------------------------------------------------------------------------------
@@ -517,3 +522,120 @@ def test_a_refused_identity_token_is_named_as_one(serve) -> None:  # noqa: ANN00
     token = Credentials("<token>", "", Path("/x/auth.json"), "h", identity_token="t")
     client, _ = _client(host, credentials=token)
     assert str(client._refused(token, "why")) == f"registry {host} refused the identity token from /x/auth.json: why"
+
+
+def test_retry_after_dates_without_a_zone_are_utc_and_the_bound_itself_is_waited() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from pinmatrix.registry.client import retry_delay
+
+    soon = (datetime.now(timezone.utc) + timedelta(seconds=10)).strftime("%a, %d %b %Y %H:%M:%S -0000")
+    assert 8 <= (retry_delay(soon, 0) or 0) <= 10  # -0000: no zone given, read as UTC
+    assert retry_delay("30", 0) == 30.0 and retry_delay("31", 0) is None
+
+
+def test_a_token_service_that_cannot_be_reached_or_refuses_anonymous_access_is_one_line(serve) -> None:  # noqa: ANN001
+    realm = "http://127.0.0.1:9/token"
+    host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="repository:a:pull"'}, b"")]))
+    client, _ = _client(host)
+    with pytest.raises(RegistryError) as err:
+        client._request("GET", "/v2/a/tags/list")
+    assert str(err.value) == f"registry {host}: token service {realm} unreachable: [Errno 111] Connection refused"
+    host, _, _ = _bearer(serve, [(401, {}, b"")])
+    client, _ = _client(host)
+    with pytest.raises(AuthError, match=rf"^registry {host} requires authentication and no credentials for it were "):
+        client._request("GET", "/v2/a/tags/list")
+
+
+def test_token_answers_of_the_bound_pass_and_endless_or_silent_ones_are_cut(serve) -> None:  # noqa: ANN001
+    from pinmatrix.registry.client import MAX_TOKEN
+
+    body = b'{"token": "token-a"' + b" " * (MAX_TOKEN - 20) + b"}"
+    assert len(body) == MAX_TOKEN
+    host, _, _ = _bearer(serve, [(200, {}, body)])
+    client, _ = _client(host)
+    client._request("GET", "/v2/a/tags/list")  # read, and the token taken
+    stop = threading.Event()
+
+    class Endless(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            try:
+                while not stop.is_set():
+                    self.wfile.write(b" " * (1 << 16))
+            except OSError:
+                return
+
+    class Silent(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            stop.wait(10)
+
+    for handler, line in ((Endless, f"answered more than {MAX_TOKEN} bytes"), (Silent, "unreachable: timed out")):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+        try:
+            realm = f"http://127.0.0.1:{server.server_port}/token"
+            host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
+            client, _ = _client(host, timeout=0.5)
+            with pytest.raises(RegistryError) as err:
+                client._request("GET", "/v2/a/tags/list")
+            assert str(err.value) == f"registry {host}: token service {realm} {line}"
+        finally:
+            stop.set()
+            server.shutdown()
+            server.server_close()
+            stop.clear()
+
+
+def test_answers_without_a_content_type(serve) -> None:  # noqa: ANN001
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).encode()
+    host = serve(Script([(200, {}, body)]))
+    client, _ = _client(host)
+    assert client.get_manifest("r", "t").media_type == OCI_INDEX  # type: ignore[union-attr]
+    assert client.supports_referrers_api("r", "sha256:" + "1" * 64) is False
+
+
+@pytest.mark.parametrize("call", ["manifest", "catalog", "referrers"])
+def test_an_error_names_the_method_it_answered(serve, call: str) -> None:  # noqa: ANN001
+    index = (200, {"Content-Type": OCI_INDEX}, json.dumps({"schemaVersion": 2, "manifests": []}).encode())
+    script = Script(([index] if call == "referrers" else []) + [(400, {}, b"")])
+    host = serve(script)
+    client, _ = _client(host)
+    with pytest.raises(RegistryError) as err:
+        {"manifest": lambda: client.get_manifest("r", "t"), "catalog": client.repositories,
+         "referrers": lambda: client.referrers("r", "sha256:" + "1" * 64)}[call]()
+    assert str(err.value).startswith(f"GET {host}/v2/") and str(err.value).endswith(": HTTP 400")
+
+
+def test_a_streamed_copy_of_a_missing_blob_names_its_get() -> None:
+    with serve_registry(MemoryRegistry(mounts=False)) as reg:
+        missing = "sha256:" + "3" * 64
+        with pytest.raises(RegistryError) as err:
+            _mem(reg).mount_blob("dst", missing, "src")
+        assert str(err.value) == f"GET {reg.address}/v2/src/blobs/{missing}: HTTP 404 BLOB_UNKNOWN: blob_unknown"
+
+
+def test_an_upload_is_octet_stream_at_a_location_relative_to_the_registry(serve) -> None:  # noqa: ANN001
+    script = Script([(202, {"Location": "v2/r/blobs/uploads/7?s=1"}, b""), (201, {}, b"")])
+    client, _ = _client(serve(script))
+    client._upload("r", "sha256:" + "4" * 64, b"data")
+    put = script.asked[1]
+    assert (put.method, put.path) == ("PUT", "/v2/r/blobs/uploads/7?s=1&digest=sha256%3A" + "4" * 64)
+    assert put.headers["Content-Type"] == "application/octet-stream" and put.body == b"data"
+
+
+def test_a_redirect_to_a_long_url_shows_its_first_120_characters(serve) -> None:  # noqa: ANN001
+    far = "ftp://127.0.0.1/" + "p" * 200
+    host = serve(Script([(307, {"Location": far}, b"")]))
+    client, _ = _client(host)
+    with pytest.raises(RegistryError) as err:
+        client._request("GET", "/v2/r/blobs/sha256:x")
+    assert f"redirected to {far[:120]!r}, which" in str(err.value)
