@@ -71,9 +71,11 @@ def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
 
 WHEELS = {
     "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
-                      "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n"}),
+                      "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n",
+                      "alpha/same.py": b"S = 1\n"}),
     "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n"}),
-    "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200}),
+    "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200,  # and bytes that do not compress: the largest layer
+                      "gamma.bin": b"".join(hashlib.sha256(bytes([i, j])).digest() for i in range(4) for j in range(256))}),
 }
 
 
@@ -131,7 +133,8 @@ class Project:
     def _base(self, spec: object, platform: str, layout: OCILayout, cache_dir: Path, log: Path, *,
               dry: bool = False) -> BaseLayers:
         self.base_calls.append(dry)
-        return BaseLayers((base_layer(layout),), ("PATH=/usr/bin:/bin", "LANG=C.UTF-8"), "debian:test", "base-key",
+        return BaseLayers((base_layer(layout),), ("PATH=/usr/bin:/bin", "LANG=C.UTF-8", "OPTS=a=b"), "debian:test",
+                          "base-key",
                           self.base_python)
 
     def assemble(self, cell: Cell | None = None, ref: str = "localhost/rules:one",
@@ -401,21 +404,21 @@ def test_past_max_layers_the_smallest_wheels_share_one_layer_holding_each_path_o
     cell = p.make(("alpha", "beta", "gamma"))
     image = p.assemble(cell)
     names = [layer.name for layer in image.layers]
-    assert names == ["base", "venv", "wheel:alpha==1.0", "wheels:beta==2.0,gamma==3.0", "smoke"]
+    assert names == ["base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0", "smoke"]  # by size
     stored = p.assembler.layout.image("localhost/rules:one")
     assert stored is not None and len(stored.manifest["layers"]) == 5
     config = json.loads(p.assembler.layout.blob_path(image.config_digest).read_bytes())
-    assert config["history"][3]["created_by"] == "pinmatrix: wheels:beta==2.0,gamma==3.0"
+    assert config["history"][3]["created_by"] == "pinmatrix: wheels:alpha==1.0,beta==2.0"
     merged = image.layers[3].descriptor
     assert merged is not None
     with open_layer(p.assembler.layout.blob_path(merged.digest), merged.media_type) as tar:
         members = [m.name for m in tar]
     assert len(members) == len(set(members))  # each path once: containers/storage refuses repeats
     files = p.layer_files(merged)
-    assert files[f"{SITE}/beta.py"] == b"B = 2\n" and files[f"{SITE}/gamma.py"] == b"G = 3\n" * 200
-    assert f"{SITE}/alpha.py" not in files
+    assert files[f"{SITE}/beta.py"] == b"B = 2\n" and files[f"{SITE}/alpha.py"] == b"A = 1\n" * 2000
+    assert f"{SITE}/gamma.py" not in files
     assert any(n.startswith(f"{SITE}/beta-2.0.dist-info/") for n in files)
-    assert any(n.startswith(f"{SITE}/gamma-3.0.dist-info/") for n in files)
+    assert any(n.startswith(f"{SITE}/alpha-1.0.dist-info/") for n in files)
 
     everything = Project(tmp_path / "four", index[0], monkeypatch, max_layers=4)
     image = everything.assemble(cell)
@@ -445,6 +448,10 @@ def test_the_merged_layer_is_shared_by_its_parts_keys(tmp_path: Path, index: tup
     assert second.digest != first.digest
     assert second.layers[2].descriptor == first.layers[2].descriptor and second.layers[2].key == first.layers[2].key
     assert not any(s.startswith("layer ") for s in steps)
+    two = Assembler(dataclasses.replace(p.settings, max_layers=3))  # alpha and beta merged: another layer
+    merged = p.assemble(p.make(("alpha", "beta")), ref="localhost/rules:two", assembler=two).layers[2]
+    assert merged.name == "wheels:alpha==1.0,beta==2.0" and merged.key != first.layers[2].key
+    assert f"{SITE}/gamma.py" not in p.layer_files(merged.descriptor)  # type: ignore[arg-type]
 
 
 # -- refusals --------------------------------------------------------------------------------------------
@@ -471,7 +478,8 @@ def _patch(project: Project, kind: str = "installed-tree", package: str = "alpha
                                           b"-echo one\n+echo two\n"
                                           b"--- /dev/null\n+++ b/alpha/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n"
                                           b"--- a/alpha/sub/deep.py\n+++ b/alpha/sub/deep.py\n@@ -1 +1 @@\n-D = 1\n"
-                                          b"+D = 2\n")
+                                          b"+D = 2\n"
+                                          b"--- a/alpha/same.py\n+++ b/alpha/same.py\n@@ -1 +1 @@\n-S = 1\n+S = 1\n")
     (project.tmp / "patches").mkdir(exist_ok=True)
     (project.tmp / "patches" / "fix.patch").write_bytes(text)
     return CellPatch(id="fix", package=package, version="1.0", kind=kind, status="apply",  # type: ignore[arg-type]
@@ -670,7 +678,8 @@ def test_an_image_that_would_not_run_is_refused_before_its_manifest_and_optional
     assert seen["arch"] == "amd64"
     env = seen["env"]
     assert isinstance(env, dict) and env["LANG"] == "en_GB.UTF-8" and env["EXTRA"] == "1"  # the cell's env wins
-    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert env["PATH"].startswith("/opt/venv/bin:") and env["OPTS"] == "a=b"  # split at the first '='
+
     layers = seen["layers"]
     assert isinstance(layers, list) and len(layers) == 5
     assert layers[0] == (project.assembler.layout.blob_path(base_layer(project.assembler.layout).digest),
@@ -738,12 +747,14 @@ class AotStandIn:
     """jitcache's and crossaot's entry points as assemble calls them: each records its arguments and its
     builder writes one marker file, so what assemble hands them and does with their layers is seen."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, project: Project, *, skip: str = "", modules=("norm",),
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, project: Project, *, skip: str = "", modules=("norm", "rope"),
                  foreign: bool = False) -> None:
         from pinmatrix.image import crossaot, jitcache
         from pinmatrix.image.jitcache import AotPlan, CrossInputs
 
         self.calls: list[tuple[object, ...]] = []
+        self.plans: list[AotPlan] = []
+        self.given: list[tuple[str, str, object]] = []  # (entry point, cell id, the plan it was given)
         self.project = project
         cross_base = LayerWriter(project.assembler.layout.blobs, epoch=0)
         cross_base.add_bytes("builder/os-release", b"ID=builder\n")
@@ -755,8 +766,9 @@ class AotStandIn:
 
         def plan(cell, shas, base_key, *, epoch, level, cross=None):  # noqa: ANN001, ANN202
             self.calls.append(("plan", cell.id, dict(shas), base_key, epoch, level, cross))
-            return AotPlan(None, tuple(modules), "9.0a", link_key=f"link-{level}", key=f"aot-{level}-{cross is None}",
-                           skip=skip, cross=cross, foreign=foreign)
+            self.plans.append(AotPlan(None, tuple(modules), "9.0a", link_key=f"link-{level}",
+                                      key=f"aot-{level}-{cross is None}", skip=skip, cross=cross, foreign=foreign))
+            return self.plans[-1]
 
         def inputs(cell, aot, entries, choose, base_for):  # noqa: ANN001, ANN202
             self.calls.append(("inputs", [e.name for e in entries]))
@@ -767,13 +779,19 @@ class AotStandIn:
 
         def link_layer_builder(cell, aot, site_packages, scratch):  # noqa: ANN001, ANN202
             self.calls.append(("link", site_packages, scratch))
+            self.given.append(("link", cell.id, aot))
             return marker("link")
 
         def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step):  # noqa: ANN001, ANN202
             self.calls.append(("aot", site_packages, list(layers), cache_dir, log))
+            self.given.append(("aot", cell.id, aot))
+            on_step("aot: compiling")
             return marker("aot")
 
         def layer_builder(cell, aot, site_packages, builder_layers, cell_wheels, cache_dir, log, on_step, *, jobs):  # noqa: ANN001, ANN202
+            self.given.append(("cross", cell.id, aot))
+            on_step("cross: compiling")
+
             def build(writer: LayerWriter) -> None:
                 self.calls.append(("cross", site_packages, list(builder_layers()), list(cell_wheels()), cache_dir,
                                    log, jobs))
@@ -785,7 +803,11 @@ class AotStandIn:
         monkeypatch.setattr(jitcache, "aot_layer_builder", aot_layer_builder)
         monkeypatch.setattr(crossaot, "inputs", inputs)
         monkeypatch.setattr(crossaot, "layer_builder", layer_builder)
-        monkeypatch.setattr(crossaot, "describe", lambda cell, aot: f"flashinfer-aot: cross-compiled for {cell.id}")
+        def describe(cell, aot):  # noqa: ANN001, ANN202
+            self.given.append(("describe", cell.id, aot))
+            return f"flashinfer-aot: cross-compiled for {cell.id}"
+
+        monkeypatch.setattr(crossaot, "describe", describe)
 
     def of(self, kind: str) -> list[tuple[object, ...]]:
         return [c for c in self.calls if c[0] == kind]
@@ -817,8 +839,10 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     assert layers == [(layout.blob_path(d.digest), d.media_type) for d in own_root if d]
     assert project.layer_files(image.layers[4].descriptor)["opt/link/marker"] == b"link"  # type: ignore[arg-type]
     assert project.layer_files(image.layers[5].descriptor)["opt/aot/marker"] == b"aot"  # type: ignore[arg-type]
-    assert project.log.read_text() == (f"earlier\nflashinfer-aot: built in cell {project.cell.id}'s own root: norm "
-                                       "for 9.0a\n")
+    assert project.log.read_text() == (f"earlier\nflashinfer-aot: built in cell {project.cell.id}'s own root: norm, "
+                                       "rope for 9.0a\n")
+    assert aot.given == [("link", project.cell.id, aot.plans[-1]), ("aot", project.cell.id, aot.plans[-1])]
+    assert "aot: compiling" in steps
     assert aot.of("inputs") == []
 
 
@@ -863,6 +887,14 @@ def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in
     assert "flashinfer-aot: cross-compiled for " + project.cell.id in steps
     assert project.log.read_text() == f"earlier\nflashinfer-aot: cross-compiled for {project.cell.id}\n"
     assert project.layer_files(image.layers[5].descriptor)["opt/cross/marker"] == b"cross"  # type: ignore[arg-type]
+    final = aot.plans[-1]
+    assert aot.given == [("link", project.cell.id, final), ("describe", project.cell.id, final),
+                         ("describe", project.cell.id, final), ("cross", project.cell.id, final)]
+    assert "cross: compiling" in steps
+    # the builder root's gamma layer is the layer any cell holding that wheel has: not laid out again
+    steps = []
+    project.assemble(project.make(("alpha", "beta", "gamma")), ref="localhost/rules:gamma", steps=steps)
+    assert "layer gamma-3.0-py3-none-any.whl" not in steps and "layer alpha-1.0-py3-none-any.whl" not in steps
     for jobs, used in ((1, 1), (4, 2)):  # at most two compilers at once, at least one
         other = Assembler(dataclasses.replace(project.settings, jobs=jobs, gzip_level=jobs + 4))  # new keys: built
         project.assemble(assembler=other, ref=f"localhost/rules:jobs{jobs}")
