@@ -112,6 +112,11 @@ if mode.get("copy"):
 sys.stdout.buffer.write(mode.get("stdout", "").encode("latin-1"))
 sys.stdout.flush()
 sys.stderr.write(mode.get("stderr", ""))
+sys.stderr.flush()
+sys.stderr.buffer.write(mode.get("stderr_raw", "").encode("latin-1"))
+sys.stderr.flush()
+if mode.get("pid"):
+    open(mode["pid"], "w").write(str(os.getpid()))
 if mode.get("close"):
     os.close(1)
 time.sleep(mode.get("sleep", 0))
@@ -231,7 +236,7 @@ def test_the_first_malformed_offset_is_the_first_one() -> None:
 def test_entry_headers_out_of_bounds_end_the_container() -> None:
     # 63 or 4097 bytes of entry header, or a payload past the container's end: the entries before are kept
     for bad in (entry(2, 100, header=63 + 1)[:0] + struct.pack("<HHIQ", 2, 0, 63, 0) + b"\0" * 48,
-                entry(2, 100, header=4097 + 7)[:0] + struct.pack("<HHIQ", 2, 0, 4097, 0) + b"\0" * 48,
+                entry(2, 100, header=4097),  # whole, but one byte over the bound
                 entry(2, 100, declared=1)):
         assert fatbin_containers(container(sass(90), bad)) == [[("sass", 90)]]
     assert fatbin_containers(container(sass(90), entry(2, 100, header=4096))) == [[("sass", 90), ("sass", 100)]]
@@ -841,3 +846,94 @@ def test_nothing_is_left_open(tmp_path: Path) -> None:
     before = set(os.listdir("/proc/self/fd"))
     read_binary(path, None)
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+class Clock2:
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def monotonic(self) -> float:
+        now, self.now = self.now, self.now + self.step
+        return now
+
+
+def test_a_parse_exactly_at_its_deadline_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(binary, "time", Clock2(60.0))  # deadline 60; the first check reads 60: not past it
+    found, report = _scan(container(sass(90)) * 3)
+    assert len(found) == 1 and report.stopped == f"the header parser stopped at offset {16 + 64} after 1 containers and 60 s"
+
+
+def test_a_count_stop_exactly_at_the_deadline_names_no_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(binary, "MAX_CONTAINERS", 1)
+    monkeypatch.setattr(binary, "time", Clock2(30.0))  # deadline 60; the message reads 60
+    found, report = _scan(container(sass(90)) * 2)
+    assert len(found) == 1 and report.stopped == f"the header parser stopped at offset {16 + 64} after 1 containers"
+
+
+def test_a_containers_body_is_stepped_over_even_when_it_holds_no_entry() -> None:
+    inner = container(sass(90))
+    # a one-byte body that is the first byte of the next magic, and a 20-byte body holding a container header
+    assert fatbin_containers(FATBIN_MAGIC + struct.pack("<HHQ", 1, 16, 1) + inner) == []
+    assert fatbin_containers(container(inner[:20]) + b"\0" * 64) == []
+
+
+def test_a_payload_size_with_the_top_bit_set_ends_the_container() -> None:
+    wild = struct.pack("<HHIQ", 2, 0, 64, (1 << 64) - 64) + b"\0" * 12 + struct.pack("<I", 100) + b"\0" * 32
+    assert fatbin_containers(container(sass(90), wild, sass(80))) == [[("sass", 90)]]
+
+
+def test_stderr_that_is_not_utf_8_is_read_with_replacement(tmp_path: Path) -> None:
+    exe, _ = cuobjdump(tmp_path, res_usage={"stderr_raw": "fatal \xff\xfe here\n", "rc": 2})
+    with pytest.raises(ToolFailed) as failed:
+        cuobjdump_entries(tmp_path / "x", exe)
+    assert str(failed.value) == "cuobjdump -res-usage: exit 2: fatal \ufffd\ufffd here"
+
+
+def test_only_the_last_2000_bytes_of_stderr_are_read(tmp_path: Path) -> None:
+    line = "".join(chr(65 + i % 26) for i in range(3000))
+    exe, _ = cuobjdump(tmp_path, res_usage={"stderr": line, "rc": 2})
+    with pytest.raises(ToolFailed) as failed:
+        cuobjdump_entries(tmp_path / "x", exe)
+    assert str(failed.value) == f"cuobjdump -res-usage: exit 2: {line[1000:1300]}"
+
+
+def test_a_cuobjdump_left_running_once_its_answer_is_read_is_killed(tmp_path: Path) -> None:
+    pid = tmp_path / "pid"
+    exe, _ = cuobjdump(tmp_path, elf={"stdout": "x sm=120a\n", "sleep": 60, "pid": str(pid)})
+    start = time.monotonic()
+    assert cuobjdump_cubin_target(tmp_path / "k.cubin", exe, timeout_s=30) == "sm_120a"
+    assert time.monotonic() - start < 15
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("cuobjdump still running")
+
+
+def test_the_smallest_file_read_is_a_bare_cubins_elf_header(tmp_path: Path) -> None:
+    header = cubin(100)[:64]
+    path = write(tmp_path, header, "k.cubin")
+    assert read_binary(path, None) == BinaryTargets(str(path), 64, [("sm_100",)], TOOL_HEADER, False, notes=[FALLBACK])
+
+
+def test_a_file_above_the_bound_is_a_whole_result_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, b"\0" * 64 + container(sass(90)))
+    size = path.stat().st_size
+    monkeypatch.setattr(binary, "MAX_BINARY_BYTES", size - 1)
+    assert read_binary(path, None, label="pkg/x.so") == BinaryTargets(
+        "pkg/x.so", size, [], TOOL_HEADER, exact=False, grouped=False,
+        notes=[f"not read: {size} bytes, more than the {size - 1} a binary may have"])
+
+
+def test_three_groups_line_up_entry_by_entry(tmp_path: Path) -> None:
+    path = write(tmp_path, b"\0" * 64 + container(sass(90)) + container(sass(100)) + container(sass(120), entry(1, 120)))
+    exe, _ = cuobjdump(tmp_path, res_usage={"stdout": res_usage(("elf", "sm_90a"), ("elf", "sm_100f"), ("elf", "sm_120a"),
+                                                                ("ptx", "sm_120"))})
+    assert read_binary(path, exe, label="lib/x.so") == BinaryTargets(
+        "lib/x.so", path.stat().st_size, [("sm_90a",), ("sm_100f",), ("sm_120a", "compute_120")], TOOL_CUOBJDUMP, True)
