@@ -73,7 +73,7 @@ WHEELS = {
     "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
                       "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n",
                       "alpha/same.py": b"S = 1\n"}),
-    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n"}),
+    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n", "beta/libX": b"X"}),
     "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200,  # and bytes that do not compress: the largest layer
                       "gamma.bin": b"".join(hashlib.sha256(bytes([i, j])).digest() for i in range(4) for j in range(256))}),
 }
@@ -430,6 +430,9 @@ def test_past_max_layers_the_smallest_wheels_share_one_layer_holding_each_path_o
                     "gzip") as tar:
         members = [m.name for m in tar]
     assert len(members) == len(set(members)) and members.count(f"{SITE}/shared/data.txt") == 1
+    parts = [p.layer_files(d) for d in (p.assemble(p.make((n,)), ref=f"localhost/rules:{n}").layers[2].descriptor
+                                         for n in ("alpha", "beta", "gamma")) if d]
+    assert set(files) == set().union(*parts)  # every path of every wheel, once
 
     roomy = Project(tmp_path / "six", index[0], monkeypatch, max_layers=6)
     assert [layer.name for layer in roomy.assemble(cell).layers] == [
@@ -932,3 +935,21 @@ def test_a_layer_in_the_cache_needs_no_download_even_when_its_wheel_file_is_gone
     assert {k: v for k, v in planned.items() if k != "layers"} == {
         "cell": project.cell.id, "name": project.cell.name, "ref": "", "digest": None, "config": None,
         "inputs": built.inputs, "cached": False, "download_bytes": 0}
+
+
+def test_the_merged_layer_goes_before_the_patch_smoke_and_ca_layers_or_last(tmp_path: Path,
+                                                                           index: tuple[str, dict[str, bytes]],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, max_layers=4)
+    _serve(index[1], p)
+    patched = p.make(("alpha", "beta", "gamma"), patches=(_patch(p, package="alpha"),))
+    assert [layer.name for layer in p.assemble(patched).layers] == [
+        "base", "venv", "wheels:alpha==1.0,beta==2.0,gamma==3.0", "patch:fix", "smoke"]
+    shutil.rmtree(p.tmp / "smoke")
+    bare = p.make(("alpha", "beta", "gamma"))
+    assert [layer.name for layer in p.assemble(bare, ref="localhost/rules:bare").layers] == [
+        "base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0"]  # nothing after the wheels: last
+    cert = next(iter(sorted(Path("/etc/ssl/certs").glob("*.pem"))))
+    ca = Assembler(dataclasses.replace(p.settings, max_layers=3, extra_ca=(cert,), ca_in_images=True))
+    assert [layer.name for layer in p.assemble(bare, ref="localhost/rules:ca", assembler=ca).layers] == [
+        "base", "venv", "wheels:alpha==1.0,beta==2.0,gamma==3.0", "ca"]
