@@ -110,6 +110,7 @@ class Project:
         self.cell = self.make(packages)
         self.base_python: str | None = python
         self.base_calls: list[bool] = []
+        self.base_logs: list[Path] = []  # where mmdebstrap's output would go
         monkeypatch.setattr(assemble_module, "debian_base", self._base)
         chosen: dict[str, object] = {"smoke_dir": tmp_path / "smoke", "jobs": 2, **settings}
         self.settings = AssemblySettings(root=tmp_path, cache_dir=tmp_path / "cache", layout_dir=tmp_path / "oci",
@@ -133,6 +134,7 @@ class Project:
     def _base(self, spec: object, platform: str, layout: OCILayout, cache_dir: Path, log: Path, *,
               dry: bool = False) -> BaseLayers:
         self.base_calls.append(dry)
+        self.base_logs.append(log)
         return BaseLayers((base_layer(layout),), ("PATH=/usr/bin:/bin", "LANG=C.UTF-8", "OPTS=a=b"), "debian:test",
                           "base-key",
                           self.base_python)
@@ -216,7 +218,7 @@ def test_an_image_is_base_venv_wheels_smoke_in_that_order_named_by_its_config(pr
     assert "opt/venv/pyvenv.cfg" in venv
     smoke = project.layer_files(descriptors[4])  # type: ignore[arg-type]
     assert smoke["pinmatrix/smoke/catalogue.toml"] == b"# the smokes\n"
-    assert project.base_calls == [False]
+    assert project.base_calls == [False] and project.base_logs == [project.log]
 
 
 def test_an_unchanged_image_is_not_assembled_again_and_a_damaged_one_is(project: Project) -> None:
@@ -757,6 +759,7 @@ class AotStandIn:
 
         self.calls: list[tuple[object, ...]] = []
         self.plans: list[AotPlan] = []
+        self.built: list[str] = []  # the layers whose builder ran
         self.given: list[tuple[str, str, object]] = []  # (entry point, cell id, the plan it was given)
         self.project = project
         cross_base = LayerWriter(project.assembler.layout.blobs, epoch=0)
@@ -778,7 +781,10 @@ class AotStandIn:
             return self.cross
 
         def marker(name: str):  # noqa: ANN202
-            return lambda writer: writer.add_bytes(f"opt/{name}/marker", name.encode())
+            def build(writer: LayerWriter) -> None:
+                self.built.append(name)
+                writer.add_bytes(f"opt/{name}/marker", name.encode())
+            return build
 
         def link_layer_builder(cell, aot, site_packages, scratch):  # noqa: ANN001, ANN202
             self.calls.append(("link", site_packages, scratch))
@@ -845,7 +851,9 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     assert project.log.read_text() == (f"earlier\nflashinfer-aot: built in cell {project.cell.id}'s own root: norm, "
                                        "rope for 9.0a\n")
     assert aot.given == [("link", project.cell.id, aot.plans[-1]), ("aot", project.cell.id, aot.plans[-1])]
-    assert "aot: compiling" in steps
+    assert "aot: compiling" in steps and aot.built == ["link", "aot"]
+    project.assemble(ref="localhost/rules:again")  # another name for the same image: its layers are found
+    assert aot.built == ["link", "aot"]
     assert aot.of("inputs") == []
 
 
@@ -953,3 +961,13 @@ def test_the_merged_layer_goes_before_the_patch_smoke_and_ca_layers_or_last(tmp_
     ca = Assembler(dataclasses.replace(p.settings, max_layers=3, extra_ca=(cert,), ca_in_images=True))
     assert [layer.name for layer in p.assemble(bare, ref="localhost/rules:ca", assembler=ca).layers] == [
         "base", "venv", "wheels:alpha==1.0,beta==2.0,gamma==3.0", "ca"]
+
+
+def test_without_compression_every_layer_of_the_cell_is_a_plain_tar(tmp_path: Path,
+                                                                    index: tuple[str, dict[str, bytes]],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, gzip_level=None)
+    _serve(index[1], p)
+    image = p.assemble()
+    assert {layer.descriptor.media_type for layer in image.layers[1:]} == {  # type: ignore[union-attr]
+        "application/vnd.oci.image.layer.v1.tar"}
