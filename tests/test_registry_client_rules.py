@@ -639,3 +639,64 @@ def test_a_redirect_to_a_long_url_shows_its_first_120_characters(serve) -> None:
     with pytest.raises(RegistryError) as err:
         client._request("GET", "/v2/r/blobs/sha256:x")
     assert f"redirected to {far[:120]!r}, which" in str(err.value)
+
+
+def test_a_request_waits_60_s_by_default_and_a_silent_registry_ends_at_its_timeout() -> None:
+    assert Registry("h", allowed_token_hosts=()).timeout == 60.0 and Registry.from_setting("h/x").timeout == 60.0
+    stop = threading.Event()
+
+    class Silent(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            stop.wait(10)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        host = f"127.0.0.1:{server.server_port}"
+        client, _ = _client(host, timeout=0.5)
+        with pytest.raises(RegistryError) as err:
+            client._request("GET", "/v2/")
+        assert str(err.value) == f"registry {host} unreachable: timed out"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_only_http_and_https_urls_are_asked_and_a_bad_one_is_shown_cut(serve) -> None:  # noqa: ANN001
+    client, _ = _client(serve(Script([OK])))
+    with pytest.raises(RegistryError, match=r"unreachable"):  # https is asked (nothing listens there)
+        client._request("GET", "https://127.0.0.1:9/v2/")
+    far = "ftp://127.0.0.1/" + "p" * 200
+    with pytest.raises(RegistryError) as err:
+        client._request("GET", far)
+    assert str(err.value) == f"registry {client.host}: {far[:120]!r} is not an http(s) URL"
+
+
+def test_a_refusal_names_the_repositorys_credentials_and_a_repository_without_any(
+        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    def basic(user: str) -> str:
+        return base64.b64encode(f"{user}:pw".encode()).decode()
+
+    refusing = serve(Script([(401, {"WWW-Authenticate": 'Basic realm="r"'}, b"")]))
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"auths": {refusing: {"auth": basic("anyone")},
+                                          f"{refusing}/team": {"auth": basic("team")}}}))
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(auth))
+    with pytest.raises(AuthError) as err:
+        Registry(refusing, allowed_token_hosts=())._request("GET", "/v2/team/tags/list")
+    assert str(err.value) == (f"registry {refusing} refused the credentials of 'team' from {auth}: HTTP 401 on GET "
+                              "/v2/team/tags/list")
+    script = Script([(401, {"WWW-Authenticate": 'Basic realm="r"'}, b""), OK,
+                     (401, {"WWW-Authenticate": 'Basic realm="r"'}, b"")])
+    host = serve(script)
+    auth.write_text(json.dumps({"auths": {f"{host}/team": {"auth": basic("team")}}}))  # none for the host itself
+    client = Registry(host, allowed_token_hosts=())
+    client._request("GET", "/v2/team/tags/list")
+    with pytest.raises(AuthError, match=rf"^registry {host} requires authentication and no credentials for it "):
+        client._request("GET", "/v2/other/tags/list")
+    assert script.asked[-1].headers.get("Authorization") is None
