@@ -727,3 +727,61 @@ def test_run_ids_and_stamps_are_utc_whatever_the_hosts_time_zone(monkeypatch: py
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_bare_cells_plan_refusal_and_host_runtime(tmp_path: Path, catalogue: Path) -> None:
+    with pytest.raises(SmokeError, match=r"^cell c9 \(\): no smoke named 'nope' in the catalogue$"):
+        plan_smokes(BareCell("c9", ("nope",)), load_catalogue(catalogue), None)
+
+    class NoSmokes:
+        id = "c8"
+
+    assert len(plan_smokes(NoSmokes(), load_catalogue(catalogue), None)) == len(load_catalogue(catalogue))
+    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    out = run_cell(BareCell("host", ("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
+                   options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lambda _l: None)
+    assert out.overlay is None and [r.status for r in out.records] == ["pass"]
+
+
+def test_the_host_comparison_reads_the_overlays_site(tmp_path: Path, catalogue: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    cells: list[Any] = []
+    monkeypatch.setattr(runner, "build_overlay", lambda cell, root, **kw: cells.append(cell) or Overlay(tmp_path / "ov"))
+    monkeypatch.setattr(runner, "environment_of", lambda python, site: seen.append(site) or {})
+    monkeypatch.setattr(runner, "differences", lambda cell, lock, env: {"identical": True})
+    cell = HostCell(id="c1", smokes=("alpha",), patches=("p",))
+    run_cell(cell, load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
+             options(tmp_path, catalogue, container=Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))),
+             host=HOST, run_id="r", echo=lambda _l: None)
+    assert seen == [tmp_path / "ov"] and cells == [cell]
+
+
+def test_the_runners_stdin_never_reaches_the_smoke(tmp_path: Path) -> None:
+    saved = os.dup(0)
+    r, w = os.pipe()
+    os.write(w, b"the runner's input")
+    os.close(w)
+    os.dup2(r, 0)
+    os.close(r)
+    try:
+        proc, _ = run(tmp_path, WRITE_RESULT.format("{'stdin': __import__('sys').stdin.read()}"))
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert proc.result == {"stdin": ""}
+
+
+def test_the_log_folder_is_made_with_its_parents_and_the_guard_gets_the_given_env(tmp_path: Path) -> None:
+    log, result, seen = tmp_path / "a" / "b" / "s.log", tmp_path / "r.json", tmp_path / "seen.json"
+    cleanup = [PY, "-c", f"import json, os; json.dump(os.environ.get('GIVEN'), open({str(seen)!r}, 'w'))"]
+    proc = run_process([PY, "-c", "pass"], {**os.environ, "GIVEN": "to the runner"}, log, result, 30, cwd=tmp_path,
+                       cleanup=cleanup)
+    assert proc.timed_out is False and proc.returncode == 0 and log.is_file()
+    assert json.loads(seen.read_text()) == "to the runner"  # the env given, not the runner's own
+
+
+def test_a_log_that_is_not_utf_8_still_gives_its_result_line(tmp_path: Path) -> None:
+    code = "import sys; sys.stdout.buffer.write(b'\\xff\\xfe\\n'); print('PINMATRIX-RESULT {\"status\": \"pass\"}')"
+    proc, _ = run(tmp_path, code)
+    assert proc.result == {"status": "pass"}
