@@ -73,7 +73,7 @@ WHEELS = {
     "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
                       "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n",
                       "alpha/same.py": b"S = 1\n"}),
-    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n", "beta/libX": b"X"}),
+    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n", "beta/libX": b"X", "beta/trail ": b"T"}),
     "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200,  # and bytes that do not compress: the largest layer
                       "gamma.bin": b"".join(hashlib.sha256(bytes([i, j])).digest() for i in range(4) for j in range(256))}),
 }
