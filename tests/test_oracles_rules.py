@@ -88,3 +88,20 @@ def test_a_greedy_token_0_is_inside_the_vocabulary() -> None:
     logits = [[5.0, 1.0, 0.0], [0.0, 2.0, 9.0]]
     assert o.greedy_mismatch([0, 2], logits, 0.0) is None
     assert o.greedy_mismatch([-1, 2], logits, 0.0) == "token 0 = -1 is outside the vocabulary of 3"
+
+
+def test_the_planted_probe_moves_the_last_element_by_its_own_value() -> None:
+    ref = np.array([[1.0, -3.0, 2.0]])
+    assert o.planted_probe(ref).tolist() == [[1.0, -3.0, 2.0 + 1 + 4 * 2.0]]
+
+
+def test_of_equally_bad_tiles_the_first_is_named() -> None:
+    out = o.zero_tile(o.zero_tile(np.ones((128, 128)), 0, 1), 1, 0)
+    assert o.check_tiles(out, np.ones((128, 128)), 0.01).tile_at == (0, 1)
+
+
+def test_a_small_reference_has_a_relative_error_and_a_zero_one_an_infinite_one() -> None:
+    ref = np.full((64, 64), 1e-3)
+    check = o.check_tiles(ref * 1.01, ref, 0.02)
+    assert check.ok and check.worst_tile == pytest.approx(0.01)  # a tile's squared norm of 0.004: still relative
+    assert o.check_tiles(np.ones((64, 64)), np.zeros((64, 64)), 0.02).worst_tile == float("inf")
