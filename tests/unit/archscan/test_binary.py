@@ -79,12 +79,12 @@ def elf(*, machine: int = EM_CUDA, abi: int = 8, flags: int = 0, cls: int = 2,
     body += names
     body += b"\0" * (-len(body) % 8)
     shoff = 64 + len(body)
-    headers = b"\0" * max(shentsize, 64)  # SHN_UNDEF
+    headers = b"\0" * shentsize  # SHN_UNDEF
     for name, off, size in [*placed, (b".shstrtab", names_off, len(names) + names_grow)]:
         off = (offsets or {}).get(name, off)
         size = (sizes or {}).get(name, size)
-        headers += struct.pack("<IIQQQQIIQQ", name_at[name], 1, 0, 0, off, size, 0, 0, 1, 0)
-        headers += b"\0" * (shentsize - 64) if shentsize > 64 else b""
+        head = struct.pack("<IIQQQQIIQQ", name_at[name], 1, 0, 0, off, size, 0, 0, 1, 0)
+        headers += head[:shentsize] + b"\0" * (shentsize - 64)
     count = len(placed) + 2
     ident = b"\x7fELF" + bytes([cls, 1, 1, 0x33, abi]) + b"\0" * 7
     head = ident + struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff + shoff_delta, flags, 64, 0, 0,
@@ -112,6 +112,11 @@ if mode.get("copy"):
 sys.stdout.buffer.write(mode.get("stdout", "").encode("latin-1"))
 sys.stdout.flush()
 sys.stderr.write(mode.get("stderr", ""))
+sys.stderr.flush()
+sys.stderr.buffer.write(mode.get("stderr_raw", "").encode("latin-1"))
+sys.stderr.flush()
+if mode.get("pid"):
+    open(mode["pid"], "w").write(str(os.getpid()))
 if mode.get("close"):
     os.close(1)
 time.sleep(mode.get("sleep", 0))
@@ -231,7 +236,7 @@ def test_the_first_malformed_offset_is_the_first_one() -> None:
 def test_entry_headers_out_of_bounds_end_the_container() -> None:
     # 63 or 4097 bytes of entry header, or a payload past the container's end: the entries before are kept
     for bad in (entry(2, 100, header=63 + 1)[:0] + struct.pack("<HHIQ", 2, 0, 63, 0) + b"\0" * 48,
-                entry(2, 100, header=4097 + 7)[:0] + struct.pack("<HHIQ", 2, 0, 4097, 0) + b"\0" * 48,
+                entry(2, 100, header=4097),  # whole, but one byte over the bound
                 entry(2, 100, declared=1)):
         assert fatbin_containers(container(sass(90), bad)) == [[("sass", 90)]]
     assert fatbin_containers(container(sass(90), entry(2, 100, header=4096))) == [[("sass", 90), ("sass", 100)]]
@@ -377,6 +382,66 @@ def test_a_note_ending_exactly_at_the_files_end_is_read() -> None:
     assert _cubin_note_target(bytes(headers)) is None
 
 
+def headers_at(data: bytes) -> int:
+    return struct.unpack_from("<Q", data, 0x28)[0]
+
+
+def test_section_headers_smaller_than_elf64s_are_refused_even_when_readable() -> None:
+    # 48-byte entries still hold the 40 bytes read of each: a reader that took them would find the note
+    assert _cubin_note_target(cubin(100, note=b"-arch sm_100f", shentsize=48)) is None
+
+
+def test_a_section_table_that_runs_past_the_end_is_refused_even_when_its_start_is_readable() -> None:
+    data = cubin(100, note=b"-arch sm_100f")
+    assert _cubin_note_target(data) == "sm_100f"
+    assert _cubin_note_target(data[:-24]) is None  # the last entry's last 24 bytes (never read) are missing
+
+
+def test_offsets_with_the_top_bit_set_are_past_the_end_not_from_the_end() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    shoff = headers_at(bytes(data))
+    table = len(data) - shoff
+    struct.pack_into("<Q", data, 0x28, (1 << 64) - table)  # would be -table as a signed number
+    assert _cubin_note_target(bytes(data)) is None
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    names_entry = shoff + 3 * 64  # .shstrtab, the fourth header
+    names_off = struct.unpack_from("<Q", data, names_entry + 24)[0]
+    struct.pack_into("<Q", data, names_entry + 24, (1 << 64) - (len(data) - names_off))
+    assert _cubin_note_target(bytes(data)) is None
+
+
+def test_a_name_table_index_of_0xffff_is_refused() -> None:
+    # SHN_XINDEX: the real index would be elsewhere; as a signed number it would be the last header
+    assert _cubin_note_target(cubin(100, note=b"-arch sm_100f", shstrndx=0xFFFF)) is None
+
+
+def test_a_name_table_ending_at_the_files_end_is_read() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    names_entry = headers_at(bytes(data)) + 3 * 64
+    names_off, names_size = struct.unpack_from("<QQ", data, names_entry + 24)
+    table = bytes(data[names_off:names_off + names_size])
+    struct.pack_into("<Q", data, names_entry + 24, len(data))
+    data += table
+    assert _cubin_note_target(bytes(data)) == "sm_100f"
+
+
+def test_a_note_running_past_the_files_end_is_not_read() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    note_entry = headers_at(bytes(data)) + 2 * 64
+    struct.pack_into("<QQ", data, note_entry + 24, len(data), 120)
+    data += b"-arch sm_120f" + b" " * 100  # 113 of the 120 bytes declared
+    assert _cubin_note_target(bytes(data)) is None
+    data += b" " * 7
+    assert _cubin_note_target(bytes(data)) == "sm_120f"
+
+
+def test_the_most_sections_e_shnum_can_name_are_read() -> None:
+    data = bytearray(cubin(100, note=b"-arch sm_100f"))
+    data += b"\0" * 64 * (65535 - 4)  # empty section headers after the four
+    struct.pack_into("<H", data, 0x3C, 65535)
+    assert _cubin_note_target(bytes(data)) == "sm_100f"
+
+
 def test_a_truncated_cubin_names_nothing_and_does_not_raise() -> None:
     data = cubin(100, note=b"-arch sm_100f")
     for cut in (0, 10, 0x28, 0x3A, 63):
@@ -423,12 +488,34 @@ def test_the_wrapped_elf_holds_every_container_in_its_fatbin_section(tmp_path: P
     assert header[5] % 8 == 0  # the section headers aligned
 
 
+def test_the_wrapped_elf_is_the_layout_cuobjdump_was_checked_against(tmp_path: Path) -> None:
+    """Byte for byte the minimal ELF the real-cuobjdump tests (test_arch_scan) read: every header field pinned."""
+    a = container(sass(90), b"\0" * 3)  # 83 bytes: five bytes of padding after it
+    out = tmp_path / "w.elf"
+    wrap_containers(a, [(0, len(a))], out)
+    raw = out.read_bytes()
+    names = b"\0.nv_fatbin\0.shstrtab\0"
+    body = len(a) + 5
+    names_at = 0x100 + body
+    headers_at = names_at + len(names) + (-(names_at + len(names)) % 8)
+    assert raw[0x100:names_at] == a + b"\0" * 5
+    assert raw[names_at:headers_at] == names + b"\0" * (headers_at - names_at - len(names))
+    assert raw[:16] == b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    assert struct.unpack_from("<HHIQQQIHHHHHH", raw, 16) == (3, 62, 1, 0, 0, headers_at, 0, 64, 0, 0, 64, 3, 2)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", raw, headers_at + 64 * i) for i in range(3)]
+    assert heads == [(0,) * 10, (1, 1, 2, 0x100, 0x100, body, 0, 0, 8, 0), (12, 3, 0, 0, names_at, len(names), 0, 0, 1, 0)]
+    assert len(raw) == headers_at + 3 * 64
+
+
 def test_the_wrapped_elf_keeps_the_libraries_machine(tmp_path: Path) -> None:
     lib = elf(machine=183, flags=0) + container(sass(90))  # an aarch64 library
     start = len(lib) - len(container(sass(90)))
     out = tmp_path / "w.elf"
     wrap_containers(lib, [(start, len(lib))], out)
     assert struct.unpack_from("<H", out.read_bytes(), 18)[0] == 183
+    odd = elf(machine=0xBEEF, flags=0) + container(sass(90))  # any 16-bit number, as the library has it
+    wrap_containers(odd, [(start, len(odd))], out)
+    assert struct.unpack_from("<H", out.read_bytes(), 18)[0] == 0xBEEF
 
 
 def test_readelf_reads_the_wrapped_elf(tmp_path: Path) -> None:
@@ -516,6 +603,14 @@ def test_a_cuobjdump_that_hangs_is_killed_at_its_timeout_and_named(tmp_path: Pat
         cuobjdump_entries(tmp_path / "lib.elf", exe, timeout_s=1.5)
     assert 1.5 <= time.monotonic() - start < 15
     assert str(failed.value) == "cuobjdump -res-usage: did not finish within 1.5 s"
+
+
+def test_a_cuobjdump_reading_a_cubin_is_bounded_in_time_too(tmp_path: Path) -> None:
+    exe, _ = cuobjdump(tmp_path, elf={"sleep": 60})
+    start = time.monotonic()
+    with pytest.raises(ToolFailed, match=r"^cuobjdump -elf: did not finish within 1 s$"):
+        cuobjdump_cubin_target(tmp_path / "k.cubin", exe, timeout_s=1)
+    assert time.monotonic() - start < 15
 
 
 def test_a_cuobjdump_that_finishes_in_time_is_not_a_timeout(tmp_path: Path) -> None:
@@ -751,3 +846,94 @@ def test_nothing_is_left_open(tmp_path: Path) -> None:
     before = set(os.listdir("/proc/self/fd"))
     read_binary(path, None)
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+class Clock2:
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def monotonic(self) -> float:
+        now, self.now = self.now, self.now + self.step
+        return now
+
+
+def test_a_parse_exactly_at_its_deadline_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(binary, "time", Clock2(60.0))  # deadline 60; the first check reads 60: not past it
+    found, report = _scan(container(sass(90)) * 3)
+    assert len(found) == 1 and report.stopped == f"the header parser stopped at offset {16 + 64} after 1 containers and 60 s"
+
+
+def test_a_count_stop_exactly_at_the_deadline_names_no_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(binary, "MAX_CONTAINERS", 1)
+    monkeypatch.setattr(binary, "time", Clock2(30.0))  # deadline 60; the message reads 60
+    found, report = _scan(container(sass(90)) * 2)
+    assert len(found) == 1 and report.stopped == f"the header parser stopped at offset {16 + 64} after 1 containers"
+
+
+def test_a_containers_body_is_stepped_over_even_when_it_holds_no_entry() -> None:
+    inner = container(sass(90))
+    # a one-byte body that is the first byte of the next magic, and a 20-byte body holding a container header
+    assert fatbin_containers(FATBIN_MAGIC + struct.pack("<HHQ", 1, 16, 1) + inner) == []
+    assert fatbin_containers(container(inner[:20]) + b"\0" * 64) == []
+
+
+def test_a_payload_size_with_the_top_bit_set_ends_the_container() -> None:
+    wild = struct.pack("<HHIQ", 2, 0, 64, (1 << 64) - 64) + b"\0" * 12 + struct.pack("<I", 100) + b"\0" * 32
+    assert fatbin_containers(container(sass(90), wild, sass(80))) == [[("sass", 90)]]
+
+
+def test_stderr_that_is_not_utf_8_is_read_with_replacement(tmp_path: Path) -> None:
+    exe, _ = cuobjdump(tmp_path, res_usage={"stderr_raw": "fatal \xff\xfe here\n", "rc": 2})
+    with pytest.raises(ToolFailed) as failed:
+        cuobjdump_entries(tmp_path / "x", exe)
+    assert str(failed.value) == "cuobjdump -res-usage: exit 2: fatal \ufffd\ufffd here"
+
+
+def test_only_the_last_2000_bytes_of_stderr_are_read(tmp_path: Path) -> None:
+    line = "".join(chr(65 + i % 26) for i in range(3000))
+    exe, _ = cuobjdump(tmp_path, res_usage={"stderr": line, "rc": 2})
+    with pytest.raises(ToolFailed) as failed:
+        cuobjdump_entries(tmp_path / "x", exe)
+    assert str(failed.value) == f"cuobjdump -res-usage: exit 2: {line[1000:1300]}"
+
+
+def test_a_cuobjdump_left_running_once_its_answer_is_read_is_killed(tmp_path: Path) -> None:
+    pid = tmp_path / "pid"
+    exe, _ = cuobjdump(tmp_path, elf={"stdout": "x sm=120a\n", "sleep": 60, "pid": str(pid)})
+    start = time.monotonic()
+    assert cuobjdump_cubin_target(tmp_path / "k.cubin", exe, timeout_s=30) == "sm_120a"
+    assert time.monotonic() - start < 15
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("cuobjdump still running")
+
+
+def test_the_smallest_file_read_is_a_bare_cubins_elf_header(tmp_path: Path) -> None:
+    header = cubin(100)[:64]
+    path = write(tmp_path, header, "k.cubin")
+    assert read_binary(path, None) == BinaryTargets(str(path), 64, [("sm_100",)], TOOL_HEADER, False, notes=[FALLBACK])
+
+
+def test_a_file_above_the_bound_is_a_whole_result_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, b"\0" * 64 + container(sass(90)))
+    size = path.stat().st_size
+    monkeypatch.setattr(binary, "MAX_BINARY_BYTES", size - 1)
+    assert read_binary(path, None, label="pkg/x.so") == BinaryTargets(
+        "pkg/x.so", size, [], TOOL_HEADER, exact=False, grouped=False,
+        notes=[f"not read: {size} bytes, more than the {size - 1} a binary may have"])
+
+
+def test_three_groups_line_up_entry_by_entry(tmp_path: Path) -> None:
+    path = write(tmp_path, b"\0" * 64 + container(sass(90)) + container(sass(100)) + container(sass(120), entry(1, 120)))
+    exe, _ = cuobjdump(tmp_path, res_usage={"stdout": res_usage(("elf", "sm_90a"), ("elf", "sm_100f"), ("elf", "sm_120a"),
+                                                                ("ptx", "sm_120"))})
+    assert read_binary(path, exe, label="lib/x.so") == BinaryTargets(
+        "lib/x.so", path.stat().st_size, [("sm_90a",), ("sm_100f",), ("sm_120a", "compute_120")], TOOL_CUOBJDUMP, True)

@@ -74,6 +74,12 @@ class Tensor(np.ndarray):
             return self.reshape(*shape)
         return super().view(*shape)
 
+    def reshape(self, *shape: Any, **kwargs: Any) -> Any:  # torch takes -1 for the one unknown size, nothing lower
+        sizes = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        if any(isinstance(s, int) and s < -1 for s in sizes):
+            raise RuntimeError(f"invalid shape dimension {min(sizes)}")
+        return super().reshape(*shape, **kwargs)
+
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, Tensor):
             key = key._np()
@@ -98,6 +104,7 @@ def _fake_torch() -> types.ModuleType:
         return _tensor(np.asarray(values, dtype=dtype), device)
 
     def stack(parts: Any, *, dim: int) -> Any:
+        made.append(("stack", dim))
         return _tensor(np.stack([p._np() for p in parts], axis=dim), parts[0].device)
 
     torch.tensor, torch.stack, torch.made = tensor, stack, made  # type: ignore[attr-defined]
@@ -146,6 +153,7 @@ def test_the_decoders_make_their_tables_on_the_inputs_device(torch: types.Module
     packed = np.array([[0x21, 0x9F]], dtype=np.uint8)
     unpacked = o.unpack_e2m1(_tensor(packed))
     assert unpacked.device == DEVICE and unpacked._np().tolist() == [[0.5, 1.0, -6.0, -0.5]]
+    assert ("stack", -1) in torch.made  # the nibbles stacked by torch, on the device
     flat = np.arange(256 * 8, dtype=np.int64)
     scales = o.unswizzle_scales(_tensor(flat), 256, 8)
     assert scales._np().tolist() == o.sf_offsets(256, 8)

@@ -63,6 +63,7 @@ def test_a_failure_is_a_failure_element_typed_by_its_class_with_every_hosts_line
 def test_a_degraded_smoke_without_a_class_is_a_failure_typed_degraded() -> None:
     root = _render(_cell("c1", ["s"], [_result("s", "pass", host="h0"),
                                        _result("s", "degraded", host="h1", reason="slow path")]))
+    assert _children(_case(root, "s")) == ["failure"]  # the failure carries the lines: no system-out beside it
     failure = _case(root, "s").find("failure")
     assert failure is not None
     assert (failure.get("type"), failure.get("message")) == ("degraded", "degraded: slow path")
@@ -229,3 +230,13 @@ def test_control_characters_in_recorded_text_leave_the_file_well_formed_and_iner
     assert _case(root, "k").find("skipped").get("message") == f"xfail: known issue KI\\x00: {shown}"  # type: ignore[union-attr]
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
     assert props["pin.ax\\x00"] == "v" and props["cell"] == "st[c\\x07]" and props["image"] == "sha256:\\x07"
+
+
+def test_every_failure_and_every_skip_of_a_cell_is_counted() -> None:
+    root = _render(_cell("c1", ["f1", "f2", "d", "s", "x", "m1", "m2"], [
+        _result("f1", "fail"), _result("f2", "fail"), _result("d", "degraded"),
+        _result("s", "skip"), _result("x", "xfail")]))
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("failures"), suite.get("skipped"), suite.get("tests")) == ("3", "4", "7")
+    assert root.get("failures") == "3"

@@ -143,6 +143,20 @@ def test_without_prctl_the_parent_check_still_runs(monkeypatch: pytest.MonkeyPat
         die_with_parent(os.getppid() + 1_000_000)
 
 
+def test_the_c_library_is_found_with_prctl() -> None:
+    libc = guard._libc()
+    assert libc is not None and hasattr(libc, "prctl")
+    assert guard._LIBC is not None
+
+
+def test_a_libc_without_prctl_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guard, "_LIBC", object())  # not Linux: a C library, no prctl
+    monkeypatch.setattr(os, "_exit", _exit)
+    die_with_parent(os.getppid())
+    with pytest.raises(Exited):
+        die_with_parent(os.getppid() + 1_000_000)
+
+
 def test_the_real_prctl_sets_the_parent_death_signal() -> None:
     """In a forked child (never in the test process itself): PR_GET_PDEATHSIG reads SIGKILL afterwards."""
     import ctypes

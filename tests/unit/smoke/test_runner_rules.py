@@ -125,6 +125,9 @@ def test_a_cell_gives_its_variables_and_its_payload() -> None:
     env = cell_smoke_env(cell)
     assert env == {"VLLM_X": "1", "PINMATRIX_CELL": json.dumps(cell_payload(cell), default=str)}
     assert HostCell().variables() == {} and cell.variables() is not cell.env
+    odd = HostCell(pins={"torch": Path("2.9.1")}, compute_capability=Path("12.1"))  # values JSON cannot say
+    assert json.loads(cell_smoke_env(odd)["PINMATRIX_CELL"])["pins"] == {"torch": "2.9.1"}
+    assert json.loads(cell_smoke_env(odd)["PINMATRIX_CELL"])["compute_capability"] == "12.1"
 
 
 def test_the_smokes_environment(tmp_path: Path, catalogue: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,6 +137,7 @@ def test_the_smokes_environment(tmp_path: Path, catalogue: Path, monkeypatch: py
     monkeypatch.setenv("VLLM_X", "host")
     monkeypatch.setenv("PINMATRIX_LIB", "/the/users/own")
     monkeypatch.setenv("HOST_ONLY", "kept")
+    monkeypatch.setenv("PYTHONUNBUFFERED", "")  # the host's setting does not decide: the log must be live
     cell = HostCell(env={"VLLM_X": "cell"})
     result = tmp_path / "r.json"
     env = smoke_env(cell, smoke(catalogue, "alpha"), result, None)
@@ -419,6 +423,23 @@ def test_a_smoke_without_a_log_or_result_still_gets_a_record(tmp_path: Path, cat
                   options(tmp_path, catalogue, container=NoLog(ProcessResult(2, False, None, 0.1))), host=HOST,
                   run_id="r", work=work, overlay=None)
     assert (rec.status, rec.failure_class) == ("fail", "error") and rec.metrics == {} and rec.environment == {}
+    assert rec.reason == "exited with status 2 without a result: no output"  # no log: nothing read from one
+
+
+def test_a_log_that_is_not_utf_8_is_read_not_raised(tmp_path: Path, catalogue: Path) -> None:
+    class RawLog(Runtime):
+        def __call__(self, cell: Any, smoke: Any, env: dict[str, str], log_path: Path, result_path: Path,
+                     timeout: float) -> ProcessResult:
+            log_path.write_bytes(b"\xff\xfe\x80 native garbage\n"
+                                 b"RuntimeError: CUDA error: an illegal memory access was encountered\n")
+            return self.answer
+
+    work = tmp_path / "w"
+    work.mkdir()
+    rec = run_one(HostCell(), smoke(catalogue, "alpha"),
+                  options(tmp_path, catalogue, container=RawLog(ProcessResult(1, False, None, 0.1))), host=HOST,
+                  run_id="r", work=work, overlay=None)
+    assert (rec.status, rec.failure_class) == ("fail", "illegal-memory-access")
 
 
 def test_the_host_runtime_runs_the_smoke_module_with_faulthandler(tmp_path: Path, catalogue: Path,
@@ -655,6 +676,8 @@ def test_run_cells_checks_the_store_first_and_says_the_run(tmp_path: Path, catal
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", run_id) and runs[1].records[0].run_id == run_id
     assert lines[0] == f"run {run_id} on {HOST.label()} (host {HOST.id}), runtime podman"
     assert [r.cell.id for r in runs] == ["host", "c2"]
+    assert lines[1:] == ["cell host host (the current environment): 1 smoke(s)", "  PASS      alpha 0.1s",
+                         "cell c2 host (the current environment): 1 smoke(s)", "  PASS      beta 0.1s"]
 
 
 def test_run_ids_are_utc_stamps_with_a_random_tail() -> None:
@@ -663,3 +686,102 @@ def test_run_ids_are_utc_stamps_with_a_random_tail() -> None:
     for i in ids:
         assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", i)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", runner.now())
+
+
+class BareCell:
+    """A cell as a caller may pass one: an id and its smokes, no stack, name or known issues."""
+
+    def __init__(self, cell_id: str, smokes: tuple[str, ...] | None = None, stack: str | None = None) -> None:
+        self.id, self.smokes = cell_id, smokes
+        if stack is not None:
+            self.stack = stack
+
+    def variables(self) -> dict[str, str]:
+        return {}
+
+
+def test_a_record_carries_the_cells_stack_or_host(tmp_path: Path, catalogue: Path) -> None:
+    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    store = ResultsStore(tmp_path / "r.sqlite")
+    opts = options(tmp_path, catalogue, container=rt, runtime="podman")
+    for cell, stack in ((BareCell("c1", ("alpha", "gpu-big"), stack="st-1"), "st-1"),
+                        (BareCell("c2", ("alpha", "gpu-big")), "host")):
+        lines: list[str] = []
+        out = run_cell(cell, load_catalogue(catalogue), store, opts, host=HOST, run_id="r", echo=lines.append)
+        assert {r.smoke: r.stack for r in out.records} == {"alpha": stack, "gpu-big": stack}
+        assert lines[0] == f"cell {cell.id} : 2 smoke(s)"
+        assert {r.smoke: r.status for r in out.records} == {"alpha": "pass", "gpu-big": "skip"}
+
+
+def test_run_ids_and_stamps_are_utc_whatever_the_hosts_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    monkeypatch.setenv("TZ", "XST+07")  # seven hours west of UTC, no tzdata needed
+    time.tzset()
+    try:
+        before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        stamp = dt.datetime.strptime(new_run_id()[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.timezone.utc)
+        now = dt.datetime.fromisoformat(runner.now())
+        after = dt.datetime.now(dt.timezone.utc)
+        assert before <= stamp <= after and before <= now <= after and now.utcoffset() == dt.timedelta(0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_bare_cells_plan_refusal_and_host_runtime(tmp_path: Path, catalogue: Path) -> None:
+    with pytest.raises(SmokeError, match=r"^cell c9 \(\): no smoke named 'nope' in the catalogue$"):
+        plan_smokes(BareCell("c9", ("nope",)), load_catalogue(catalogue), None)
+
+    class NoSmokes:
+        id = "c8"
+
+    assert len(plan_smokes(NoSmokes(), load_catalogue(catalogue), None)) == len(load_catalogue(catalogue))
+    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    out = run_cell(BareCell("host", ("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
+                   options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lambda _l: None)
+    assert out.overlay is None and [r.status for r in out.records] == ["pass"]
+
+
+def test_the_host_comparison_reads_the_overlays_site(tmp_path: Path, catalogue: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    cells: list[Any] = []
+    monkeypatch.setattr(runner, "build_overlay", lambda cell, root, **kw: cells.append(cell) or Overlay(tmp_path / "ov"))
+    monkeypatch.setattr(runner, "environment_of", lambda python, site: seen.append(site) or {})
+    monkeypatch.setattr(runner, "differences", lambda cell, lock, env: {"identical": True})
+    cell = HostCell(id="c1", smokes=("alpha",), patches=("p",))
+    run_cell(cell, load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
+             options(tmp_path, catalogue, container=Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))),
+             host=HOST, run_id="r", echo=lambda _l: None)
+    assert seen == [tmp_path / "ov"] and cells == [cell]
+
+
+def test_the_runners_stdin_never_reaches_the_smoke(tmp_path: Path) -> None:
+    saved = os.dup(0)
+    r, w = os.pipe()
+    os.write(w, b"the runner's input")
+    os.close(w)
+    os.dup2(r, 0)
+    os.close(r)
+    try:
+        proc, _ = run(tmp_path, WRITE_RESULT.format("{'stdin': __import__('sys').stdin.read()}"))
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert proc.result == {"stdin": ""}
+
+
+def test_the_log_folder_is_made_with_its_parents_and_the_guard_gets_the_given_env(tmp_path: Path) -> None:
+    log, result, seen = tmp_path / "a" / "b" / "s.log", tmp_path / "r.json", tmp_path / "seen.json"
+    cleanup = [PY, "-c", f"import json, os; json.dump(os.environ.get('GIVEN'), open({str(seen)!r}, 'w'))"]
+    proc = run_process([PY, "-c", "pass"], {**os.environ, "GIVEN": "to the runner"}, log, result, 30, cwd=tmp_path,
+                       cleanup=cleanup)
+    assert proc.timed_out is False and proc.returncode == 0 and log.is_file()
+    assert json.loads(seen.read_text()) == "to the runner"  # the env given, not the runner's own
+
+
+def test_a_log_that_is_not_utf_8_still_gives_its_result_line(tmp_path: Path) -> None:
+    code = "import sys; sys.stdout.buffer.write(b'\\xff\\xfe\\n'); print('PINMATRIX-RESULT {\"status\": \"pass\"}')"
+    proc, _ = run(tmp_path, code)
+    assert proc.result == {"status": "pass"}

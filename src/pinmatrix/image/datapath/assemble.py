@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -56,6 +57,7 @@ from pinmatrix.project.smoke_bundle import smoke_bundle, smoke_files
 from pinmatrix.registry.auth import find_credentials
 
 LAYOUT_FORMAT = 2  # bump when a layer's bytes for the same inputs would change (2: scripts' #!python rewritten)
+PATCH_FORMAT = 2  # a patch layer's own: 2 keeps a patched file's executable bit from its wheel
 MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
 INSTALLER_VERSION = importlib.metadata.version("installer")
@@ -223,6 +225,8 @@ class Assembler:
                     out = scratch / rel
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(zf.read(rel))
+                    mode = zf.getinfo(rel).external_attr >> 16  # as install.py reads it: the patched file keeps it
+                    out.chmod(0o755 if stat.S_ISREG(mode) and mode & 0o111 else 0o644)
             before = {rel: sha256_file(scratch / rel) for rel in targets if (scratch / rel).is_file()}
             try:
                 result = apply_patch(resolved.path, scratch, strip=1, expected_sha256=patch.sha256)
@@ -322,7 +326,7 @@ class Assembler:
             target_wheel = wheels.get(_canonical(patch.package))
             if target_wheel is None:
                 raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
-            image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, patch.sha256,
+            image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, PATCH_FORMAT, patch.sha256,
                                                                         target_wheel.sha256, cell.python, epoch,
                                                                         level)))
         # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/datapath/jitcache.py).

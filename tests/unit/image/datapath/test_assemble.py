@@ -52,6 +52,9 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
+EXECUTABLE = {"alpha/run.sh"}  # written 0755 in its wheel
+
+
 def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
     dist = f"{name}-{version}.dist-info"
     entries = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
@@ -60,14 +63,19 @@ def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:  # fixed times: the same bytes in every Project
         for n, d in [*entries.items(), (f"{dist}/RECORD", record.encode())]:
-            zf.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), d)
+            info = zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100755 if n in EXECUTABLE else 0o100644) << 16
+            zf.writestr(info, d)
     return buf.getvalue()
 
 
 WHEELS = {
-    "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n"}),
-    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n"}),
-    "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200}),
+    "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
+                      "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n",
+                      "alpha/same.py": b"S = 1\n"}),
+    "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n", "beta/libX": b"X", "beta/trail ": b"T"}),
+    "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200,  # and bytes that do not compress: the largest layer
+                      "gamma.bin": b"".join(hashlib.sha256(bytes([i, j])).digest() for i in range(4) for j in range(256))}),
 }
 
 
@@ -102,6 +110,7 @@ class Project:
         self.cell = self.make(packages)
         self.base_python: str | None = python
         self.base_calls: list[bool] = []
+        self.base_logs: list[Path] = []  # where mmdebstrap's output would go
         monkeypatch.setattr(assemble_module, "debian_base", self._base)
         chosen: dict[str, object] = {"smoke_dir": tmp_path / "smoke", "jobs": 2, **settings}
         self.settings = AssemblySettings(root=tmp_path, cache_dir=tmp_path / "cache", layout_dir=tmp_path / "oci",
@@ -125,7 +134,9 @@ class Project:
     def _base(self, spec: object, platform: str, layout: OCILayout, cache_dir: Path, log: Path, *,
               dry: bool = False) -> BaseLayers:
         self.base_calls.append(dry)
-        return BaseLayers((base_layer(layout),), ("PATH=/usr/bin:/bin", "LANG=C.UTF-8"), "debian:test", "base-key",
+        self.base_logs.append(log)
+        return BaseLayers((base_layer(layout),), ("PATH=/usr/bin:/bin", "LANG=C.UTF-8", "OPTS=a=b"), "debian:test",
+                          "base-key",
                           self.base_python)
 
     def assemble(self, cell: Cell | None = None, ref: str = "localhost/rules:one",
@@ -174,7 +185,7 @@ def test_an_image_is_base_venv_wheels_smoke_in_that_order_named_by_its_config(pr
     image = project.assemble(steps=steps)
     layout = project.assembler.layout
     assert [p.name for p in image.layers] == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "smoke"]
-    assert not image.cached and image.ref == "localhost/rules:one" and image.seconds > 0
+    assert not image.cached and image.ref == "localhost/rules:one" and 0 < image.seconds < 600  # this run's time
     stored = layout.image("localhost/rules:one")
     assert stored is not None and (stored.digest, stored.config_digest) == (image.digest, image.config_digest)
     assert stored.annotations[INPUTS] == image.inputs and stored.annotations["io.pinmatrix.cell.id"] == project.cell.id
@@ -207,7 +218,7 @@ def test_an_image_is_base_venv_wheels_smoke_in_that_order_named_by_its_config(pr
     assert "opt/venv/pyvenv.cfg" in venv
     smoke = project.layer_files(descriptors[4])  # type: ignore[arg-type]
     assert smoke["pinmatrix/smoke/catalogue.toml"] == b"# the smokes\n"
-    assert project.base_calls == [False]
+    assert project.base_calls == [False] and project.base_logs == [project.log]
 
 
 def test_an_unchanged_image_is_not_assembled_again_and_a_damaged_one_is(project: Project) -> None:
@@ -216,7 +227,7 @@ def test_an_unchanged_image_is_not_assembled_again_and_a_damaged_one_is(project:
     steps: list[str] = []
     again = project.assemble(steps=steps)
     assert again.cached and (again.digest, again.config_digest) == (first.digest, first.config_digest)
-    assert steps == ["plan"] and again.seconds >= 0
+    assert steps == ["plan"] and 0 <= again.seconds < 600
     assert sorted(p.name for p in project.assembler.layout.blobs.iterdir()) == blobs
     fresh = Assembler(project.settings)  # another process: the same records
     assert project.assemble(assembler=fresh).cached
@@ -376,7 +387,7 @@ def test_a_failed_layer_build_leaves_no_blob_no_temporary_and_no_record(project:
     assert set(project.assembler.layout.blobs.iterdir()) == blobs
     assert planned.descriptor is None and project.assembler.layers.get("key-x") is None
     project.assembler._cached_or_build(planned, lambda w: w.add_bytes("opt/x", b"x"), 7)
-    assert planned.descriptor is not None and not planned.cached and planned.seconds > 0
+    assert planned.descriptor is not None and not planned.cached and 0 < planned.seconds < 600
     with open_layer(project.assembler.layout.blob_path(planned.descriptor.digest), planned.descriptor.media_type) as tar:
         assert {m.mtime for m in tar} == {7}
     again = PlannedLayer("wheel:x==1", "key-x")
@@ -395,21 +406,21 @@ def test_past_max_layers_the_smallest_wheels_share_one_layer_holding_each_path_o
     cell = p.make(("alpha", "beta", "gamma"))
     image = p.assemble(cell)
     names = [layer.name for layer in image.layers]
-    assert names == ["base", "venv", "wheel:alpha==1.0", "wheels:beta==2.0,gamma==3.0", "smoke"]
+    assert names == ["base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0", "smoke"]  # by size
     stored = p.assembler.layout.image("localhost/rules:one")
     assert stored is not None and len(stored.manifest["layers"]) == 5
     config = json.loads(p.assembler.layout.blob_path(image.config_digest).read_bytes())
-    assert config["history"][3]["created_by"] == "pinmatrix: wheels:beta==2.0,gamma==3.0"
+    assert config["history"][3]["created_by"] == "pinmatrix: wheels:alpha==1.0,beta==2.0"
     merged = image.layers[3].descriptor
     assert merged is not None
     with open_layer(p.assembler.layout.blob_path(merged.digest), merged.media_type) as tar:
         members = [m.name for m in tar]
     assert len(members) == len(set(members))  # each path once: containers/storage refuses repeats
     files = p.layer_files(merged)
-    assert files[f"{SITE}/beta.py"] == b"B = 2\n" and files[f"{SITE}/gamma.py"] == b"G = 3\n" * 200
-    assert f"{SITE}/alpha.py" not in files
+    assert files[f"{SITE}/beta.py"] == b"B = 2\n" and files[f"{SITE}/alpha.py"] == b"A = 1\n" * 2000
+    assert f"{SITE}/gamma.py" not in files
     assert any(n.startswith(f"{SITE}/beta-2.0.dist-info/") for n in files)
-    assert any(n.startswith(f"{SITE}/gamma-3.0.dist-info/") for n in files)
+    assert any(n.startswith(f"{SITE}/alpha-1.0.dist-info/") for n in files)
 
     everything = Project(tmp_path / "four", index[0], monkeypatch, max_layers=4)
     image = everything.assemble(cell)
@@ -421,6 +432,9 @@ def test_past_max_layers_the_smallest_wheels_share_one_layer_holding_each_path_o
                     "gzip") as tar:
         members = [m.name for m in tar]
     assert len(members) == len(set(members)) and members.count(f"{SITE}/shared/data.txt") == 1
+    parts = [p.layer_files(d) for d in (p.assemble(p.make((n,)), ref=f"localhost/rules:{n}").layers[2].descriptor
+                                         for n in ("alpha", "beta", "gamma")) if d]
+    assert set(files) == set().union(*parts)  # every path of every wheel, once
 
     roomy = Project(tmp_path / "six", index[0], monkeypatch, max_layers=6)
     assert [layer.name for layer in roomy.assemble(cell).layers] == [
@@ -439,6 +453,10 @@ def test_the_merged_layer_is_shared_by_its_parts_keys(tmp_path: Path, index: tup
     assert second.digest != first.digest
     assert second.layers[2].descriptor == first.layers[2].descriptor and second.layers[2].key == first.layers[2].key
     assert not any(s.startswith("layer ") for s in steps)
+    two = Assembler(dataclasses.replace(p.settings, max_layers=3))  # alpha and beta merged: another layer
+    merged = p.assemble(p.make(("alpha", "beta")), ref="localhost/rules:two", assembler=two).layers[2]
+    assert merged.name == "wheels:alpha==1.0,beta==2.0" and merged.key != first.layers[2].key
+    assert f"{SITE}/gamma.py" not in p.layer_files(merged.descriptor)  # type: ignore[arg-type]
 
 
 # -- refusals --------------------------------------------------------------------------------------------
@@ -460,7 +478,13 @@ def test_a_base_without_python_or_with_another_one_is_refused(project: Project) 
 def _patch(project: Project, kind: str = "installed-tree", package: str = "alpha",
            text: bytes | None = None) -> CellPatch:
     text = text if text is not None else (b"--- a/alpha.py\n+++ b/alpha.py\n@@ -1,2 +1,2 @@\n-A = 1\n+A = 2\n A = 1\n"
-                                          b"--- a/shared/data.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-from alpha\n")
+                                          b"--- a/shared/data.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-from alpha\n"
+                                          b"--- a/alpha/run.sh\n+++ b/alpha/run.sh\n@@ -1,2 +1,2 @@\n #!/bin/sh\n"
+                                          b"-echo one\n+echo two\n"
+                                          b"--- /dev/null\n+++ b/alpha/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n"
+                                          b"--- a/alpha/sub/deep.py\n+++ b/alpha/sub/deep.py\n@@ -1 +1 @@\n-D = 1\n"
+                                          b"+D = 2\n"
+                                          b"--- a/alpha/same.py\n+++ b/alpha/same.py\n@@ -1 +1 @@\n-S = 1\n+S = 1\n")
     (project.tmp / "patches").mkdir(exist_ok=True)
     (project.tmp / "patches" / "fix.patch").write_bytes(text)
     return CellPatch(id="fix", package=package, version="1.0", kind=kind, status="apply",  # type: ignore[arg-type]
@@ -492,7 +516,19 @@ def test_an_installed_tree_patch_is_a_layer_of_the_files_it_changes(project: Pro
     files = project.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
     assert files[f"{SITE}/alpha.py"] == b"A = 2\n" + b"A = 1\n" * 1999
     assert files[f"{SITE}/shared/.wh.data.txt"] == b""  # a file the patch removes is whited out
-    assert {n for n, d in files.items() if d is not None} == {f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt"}
+    assert files[f"{SITE}/alpha/run.sh"] == b"#!/bin/sh\necho two\n"
+    assert files[f"{SITE}/alpha/new.py"] == b"NEW = 1\n"  # a file the patch adds
+    assert files[f"{SITE}/alpha/sub/deep.py"] == b"D = 2\n"  # two folders down
+    assert {n for n, d in files.items() if d is not None} == {
+        f"{SITE}/alpha.py", f"{SITE}/shared/.wh.data.txt", f"{SITE}/alpha/run.sh", f"{SITE}/alpha/new.py",
+        f"{SITE}/alpha/sub/deep.py"}
+    with open_layer(project.assembler.layout.blob_path(image.layers[4].descriptor.digest),  # type: ignore[union-attr]
+                    image.layers[4].descriptor.media_type) as tar:  # type: ignore[union-attr]
+        modes = {m.name: m.mode for m in tar if m.isreg()}
+    wheel_modes = project.layer_files(image.layers[2].descriptor)  # type: ignore[arg-type]
+    assert f"{SITE}/alpha/run.sh" in wheel_modes
+    assert modes[f"{SITE}/alpha/run.sh"] == 0o755  # as executable as in its wheel
+    assert modes[f"{SITE}/alpha.py"] == modes[f"{SITE}/alpha/new.py"] == 0o644
 
 
 def test_a_patch_that_does_not_apply_or_is_already_applied_is_refused(project: Project) -> None:
@@ -647,7 +683,8 @@ def test_an_image_that_would_not_run_is_refused_before_its_manifest_and_optional
     assert seen["arch"] == "amd64"
     env = seen["env"]
     assert isinstance(env, dict) and env["LANG"] == "en_GB.UTF-8" and env["EXTRA"] == "1"  # the cell's env wins
-    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert env["PATH"].startswith("/opt/venv/bin:") and env["OPTS"] == "a=b"  # split at the first '='
+
     layers = seen["layers"]
     assert isinstance(layers, list) and len(layers) == 5
     assert layers[0] == (project.assembler.layout.blob_path(base_layer(project.assembler.layout).digest),
@@ -715,12 +752,15 @@ class AotStandIn:
     """jitcache's and crossaot's entry points as assemble calls them: each records its arguments and its
     builder writes one marker file, so what assemble hands them and does with their layers is seen."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, project: Project, *, skip: str = "", modules=("norm",),
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, project: Project, *, skip: str = "", modules=("norm", "rope"),
                  foreign: bool = False) -> None:
         from pinmatrix.image.datapath import crossaot, jitcache
         from pinmatrix.image.datapath.jitcache import AotPlan, CrossInputs
 
         self.calls: list[tuple[object, ...]] = []
+        self.plans: list[AotPlan] = []
+        self.built: list[str] = []  # the layers whose builder ran
+        self.given: list[tuple[str, str, object]] = []  # (entry point, cell id, the plan it was given)
         self.project = project
         cross_base = LayerWriter(project.assembler.layout.blobs, epoch=0)
         cross_base.add_bytes("builder/os-release", b"ID=builder\n")
@@ -732,25 +772,35 @@ class AotStandIn:
 
         def plan(cell, shas, base_key, *, epoch, level, cross=None):  # noqa: ANN001, ANN202
             self.calls.append(("plan", cell.id, dict(shas), base_key, epoch, level, cross))
-            return AotPlan(None, tuple(modules), "9.0a", link_key=f"link-{level}", key=f"aot-{level}-{cross is None}",
-                           skip=skip, cross=cross, foreign=foreign)
+            self.plans.append(AotPlan(None, tuple(modules), "9.0a", link_key=f"link-{level}",
+                                      key=f"aot-{level}-{cross is None}", skip=skip, cross=cross, foreign=foreign))
+            return self.plans[-1]
 
         def inputs(cell, aot, entries, choose, base_for):  # noqa: ANN001, ANN202
             self.calls.append(("inputs", [e.name for e in entries]))
             return self.cross
 
         def marker(name: str):  # noqa: ANN202
-            return lambda writer: writer.add_bytes(f"opt/{name}/marker", name.encode())
+            def build(writer: LayerWriter) -> None:
+                self.built.append(name)
+                writer.add_bytes(f"opt/{name}/marker", name.encode())
+            return build
 
         def link_layer_builder(cell, aot, site_packages, scratch):  # noqa: ANN001, ANN202
             self.calls.append(("link", site_packages, scratch))
+            self.given.append(("link", cell.id, aot))
             return marker("link")
 
         def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step):  # noqa: ANN001, ANN202
             self.calls.append(("aot", site_packages, list(layers), cache_dir, log))
+            self.given.append(("aot", cell.id, aot))
+            on_step("aot: compiling")
             return marker("aot")
 
         def layer_builder(cell, aot, site_packages, builder_layers, cell_wheels, cache_dir, log, on_step, *, jobs):  # noqa: ANN001, ANN202
+            self.given.append(("cross", cell.id, aot))
+            on_step("cross: compiling")
+
             def build(writer: LayerWriter) -> None:
                 self.calls.append(("cross", site_packages, list(builder_layers()), list(cell_wheels()), cache_dir,
                                    log, jobs))
@@ -762,7 +812,11 @@ class AotStandIn:
         monkeypatch.setattr(jitcache, "aot_layer_builder", aot_layer_builder)
         monkeypatch.setattr(crossaot, "inputs", inputs)
         monkeypatch.setattr(crossaot, "layer_builder", layer_builder)
-        monkeypatch.setattr(crossaot, "describe", lambda cell, aot: f"flashinfer-aot: cross-compiled for {cell.id}")
+        def describe(cell, aot):  # noqa: ANN001, ANN202
+            self.given.append(("describe", cell.id, aot))
+            return f"flashinfer-aot: cross-compiled for {cell.id}"
+
+        monkeypatch.setattr(crossaot, "describe", describe)
 
     def of(self, kind: str) -> list[tuple[object, ...]]:
         return [c for c in self.calls if c[0] == kind]
@@ -777,6 +831,7 @@ def types_spec(libraries_from: tuple[str, ...]) -> object:
 def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(project: Project,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     aot = AotStandIn(monkeypatch, project)
+    project.log.write_text("earlier\n")  # the build log is appended to
     steps: list[str] = []
     image = project.assemble(steps=steps)
     names = [p.name for p in image.layers]
@@ -793,19 +848,24 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     assert layers == [(layout.blob_path(d.digest), d.media_type) for d in own_root if d]
     assert project.layer_files(image.layers[4].descriptor)["opt/link/marker"] == b"link"  # type: ignore[arg-type]
     assert project.layer_files(image.layers[5].descriptor)["opt/aot/marker"] == b"aot"  # type: ignore[arg-type]
-    assert project.log.read_text() == (f"flashinfer-aot: built in cell {project.cell.id}'s own root: norm for "
-                                       "9.0a\n")
+    assert project.log.read_text() == (f"earlier\nflashinfer-aot: built in cell {project.cell.id}'s own root: norm, "
+                                       "rope for 9.0a\n")
+    assert aot.given == [("link", project.cell.id, aot.plans[-1]), ("aot", project.cell.id, aot.plans[-1])]
+    assert "aot: compiling" in steps and aot.built == ["link", "aot"]
+    project.assemble(ref="localhost/rules:again")  # another name for the same image: its layers are found
+    assert aot.built == ["link", "aot"]
     assert aot.of("inputs") == []
 
 
 def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     aot = AotStandIn(monkeypatch, project, skip="no smoke of the cell loads a FlashInfer module")
+    project.log.write_text("earlier\n")
     image = project.assemble()
     assert [p.name for p in image.layers][4:] == ["cuda-link", "smoke"]
     assert len(aot.of("link")) == 1 and aot.of("aot") == [] and aot.of("cross") == []
-    assert project.log.read_text() == (f"flashinfer-aot: none for cell {project.cell.id}: no smoke of the cell "
-                                       "loads a FlashInfer module\n")
+    assert project.log.read_text() == (f"earlier\nflashinfer-aot: none for cell {project.cell.id}: no smoke of the "
+                                       "cell loads a FlashInfer module\n")
     none = AotStandIn(monkeypatch, project, modules=())
     assert [p.name for p in project.assembler.plan(project.cell, project.lock(), project.log)[0].layers][4:] == [
         "cuda-link", "smoke"]
@@ -815,6 +875,7 @@ def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_r
 def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in_a_builder_root(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     aot = AotStandIn(monkeypatch, project, foreign=True)
+    project.log.write_text("earlier\n")
     steps: list[str] = []
     image = project.assemble(steps=steps)
     assert [p.name for p in image.layers][4:] == ["cuda-link", "flashinfer-aot", "smoke"]
@@ -835,9 +896,90 @@ def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in
     assert cell_wheels == [project.settings.cache_dir / "wheels" / beta[:2] / beta / "beta-2.0-py3-none-any.whl"]
     assert cell_wheels[0].read_bytes() == project.data["beta"]
     assert "flashinfer-aot: cross-compiled for " + project.cell.id in steps
-    assert project.log.read_text() == f"flashinfer-aot: cross-compiled for {project.cell.id}\n"
+    assert project.log.read_text() == f"earlier\nflashinfer-aot: cross-compiled for {project.cell.id}\n"
     assert project.layer_files(image.layers[5].descriptor)["opt/cross/marker"] == b"cross"  # type: ignore[arg-type]
+    final = aot.plans[-1]
+    assert aot.given == [("link", project.cell.id, final), ("describe", project.cell.id, final),
+                         ("describe", project.cell.id, final), ("cross", project.cell.id, final)]
+    assert "cross: compiling" in steps
+    # the builder root's gamma layer is the layer any cell holding that wheel has: not laid out again
+    steps = []
+    project.assemble(project.make(("alpha", "beta", "gamma")), ref="localhost/rules:gamma", steps=steps)
+    assert "layer gamma-3.0-py3-none-any.whl" not in steps and "layer alpha-1.0-py3-none-any.whl" not in steps
     for jobs, used in ((1, 1), (4, 2)):  # at most two compilers at once, at least one
         other = Assembler(dataclasses.replace(project.settings, jobs=jobs, gzip_level=jobs + 4))  # new keys: built
         project.assemble(assembler=other, ref=f"localhost/rules:jobs{jobs}")
         assert aot.of("cross")[-1][-1] == used
+
+
+def test_a_patch_from_a_url_is_fetched_once_into_the_cache_and_laid_out(project: Project,
+                                                                         index: tuple[str, dict[str, bytes]]) -> None:
+    local = _patch(project, package="alpha")
+    text = (project.tmp / "patches" / "fix.patch").read_bytes()
+    index[1]["/patches/fix.patch"] = text
+    remote = dataclasses.replace(local, source=f"{project.url}/patches/fix.patch")
+    cell = project.make(("alpha", "beta"), patches=(remote,))
+    image = project.assemble(cell)
+    assert (project.settings.cache_dir / "patches" / f"{local.sha256}.patch").read_bytes() == text
+    files = project.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
+    assert files[f"{SITE}/alpha.py"] == b"A = 2\n" + b"A = 1\n" * 1999
+
+
+def test_a_patch_file_that_holds_no_diff_is_refused_naming_the_patch(project: Project) -> None:
+    from pinmatrix.errors import PatchError
+
+    cell = project.make(("alpha", "beta"), patches=(_patch(project, text=b"not a diff\n"),))
+    with pytest.raises(PatchError, match=r"^fix: no unified diff found"):
+        project.assemble(cell)
+
+
+def test_a_layer_in_the_cache_needs_no_download_even_when_its_wheel_file_is_gone(project: Project) -> None:
+    built = project.assemble()
+    shutil.rmtree(project.settings.cache_dir / "wheels")
+    image, _ = Assembler(project.settings).plan(project.cell, project.lock(), project.log)
+    assert [p.download for p in image.layers[2:4]] == [len(project.data["alpha"]), len(project.data["beta"])]
+    (planned,) = describe([image])
+    assert planned["download_bytes"] == 0 and all(layer["download"] is None for layer in planned["layers"])  # type: ignore[union-attr]
+    assert {k: v for k, v in planned.items() if k != "layers"} == {
+        "cell": project.cell.id, "name": project.cell.name, "ref": "", "digest": None, "config": None,
+        "inputs": built.inputs, "cached": False, "download_bytes": 0}
+
+
+def test_the_merged_layer_goes_before_the_patch_smoke_and_ca_layers_or_last(tmp_path: Path,
+                                                                           index: tuple[str, dict[str, bytes]],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, max_layers=4)
+    _serve(index[1], p)
+    patched = p.make(("alpha", "beta", "gamma"), patches=(_patch(p, package="alpha"),))
+    assert [layer.name for layer in p.assemble(patched).layers] == [
+        "base", "venv", "wheels:alpha==1.0,beta==2.0,gamma==3.0", "patch:fix", "smoke"]
+    shutil.rmtree(p.tmp / "smoke")
+    bare = p.make(("alpha", "beta", "gamma"))
+    assert [layer.name for layer in p.assemble(bare, ref="localhost/rules:bare").layers] == [
+        "base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0"]  # nothing after the wheels: last
+    cert = next(iter(sorted(Path("/etc/ssl/certs").glob("*.pem"))))
+    ca = Assembler(dataclasses.replace(p.settings, max_layers=3, extra_ca=(cert,), ca_in_images=True))
+    assert [layer.name for layer in p.assemble(bare, ref="localhost/rules:ca", assembler=ca).layers] == [
+        "base", "venv", "wheels:alpha==1.0,beta==2.0,gamma==3.0", "ca"]
+
+
+def test_without_compression_every_layer_of_the_cell_is_a_plain_tar(tmp_path: Path,
+                                                                    index: tuple[str, dict[str, bytes]],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    p = Project(tmp_path / "p", index[0], monkeypatch, gzip_level=None)
+    _serve(index[1], p)
+    image = p.assemble()
+    assert {layer.descriptor.media_type for layer in image.layers[1:]} == {  # type: ignore[union-attr]
+        "application/vnd.oci.image.layer.v1.tar"}
+
+
+def test_a_lock_made_for_another_cell_is_refused_naming_the_cells_lock_file(project: Project) -> None:
+    from pinmatrix.image.lockcheck import LockMismatch
+
+    other = project.make(("alpha",))
+    assert other.id != project.cell.id
+    with pytest.raises(LockMismatch) as err:
+        project.assembler.assemble(project.cell, project.lock(other), "localhost/rules:one", project.log)
+    assert str(err.value).startswith(f"cell {project.cell.id} ({project.cell.name}): locks/{project.cell.id}.txt: "
+                                     f"the lock was made for cell {other.id}")
+    assert project.base_calls == []

@@ -292,3 +292,65 @@ def test_a_blob_store_that_exists_is_used_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "keep").write_bytes(b"k")
     desc = _write(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([desc.digest[7:], "keep"])
+
+
+def test_names_that_begin_or_end_with_any_letter_are_kept_whole(tmp_path: Path) -> None:
+    writer = LayerWriter(tmp_path, epoch=0)
+    writer.add_dir("etc/X/")  # only slashes are stripped, never a letter
+    writer.add_bytes("/X11/xorg.conf", b"")
+    writer.add_symlink("usr/lib/libX", "libX.so.6")
+    desc = writer.close()
+    names = [m.name for m in _members(tmp_path / desc.digest[7:], desc.media_type)]
+    assert names == ["etc", "etc/X", "X11", "X11/xorg.conf", "usr", "usr/lib", "usr/lib/libX"]
+
+
+def test_a_streamed_file_is_plain_unless_said_executable(tmp_path: Path) -> None:
+    writer = LayerWriter(tmp_path, epoch=0)
+    writer.add_file("opt/data.bin", io.BytesIO(b"1234"), 4)
+    writer.add_file("opt/run", io.BytesIO(b"#!"), 2, executable=True)
+    desc = writer.close()
+    modes = {m.name: m.mode for m in _members(tmp_path / desc.digest[7:], desc.media_type)}
+    assert modes == {"opt": 0o755, "opt/data.bin": 0o644, "opt/run": 0o755}
+
+
+def _tar_of(*members: tuple[tarfile.TarInfo, bytes | None]) -> tarfile.TarFile:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    buf.seek(0)
+    return tarfile.open(fileobj=buf, mode="r|")
+
+
+def _copy(tmp_path: Path, source: tarfile.TarFile) -> dict[str, bytes | None]:
+    writer = LayerWriter(tmp_path, epoch=0)
+    with source:
+        for member in source:
+            writer.add_member(member, source.extractfile(member) if member.isreg() else None)
+    desc = writer.close()
+    out: dict[str, bytes | None] = {}
+    with open_layer(tmp_path / desc.digest[7:], desc.media_type) as tar:
+        for member in tar:
+            handle = tar.extractfile(member) if member.isreg() else None
+            out[member.name] = handle.read() if handle else None
+    return out
+
+
+def test_a_copied_link_whose_header_claims_a_size_is_written_without_it(tmp_path: Path) -> None:
+    link = tarfile.TarInfo("lnk")
+    link.type, link.linkname, link.size = tarfile.SYMTYPE, "x", 600  # a hostile base's header: no data follows
+    after = tarfile.TarInfo("after")
+    after.size = 5
+    assert _copy(tmp_path, _tar_of((link, None), (after, b"hello"))) == {"lnk": None, "after": b"hello"}
+    (blob,) = [p for p in tmp_path.iterdir()]
+    with open_layer(blob, "gzip") as tar:  # what GNU tar or containers/storage would skip as the link's data
+        assert {m.name: m.size for m in tar} == {"lnk": 0, "after": 5}
+
+
+def test_a_copied_name_is_kept_but_for_its_dot_slash(tmp_path: Path) -> None:
+    entries = []
+    for name in ("./opt/name ", "./usr/lib/libX", "./etc/ X"):
+        info = tarfile.TarInfo(name)
+        info.size = 1
+        entries.append((info, b"1"))
+    assert set(_copy(tmp_path, _tar_of(*entries))) == {"opt/name ", "usr/lib/libX", "etc/ X"}
