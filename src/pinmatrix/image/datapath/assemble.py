@@ -447,7 +447,7 @@ class Assembler:
             self.settings.cache_dir, job.log, job.on_step), job.epoch)
 
     def _build_cross_aot(self, job: _CellJob, aot: jitcache.AotPlan) -> None:
-        """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/crossaot.py)."""
+        """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/datapath/crossaot.py)."""
         cell, epoch = job.cell, job.epoch
         with open(job.log, "a", encoding="utf-8") as handle:
             handle.write(crossaot.describe(cell, aot) + "\n")

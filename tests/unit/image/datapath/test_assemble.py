@@ -974,7 +974,7 @@ def test_without_compression_every_layer_of_the_cell_is_a_plain_tar(tmp_path: Pa
 
 
 def test_a_lock_made_for_another_cell_is_refused_naming_the_cells_lock_file(project: Project) -> None:
-    from pinmatrix.image.lockcheck import LockMismatch
+    from pinmatrix.image.datapath.lockcheck import LockMismatch
 
     other = project.make(("alpha",))
     assert other.id != project.cell.id

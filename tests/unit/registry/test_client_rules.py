@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 from memregistry import MemoryRegistry, digest_of, serve_registry
-from test_registry_client import _image
+from test_client import _image
 
+from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry import client as client_module
 from pinmatrix.registry.auth import AuthError, Credentials
 from pinmatrix.registry.client import MANIFEST_TYPES, MAX_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry
-from pinmatrix.registry.ref import ImageRef, RegistryError
 
 CREDS = Credentials("alice", "pw", Path("/nonexistent/auth.json"), "127.0.0.1")
 

@@ -13,9 +13,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from attest_data import _image
 from memregistry import serve_registry
-from test_attest_rules import _image
-from test_promote import CPU_CELL, record
+from promotion import CPU_CELL, record
 
 from pinmatrix.registry.client import Registry
 from pinmatrix.release import attest

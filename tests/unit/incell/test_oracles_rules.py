@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_smoke_oracles import o, swizzle
+from test_oracles import o, swizzle
 
 MiB = 2**20
 
