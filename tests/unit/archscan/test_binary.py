@@ -107,6 +107,9 @@ spec = json.load(open({spec!r}))
 with open({spec!r} + ".calls", "a") as fh:
     fh.write(json.dumps(sys.argv[1:]) + "\\n")
 mode = spec[sys.argv[1]]
+if mode.get("pid"):  # before any output: the reader may be done with it at its first line
+    with open(mode["pid"], "w") as fh:
+        fh.write(str(os.getpid()))
 if mode.get("copy"):
     shutil.copyfile(sys.argv[-1], mode["copy"])
 sys.stdout.buffer.write(mode.get("stdout", "").encode("latin-1"))
@@ -115,8 +118,6 @@ sys.stderr.write(mode.get("stderr", ""))
 sys.stderr.flush()
 sys.stderr.buffer.write(mode.get("stderr_raw", "").encode("latin-1"))
 sys.stderr.flush()
-if mode.get("pid"):
-    open(mode["pid"], "w").write(str(os.getpid()))
 if mode.get("close"):
     os.close(1)
 time.sleep(mode.get("sleep", 0))

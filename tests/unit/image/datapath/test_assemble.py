@@ -983,3 +983,23 @@ def test_a_lock_made_for_another_cell_is_refused_naming_the_cells_lock_file(proj
     assert str(err.value).startswith(f"cell {project.cell.id} ({project.cell.name}): locks/{project.cell.id}.txt: "
                                      f"the lock was made for cell {other.id}")
     assert project.base_calls == []
+
+
+def test_every_layer_key_holds_the_cells_python_and_a_base_without_an_epoch_means_epoch_zero(
+        project: Project) -> None:
+    def keys(cell: Cell) -> dict[str, str]:
+        image, _ = project.assembler.plan(cell, project.lock(cell), project.log)
+        return {layer.name: layer.key for layer in image.layers}
+
+    patched = project.make(("alpha", "beta"), patches=(_patch(project, package="alpha"),))
+    eleven = keys(patched)
+    project.base_python = "3.12"
+    twelve = keys(dataclasses.replace(patched, python="3.12"))
+    for name in ("venv", "wheel:alpha==1.0", "wheel:beta==2.0", "patch:fix"):
+        assert twelve[name] != eleven[name], name  # site-packages is another folder
+    project.base_python = "3.11"
+    no_epoch = dataclasses.replace(project.cell, base=dataclasses.replace(project.cell.base, source_date_epoch=None))
+    image = project.assemble(no_epoch, ref="localhost/rules:epoch")
+    with open_layer(project.assembler.layout.blob_path(image.layers[1].descriptor.digest),  # type: ignore[union-attr]
+                    image.layers[1].descriptor.media_type) as tar:  # type: ignore[union-attr]
+        assert {m.mtime for m in tar} == {0}
