@@ -17,6 +17,7 @@ from typing import Any
 from emulation import BINFMT, MAX_OUTPUT, EmulationError, emulation_problem
 
 from pinmatrix.archflag import arch_rules
+from pinmatrix.archscan.binary import _containers
 from pinmatrix.archscan.tools import ToolError, _cuda_root, install_wheels
 from pinmatrix.cell import Cell
 from pinmatrix.engine.base import OCIEngine
@@ -180,3 +181,9 @@ class NvccToolchain:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
         if proc.returncode != 0:
             raise ToolError(f"nvcc {' '.join(args)} failed: {' '.join((proc.stderr or proc.stdout).split())[:500]}")
+
+
+def fatbin_containers(data: bytes) -> list[list[tuple[str, int]]]:
+    """Every fatbin container in ``data``: per container, its entries as ('sass' | 'ptx', arch number), as the
+    arch-scan reader finds them (headers only)."""
+    return [entries for _, _, entries in _containers(data)]

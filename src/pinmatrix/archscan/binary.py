@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pinmatrix.archflag import arch_rules
+
 FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 # A container header: the magic, a 2-byte version, a header size of 16 (searched for in C, not per magic).
 _CONTAINER = re.compile(re.escape(FATBIN_MAGIC) + rb"..\x10\x00", re.DOTALL)
@@ -95,12 +97,6 @@ def _target_key(t: str) -> tuple[int, int, str, int]:
 
 
 # --- the fatbin header parser ------------------------------------------------------------------------------
-def fatbin_containers(data: bytes | mmap.mmap) -> list[list[tuple[str, int]]]:
-    """Every fatbin container in ``data``: per container, its entries as ('sass' | 'ptx', arch number).
-    Reads headers only (the payloads may be compressed); arch suffixes are not read here."""
-    return [entries for _, _, entries in _containers(data)]
-
-
 def _containers(data: bytes | mmap.mmap) -> list[tuple[int, int, list[tuple[str, int]]]]:
     """(start, end, entries) of every fatbin container: those the CUDA runtime registers (the ELF section
     .nv_fatbin) and those a library keeps elsewhere and loads itself (cuFFT, cuBLASLt keep most kernels in
@@ -369,8 +365,6 @@ def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
 
 def _fallback_note() -> str:
     try:
-        from pinmatrix.archflag import arch_rules
-
         return str(arch_rules()["notes"]["fallback"])
     except Exception:  # noqa: BLE001 - the note is words only
         return "fatbin header parser: it cannot see the 'a' / 'f' suffixes"

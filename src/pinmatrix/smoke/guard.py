@@ -30,7 +30,7 @@ PR_SET_PDEATHSIG = 1
 
 def _libc():  # type: ignore[no-untyped-def]
     try:
-        import ctypes
+        import ctypes  # noqa: PLC0415 - the guard starts (python -I -S) even where ctypes cannot load libc
 
         return ctypes.CDLL(None, use_errno=True)
     except (OSError, ImportError):  # pragma: no cover - not Linux

@@ -23,9 +23,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from pinmatrix.archscan.smokeenv import smoke_env_vars
 from pinmatrix.cell import Cell
+from pinmatrix.matrix.keyword import compile_keyword
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.project.smoke_bundle import incell_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
@@ -37,6 +39,7 @@ from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
 from pinmatrix.smoke.needs import unmet_need
 from pinmatrix.smoke.overlay import Overlay, build_overlay
+from pinmatrix.smoke.target import SmokeTarget
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
 MAX_TIMEOUT_S = 6 * 3600  # no smoke runs longer than this, whatever its catalogue entry says
@@ -68,6 +71,14 @@ class HostCell:
         return dict(self.env)
 
 
+class SmokeRuntime(Protocol):
+    """Where a smoke runs instead of this host's own processes: a container of the cell's image
+    (``smoke.container.ContainerSmokes``) or its root unpacked from the layout (``smoke.chroot``)."""
+
+    def __call__(self, cell: SmokeTarget, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
+                 timeout: float) -> ProcessResult: ...
+
+
 @dataclass
 class RunOptions:
     smoke_dir: Path | None = None
@@ -81,7 +92,7 @@ class RunOptions:
     repo_root: Path = Path(".")
     runtime: str = "host"
     image_digest: str | None = None
-    container: Any = None  # callable(cell, smoke, argv, env, log_path, timeout) for image runtimes
+    container: SmokeRuntime | None = None  # an image runtime (smoke.container, smoke.chroot); None: here
     kill_grace_s: float = 3.0
     log_cap: int = DEFAULT_LOG_CAP  # bytes of log kept per smoke (head and tail), --log-cap
     kernel_cache: str | None = None  # image runtimes: keep, cold or off (smoke/kernel_cache.py), recorded
@@ -98,8 +109,6 @@ def now() -> str:
 def keyword_filter(expr: str | None) -> Callable[[str], bool]:
     if not expr:
         return lambda _name: True
-    from pinmatrix.matrix.keyword import compile_keyword
-
     return compile_keyword(expr)
 
 
@@ -130,9 +139,7 @@ def smoke_env(cell: Cell | HostCell, smoke: Smoke, result_path: Path, overlay: O
     env["PINMATRIX_SMOKE_RESULT"] = str(result_path)
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONSAFEPATH", None)  # the smoke imports its catalogue neighbours from its own directory
-    from pinmatrix.archscan.smokeenv import smoke_env_vars  # arch-coverage: pinmatrix.archscan and cuobjdump
-
-    for key, value in smoke_env_vars().items():
+    for key, value in smoke_env_vars().items():  # arch-coverage: pinmatrix.archscan and cuobjdump
         env.setdefault(key, value)
     # the in-cell runtime (_smokelib, _oracles) after the smoke's own folder; an overlay's patched site first
     paths = [str(overlay.site)] if overlay is not None else []

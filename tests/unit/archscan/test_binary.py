@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import fatbin_containers
 
 from pinmatrix.archscan import binary
 from pinmatrix.archscan.binary import (
@@ -34,7 +35,6 @@ from pinmatrix.archscan.binary import (
     _scan,
     cuobjdump_cubin_target,
     cuobjdump_entries,
-    fatbin_containers,
     read_binary,
     wrap_containers,
 )
@@ -829,7 +829,7 @@ def test_the_fallback_note_is_the_rules_and_words_when_they_cannot_be_read(monke
     def broken() -> dict[str, object]:
         raise KeyError("notes")
 
-    monkeypatch.setattr(archflag, "arch_rules", broken)
+    monkeypatch.setattr(binary, "arch_rules", broken)  # the name binary reads
     assert binary._fallback_note() == "fatbin header parser: it cannot see the 'a' / 'f' suffixes"
 
 

@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import nvcc_toolchain
+from helpers import fatbin_containers, nvcc_toolchain
 
 from conftest import make_cell
 from pinmatrix.archflag import ArchFlag
 from pinmatrix.archscan import tools
 from pinmatrix.archscan import verdict as V
-from pinmatrix.archscan.binary import BinaryTargets, fatbin_containers, read_binary
+from pinmatrix.archscan.binary import BinaryTargets, read_binary
 from pinmatrix.archscan.render import render_scan_markdown
 from pinmatrix.archscan.scan import scan_cell, scan_document
 from pinmatrix.archscan.wheels import scan_wheel

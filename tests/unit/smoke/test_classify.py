@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from helpers import fatbin_containers
 
 from pinmatrix.cell import KnownIssue
 from pinmatrix.matrix.selection import load
@@ -154,7 +155,7 @@ def test_fatbin_parser_and_runnable_rules() -> None:
     """The arch-coverage smoke's analysis lives in pinmatrix.archscan (tests/unit/archscan/test_scan.py reads real
     nvcc output); here the header parser on hand-made containers and the rules it is judged by."""
     from pinmatrix.archflag import ArchFlag
-    from pinmatrix.archscan.binary import BinaryTargets, fatbin_containers
+    from pinmatrix.archscan.binary import BinaryTargets
     from pinmatrix.archscan.verdict import honours
 
     blob = b"ELF junk" + _fatbin([(2, 80), (2, 90), (1, 90)]) + b"more" + _fatbin([(2, 120)])
