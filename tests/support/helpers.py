@@ -17,7 +17,7 @@ from typing import Any
 from emulation import BINFMT, MAX_OUTPUT, EmulationError, emulation_problem
 
 from pinmatrix.archflag import arch_rules
-from pinmatrix.archscan.binary import _containers
+from pinmatrix.archscan.binary import _scan
 from pinmatrix.archscan.tools import ToolError, _cuda_root, install_wheels
 from pinmatrix.cell import Cell
 from pinmatrix.engine.base import OCIEngine
@@ -186,4 +186,4 @@ class NvccToolchain:
 def fatbin_containers(data: bytes) -> list[list[tuple[str, int]]]:
     """Every fatbin container in ``data``: per container, its entries as ('sass' | 'ptx', arch number), as the
     arch-scan reader finds them (headers only)."""
-    return [entries for _, _, entries in _containers(data)]
+    return [entries for _, _, entries in _scan(data)[0]]

@@ -97,13 +97,6 @@ def _target_key(t: str) -> tuple[int, int, str, int]:
 
 
 # --- the fatbin header parser ------------------------------------------------------------------------------
-def _containers(data: bytes | mmap.mmap) -> list[tuple[int, int, list[tuple[str, int]]]]:
-    """(start, end, entries) of every fatbin container: those the CUDA runtime registers (the ELF section
-    .nv_fatbin) and those a library keeps elsewhere and loads itself (cuFFT, cuBLASLt keep most kernels in
-    .data), found by their magic and checked header by header."""
-    return _scan(data)[0]
-
-
 @dataclass
 class _Scan:
     malformed: int = 0  # containers whose entries name no real architecture
@@ -113,9 +106,11 @@ class _Scan:
 
 def _scan(data: bytes | mmap.mmap, seconds: float = SCAN_SECONDS) -> tuple[list[tuple[int, int, list[tuple[str, int]]]],
                                                                           _Scan]:
-    """``_containers`` with what it refused: a container with an entry for an architecture outside sm_10 ..
-    sm_999 (sm_0 is a malformed header, not a target) is counted as malformed, not found; at most
-    ``MAX_CONTAINERS`` containers and ``seconds`` of parsing."""
+    """(start, end, entries) of every fatbin container: those the CUDA runtime registers (the ELF section
+    .nv_fatbin) and those a library keeps elsewhere and loads itself (cuFFT, cuBLASLt keep most kernels in
+    .data), found by their magic and checked header by header; and what it refused: a container with an entry
+    for an architecture outside sm_10 .. sm_999 (sm_0 is a malformed header, not a target) is counted as
+    malformed, not found; at most ``MAX_CONTAINERS`` containers and ``seconds`` of parsing."""
     found: list[tuple[int, int, list[tuple[str, int]]]] = []
     report = _Scan()
     size = len(data)
