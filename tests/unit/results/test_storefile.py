@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -494,3 +495,41 @@ def test_a_holder_named_by_proc_locks_is_shown_with_its_command(tmp_path: Path) 
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_asking_whether_a_pid_is_alive_sends_it_no_signal() -> None:
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # noqa: PLW1509
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        assert storefile._alive(proc.pid) is True
+        time.sleep(0.2)
+        assert proc.poll() is None  # still running: signal 0 only asks
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_command_line_that_is_not_utf8_is_shown_replaced() -> None:
+    proc = subprocess.Popen([os.fsencode(sys.executable), b"-c", b"import time; print('up', flush=True); "
+                             b"time.sleep(30)", b"caf\xe9"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        assert storefile._cmdline(proc.pid).endswith(" caf\ufffd")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_proc_locks_device_numbers_are_hex(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _store(tmp_path / "r.sqlite")
+    monkeypatch.setattr(storefile.os, "major", lambda dev: 259)
+    monkeypatch.setattr(storefile.os, "minor", lambda dev: 26)
+    line = f"1: POSIX  ADVISORY  WRITE 4242 103:1a:{path.stat().st_ino} 0 EOF\n"
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: line if str(self) == "/proc/locks"
+                        else real(self, *a, **k))  # type: ignore[arg-type]
+    assert storefile._lock_holders(path) == [4242]
