@@ -97,7 +97,7 @@ class OCILayout:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.blobs = root / "blobs" / "sha256"
-        self._intact: set[str] = set()
+        self._intact: dict[str, int] = {}  # digest -> size of the blobs this process has hashed
         self._intact_lock = threading.Lock()
 
     def init(self) -> OCILayout:
@@ -125,10 +125,12 @@ class OCILayout:
 
     def intact_blob(self, digest: str, size: int | None = None) -> bool:
         """Whether the blob exists and its bytes hash to ``digest`` (and, given, are ``size`` long). A damaged
-        blob is removed, so whoever needs it builds it again. Checked once per process per digest."""
+        blob is removed, so whoever needs it builds it again. Hashed once per process per digest; the size is
+        compared every time."""
         with self._intact_lock:
-            if digest in self._intact:
-                return True
+            known = self._intact.get(digest)
+        if known is not None:
+            return size is None or size == known
         path = self.blob_path(digest)
         hasher, length = hashlib.sha256(), 0
         try:
@@ -142,7 +144,7 @@ class OCILayout:
             path.unlink(missing_ok=True)
             return False
         with self._intact_lock:
-            self._intact.add(digest)
+            self._intact[digest] = length
         return True
 
     def put_blob(self, data: bytes) -> str:

@@ -94,6 +94,7 @@ def test_a_blob_is_hashed_once_per_process_and_a_wrong_size_removes_it(tmp_path:
     assert layout.intact_blob(digest)
     layout.blob_path(digest).write_bytes(b"damaged after the check")
     assert layout.intact_blob(digest)  # remembered for this layout object
+    assert not layout.intact_blob(digest, size=5)  # but a record of another size is refused all the same
     fresh = OCILayout(tmp_path / "oci")
     assert not fresh.intact_blob(digest) and not fresh.blob_path(digest).exists()
     other = fresh.put_blob(b"abc")
