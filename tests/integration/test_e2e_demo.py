@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
+from helpers import fetch_statements
 from packageurl import PackageURL
 
 from conftest import require_binaries
@@ -25,7 +26,7 @@ from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.registry.client import Registry
-from pinmatrix.release.attest import SBOM_PREDICATE, fetch_statements
+from pinmatrix.release.attest import SBOM_PREDICATE
 from pinmatrix.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,6 +4,9 @@ services the tests need (dockerd; skopeo to retag). The package itself never nee
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +31,7 @@ from pinmatrix.image.datapath.install import InstallError
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
+from pinmatrix.release.attest import DSSE_MEDIA_TYPE, TEST_RESULT_PREDICATE, Attachment, attachments
 
 
 def components_of(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -187,3 +191,32 @@ def fatbin_containers(data: bytes) -> list[list[tuple[str, int]]]:
     """Every fatbin container in ``data``: per container, its entries as ('sass' | 'ptx', arch number), as the
     arch-scan reader finds them (headers only)."""
     return [entries for _, _, entries in _scan(data)[0]]
+
+
+def fetch_statements(registry: Registry, image: ImageRef,
+                     predicate_type: str | None = TEST_RESULT_PREDICATE) -> list[dict[str, Any]]:
+    """Every in-toto statement attached to ``image`` (by digest) that names that digest, signed or not and
+    NOT verified: for reading. ``pinmatrix.release.verify`` is what decides whether to trust one."""
+    if not image.digest:
+        raise RegistryError(f"{image}: looking up attestations needs a digest")
+    statements = []
+    for att in attachments(registry, image):
+        statement = statement_of(att)
+        if statement is None:
+            continue
+        if predicate_type and statement.get("predicateType") != predicate_type:
+            continue
+        names = {s.get("digest", {}).get("sha256") for s in statement.get("subject", []) if isinstance(s, dict)}
+        if image.digest.split(":", 1)[1] in names:
+            statements.append(statement)
+    return statements
+
+
+def statement_of(att: Attachment) -> dict[str, Any] | None:
+    """The statement an attachment carries, NOT verified (DSSE payload decoded, or the bare statement)."""
+    try:
+        if att.media_type == DSSE_MEDIA_TYPE:
+            return dict(json.loads(base64.b64decode(json.loads(att.content)["payload"], validate=True)))
+        return dict(json.loads(att.content))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None

@@ -17,8 +17,6 @@ back either way. Checking them is ``pinmatrix.release.verify``'s job.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,7 +29,10 @@ from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.format.config import LOCK_LABEL
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import Manifest, Registry
-from pinmatrix.release.sbom import CYCLONEDX_PREDICATE
+from pinmatrix.release.debian import base_packages
+from pinmatrix.release.requires import cached_requires
+from pinmatrix.release.sbom import CYCLONEDX_PREDICATE, locked_packages
+from pinmatrix.release.signing import TrustedKey, check_envelope, sign_envelope
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.statuses import INFRA_STATUSES
 
@@ -182,9 +183,6 @@ def sbom_inputs(registry: Registry, image: ImageRef, lock_text: str, wheel_cache
     """The Debian packages of ``image``'s base (read from the registry, ``pinmatrix.release.debian``) and the
     Requires-Dist of every locked wheel in the build's ``wheel_cache`` (``pinmatrix.release.requires``). The lock
     (named ``lock_source`` in errors) is read first: a bad one is refused before the registry is asked."""
-    from pinmatrix.release.debian import base_packages
-    from pinmatrix.release.requires import cached_requires
-    from pinmatrix.release.sbom import locked_packages
 
     packages = locked_packages(lock_text, lock_source)
     base = base_packages(registry, image)
@@ -206,7 +204,6 @@ def attach(registry: Registry, image: ImageRef, statement: dict[str, Any], *, no
            signer: CryptoSigner | None = None) -> str:
     """Push ``statement`` as an artifact referring to ``image`` (same repository): a DSSE envelope signed by
     ``signer``, or the bare statement when there is none. Returns the artifact's digest."""
-    from pinmatrix.release.signing import sign_envelope
 
     if not image.digest:
         raise RegistryError(f"{image}: an attestation subject needs a digest")
@@ -239,7 +236,6 @@ def superseded(registry: Registry, image: ImageRef, signer: CryptoSigner | None,
     """The artifacts of ``image`` a new promotion replaces: pinmatrix's statements of ``predicates`` signed by
     ``signer``'s key (bare ones when there is no signer), as ``cosign attest --replace`` does. Another signer's
     evidence is never touched."""
-    from pinmatrix.release.signing import TrustedKey, check_envelope
 
     own = [TrustedKey(signer.public_key, "the signing key")] if signer is not None else []
     out = []
@@ -306,30 +302,5 @@ def attachments(registry: Registry, image: ImageRef) -> list[Attachment]:
     return found
 
 
-def statement_of(att: Attachment) -> dict[str, Any] | None:
-    """The statement an attachment carries, NOT verified (DSSE payload decoded, or the bare statement)."""
-    try:
-        if att.media_type == DSSE_MEDIA_TYPE:
-            return dict(json.loads(base64.b64decode(json.loads(att.content)["payload"], validate=True)))
-        return dict(json.loads(att.content))
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        return None
 
 
-def fetch_statements(registry: Registry, image: ImageRef,
-                     predicate_type: str | None = TEST_RESULT_PREDICATE) -> list[dict[str, Any]]:
-    """Every in-toto statement attached to ``image`` (by digest) that names that digest, signed or not and
-    NOT verified: for reading. ``pinmatrix.release.verify`` is what decides whether to trust one."""
-    if not image.digest:
-        raise RegistryError(f"{image}: looking up attestations needs a digest")
-    statements = []
-    for att in attachments(registry, image):
-        statement = statement_of(att)
-        if statement is None:
-            continue
-        if predicate_type and statement.get("predicateType") != predicate_type:
-            continue
-        names = {s.get("digest", {}).get("sha256") for s in statement.get("subject", []) if isinstance(s, dict)}
-        if image.digest.split(":", 1)[1] in names:
-            statements.append(statement)
-    return statements

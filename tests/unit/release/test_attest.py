@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from attest_data import _image
+from helpers import fetch_statements, statement_of
 from memregistry import MemoryRegistry, serve_registry
 from promotion import CPU_CELL, GPU_CELL, record
 from report_data import H200
@@ -174,10 +175,10 @@ def test_attachments_are_pushed_and_read_back(tmp_path: Path, api: bool) -> None
         doc = json.loads(reg.manifests[published.attestation][0])
         assert doc["annotations"] == {"org.opencontainers.image.created": "2026-12-01T15:00:07Z",
                                       PREDICATE_ANNOTATION: TEST_RESULT_PREDICATE}
-        assert attest.fetch_statements(registry, image) == [statement, statement]
-        assert attest.fetch_statements(registry, image, SBOM_PREDICATE) == [attest.sbom_statement(
+        assert fetch_statements(registry, image) == [statement, statement]
+        assert fetch_statements(registry, image, SBOM_PREDICATE) == [attest.sbom_statement(
             image, {"bomFormat": "CycloneDX"})]
-        assert len(attest.fetch_statements(registry, image, None)) == 3
+        assert len(fetch_statements(registry, image, None)) == 3
 
 
 def test_attaching_needs_a_digest_and_an_image(tmp_path: Path) -> None:
@@ -186,7 +187,7 @@ def test_attaching_needs_a_digest_and_an_image(tmp_path: Path) -> None:
         tagged = ImageRef(reg.address, "promoted/demo", "v1")
         with pytest.raises(RegistryError, match=r"an attestation subject needs a digest$"):
             attest.attach(registry, tagged, {})
-        for read in (attest.attachments, attest.fetch_statements):
+        for read in (attest.attachments, fetch_statements):
             with pytest.raises(RegistryError, match=r": looking up attestations needs a digest$"):
                 read(registry, tagged)  # type: ignore[operator]
         absent = ImageRef(reg.address, "promoted/demo", None, "sha256:" + "9" * 64)
@@ -209,7 +210,7 @@ def test_only_evidence_artifacts_and_layers_are_read(tmp_path: Path) -> None:
         assert attest.attachments(registry, image) == []
         statement = attest.sbom_statement(image, {})
         attest.attach(registry, image, {**statement, "subject": [{"digest": {"sha256": "7" * 64}}, "junk"]})
-        assert attest.fetch_statements(registry, image, None) == []  # names another digest
+        assert fetch_statements(registry, image, None) == []  # names another digest
 
 
 @pytest.mark.parametrize(("media_type", "content", "statement"), [
@@ -223,4 +224,4 @@ def test_only_evidence_artifacts_and_layers_are_read(tmp_path: Path) -> None:
 ])
 def test_statement_of_reads_without_verifying(media_type: str, content: bytes, statement: dict | None) -> None:
     att = Attachment("sha256:" + "1" * 64, media_type, "", None, media_type, content)
-    assert attest.statement_of(att) == statement
+    assert statement_of(att) == statement

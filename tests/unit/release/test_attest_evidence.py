@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from attest_data import _image
+from helpers import fetch_statements, statement_of
 from memregistry import serve_registry
 from promotion import CPU_CELL, record
 
@@ -78,7 +79,7 @@ def test_a_promotion_without_an_sbom_leaves_the_earlier_sbom_and_looks_past_othe
 def test_a_dsse_payload_is_strict_base64() -> None:
     loose = json.dumps({"payload": "e3!0="}).encode()  # "{}" with a character base64 does not have
     assert base64.b64decode("e3!0=") == b"{}"
-    assert attest.statement_of(Attachment("sha256:" + "1" * 64, DSSE_MEDIA_TYPE, "", None, DSSE_MEDIA_TYPE,
+    assert statement_of(Attachment("sha256:" + "1" * 64, DSSE_MEDIA_TYPE, "", None, DSSE_MEDIA_TYPE,
                                           loose)) is None
 
 
@@ -96,7 +97,7 @@ def test_unreadable_statements_and_ones_without_a_subject_do_not_hide_the_next(t
         good = attest.test_result_statement(image, CPU_CELL, [record(CPU_CELL, "p", "pass", image.digest)],
                                             signed_at=MOMENT)
         attest.attach(registry, image, good, now=MOMENT)
-        assert attest.fetch_statements(registry, image) == [good]
+        assert fetch_statements(registry, image) == [good]
 
 
 def _list(registry: Registry, image, doc: dict, descriptor_type: str) -> str:  # noqa: ANN001

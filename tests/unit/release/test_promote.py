@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from helpers import fetch_statements
 from promotion import CPU_CELL, DIGEST, GPU_CELL, _matrix_for, push_image, record
 from pydantic import ValidationError
 from report_data import H200, make_cell
@@ -17,7 +18,7 @@ from pinmatrix.imageref import ImageRef
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.policy import PromotionPolicy, policy_for
 from pinmatrix.registry.client import Registry, referrers_tag
-from pinmatrix.release.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE, fetch_statements
+from pinmatrix.release.attest import IN_TOTO_MEDIA_TYPE, TEST_RESULT_PREDICATE
 from pinmatrix.release.promote import PromotionRefused, check_policy, execute, plan_promotion
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import fetch_statements
 from promotion import push_image  # noqa: F401 - the fixture
 from report_data import H200, make_cell
 
@@ -19,7 +20,7 @@ from pinmatrix.imageref import ImageRef
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.registry.client import Registry
-from pinmatrix.release.attest import fetch_statements, finished_key, latest_per_smoke_host
+from pinmatrix.release.attest import finished_key, latest_per_smoke_host
 from pinmatrix.release.promote import PromotionRefused, check_policy, execute, plan_promotion
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
