@@ -12,6 +12,18 @@ from pathlib import Path
 from typing import IO
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs on this host (one of someone else's counts): a temporary file or an
+    owner record left by a process that is gone may be removed."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _temporary(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 

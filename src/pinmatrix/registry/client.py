@@ -386,7 +386,7 @@ class Registry:
             _, hdrs, body = self._request("GET", f"/v2/{repository}/manifests/{reference}",
                                           headers={"Accept": ", ".join(MANIFEST_TYPES)})
         except RegistryError as err:
-            if "HTTP 404" in str(err):
+            if err.status == 404:
                 return None
             raise
         digest = sha256_digest(body)
@@ -453,7 +453,7 @@ class Registry:
         try:
             _, _, body = self._request("GET", f"/v2/{repository}/tags/list")
         except RegistryError as err:
-            if "HTTP 404" in str(err):
+            if err.status == 404:
                 return []
             raise
         where = f"{self.host}/{repository} tags"
@@ -465,7 +465,7 @@ class Registry:
             self._request("HEAD", f"/v2/{repository}/blobs/{digest}")
             return True
         except RegistryError as err:
-            if "HTTP 404" in str(err):
+            if err.status == 404:
                 return False
             raise
 

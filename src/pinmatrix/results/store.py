@@ -10,12 +10,12 @@ schema) before this process first writes to it; an empty or foreign file is name
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,11 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.results import storefile
 from pinmatrix.results.storefile import ResultsError
-from pinmatrix.atomic import atomic_write_text
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.statuses import STATUSES
 
 DEFAULT_PATH = Path(".pinmatrix/results.sqlite")
@@ -35,8 +34,6 @@ SCHEMA_VERSION = 1
 
 
 def _say_on_stderr(line: str) -> None:
-    import sys
-
     print(line, file=sys.stderr, flush=True)
 
 
@@ -348,7 +345,7 @@ class ResultsStore:
             conn.execute("PRAGMA synchronous = NORMAL")
             yield conn
         except sqlite3.DatabaseError as err:
-            if "locked" in str(err) or "busy" in str(err):
+            if storefile.is_contention(err):
                 raise
             raise ResultsError(f"{self.path}: results store is unreadable: {err}") from None
         finally:
@@ -362,7 +359,7 @@ class ResultsStore:
             _plain_params_view(conn)
             yield conn
         except sqlite3.DatabaseError as err:
-            if "locked" in str(err) or "busy" in str(err):
+            if storefile.is_contention(err):
                 raise
             if "no such table" in str(err):
                 raise ResultsError(f"{self.path}: an SQLite database, but not a pinmatrix results store ({err}); "
@@ -378,7 +375,7 @@ class ResultsStore:
             try:
                 return fn()
             except sqlite3.OperationalError as err:
-                if ("locked" not in str(err) and "busy" not in str(err)) or attempt >= self.RETRIES:
+                if not storefile.is_contention(err) or attempt >= self.RETRIES:
                     raise ResultsError(f"{self.path}: {err}") from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+from pinmatrix.atomic import process_alive
 from pinmatrix.errors import PinmatrixError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -32,6 +33,13 @@ READ_BUSY_MS = 500
 
 class ResultsError(PinmatrixError):
     """The results store is unreadable, or an imported row is malformed."""
+
+
+def is_contention(err: sqlite3.Error) -> bool:
+    """Whether SQLite refused because another connection holds a lock (SQLITE_BUSY or SQLITE_LOCKED, extended
+    codes included), which waiting can cure, rather than because the file or the statement is wrong."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _error(message: str) -> Exception:
@@ -158,14 +166,6 @@ def clear_owner(path: Path) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _cmdline(pid: int) -> str:
@@ -210,7 +210,7 @@ def describe_holder(path: Path) -> str:
     try:
         owner = json.loads(owner_path(path).read_text(encoding="utf-8"))
         pid = int(owner["pid"])
-        if owner.get("host") != socket.gethostname() or _alive(pid):
+        if owner.get("host") != socket.gethostname() or process_alive(pid):
             return f"pid {pid} on {owner.get('host')} ({owner.get('command')}) since {owner.get('since')}"
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -231,7 +231,7 @@ def begin_write(conn: sqlite3.Connection, path: Path, *, wait_s: float, on_wait:
             conn.execute("BEGIN IMMEDIATE")
             break
         except sqlite3.OperationalError as err:
-            if "locked" not in str(err) and "busy" not in str(err):
+            if not is_contention(err):
                 raise
             holder = describe_holder(path)
             if time.monotonic() >= deadline:

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from store_data import HOST, rec
 
 from pinmatrix.cli import main
-from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.results.storefile import ResultsError
-from store_data import HOST, rec
 
 CPU = HostFingerprint.make(hostname="ci")
 
@@ -238,18 +238,23 @@ def test_environment_values_that_are_not_json_are_kept_as_text(tmp_path: Path) -
 
 
 def test_busy_store_is_retried_with_growing_waits_then_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SQLite's "locked"/"busy" errors are waited out (0.05 s doubling, capped at 1 s) up to RETRIES
+    """SQLite's SQLITE_BUSY/SQLITE_LOCKED errors are waited out (0.05 s doubling, capped at 1 s) up to RETRIES
     attempts; any other operational error, or the last busy one, is one ResultsError naming the store."""
     store = ResultsStore(tmp_path / "r.sqlite")
     waits: list[float] = []
     monkeypatch.setattr("pinmatrix.results.store.time.sleep", waits.append)
     calls: list[int] = []
 
+    codes = {"database is locked": sqlite3.SQLITE_BUSY, "database table is busy": sqlite3.SQLITE_LOCKED,
+             "disk I/O error": sqlite3.SQLITE_IOERR}
+
     def busy_then(value: int, busy: int, message: str = "database is locked"):
         def fn() -> int:
             calls.append(1)
             if len(calls) <= busy:
-                raise sqlite3.OperationalError(message)
+                err = sqlite3.OperationalError(message)
+                err.sqlite_errorcode = codes[message]
+                raise err
             return value
         return fn
 

@@ -406,8 +406,8 @@ def _dead_pid() -> int:
 
 
 def test_alive_and_cmdline(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert storefile._alive(os.getpid()) is True
-    assert storefile._alive(_dead_pid()) is False
+    assert storefile.process_alive(os.getpid()) is True
+    assert storefile.process_alive(_dead_pid()) is False
     assert storefile._cmdline(_dead_pid()) == ""
     code = "import time; print('up', flush=True); time.sleep(30)"
     proc = subprocess.Popen([sys.executable, "-c", code, "é" * 150], stdout=subprocess.PIPE, text=True)
@@ -423,7 +423,7 @@ def test_alive_and_cmdline(monkeypatch: pytest.MonkeyPatch) -> None:
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "kill", not_mine)
-    assert storefile._alive(12345) is True  # another user's process is alive
+    assert storefile.process_alive(12345) is True  # another user's process is alive
 
 
 def test_the_lock_holders_are_the_posix_write_locks_on_the_store_and_its_wal_files(
@@ -505,7 +505,7 @@ def test_asking_whether_a_pid_is_alive_sends_it_no_signal() -> None:
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # noqa: PLW1509
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
-        assert storefile._alive(proc.pid) is True
+        assert storefile.process_alive(proc.pid) is True
         time.sleep(0.2)
         assert proc.poll() is None  # still running: signal 0 only asks
     finally:
@@ -533,3 +533,39 @@ def test_proc_locks_device_numbers_are_hex(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: line if str(self) == "/proc/locks"
                         else real(self, *a, **k))  # type: ignore[arg-type]
     assert storefile._lock_holders(path) == [4242]
+
+
+def test_contention_is_read_from_sqlite_error_code_not_its_wording() -> None:
+    """Waiting helps only when another connection holds a lock: SQLITE_BUSY, SQLITE_LOCKED and their extended
+    codes (BUSY_SNAPSHOT, LOCKED_SHAREDCACHE). A message that merely says "locked" with another code (a
+    readonly or I/O error) is not contention, and an error without a code is not either."""
+    def error(message: str, code: int | None) -> sqlite3.OperationalError:
+        err = sqlite3.OperationalError(message)
+        if code is not None:
+            err.sqlite_errorcode = code
+        return err
+
+    assert storefile.is_contention(error("database is locked", sqlite3.SQLITE_BUSY))
+    assert storefile.is_contention(error("database table is locked", sqlite3.SQLITE_LOCKED))
+    assert storefile.is_contention(error("x", 517))  # SQLITE_BUSY_SNAPSHOT
+    assert storefile.is_contention(error("x", 262))  # SQLITE_LOCKED_SHAREDCACHE
+    assert not storefile.is_contention(error("database is locked", sqlite3.SQLITE_IOERR))
+    assert not storefile.is_contention(error("busy busy", sqlite3.SQLITE_READONLY))
+    assert not storefile.is_contention(error("database is locked", None))
+    assert not storefile.is_contention(error("x", sqlite3.SQLITE_IOERR | 3 << 8))  # an extended I/O error code
+
+
+def test_a_real_second_writer_is_contention(tmp_path: Path) -> None:
+    """The error SQLite raises for a second BEGIN IMMEDIATE while a writer holds the lock is contention."""
+    path = tmp_path / "c.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (a)")
+    holder.execute("BEGIN IMMEDIATE")
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as err:
+            other.execute("BEGIN IMMEDIATE")
+        assert storefile.is_contention(err.value)
+    finally:
+        other.close()
+        holder.close()

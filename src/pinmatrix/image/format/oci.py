@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pinmatrix.atomic import atomic_write_bytes
+from pinmatrix.atomic import atomic_write_bytes, process_alive
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import oci_digest, sha256_bytes
 
@@ -41,14 +41,6 @@ _TEMPORARY = re.compile(r"^\.(?:layer-(\d+)-[0-9a-f]+\.tmp|.+\.(\d+)\.[0-9a-f]+\
 _CHUNK = 1 << 20
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 def remove_dead_temporaries(directory: Path) -> list[Path]:
@@ -64,7 +56,7 @@ def remove_dead_temporaries(directory: Path) -> list[Path]:
         if not m or not path.is_file():
             continue
         pid = int(next(g for g in m.groups() if g is not None))
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not process_alive(pid):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
