@@ -3,8 +3,12 @@
 Counts each module's mutants by mutmut's verdict (mutants not checked yet are left out of the score and
 counted), takes out the mutants named as equivalent in
 ``tools/equivalent_mutants.txt`` (one mutant name per line, ``#`` comments: each one justified there), and
-prints killed / (total - equivalent) per module and overall, then every surviving mutant. Exit status 1 when
-any module or the whole is below ``--min`` (percent), or when mutants are left unchecked."""
+prints killed / (total - equivalent) per module and overall, then every surviving mutant, then every stale name of
+the equivalent list: one that belongs to a module in the results (the part of the name before its function) but
+names none of its mutants, or one of a module that no longer exists under ``mutants/`` (renamed or moved: mutmut
+copies the whole source tree there). Names of other modules are not checked (a run of some modules only). Exit
+status 1 when any module or the whole is below ``--min`` (percent), when mutants are left unchecked, or when a
+name is stale."""
 
 from __future__ import annotations
 
@@ -24,6 +28,36 @@ def equivalents(path: Path) -> set[str]:
     return {ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines()} - {""}
 
 
+def module_of(name: str) -> str:
+    """``pinmatrix.image.datapath.assemble`` of ``pinmatrix.image.datapath.assemble.xǁAssemblerǁplan__mutmut_5``."""
+    return name.rsplit("__mutmut_", 1)[0].rpartition(".")[0]
+
+
+def source_modules(mutants: Path) -> set[str]:
+    """Every dotted module name a ``.py`` file under ``mutants/`` may go by (``src/a/b.py``: ``src.a.b``, ``a.b``)."""
+    names: set[str] = set()
+    for path in mutants.rglob("*.py"):
+        parts = list(path.relative_to(mutants).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.update(".".join(parts[i:]) for i in range(len(parts)))
+    return names
+
+
+def stale_names(same: set[str], mutants_by_module: dict[str, set[str]], mutants: Path) -> list[str]:
+    """The equivalent names that name no mutant of a module in the results, or name a module that is gone."""
+    present = source_modules(mutants)
+    out = []
+    for name in sorted(same):
+        module = module_of(name)
+        if module in mutants_by_module:
+            if name not in mutants_by_module[module]:
+                out.append(f"{name}: names no mutant of {module}")
+        elif present and module not in present:
+            out.append(f"{name}: no module {module} under {mutants}")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mutants", type=Path, default=Path("mutants"))
@@ -33,6 +67,7 @@ def main() -> int:
     same = equivalents(args.equivalent)
     rows, survivors = [], []
     totals: Counter[str] = Counter()
+    mutants_by_module: dict[str, set[str]] = {}
     for meta in sorted(args.mutants.rglob("*.py.meta")):
         data = json.loads(meta.read_text())
         codes = data.get("exit_code_by_key", {})
@@ -41,6 +76,7 @@ def main() -> int:
         module = str(meta.relative_to(args.mutants))[: -len(".meta")]
         count: Counter[str] = Counter()
         for name, code in codes.items():
+            mutants_by_module.setdefault(module_of(name), set()).add(name)
             status = "equivalent" if name in same else status_by_exit_code[code]
             count[status] += 1
             if status not in KILLED and status not in ("equivalent", "not checked"):
@@ -64,10 +100,16 @@ def main() -> int:
     print(f"\n{len(survivors)} surviving mutant(s) (`mutmut show NAME` shows one):")
     for line in survivors:
         print(f"  {line}")
+    stale = stale_names(same, mutants_by_module, args.mutants)
+    if stale:
+        print(f"\n{len(stale)} stale name(s) in {args.equivalent} (rename them to the mutant now meant, after "
+              "`mutmut show NAME`, or drop them):")
+        for line in stale:
+            print(f"  {line}")
     below = [module for module, killed, scored, _ in rows if scored and 100 * killed / scored < args.min]
     for module in below:
         print(f"error: {module} is below {args.min:g}% killed")
-    return 0 if score >= args.min and not below and not totals["not checked"] else 1
+    return 0 if score >= args.min and not below and not totals["not checked"] and not stale else 1
 
 
 if __name__ == "__main__":
