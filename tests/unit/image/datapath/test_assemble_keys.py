@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,7 @@ from pinmatrix.image.datapath import crossaot
 from pinmatrix.image.datapath.assemble import Assembler, describe
 from pinmatrix.image.datapath.rootfs import BaseLayers
 from pinmatrix.image.datapath.wheels import Target
+from pinmatrix.image.format.layer import open_layer
 
 LAYERS = ("venv", "wheel:alpha==1.0", "wheel:beta==2.0", "patch:fix", "smoke", "ca")
 
@@ -212,3 +215,45 @@ def test_a_merge_format_bump_assembles_again_an_image_already_under_its_ref(
     monkeypatch.setattr(assemble_module, "MERGE_FORMAT", assemble_module.MERGE_FORMAT + 1)
     again = p.assemble(cell)  # the same ref
     assert not again.cached and again.inputs != first.inputs
+
+
+# -- the patch layer's scratch copy ----------------------------------------------------------------------
+
+
+def _with_mode(data: bytes, name: str, mode: int) -> bytes:
+    """The wheel ``data`` with ``name``'s zip mode set to ``mode`` (the bytes and RECORD unchanged)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            if info.filename == name:
+                info.external_attr = mode << 16
+            dst.writestr(info, src.read(info.filename))
+    return out.getvalue()
+
+
+def test_a_patched_file_of_a_wheel_written_world_writable_stays_not_executable(
+        full: Project, index: tuple[str, dict[str, bytes]]) -> None:
+    # zips made under umask 000 hold 0o100666 files: not executable to install.py, so not to the patch layer
+    full.data["alpha"] = _with_mode(full.data["alpha"], "alpha.py", 0o100666)
+    full.sha["alpha"] = hashlib.sha256(full.data["alpha"]).hexdigest()
+    _serve(index[1], full)
+    full.assembler = Assembler(full.settings)
+    image = full.assemble()
+    site = "opt/venv/lib/python3.11/site-packages"
+    modes = {}
+    for planned in image.layers[2], image.layers[4]:  # alpha's wheel layer, the patch layer
+        assert planned.descriptor is not None
+        with open_layer(full.assembler.layout.blob_path(planned.descriptor.digest), planned.descriptor.media_type) as tar:
+            modes[planned.name] = {m.name: m.mode for m in tar if m.isreg()}
+    assert modes["wheel:alpha==1.0"][f"{site}/alpha.py"] == modes["patch:fix"][f"{site}/alpha.py"] == 0o644
+    assert modes["patch:fix"][f"{site}/alpha/run.sh"] == 0o755
+
+
+def test_a_patch_of_a_file_two_folders_down_alone_is_laid_out(full: Project) -> None:
+    # its scratch copy needs alpha/ and alpha/sub/ made at once: no earlier target of the patch made alpha/
+    cell = full.make(("alpha", "beta"), patches=(_patch(full, package="alpha", text=(
+        b"--- a/alpha/sub/deep.py\n+++ b/alpha/sub/deep.py\n@@ -1 +1 @@\n-D = 1\n+D = 2\n")),))
+    image = full.assemble(cell)
+    files = full.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
+    assert {n: d for n, d in files.items() if d is not None} == {
+        "opt/venv/lib/python3.11/site-packages/alpha/sub/deep.py": b"D = 2\n"}
