@@ -257,3 +257,11 @@ def test_a_patch_of_a_file_two_folders_down_alone_is_laid_out(full: Project) -> 
     files = full.layer_files(image.layers[4].descriptor)  # type: ignore[arg-type]
     assert {n: d for n, d in files.items() if d is not None} == {
         "opt/venv/lib/python3.11/site-packages/alpha/sub/deep.py": b"D = 2\n"}
+
+
+def test_a_key_names_its_parts_contents_not_the_order_a_dict_among_them_was_filled_in() -> None:
+    # labels and env are dicts in the image's inputs: the same contents are the same key, other contents another
+    key = assemble_module._key
+    assert key("image", {"A": "1", "B": "2"}, [1, 2]) == key("image", {"B": "2", "A": "1"}, [1, 2])
+    assert key("image", {"A": "1", "B": "2"}, [1, 2]) != key("image", {"A": "1", "B": "3"}, [1, 2])
+    assert key("image", [1, 2]) != key("image", [2, 1])  # a list's order is content
