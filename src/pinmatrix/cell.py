@@ -4,7 +4,7 @@ smoke, report, promote) reads cells, never matrix.toml directly."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from pinmatrix.hashing import sha256_bytes
@@ -106,6 +106,10 @@ class Cell:
     @property
     def patches_to_apply(self) -> tuple[CellPatch, ...]:
         return tuple(p for p in self.patches if p.status == "apply")
+
+    def without_known_issues(self, ids: frozenset[str]) -> Cell:
+        """This cell as a probe sees it where the known issues ``ids`` do not apply."""
+        return replace(self, known_issues=tuple(ki for ki in self.known_issues if ki.id not in ids))
 
     def variables(self) -> dict[str, str]:
         """The environment variables the cell defines, wherever it runs (its image, a smoke on a host, a k8s

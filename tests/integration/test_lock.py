@@ -15,6 +15,7 @@ from pinmatrix.cli import main
 from pinmatrix.errors import LockError
 from pinmatrix.lock import resolve
 from pinmatrix.lock.resolve import find_uv, lock_cell, owners_path, read_owners, record_owner
+from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import expand_matrix, load
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
@@ -192,8 +193,8 @@ def test_lock_cells_passes_exclude_newer_and_the_uv_it_found_to_every_cell(tmp_p
     monkeypatch.setattr(resolve, "find_uv", lambda: str(fake))
     cells = load(Path(__file__).resolve().parents[2] / "matrix.toml")[1].cells[:3]
     done: list[str] = []
-    results = resolve.lock_cells(cells, tmp_path, exclude_newer="2024-06-01T00:00:00Z", jobs=2,
-                                 on_done=lambda r: done.append(r.cell.id))
+    settings = LockSettings(tmp_path, exclude_newer="2024-06-01T00:00:00Z", jobs=2, check_platforms=False)
+    results = resolve.lock_cells(cells, settings, on_done=lambda r: done.append(r.cell.id))
     assert [r.cell.id for r in results] == done == [c.id for c in cells] and all(r.ok and r.changed for r in results)
     calls = [__import__("json").loads(line) for line in record.read_text().splitlines()]
     assert len(calls) == 3 and all(c[c.index("--exclude-newer") + 1] == "2024-06-01T00:00:00Z" for c in calls)

@@ -53,7 +53,7 @@ def boundaries_for(matrix: Any, cell: SmokeTarget | None, smoke: str, param: str
     """The boundaries on ``param`` of the known issues that apply to ``cell`` and ``smoke``."""
     if matrix is None:
         return []
-    applying = {ki.id for ki in getattr(cell, "known_issues", ()) or ()}
+    applying = {ki.id for ki in cell.known_issues} if cell is not None else set()
     out = []
     for issue in matrix.known_issues:
         b = issue.boundary
@@ -70,10 +70,10 @@ def boundaries_for(matrix: Any, cell: SmokeTarget | None, smoke: str, param: str
 def _before(value: Any, limit: Any) -> bool:
     if isinstance(limit, str) or isinstance(value, str):
         try:
-            return Version(str(value)) < Version(str(limit))
+            return bool(Version(str(value)) < Version(str(limit)))
         except InvalidVersion:
             return False
-    return value < limit
+    return bool(value < limit)
 
 
 def in_quantity(b: BoundarySpec, decl: Any) -> BoundarySpec:
@@ -119,15 +119,15 @@ def expected_in(b: BoundarySpec, values: list[Any], dims: dict[str, Any] | None 
     return values[lo] if lo < len(values) else b.expect_first_fail
 
 
-def cell_at(cell: Any, value: Any, boundaries: list[BoundarySpec], dims: dict[str, Any] | None = None,
-            decl: Any = None) -> Any:
+def cell_at(cell: SmokeTarget, value: Any, boundaries: list[BoundarySpec], dims: dict[str, Any] | None = None,
+            decl: Any = None) -> SmokeTarget:
     """``cell`` as a probe at ``value`` sees it: a known issue whose boundary lies above ``value`` (in its
     quantity, given ``dims`` and ``decl``) does not apply there (a pass below the boundary is a plain pass, a
     failure there is unexpected)."""
     outside = {b.issue for b in boundaries if not past(b, value, dims, decl)}
     if not outside:
         return cell
-    return replace(cell, known_issues=tuple(ki for ki in cell.known_issues if ki.id not in outside))
+    return cell.without_known_issues(frozenset(outside))
 
 
 def _scope(b: BoundarySpec, want: Any) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 
 from pinmatrix.bisect.boundary import boundaries_for
 from pinmatrix.bisect.param import make_space, run_param_bisect
-from pinmatrix.bisect.probe import Prober
 from pinmatrix.bisect.runtimes import HostRuntime, ImageRuntime, VenvRuntime
+from pinmatrix.bisect.settings import ProbeSettings
 from pinmatrix.bisect.versions import (
     Point,
     distribution_of,
@@ -30,8 +30,8 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load, select
 from pinmatrix.project.catalogue import find_smoke_dir, load_catalogue
 from pinmatrix.project.matrix_toml import require_stack
-from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
-from pinmatrix.smoke.runner import HostCell, RunOptions, new_run_id
+from pinmatrix.results.store import DEFAULT_PATH, write_json_atomic
+from pinmatrix.smoke.runner import HostCell
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -135,6 +135,13 @@ def _number(text: str, what: str) -> float:
         raise PinmatrixError(f"{what}: {text!r} is not a number") from None
 
 
+def probe_settings(args: argparse.Namespace) -> ProbeSettings:
+    """The one place the options both searches share become settings (refused here: --max-probes 0)."""
+    return ProbeSettings(results=args.results, logs_dir=args.logs, smoke_dir=args.smoke_dir, timeout_s=args.timeout,
+                         python=args.python, max_probes=args.max_probes, max_seconds=args.max_seconds,
+                         max_skips=args.max_skips)
+
+
 def _smoke(args: argparse.Namespace) -> Any:
 
     catalogue = {s.name: s for s in load_catalogue(args.smoke_dir)}
@@ -197,27 +204,22 @@ def run_param(args: argparse.Namespace) -> int:
     overrides = _param_overrides(args, smoke)
     if args.wheels is not None and not args.wheels.is_dir():
         raise PinmatrixError(f"--wheels {args.wheels}: not a directory")
-    if args.max_probes is not None and args.max_probes < 1:
-        raise PinmatrixError("--max-probes must be at least 1")
+    settings = probe_settings(args)
     cell, matrix = _param_cell(args)
     echo = _echo(args)
-    store = ResultsStore(args.results)
-    host = HostFingerprint.detect()
-    run_id = new_run_id()
-    options = RunOptions(smoke_dir=args.smoke_dir, timeout_s=args.timeout, python=args.python, logs_dir=args.logs,
-                         overlay_dir=args.overlay, wheels_dir=args.wheels,
-                         repo_root=args.matrix.resolve().parent if matrix is not None else Path.cwd())
+    options = settings.run_options(args.matrix.resolve().parent if matrix is not None else Path.cwd(),
+                                   overlay_dir=args.overlay, wheels_dir=args.wheels)
     runtime = HostRuntime(options, overlay_root=args.overlay, wheels_dir=args.wheels, repo_root=options.repo_root,
                           echo=echo)
-    prober = Prober(store, host, smoke, run_id=f"bisect-{run_id}", logs_dir=args.logs, echo=echo,
-                    max_probes=args.max_probes, max_seconds=args.max_seconds)
+    prober = settings.prober(smoke, echo)
+    host = prober.host
     boundaries = boundaries_for(matrix, cell, smoke.name, args.param)
     echo(f"bisect {smoke.name} over {args.param} in [{space.value(0)}, {space.value(space.n - 1)}] "
          f"({space.n} points) on " + (f"cell {cell.id} {cell.name}" if matrix is not None else "this environment")
          + f", {host.label()} (host {host.id})")
     report = run_param_bisect(cell=cell, smoke=smoke, space=space, overrides=overrides, prober=prober,
                               prepare=runtime.prepare, boundaries=boundaries, runtime="host",
-                              host=host.to_dict(), max_skips=args.max_skips)
+                              host=host.to_dict(), max_skips=settings.max_skips)
     return _output(args, report)
 
 
@@ -252,23 +254,19 @@ def run_version(args: argparse.Namespace) -> int:
     for name in fixed:
         if stack_axis(stack, name) is None:
             raise PinmatrixError(f"--fix {name}: stack {args.stack!r} has no axis {name!r}")
-    if args.max_probes is not None and args.max_probes < 1:
-        raise PinmatrixError("--max-probes must be at least 1")
+    settings = probe_settings(args)
     echo = _echo(args)
     values, own_order = _version_values(args, matrix, stack, echo)
     points = [Point(v) for v in values]
-    store = ResultsStore(args.results)
-    host = HostFingerprint.detect()
-    run_id = new_run_id()
-    runtime = _version_runtime(args, matrix, echo)
-    prober = Prober(store, host, smoke, run_id=f"bisect-{run_id}", logs_dir=args.logs, echo=echo,
-                    max_probes=args.max_probes, any_digest=True, max_seconds=args.max_seconds)
+    runtime = _version_runtime(args, settings, matrix, echo)
+    prober = settings.prober(smoke, echo, any_digest=True)
+    host = prober.host
     echo(f"bisect {smoke.name} along {args.stack}.{args.axis} over {len(points)} values "
          f"({points[0].display} .. {points[-1].display}), runtime {args.runtime}, {host.label()} (host {host.id})")
     report = run_version_bisect(matrix=matrix, stack_name=args.stack, axis=args.axis, points=points,
                                 own_order=own_order, fixed=fixed, smoke=smoke, prober=prober,
                                 prepare=runtime.prepare, runtime=args.runtime, host=host.to_dict(),
-                                max_skips=args.max_skips)
+                                max_skips=settings.max_skips)
     return _output(args, report)
 
 
@@ -295,13 +293,11 @@ def _version_values(args: argparse.Namespace, matrix: Any, stack: Any, echo: Any
     return values, True
 
 
-def _version_runtime(args: argparse.Namespace, matrix: Any, echo: Any) -> Any:
+def _version_runtime(args: argparse.Namespace, settings: ProbeSettings, matrix: Any, echo: Any) -> Any:
     """Where each probed version runs: a venv per value, or an image per value built with an engine."""
-
     root = matrix.root.resolve()
     work = (args.work or root / ".pinmatrix" / "bisect").resolve()
-    options = RunOptions(smoke_dir=args.smoke_dir, timeout_s=args.timeout, python=args.python, logs_dir=args.logs,
-                         repo_root=root)
+    options = settings.run_options(root)
     if args.runtime == "venv":
         return VenvRuntime(options, project_root=root, work_root=work,
                            exclude_newer=matrix.settings.exclude_newer, echo=echo, python=args.venv_python)

@@ -26,6 +26,7 @@ from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.datapath.assemble import describe
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells
+from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
@@ -80,13 +81,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, registry_need=pushing)
 
 
-def _ensure_locks(cells: list[Cell], root: Path, exclude_newer: str | None, console: Console) -> dict[str, str]:
-    """Lock the cells that have no lock yet; return cell id -> reason for those that cannot be locked."""
-    missing = [c for c in cells if not lock_path(c, root).is_file()]
+def _ensure_locks(cells: list[Cell], settings: LockSettings, console: Console) -> dict[str, str]:
+    """Lock the cells that have no lock yet, as `pinmatrix lock` would; return cell id -> reason for those that
+    cannot be locked."""
+    missing = [c for c in cells if not lock_path(c, settings.root).is_file()]
     problems: dict[str, str] = {}
     if missing:
         console.print(f"locking {len(missing)} cell(s) without a lock first (pinmatrix lock)")
-        for res in lock_cells(missing, root=root, exclude_newer=exclude_newer):
+        for res in lock_cells(missing, settings):
             if not res.ok:
                 problems[res.cell.id] = f"cannot lock: {res.reason} (see `pinmatrix lock -k {res.cell.id}`)"
     return problems
@@ -142,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         lock_problems = {c.id: f"no lock: run `pinmatrix lock -k {c.id}`" for c in cells
                          if not lock_path(c, root).is_file()}
     else:
-        lock_problems = _ensure_locks(cells, root, matrix.settings.exclude_newer, console)
+        lock_problems = _ensure_locks(cells, LockSettings.of(matrix), console)
     if args.print_plan:
         return _print_plan(cells, settings, lock_problems)
     settings, engine, registry = _targets(args, matrix.settings.engine, registry_setting, settings, cells, console)

@@ -16,11 +16,11 @@ from pinmatrix.lock.resolve import (
     LockResult,
     lock_cells,
     owners_path,
-    page_reader,
     record_owner,
     stale_locks,
     uv_version,
 )
+from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.needs import group_needs
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.lockfile import lock_path
@@ -76,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"not locked: {need.line()} (`pinmatrix cells --json` names them; --with-needs tries them)")
         cells = [c for c in cells if not c.needs]
     progress = _Progress(console, len(cells), args.check)
-    extra_ca = [p for p in (Path(matrix.root) / c for c in matrix.settings.ca_certificates) if p.exists()]
-    results = lock_cells(cells, root=Path(matrix.root), exclude_newer=matrix.settings.exclude_newer,
-                         jobs=args.jobs, on_done=progress.report, fetcher=page_reader(extra_ca), write=not args.check)
+    results = lock_cells(cells, LockSettings.of(matrix, jobs=args.jobs, write=not args.check), on_done=progress.report)
     root, owner = Path(matrix.root), matrix.path.name
     full = args.stack is None and args.keyword is None
     if args.check:

@@ -29,6 +29,7 @@ from pinmatrix.image.datapath.wheels import (
     cell_target,
     ssl_context,
 )
+from pinmatrix.lock.settings import LockSettings
 from pinmatrix.project.lockfile import LOCK_DIR, LockFileError, lock_path, parse_lock
 
 
@@ -206,16 +207,17 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
     return LockResult(cell, target, ok=True, changed=True)
 
 
-def lock_cells(cells: Sequence[Cell], root: Path = Path("."), exclude_newer: str | None = None, jobs: int = 4,
-               on_done: Callable[[LockResult], None] | None = None,
-               fetcher: WheelFetcher | None = None, *, write: bool = True) -> list[LockResult]:
-    """Lock every cell; one that cannot be resolved does not stop the others. With ``fetcher`` (``page_reader``),
-    each lock's wheels are checked against its cell's platform through the indexes' JSON pages, each page read
-    once for all cells."""
+def lock_cells(cells: Sequence[Cell], settings: LockSettings,
+               on_done: Callable[[LockResult], None] | None = None) -> list[LockResult]:
+    """Lock every cell; one that cannot be resolved does not stop the others. With ``settings.check_platforms``,
+    each lock's wheels are checked against its cell's platform through the indexes' JSON pages (``page_reader``),
+    each page read once for all cells."""
     uv = find_uv()
+    fetcher = page_reader(settings.extra_ca) if settings.check_platforms else None
     results: list[LockResult] = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(lock_cell, c, root, exclude_newer, uv, fetcher, write=write) for c in cells]
+    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+        futures = [pool.submit(lock_cell, c, settings.root, settings.exclude_newer, uv, fetcher, write=settings.write)
+                   for c in cells]
         for fut in futures:
             res = fut.result()
             results.append(res)

@@ -39,7 +39,7 @@ def environment_of(python: str, extra_path: Path | None = None) -> dict[str, Any
 
 def differences(cell: SmokeTarget, lock_text: str | None, seen: dict[str, Any]) -> dict[str, Any]:
     """What differs between the cell (its Python and lock) and the environment ``seen``."""
-    cell_python = getattr(cell, "python", None)
+    cell_python = cell.python
     out: dict[str, Any] = {"host_python": seen.get("python"), "cell_python": cell_python}
     python = str(seen.get("python") or "")
     out["python_differs"] = bool(cell_python) and not python.startswith(f"{cell_python}.")

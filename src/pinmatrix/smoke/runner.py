@@ -21,12 +21,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from pinmatrix.archscan.smokeenv import smoke_env_vars
-from pinmatrix.cell import Cell
 from pinmatrix.matrix.keyword import compile_keyword
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
 from pinmatrix.project.smoke_bundle import incell_dir
@@ -54,6 +53,7 @@ class HostCell:
     id: str = HOST_CELL_ID
     stack: str = "host"
     name: str = "host (the current environment)"
+    python: str | None = None  # whatever runs here
     smokes: tuple[str, ...] | None = None  # None: the whole catalogue
     env: dict[str, str] = field(default_factory=dict)
     known_issues: tuple[Any, ...] = ()
@@ -66,6 +66,9 @@ class HostCell:
     torch_cuda_arch_list: str | None = None
     flashinfer_cuda_arch_list: str | None = None
     gpu_required: bool = False
+
+    def without_known_issues(self, ids: frozenset[str]) -> HostCell:
+        return replace(self, known_issues=tuple(ki for ki in self.known_issues if ki.id not in ids))
 
     def variables(self) -> dict[str, str]:
         return dict(self.env)
@@ -112,24 +115,23 @@ def keyword_filter(expr: str | None) -> Callable[[str], bool]:
     return compile_keyword(expr)
 
 
-def cell_payload(cell: Any) -> dict[str, Any]:
+def cell_payload(cell: SmokeTarget) -> dict[str, Any]:
     """What a smoke may read about its cell ($PINMATRIX_CELL)."""
-    keys = ("id", "stack", "name", "pins", "requirements", "arch_flags", "compute_capability", "min_driver",
-            "torch_cuda_arch_list", "flashinfer_cuda_arch_list", "gpu_required", "env")
-    out = {}
-    for k in keys:
-        v = getattr(cell, k, None)
-        out[k] = list(v) if isinstance(v, tuple) else v
-    return out
+    return {"id": cell.id, "stack": cell.stack, "name": cell.name, "pins": dict(cell.pins),
+            "requirements": list(cell.requirements), "arch_flags": list(cell.arch_flags),
+            "compute_capability": cell.compute_capability, "min_driver": cell.min_driver,
+            "torch_cuda_arch_list": cell.torch_cuda_arch_list,
+            "flashinfer_cuda_arch_list": cell.flashinfer_cuda_arch_list, "gpu_required": cell.gpu_required,
+            "env": dict(cell.env)}
 
 
-def cell_smoke_env(cell: Cell | HostCell) -> dict[str, str]:
+def cell_smoke_env(cell: SmokeTarget) -> dict[str, str]:
     """What a smoke is given about its cell, on a host or in a k8s Job: the cell's variables and
     $PINMATRIX_CELL."""
     return {**cell.variables(), "PINMATRIX_CELL": json.dumps(cell_payload(cell), default=str)}
 
 
-def smoke_env(cell: Cell | HostCell, smoke: Smoke, result_path: Path, overlay: Overlay | None,
+def smoke_env(cell: SmokeTarget, smoke: Smoke, result_path: Path, overlay: Overlay | None,
               params: dict[str, Any] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(PARAMS_ENV, None)
@@ -252,44 +254,52 @@ def _stop_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     proc.wait()
 
 
+def _result_object(text: str) -> dict[str, Any] | None:
+    """A smoke's result: a JSON object, or None (not JSON, too deep, or another JSON value)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _read_result(result_path: Path, log_path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(result_path.read_text())
-    except (OSError, json.JSONDecodeError):
-        pass
+        found = _result_object(result_path.read_text(errors="replace"))
+    except OSError:
+        found = None
+    if found is not None:
+        return found
     try:  # the result line on stdout, when no result file could be written (a container, say)
         text = log_path.read_text(errors="replace")
     except OSError:
         return None
     for line in reversed(text.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            try:
-                return json.loads(line[len(RESULT_PREFIX):])
-            except json.JSONDecodeError:
-                return None
+            return _result_object(line[len(RESULT_PREFIX):])
     return None
 
 
 @dataclass
 class CellRun:
-    cell: Any
+    cell: SmokeTarget
     records: list[SmokeRecord] = field(default_factory=list)
     skipped_recorded: list[str] = field(default_factory=list)
     overlay: Overlay | None = None
 
 
-def plan_smokes(cell: Any, catalogue: list[Smoke], keyword: str | None) -> list[Smoke]:
-    selectors = getattr(cell, "smokes", None)
+def plan_smokes(cell: SmokeTarget, catalogue: list[Smoke], keyword: str | None) -> list[Smoke]:
+    selectors = cell.smokes
     chosen, unmatched = select(catalogue, list(selectors) if selectors is not None else None)
     if unmatched:
-        raise SmokeError(f"cell {cell.id} ({getattr(cell, 'name', '')}): no smoke named "
+        raise SmokeError(f"cell {cell.id} ({cell.name}): no smoke named "
                          f"{', '.join(repr(u) for u in unmatched)} in the catalogue")
     keep = keyword_filter(keyword)
     return [s for s in chosen if keep(s.name)]
 
 
 def run_cells(
-    cells: Sequence[Any],
+    cells: Sequence[SmokeTarget],
     store: ResultsStore,
     options: RunOptions,
     *,
@@ -308,11 +318,11 @@ def run_cells(
     return runs
 
 
-def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: RunOptions, *,
+def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, options: RunOptions, *,
              host: HostFingerprint, run_id: str, echo: Callable[[str], None] = print) -> CellRun:
     smokes = plan_smokes(cell, catalogue, options.keyword)
     out = CellRun(cell)
-    echo(f"cell {cell.id} {getattr(cell, 'name', '')}: {len(smokes)} smoke(s)")
+    echo(f"cell {cell.id} {cell.name}: {len(smokes)} smoke(s)")
     todo = []
     for smoke in smokes:
         if not options.rerun and store.has_result(cell.id, host.id, smoke.name, options.image_digest):
@@ -324,14 +334,14 @@ def run_cell(cell: Any, catalogue: list[Smoke], store: ResultsStore, options: Ru
             todo.append(smoke)
     if not todo:
         return out
-    if options.runtime == "host" and (options.wheels_dir or getattr(cell, "patches", None)):
+    if options.runtime == "host" and (options.wheels_dir or cell.patches):
         overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
         out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
                                     repo_root=options.repo_root, python=options.python, log=echo)
     work = (options.logs_dir / run_id / file_slug(cell.id)).resolve()  # smokes run with cwd=work
     work.mkdir(parents=True, exist_ok=True)
     host_vs_lock = None
-    if options.runtime == "host" and getattr(cell, "id", "host") != "host":
+    if options.runtime == "host" and cell.id != HOST_CELL_ID:
         lock_file = options.repo_root / "locks" / f"{cell.id}.txt"
         seen = environment_of(options.python, out.overlay.site if out.overlay else None)
         host_vs_lock = differences(cell, lock_file.read_text(encoding="utf-8") if lock_file.is_file() else None, seen)
@@ -364,21 +374,21 @@ def decided_by_host(smoke: Smoke, host: HostFingerprint) -> str | None:
     return unmet_need(smoke.needs, host.gpu_count, host.capability)
 
 
-def skipped_by_host(cell: Any, smoke: Smoke, reason: str, *, host: HostFingerprint, run_id: str, work: Path,
+def skipped_by_host(cell: SmokeTarget, smoke: Smoke, reason: str, *, host: HostFingerprint, run_id: str, work: Path,
                     image_digest: str | None) -> SmokeRecord:
     log_path = work / f"{file_slug(smoke.name)}.log"
     text = f"{reason} (decided from the host's GPU before starting the smoke)"
     log_path.write_text(f"[{smoke.name}] skip: {text}\n", encoding="utf-8")
     stamp = now()
     return SmokeRecord(
-        cell_id=cell.id, stack=getattr(cell, "stack", "host"), host=host, smoke=smoke.name, run_id=run_id,
+        cell_id=cell.id, stack=cell.stack, host=host, smoke=smoke.name, run_id=run_id,
         status="skip", failure_class=None, reason=text, metrics={}, log_path=str(log_path), started_at=stamp,
         finished_at=stamp, duration_s=0.0, known_issue=None, image_digest=image_digest,
         environment={"decided_by": "host-probe"}, params={},
     )
 
 
-def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
+def run_one(cell: SmokeTarget, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
             overlay: Overlay | None, params: dict[str, Any] | None = None) -> SmokeRecord:
     """Run ``smoke`` once; ``params`` (a bisect probe's parameter values) reach it as $PINMATRIX_PARAMS."""
     timeout = effective_timeout(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
@@ -398,7 +408,7 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
     outcome: Outcome = classify(result=proc.result, returncode=proc.returncode, timed_out=proc.timed_out,
                                 log_text=log_text, timeout_s=timeout, infra=proc.infra)
     verdict = apply_known_issues(smoke.name, outcome.status, outcome.failure_class, outcome.reason,
-                                 getattr(cell, "known_issues", ()) or ())
+                                 cell.known_issues)
     metrics = dict((proc.result or {}).get("metrics") or {})
     metrics.update(outcome.metrics)
     metrics = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in metrics.items()}
@@ -411,7 +421,7 @@ def run_one(cell: Any, smoke: Smoke, options: RunOptions, *, host: HostFingerpri
         environment["overlay_wheels"] = overlay.wheels
         environment["overlay_patches"] = overlay.patches
     return SmokeRecord(
-        cell_id=cell.id, stack=getattr(cell, "stack", "host"), host=host, smoke=smoke.name, run_id=run_id,
+        cell_id=cell.id, stack=cell.stack, host=host, smoke=smoke.name, run_id=run_id,
         status=verdict.status, failure_class=verdict.failure_class, reason=verdict.reason, metrics=metrics,
         log_path=str(log_path), started_at=started, finished_at=finished, duration_s=round(proc.seconds, 3),
         known_issue=verdict.known_issue, image_digest=options.image_digest, environment=environment,

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.project.signatures import load_signatures
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord, write_json_atomic
 from pinmatrix.results.storefile import ResultsError
-from pinmatrix.smoke.classify import classify, load_signatures, signal_name
+from pinmatrix.smoke.classify import classify, signal_name
 from pinmatrix.smoke.known import apply_known_issues
 
 SMI = Path(__file__).resolve().parents[2] / "data" / "nvidia-smi"

@@ -14,6 +14,7 @@ from pathlib import Path
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.cli import main
 from pinmatrix.project.smoke_params import parse_params
+from pinmatrix.smoke.runner import HostCell
 
 ROOT = Path(__file__).resolve().parents[3]
 SHAPE = parse_params({
@@ -31,10 +32,8 @@ class _Issue:
     id: str
 
 
-@dataclass(frozen=True)
-class _Cell:
-    id: str
-    known_issues: tuple[_Issue, ...]
+def _Cell(cell_id: str, known_issues: tuple[_Issue, ...]) -> HostCell:  # a cell as the tests make one
+    return HostCell(id=cell_id, known_issues=known_issues)
 
 
 def test_the_declared_boundary_is_read_in_its_quantity() -> None:

@@ -1,38 +1,20 @@
-"""One typed model per data file, each checked one way: compat.toml (project/compat_toml.py), the smoke log
-signatures (smoke/signatures.toml) and the image layer plan (images/layers.toml). A malformed file gives one
-line that names the file and the key, as a PinmatrixError; the shipped files load."""
+"""compat.toml (project/compat_toml.py): a malformed file gives one line that names the file and the key, as a
+PinmatrixError; the shipped file loads. The same shape of test covers signatures (test_signatures.py) and the layer
+plan (test_layer_plan.py); `edited` and `one_line` are in tests/support/data_files.py."""
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 
 import pytest
+from data_files import edited, one_line
 
-from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.containerfile.layerplan import LayerPlanError, LayerSpec, load_layer_specs
 from pinmatrix.matrix.compat import CompatError, CompatRules
 from pinmatrix.project.compat_toml import CompatDoc, TorchSeries, VllmRule
-from pinmatrix.smoke.classify import SIGNATURES_PATH, Signature, SignatureError, load_signatures
 
 REPO = Path(__file__).resolve().parents[3]
 COMPAT_TEXT = resources.files("pinmatrix").joinpath("data/compat.toml").read_text(encoding="utf-8")
-SIGNATURES_TEXT = SIGNATURES_PATH.read_text(encoding="utf-8")
-LAYERS_TEXT = (REPO / "images" / "layers.toml").read_text(encoding="utf-8")
-
-
-def edited(text: str, old: str, new: str) -> str:
-    """``text`` with the last ``old`` (the comments above the tables quote some keys) replaced by ``new``."""
-    assert old in text, old
-    i = text.rindex(old)
-    return text[:i] + new + text[i + len(old):]
-
-
-def one_line(err: pytest.ExceptionInfo[PinmatrixError]) -> str:
-    text = str(err.value)
-    assert "\n" not in text and err.value.exit_code == 2
-    return text
 
 
 # ------------------------------------------------------------------------------------------- compat.toml
@@ -130,101 +112,6 @@ def test_element_type_is_the_member_of_a_container_only() -> None:
     assert _element_type(list[int]) is int and _element_type(dict[str, float]) is float
     assert _element_type(tuple[str, ...]) is str
     assert _element_type(int | str) is None and _element_type(int) is None
-
-
-# ---------------------------------------------------------------------------------------- signatures.toml
-
-
-def test_the_shipped_signatures_load_through_the_model() -> None:
-    table = load_signatures()
-    assert table and all(isinstance(s, Signature) for s in table)
-    tactics = next(s for s in table if s.failure_class == "unsupported-tactics")
-    assert (tactics.status, tactics.metric, tactics.case) == ("degraded", "autotuner_skipped_tactics", True)
-    assert not tactics.pattern.flags & re.IGNORECASE  # case = true: case-sensitive
-    illegal = next(s for s in table if s.failure_class == "illegal-memory-access")
-    assert illegal.pattern.search("AN ILLEGAL MEMORY ACCESS WAS ENCOUNTERED")  # default: case-insensitive
-
-
-@pytest.mark.parametrize(("old", "new", "where"), [
-    ('metric = "autotuner_skipped_tactics"', 'metrik = "autotuner_skipped_tactics"',
-     "signature #8: 'metrik': unknown key (did you mean 'metric'?)"),
-    ("[[signature]]\nclass = \"crash\"", "[[signatures]]\nclass = \"crash\"",
-     "signatures: unknown key (did you mean 'signature'?)"),
-    ('case = true\nsource = "faulthandler', 'case = "yes"\nsource = "faulthandler',
-     "signature #10: 'case': Input should be a valid boolean"),
-    ('class = "crash"', "class = 3", "signature #10: 'class': Input should be a valid string"),
-    ('status = "degraded"', 'status = "degrade"', "signature #8: 'status': Input should be 'degraded'"),
-    ('class = "nccl-error"\n', "", "signature #5: 'class': required key is missing"),
-    ('pattern = "CUDA out of memory|', 'patern = "CUDA out of memory|',
-     "signature #6: 'patern': unknown key (did you mean 'pattern'?)"),
-    ('[[signature]]\nclass = "crash"', '[[signature]]\n[signature.x]\n[[signature]]\nclass = "crash"',
-     "signature #10: 'x': unknown key (expected one of: case, class, metric, pattern, source, status)"),
-    ('pattern = "cuTensorMapEncodeTiled"', 'pattern = "(cuTensorMapEncodeTiled"',
-     "signature #1: missing ), unterminated subpattern at position 0 in pattern '(cuTensorMapEncodeTiled'"),
-    ('pattern = "cuTensorMapEncodeTiled"', 'pattern = "cuTensorMap[EncodeTiled"',
-     "signature #1: unterminated character set at position 11 in pattern 'cuTensorMap[EncodeTiled'"),
-])
-def test_a_malformed_signature_file_is_one_line_naming_the_row_and_key(
-        tmp_path: Path, old: str, new: str, where: str) -> None:
-    path = tmp_path / "signatures.toml"
-    path.write_text(edited(SIGNATURES_TEXT, old, new), encoding="utf-8")
-    with pytest.raises(SignatureError) as err:
-        load_signatures(path)
-    assert one_line(err) == f"{path}: {where}"
-
-
-# ------------------------------------------------------------------------------------------- layers.toml
-
-
-def test_the_shipped_layer_plan_loads_through_the_model() -> None:
-    specs = load_layer_specs(REPO / "images" / "layers.toml")
-    assert all(isinstance(s, LayerSpec) for s in specs)
-    assert [(s.name, s.roots) for s in specs] == [
-        ("torch", ("torch",)), ("triton", ("triton", "pytorch-triton")), ("xformers", ("xformers",)),
-        ("flashinfer", ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")), ("vllm", ("vllm",)),
-        ("extras", ("*",))]
-
-
-@pytest.mark.parametrize(("old", "new", "where"), [
-    ('roots = ["vllm"]', 'root = ["vllm"]', "layer[4].root: unknown key (did you mean 'roots'?)"),
-    ('roots = ["vllm"]', "roots = [3]", "layer[4].roots[0]: Input should be a valid string"),
-    ('roots = ["vllm"]', 'roots = "vllm"', 'layer[4].roots: must be a non-empty list of distribution names, or ["*"]'),
-    ('name = "vllm"', "name = 5", "layer[4].name: Input should be a valid string"),
-    ('name = "vllm"\n', "", "layer[4].name: required key is missing"),
-    ('name = "triton"', 'name = "Triton"',
-     "layer[1].name: 'Triton' must be a lowercase name (a-z, 0-9 and '-', not starting with '-')"),
-    ('name = "triton"', 'name = "torch"', "layer[1].name: 'torch' is already the name of layer[0]"),
-    ('roots = ["vllm"]', 'roots = ["vl lm"]',
-     "layer[4].roots: 'vl lm' is not a PEP 508 package name (letters, digits, '.', '_', '-', starting and ending "
-     "with a letter or digit)"),
-    ('roots = ["*"]', 'roots = ["rest"]', 'one layer must have roots = ["*"] to take what no other layer claims'),
-])
-def test_a_malformed_layer_plan_is_one_line_naming_the_key(tmp_path: Path, old: str, new: str, where: str) -> None:
-    path = tmp_path / "layers.toml"
-    path.write_text(edited(LAYERS_TEXT, old, new), encoding="utf-8")
-    with pytest.raises(LayerPlanError) as err:
-        load_layer_specs(path)
-    assert one_line(err) == f"{path}: {where}"
-
-
-def test_a_layer_plan_without_layers(tmp_path: Path) -> None:
-    path = tmp_path / "layers.toml"
-    path.write_text("# nothing\n")
-    with pytest.raises(LayerPlanError) as err:
-        load_layer_specs(path)
-    assert one_line(err) == f"{path}: layer: required key is missing"
-    path.write_text("layer = []\n")
-    with pytest.raises(LayerPlanError) as err:
-        load_layer_specs(path)
-    assert one_line(err) == f"{path}: layer: needs at least one [[layer]] table"
-
-
-def test_a_signature_row_that_is_not_a_table_is_named_by_its_number(tmp_path: Path) -> None:
-    path = tmp_path / "signatures.toml"
-    path.write_text('signature = [{class = "crash", pattern = "Segfault"}, "not a table"]\n', encoding="utf-8")
-    with pytest.raises(SignatureError) as err:
-        load_signatures(path)
-    assert one_line(err).startswith(f"{path}: signature #2: Input should be a valid dictionary")
 
 
 def test_compat_lookups_name_what_they_do_not_know() -> None:

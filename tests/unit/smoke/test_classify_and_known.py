@@ -17,8 +17,9 @@ from conftest import make_cell
 from pinmatrix.cli import main
 from pinmatrix.lock.resolve import lock_cell, uv_command
 from pinmatrix.matrix.selection import load
+from pinmatrix.project.signatures import SIGNATURES_PATH, default_signatures
 from pinmatrix.results.store import HostFingerprint, parse_cuda_version, parse_gpu_query
-from pinmatrix.smoke.classify import SIGNATURES_PATH, classify, default_signatures, scan
+from pinmatrix.smoke.classify import classify, scan
 from pinmatrix.smoke.known import apply_known_issues
 
 ROOT = Path(__file__).resolve().parents[3]

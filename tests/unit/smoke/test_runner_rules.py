@@ -114,10 +114,10 @@ def test_a_cells_payload_is_its_fields_with_tuples_as_lists() -> None:
         "requirements": ["torch==2.9"], "arch_flags": ["sm_90a"], "compute_capability": None, "min_driver": None,
         "torch_cuda_arch_list": None, "flashinfer_cuda_arch_list": None, "gpu_required": False, "env": {"A": "1"}}
 
-    class Bare:
-        id = "bare"
-
-    assert cell_payload(Bare()) == {k: ("bare" if k == "id" else None) for k in cell_payload(HostCell())}
+    assert cell_payload(HostCell(id="other", compute_capability="9.0", min_driver="580", gpu_required=True,
+                                 torch_cuda_arch_list="9.0a", flashinfer_cuda_arch_list="9.0a")) == {
+        **cell_payload(HostCell()), "id": "other", "compute_capability": "9.0", "min_driver": "580",
+        "gpu_required": True, "torch_cuda_arch_list": "9.0a", "flashinfer_cuda_arch_list": "9.0a"}
 
 
 def test_a_cell_gives_its_variables_and_its_payload() -> None:
@@ -688,28 +688,16 @@ def test_run_ids_are_utc_stamps_with_a_random_tail() -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", runner.now())
 
 
-class BareCell:
-    """A cell as a caller may pass one: an id and its smokes, no stack, name or known issues."""
-
-    def __init__(self, cell_id: str, smokes: tuple[str, ...] | None = None, stack: str | None = None) -> None:
-        self.id, self.smokes = cell_id, smokes
-        if stack is not None:
-            self.stack = stack
-
-    def variables(self) -> dict[str, str]:
-        return {}
-
-
 def test_a_record_carries_the_cells_stack_or_host(tmp_path: Path, catalogue: Path) -> None:
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     store = ResultsStore(tmp_path / "r.sqlite")
     opts = options(tmp_path, catalogue, container=rt, runtime="podman")
-    for cell, stack in ((BareCell("c1", ("alpha", "gpu-big"), stack="st-1"), "st-1"),
-                        (BareCell("c2", ("alpha", "gpu-big")), "host")):
+    for cell, stack in ((HostCell(id="c1", smokes=("alpha", "gpu-big"), stack="st-1", name="st-1 a"), "st-1"),
+                        (HostCell(id="c2", smokes=("alpha", "gpu-big"), name=""), "host")):
         lines: list[str] = []
         out = run_cell(cell, load_catalogue(catalogue), store, opts, host=HOST, run_id="r", echo=lines.append)
         assert {r.smoke: r.stack for r in out.records} == {"alpha": stack, "gpu-big": stack}
-        assert lines[0] == f"cell {cell.id} : 2 smoke(s)"
+        assert lines[0] == f"cell {cell.id} {cell.name}: 2 smoke(s)"
         assert {r.smoke: r.status for r in out.records} == {"alpha": "pass", "gpu-big": "skip"}
 
 
@@ -729,16 +717,13 @@ def test_run_ids_and_stamps_are_utc_whatever_the_hosts_time_zone(monkeypatch: py
         time.tzset()
 
 
-def test_a_bare_cells_plan_refusal_and_host_runtime(tmp_path: Path, catalogue: Path) -> None:
-    with pytest.raises(SmokeError, match=r"^cell c9 \(\): no smoke named 'nope' in the catalogue$"):
-        plan_smokes(BareCell("c9", ("nope",)), load_catalogue(catalogue), None)
-
-    class NoSmokes:
-        id = "c8"
-
-    assert len(plan_smokes(NoSmokes(), load_catalogue(catalogue), None)) == len(load_catalogue(catalogue))
+def test_a_cells_plan_refusal_and_host_runtime(tmp_path: Path, catalogue: Path) -> None:
+    with pytest.raises(SmokeError, match=r"^cell c9 \(st-9 x\): no smoke named 'nope' in the catalogue$"):
+        plan_smokes(HostCell(id="c9", name="st-9 x", smokes=("nope",)), load_catalogue(catalogue), None)
+    assert len(plan_smokes(HostCell(id="c8"), load_catalogue(catalogue), None)) == len(load_catalogue(catalogue))
+    assert plan_smokes(HostCell(id="c7", smokes=()), load_catalogue(catalogue), None) == []  # none is not all
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
-    out = run_cell(BareCell("host", ("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
+    out = run_cell(HostCell(smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
                    options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lambda _l: None)
     assert out.overlay is None and [r.status for r in out.records] == ["pass"]
 
@@ -785,3 +770,19 @@ def test_a_log_that_is_not_utf_8_still_gives_its_result_line(tmp_path: Path) -> 
     code = "import sys; sys.stdout.buffer.write(b'\\xff\\xfe\\n'); print('PINMATRIX-RESULT {\"status\": \"pass\"}')"
     proc, _ = run(tmp_path, code)
     assert proc.result == {"status": "pass"}
+
+
+# ----------------------------------------------------------------------------------- what a smoke leaves
+@pytest.mark.parametrize("text", ["[1, 2]", '"pass"', "7", "null", "[" * 100_000, "\udcff", "not json"])
+def test_a_result_that_is_not_a_json_object_is_no_result(tmp_path: Path, text: str) -> None:
+    """A result file (or the stdout result line) that is another JSON value, unreadable or nested past the
+    parser's limit is no result, so the smoke is classified as exiting without one; it never reaches the
+    classifier as a list (whose .get would end the run with a traceback)."""
+    result, log = tmp_path / "r.json", tmp_path / "s.log"
+    result.write_text(text, encoding="utf-8", errors="surrogateescape")
+    log.write_text(f"{runner.RESULT_PREFIX}{text}\n", encoding="utf-8", errors="surrogateescape")
+    assert runner._read_result(result, log) is None
+    log.write_text(f"{runner.RESULT_PREFIX}" + '{"status": "pass"}\n', encoding="utf-8")
+    assert runner._read_result(result, log) == {"status": "pass"}  # the stdout line stands in for a bad file
+    result.write_text('{"status": "skip"}', encoding="utf-8")
+    assert runner._read_result(result, log) == {"status": "skip"}  # the file, when it is an object, first

@@ -29,7 +29,7 @@ from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.containerfile.base_image import ensure_base_image
-from pinmatrix.image.containerfile.layerplan import load_layer_specs, plan_layers
+from pinmatrix.image.containerfile.layerplan import plan_layers
 from pinmatrix.image.containerfile.patch_sources import resolve_patch
 from pinmatrix.image.datapath.rootfs import DEFAULT_SOURCE_DATE_EPOCH
 from pinmatrix.image.format.config import (  # noqa: F401 - nvidia_require_cuda re-used by tests
@@ -40,6 +40,7 @@ from pinmatrix.image.format.config import (  # noqa: F401 - nvidia_require_cuda 
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref
 from pinmatrix.imageref import ImageRef
 from pinmatrix.project.debian_suites import python_of, suite_of
+from pinmatrix.project.layer_plan import load_layer_specs
 from pinmatrix.project.lockfile import ParsedLock, parse_lock
 from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle, smoke_files
 from pinmatrix.registry.client import Registry

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, make_cell, project_copy
 from pinmatrix.cell import CellPatch
 from pinmatrix.errors import PatchError
-from pinmatrix.image.containerfile.layerplan import LayerPlanError, load_layer_specs, parse_lock, plan_layers
+from pinmatrix.image.containerfile.layerplan import plan_layers
 from pinmatrix.image.containerfile.render import (
     BuildError,
     BuildSettings,
@@ -19,6 +19,8 @@ from pinmatrix.image.containerfile.render import (
     nvidia_require_cuda,
     render_cell,
 )
+from pinmatrix.project.layer_plan import LayerPlanError, load_layer_specs
+from pinmatrix.project.lockfile import parse_lock
 
 H = "--hash=sha256:" + "a" * 64
 TORCH_LOCK = f"""\
