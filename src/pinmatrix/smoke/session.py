@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pinmatrix.engine import get_engine
 from pinmatrix.errors import PinmatrixError
@@ -83,9 +83,9 @@ def run_smokes(settings: SmokeSettings, store: ResultsStore, host: HostFingerpri
     runtime = settings.options.runtime
     if runtime == "host":
         return SmokeSession(run_cells(settings.cells, store, settings.options, host=host, run_id=run_id, echo=echo))
-    if runtime == "chroot":
-        return _run_in_roots(settings, store, host, run_id, echo)
-    return _run_in_images(settings, store, host, run_id, echo)
+    source: ImageSource = (_LayoutRoots(settings, run_id, echo) if runtime == "chroot"
+                           else _EngineImages(settings, echo))
+    return _run_in(source, settings, store, host, run_id, echo)
 
 
 def cell_image_ref(cell: SmokeTarget, settings: SmokeSettings) -> str:
@@ -97,33 +97,6 @@ def cell_image_ref(cell: SmokeTarget, settings: SmokeSettings) -> str:
         raise PinmatrixError(f"--runtime {settings.options.runtime} without --cell/--stack needs --image REF")
 
     return image_ref(cell, settings.matrix.settings.registry)  # type: ignore[arg-type]
-
-
-def _run_in_images(settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
-                   echo: Echo) -> SmokeSession:
-    """Smoke each cell in its image; a cell whose image is not in the engine's store gets a line in
-    ``no_image`` (naming the cell and the reference) and is passed over."""
-
-    options = settings.options
-    engine = get_engine(options.runtime)
-    engine.ensure_running()
-    smoke_dir = find_smoke_dir(settings.smoke_dir)
-    session = SmokeSession([])
-    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {options.runtime}")
-    for cell in settings.cells:
-        ref = cell_image_ref(cell, settings)
-        digest = image_digest(engine, ref)
-        if digest is None:
-            session.no_image.append(f"cell {cell.id} {cell.name}: {ref} is not in the {options.runtime} "
-                                    "store (build it with `pinmatrix build`, or pull it)")
-            echo(f"cell {cell.id} {cell.name}: no image {ref} in the {options.runtime} store; passed over")
-            continue
-        cache, image_env = _container_cache(engine, ref, digest, options.repo_root, options.kernel_cache, echo)
-        opts = replace(options, image_digest=digest, kernel_cache=options.kernel_cache if cache else "off",
-                       container=ContainerSmokes(engine, ref, smoke_dir, log_cap=options.log_cap, cache=cache,
-                                                 image_env=image_env))
-        session.runs.append(run_cell(cell, settings.catalogue, store, opts, host=host, run_id=run_id, echo=echo))
-    return session
 
 
 def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str | None,
@@ -143,32 +116,88 @@ def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str |
     return cache, image_env
 
 
-def _run_in_roots(settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
-                  echo: Echo) -> SmokeSession:
-    """Smoke each cell inside its image unpacked from the OCI layout (the chroot runtime); a cell whose image the
-    layout lacks gets a line in ``no_image`` and is passed over."""
+class ImageSource(Protocol):
+    """Where each cell's image is found and how a smoke then runs in it: an engine's store (its containers) or
+    an OCI layout (its image unpacked, the chroot runtime)."""
 
-    options = settings.options
-    layout = settings.layout or options.repo_root / ".pinmatrix" / "oci"
-    roots = settings.roots or options.repo_root / ".pinmatrix" / "roots"
-    smoke_dir = find_smoke_dir(settings.smoke_dir)
+    where: str  # for the run's first line: "runtime podman", "runtime chroot, layout .pinmatrix/oci"
+
+    def digest(self, ref: str) -> str | None: ...
+    def absent(self, ref: str) -> tuple[str, str]: ...  # (the session's no-image line, the progress line)
+    def options(self, cell: SmokeTarget, ref: str, digest: str) -> RunOptions: ...
+
+
+def _run_in(source: ImageSource, settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
+            echo: Echo) -> SmokeSession:
+    """Smoke each cell in its image; a cell whose image is not there gets a line in ``no_image`` (naming the
+    cell and the reference) and is passed over."""
     session = SmokeSession([])
-    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime chroot, layout {layout}")
+    echo(f"run {run_id} on {host.label()} (host {host.id}), {source.where}")
     for cell in settings.cells:
         ref = cell_image_ref(cell, settings)
-        digest = find_image(layout, ref)
+        digest = source.digest(ref)
         if digest is None:
-            session.no_image.append(f"cell {cell.id} {cell.name}: {ref} is not in the OCI layout {layout} "
-                                    "(build it with `pinmatrix build --engine none`, or unpack its bundle there)")
-            echo(f"cell {cell.id} {cell.name}: no image {ref} in {layout}; passed over")
+            missing, progress = source.absent(ref)
+            session.no_image.append(f"cell {cell.id} {cell.name}: {missing}")
+            echo(f"cell {cell.id} {cell.name}: {progress}; passed over")
             continue
-        echo(f"cell {cell.id} {cell.name}: image {digest}")
-        runtime = prepare(layout, digest, roots, smoke_dir,
-                          smokes=plan_smokes(cell, settings.catalogue, settings.keyword),
-                          gpu_required=cell.gpu_required,
-                          log_dir=options.logs_dir / run_id / "chroot" / digest[7:19],
-                          kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=echo,
-                          kernel_cache=options.kernel_cache or "keep")
-        opts = replace(options, image_digest=digest, container=runtime)
+        opts = source.options(cell, ref, digest)
         session.runs.append(run_cell(cell, settings.catalogue, store, opts, host=host, run_id=run_id, echo=echo))
     return session
+
+
+class _EngineImages:
+    """Each cell's image in docker's or podman's store, smoked in a container of it."""
+
+    def __init__(self, settings: SmokeSettings, echo: Echo) -> None:
+        self.settings, self.echo = settings, echo
+        self.runtime = settings.options.runtime
+        self.engine = get_engine(self.runtime)
+        self.engine.ensure_running()
+        self.smoke_dir = find_smoke_dir(settings.smoke_dir)
+        self.where = f"runtime {self.runtime}"
+
+    def digest(self, ref: str) -> str | None:
+        return image_digest(self.engine, ref)
+
+    def absent(self, ref: str) -> tuple[str, str]:
+        return (f"{ref} is not in the {self.runtime} store (build it with `pinmatrix build`, or pull it)",
+                f"no image {ref} in the {self.runtime} store")
+
+    def options(self, cell: SmokeTarget, ref: str, digest: str) -> RunOptions:
+        options = self.settings.options
+        cache, image_env = _container_cache(self.engine, ref, digest, options.repo_root, options.kernel_cache,
+                                            self.echo)
+        return replace(options, image_digest=digest, kernel_cache=options.kernel_cache if cache else "off",
+                       container=ContainerSmokes(self.engine, ref, self.smoke_dir, log_cap=options.log_cap,
+                                                 cache=cache, image_env=image_env))
+
+
+class _LayoutRoots:
+    """Each cell's image in an OCI layout, unpacked into a root and smoked there (the chroot runtime)."""
+
+    def __init__(self, settings: SmokeSettings, run_id: str, echo: Echo) -> None:
+        self.settings, self.run_id, self.echo = settings, run_id, echo
+        options = settings.options
+        self.layout = settings.layout or options.repo_root / ".pinmatrix" / "oci"
+        self.roots = settings.roots or options.repo_root / ".pinmatrix" / "roots"
+        self.smoke_dir = find_smoke_dir(settings.smoke_dir)
+        self.where = f"runtime chroot, layout {self.layout}"
+
+    def digest(self, ref: str) -> str | None:
+        return find_image(self.layout, ref)
+
+    def absent(self, ref: str) -> tuple[str, str]:
+        return (f"{ref} is not in the OCI layout {self.layout} (build it with `pinmatrix build --engine none`, or "
+                "unpack its bundle there)", f"no image {ref} in {self.layout}")
+
+    def options(self, cell: SmokeTarget, ref: str, digest: str) -> RunOptions:
+        options = self.settings.options
+        self.echo(f"cell {cell.id} {cell.name}: image {digest}")
+        runtime = prepare(self.layout, digest, self.roots, self.smoke_dir,
+                          smokes=plan_smokes(cell, self.settings.catalogue, self.settings.keyword),
+                          gpu_required=cell.gpu_required,
+                          log_dir=options.logs_dir / self.run_id / "chroot" / digest[7:19],
+                          kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=self.echo,
+                          kernel_cache=options.kernel_cache or "keep")
+        return replace(options, image_digest=digest, container=runtime)
