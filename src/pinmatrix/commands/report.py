@@ -16,10 +16,8 @@ from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalog
 from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.project.policy import policy_for
 from pinmatrix.release.promote import required_smoke_names
-from pinmatrix.report.archscan import arch_scan_tables, load_arch_scans
-from pinmatrix.report.browser import screenshot_file
-from pinmatrix.report.model import SEVERITY, STATUS_LABELS, build_report, report_to_dict
-from pinmatrix.report.write import write_reports
+from pinmatrix.report.model import SEVERITY, STATUS_LABELS, report_to_dict
+from pinmatrix.report.settings import ReportSettings, publish
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.statuses import FORMATS, SEVERITY_ORDER
@@ -114,38 +112,36 @@ def _required_smokes(matrix: Matrix, cells: list[Cell], catalogue: list[str] | N
 
 
 def run(args: argparse.Namespace) -> int:
-
-    matrix_path, cells, required, descriptions, title = _from_matrix(args)
-    pivot = _pivot(args.pivot)
-    records = _records(args, cells)
-    report = build_report(records, cells, stack=args.stack, pivot=pivot, title=title or "pinmatrix report",
-                          log_roots=log_roots(args),
-                          catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions)
-    if args.arch_scan:
-
-        report.arch_scan = arch_scan_tables(load_arch_scans(args.arch_scan))
-    formats = args.formats or list(FORMATS)
-    paths = write_reports(report, args.out, formats)
+    settings, cells = report_settings(args)
+    outcome = publish(settings, _records(args, cells))
     say = functools.partial(print, file=sys.stderr if args.json else sys.stdout)
-    for fmt in formats:
-        say(f"{fmt:6} {paths[fmt]}")
-    if args.screenshot:
-        if "html" not in paths:
-            raise PinmatrixError("--screenshot needs the html format")
-
-        w, h = screenshot_file(paths["html"], args.screenshot, suffix=args.screenshot_at)
-        say(f"png    {args.screenshot} ({w}x{h})")
-    counts = report.counts
+    for fmt in settings.formats:
+        say(f"{fmt:6} {outcome.paths[fmt]}")
+    if outcome.screenshot is not None:
+        w, h = outcome.screenshot
+        say(f"png    {settings.screenshot} ({w}x{h})")
+    counts = outcome.report.counts
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))
-    say(f"{len(report.cells)} cells: {summary or 'none'}")
+    say(f"{len(outcome.report.cells)} cells: {summary or 'none'}")
     if args.json:
+        print(json.dumps(report_to_dict(outcome.report), indent=2, sort_keys=True))
+    if outcome.failing:
+        say(terminal_text(f"{len(outcome.failing)} cells at or past {args.fail_on}: "
+                          + ", ".join(f"{c.id} ({c.status})" for c in outcome.failing)))
+    return 1 if outcome.failing else 0
 
-        print(json.dumps(report_to_dict(report), indent=2, sort_keys=True))
-    bad = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[args.fail_on]] if args.fail_on else []
-    if bad:
-        say(terminal_text(f"{len(bad)} cells at or past {args.fail_on}: "
-                          + ", ".join(f"{c.id} ({c.status})" for c in bad)))
-    return 1 if bad else 0
+
+def report_settings(args: argparse.Namespace) -> tuple[ReportSettings, list[Cell]]:
+    """The one place `report`'s settings are made: the command line over matrix.toml (its cells, required
+    smokes, stack descriptions and name for the title)."""
+    matrix_path, cells, required, descriptions, title = _from_matrix(args)
+    settings = ReportSettings(
+        out=args.out, formats=tuple(args.formats or FORMATS), title=title or "pinmatrix report", cells=cells,
+        stacks=tuple(args.stack) if args.stack else None, pivot=_pivot(args.pivot), log_roots=tuple(log_roots(args)),
+        catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions,
+        arch_scans=tuple(args.arch_scan), screenshot=args.screenshot, screenshot_at=args.screenshot_at,
+        fail_on=args.fail_on)
+    return settings, cells
 
 
 def _from_matrix(args: argparse.Namespace) -> tuple[Path | None, list[Cell], dict[str, list[str]] | None,

@@ -5,7 +5,6 @@ go through the Containerfile path. One failed cell never stops the others; resul
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,7 +15,7 @@ from pinmatrix.image.containerfile.render import build_cell as containerfile_bui
 from pinmatrix.image.datapath.assemble import Assembler
 from pinmatrix.image.datapath.wheels import IndexUnreachable
 from pinmatrix.image.format.publish import load_into_engine, push
-from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref, needs_containerfile
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 
@@ -40,24 +39,15 @@ class CellBuilder:
             return containerfile_build(cell, lock_text, self.engine, self.settings, registry=self.registry,
                                        on_step=on_step)
         settings = self.settings
-        settings.logs_dir.mkdir(parents=True, exist_ok=True)
-        log = settings.logs_dir / f"{cell.id}.log"
         ref = image_ref(cell, settings.registry)
-        result = CellBuildResult(cell=cell, ref=ref, status="failed", log=log)
-        start = time.monotonic()
-        with open(log, "w", encoding="utf-8") as handle:
-
-            def note(line: str) -> None:
-                handle.write(line + "\n")
-                handle.flush()
+        with cell_build(cell, settings, f"# pinmatrix assembly of cell {cell.id} ({cell.name}): {ref}") as (result, note):
 
             def step(what: str) -> None:
                 note(f"# {what}")
                 on_step(what)
 
-            note(f"# pinmatrix assembly of cell {cell.id} ({cell.name}): {ref}")
             try:
-                image = self.assembler.assemble(cell, lock_text, ref, log, on_step=step)
+                image = self.assembler.assemble(cell, lock_text, ref, result.log, on_step=step)
                 result.assembled = image
                 result.digest, result.image_id = image.digest, image.config_digest
                 result.layers = [p.name for p in image.layers]
@@ -86,11 +76,6 @@ class CellBuilder:
                 with self._guard:
                     self.unreachable.setdefault(err.url, []).append(cell.id)
                 result.fail(str(err), note)
-            except PinmatrixError as err:
-                result.fail(str(err), note)
-            except OSError as err:
-                result.fail(f"{type(err).__name__}: {err}", note)
-        result.seconds = time.monotonic() - start
         return result
 
 

@@ -4,12 +4,15 @@ and a cell's image reference: shared by the assembler path (``build``) and the C
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pinmatrix.cell import Cell
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.datapath.assemble import AssembledImage, AssemblySettings
 from pinmatrix.image.format.layer import DEFAULT_GZIP_LEVEL
 
@@ -85,3 +88,32 @@ class CellBuildResult:
 
 def needs_containerfile(cell: Cell) -> bool:
     return any(p.kind == "source" for p in cell.patches_to_apply)
+
+
+@contextmanager
+def cell_build(cell: Cell, settings: BuildSettings, first_line: str,
+               keep: list[str] | None = None) -> Iterator[tuple[CellBuildResult, Callable[[str], None]]]:
+    """One cell's build, as both paths run it: its log (``logs_dir/<id>.log``, each line flushed, and kept in
+    ``keep`` too when given) opened with ``first_line``, and a result that stays ``failed`` unless the block sets
+    it. A PinmatrixError or OSError in the block is the cell's failure, in one line in the result and the log,
+    never a traceback (one cell cannot stop the others); the result's seconds cover the block."""
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    log = settings.logs_dir / f"{cell.id}.log"
+    result = CellBuildResult(cell=cell, ref=image_ref(cell, settings.registry), status="failed", log=log)
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as handle:
+
+        def note(line: str) -> None:
+            if keep is not None:
+                keep.append(line)
+            handle.write(line + "\n")
+            handle.flush()
+
+        note(first_line)
+        try:
+            yield result, note
+        except PinmatrixError as err:
+            result.fail(str(err), note)
+        except OSError as err:
+            result.fail(f"{type(err).__name__}: {err}", note)
+    result.seconds = time.monotonic() - start

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from pinmatrix.image.format.config import (  # noqa: F401 - nvidia_require_cuda 
     cell_labels,
     nvidia_require_cuda,
 )
-from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref
 from pinmatrix.imageref import ImageRef
 from pinmatrix.project.debian_suites import python_of, suite_of
 from pinmatrix.project.layer_plan import load_layer_specs
@@ -209,65 +208,49 @@ def build_cell(
 ) -> CellBuildResult:
     """Build (or find) the image of ``cell``. Failures become a ``failed`` result with a one-line reason;
     they never raise, so one cell cannot stop the others."""
-    settings.logs_dir.mkdir(parents=True, exist_ok=True)
-    log_path = settings.logs_dir / f"{cell.id}.log"
     ref = image_ref(cell, settings.registry)
-    result = CellBuildResult(cell=cell, ref=ref, status="failed", log=log_path)
-    start = time.monotonic()
     lines: list[str] = []
-    with open(log_path, "w", encoding="utf-8") as log:
+    first = f"# pinmatrix build of cell {cell.id} ({cell.name}) with {engine.name}: {ref}"
+    with cell_build(cell, settings, first, keep=lines) as (result, note):
+        on_step("base")
+        base_ref = ensure_base_image(cell.base, engine, settings.cache_dir, platform=cell.platform,
+                                     layout_dir=settings.layout)
+        note(f"# base image {base_ref}")
+        rendered = render_cell(cell, lock_text, base_ref, settings, settings.cache_dir / "contexts" / cell.id)
+        result.layers = list(rendered.layers)
+        note(f"# inputs {rendered.inputs}; layers {', '.join(rendered.layers)}")
+        local = engine.inspect(ref)
+        if local is not None and local.labels.get("io.pinmatrix.inputs") == rendered.inputs:
+            result.status, result.cached_in, result.image_id = "cached", "local", local.id
+            note(f"# cached: {ref} is in the local store with the same inputs ({local.id})")
+        elif local is not None:
+            note(f"# {ref} is in the local store with other inputs: rebuilding")
+        if registry is not None and (settings.push or (result.status != "cached" and settings.check_registry)):
+            remote = _remote_inputs(registry, ref, note)
+            if remote is not None and remote[1] == rendered.inputs:
+                result.digest = remote[0]
+                if result.status != "cached":
+                    result.status, result.cached_in = "cached", "registry"
+                note(f"# in the registry with the same inputs: {ref}@{remote[0]}")
+        if result.status != "cached":
 
-        def note(line: str) -> None:
-            lines.append(line)
-            log.write(line + "\n")
-            log.flush()
+            def sink(line: str) -> None:
+                note(line)
+                step = parse_step(line)
+                if step:
+                    on_step(layer_of(step[2]))
 
-        note(f"# pinmatrix build of cell {cell.id} ({cell.name}) with {engine.name}: {ref}")
-        try:
-            on_step("base")
-            base_ref = ensure_base_image(cell.base, engine, settings.cache_dir, platform=cell.platform,
-                                         layout_dir=settings.layout)
-            note(f"# base image {base_ref}")
-            rendered = render_cell(cell, lock_text, base_ref, settings, settings.cache_dir / "contexts" / cell.id)
-            result.layers = list(rendered.layers)
-            note(f"# inputs {rendered.inputs}; layers {', '.join(rendered.layers)}")
-            local = engine.inspect(ref)
-            if local is not None and local.labels.get("io.pinmatrix.inputs") == rendered.inputs:
-                result.status, result.cached_in, result.image_id = "cached", "local", local.id
-                note(f"# cached: {ref} is in the local store with the same inputs ({local.id})")
-            elif local is not None:
-                note(f"# {ref} is in the local store with other inputs: rebuilding")
-            if registry is not None and (settings.push or (result.status != "cached" and settings.check_registry)):
-                remote = _remote_inputs(registry, ref, note)
-                if remote is not None and remote[1] == rendered.inputs:
-                    result.digest = remote[0]
-                    if result.status != "cached":
-                        result.status, result.cached_in = "cached", "registry"
-                    note(f"# in the registry with the same inputs: {ref}@{remote[0]}")
-            if result.status != "cached":
-
-                def sink(line: str) -> None:
-                    note(line)
-                    step = parse_step(line)
-                    if step:
-                        on_step(layer_of(step[2]))
-
-                epoch = cell.base.source_date_epoch if cell.base.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH
-                try:
-                    built = engine.build(rendered.context, ref, source_date_epoch=epoch, sink=sink)
-                except EngineError as err:
-                    raise BuildError(failure_reason(lines, str(err))) from None
-                result.status, result.image_id = "built", built.image_id
-                note(f"# built {ref}: {built.image_id} in {built.seconds:.1f}s")
-            if settings.push and registry is not None and result.digest is None:
-                on_step("push")
-                result.digest = engine.push(ref, tls_verify=registry.tls_verify)
-                note(f"# pushed {ref}@{result.digest}")
-        except PinmatrixError as err:
-            result.fail(str(err), note)
-        except OSError as err:
-            result.fail(f"{type(err).__name__}: {err}", note)
-    result.seconds = time.monotonic() - start
+            epoch = cell.base.source_date_epoch if cell.base.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH
+            try:
+                built = engine.build(rendered.context, ref, source_date_epoch=epoch, sink=sink)
+            except EngineError as err:
+                raise BuildError(failure_reason(lines, str(err))) from None
+            result.status, result.image_id = "built", built.image_id
+            note(f"# built {ref}: {built.image_id} in {built.seconds:.1f}s")
+        if settings.push and registry is not None and result.digest is None:
+            on_step("push")
+            result.digest = engine.push(ref, tls_verify=registry.tls_verify)
+            note(f"# pushed {ref}@{result.digest}")
     return result
 
 
