@@ -23,8 +23,9 @@ def _blob(layout: Path, data: bytes) -> str:
     return f"sha256:{hexdigest}"
 
 
-def write_layout(layout: Path, *, labels: dict[str, str], content: str, tag: str = "latest") -> str:
-    """Write an OCI layout holding one image (one file, /hello.txt = ``content``); returns the manifest digest."""
+def hello_image(content: str, config: dict[str, object]) -> tuple[bytes, bytes]:
+    """One gzip layer holding /hello.txt = ``content`` and an amd64 config (``config`` merged in) that names it:
+    (the layer blob, the config blob)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         data = content.encode()
@@ -32,12 +33,17 @@ def write_layout(layout: Path, *, labels: dict[str, str], content: str, tag: str
         info.size, info.mtime = len(data), 0
         tar.addfile(info, io.BytesIO(data))
     layer_tar = raw.getvalue()
-    layer = gzip.compress(layer_tar, mtime=0)
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux", "created": "2025-01-01T00:00:00Z",
-        "config": {"Cmd": ["/bin/true"], "Labels": labels},
+    config_blob = json.dumps({
+        "architecture": "amd64", "os": "linux", **config,
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_tar).hexdigest()]},
     }, sort_keys=True).encode()
+    return gzip.compress(layer_tar, mtime=0), config_blob
+
+
+def write_layout(layout: Path, *, labels: dict[str, str], content: str, tag: str = "latest") -> str:
+    """Write an OCI layout holding one image (one file, /hello.txt = ``content``); returns the manifest digest."""
+    layer, config = hello_image(content, {"created": "2025-01-01T00:00:00Z",
+                                          "config": {"Cmd": ["/bin/true"], "Labels": labels}})
     layer_digest, config_digest = _blob(layout, layer), _blob(layout, config)
     manifest = json.dumps({
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,

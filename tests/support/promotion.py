@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
+from oci_layout import hello_image
 from report_data import H200, make_cell
 
 from pinmatrix.hashing import sha256_digest
@@ -24,18 +22,7 @@ def oci_registry(docker_registry) -> str:  # noqa: ANN001 - conftest's Service
 def push_image(host: str, repository: str, tag: str, content: str) -> str:
     """Push a minimal valid OCI image (one gzip layer with /hello.txt) and return its manifest digest."""
     reg = Registry(host)
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        data = content.encode()
-        info = tarfile.TarInfo("hello.txt")
-        info.size, info.mtime = len(data), 0
-        tar.addfile(info, io.BytesIO(data))
-    layer_tar = raw.getvalue()
-    layer = gzip.compress(layer_tar, mtime=0)
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/true"]},
-        "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer_tar)]},
-    }, sort_keys=True).encode()
+    layer, config = hello_image(content, {"config": {"Cmd": ["/bin/true"]}})
     layer_digest = reg.push_blob(repository, layer)
     config_digest = reg.push_blob(repository, config)
     body = json.dumps({
