@@ -35,11 +35,16 @@ class ResultsError(PinmatrixError):
     """The results store is unreadable, or an imported row is malformed."""
 
 
+def _primary_code(err: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``err`` (extended codes carry it in their low byte), if it has one."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
 def is_contention(err: sqlite3.Error) -> bool:
     """Whether SQLite refused because another connection holds a lock (SQLITE_BUSY or SQLITE_LOCKED, extended
     codes included), which waiting can cure, rather than because the file or the statement is wrong."""
-    code = getattr(err, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return _primary_code(err) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _error(message: str) -> Exception:
@@ -120,8 +125,8 @@ def connect_read(path: Path, busy_ms: int = READ_BUSY_MS) -> sqlite3.Connection:
         except sqlite3.OperationalError as err:
             conn.close()
             last = err
-            if "readonly" not in str(err) and "unable to open" not in str(err):
-                break
+            if _primary_code(err) not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+                break  # only a store this process may not write (WAL index) or open is read as immutable
         except sqlite3.DatabaseError as err:
             conn.close()
             raise _error(f"{path}: the results store is unreadable: {err}") from None

@@ -207,9 +207,14 @@ def test_a_store_that_cannot_be_opened_or_read_is_one_line(tmp_path: Path) -> No
     assert str(err.value) == f"{garbage}: the results store is unreadable: file is not a database"
 
 
+CODES = {"disk I/O error": sqlite3.SQLITE_IOERR, "attempt to write a readonly database": sqlite3.SQLITE_READONLY,
+         "unable to open database file": sqlite3.SQLITE_CANTOPEN, "readonly, says the message": sqlite3.SQLITE_IOERR,
+         "extended readonly": sqlite3.SQLITE_READONLY | 1 << 8}
+
+
 def test_a_read_that_fails_for_another_reason_does_not_try_immutable(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only 'readonly' and 'unable to open' send the reader to ``immutable=1`` (which would read a store another
+    """Only SQLITE_READONLY and SQLITE_CANTOPEN (by code, not wording) send the reader to ``immutable=1`` (which would read a store another
     process is writing as if it never changed); any other failure is named at once."""
     path = _store(tmp_path / "r.sqlite")
     real = sqlite3.connect
@@ -221,7 +226,9 @@ def test_a_read_that_fails_for_another_reason_does_not_try_immutable(tmp_path: P
 
         def execute(self, sql: str) -> object:
             if sql.startswith("SELECT"):
-                raise sqlite3.OperationalError(self.message)
+                err = sqlite3.OperationalError(self.message)
+                err.sqlite_errorcode = CODES[self.message]
+                raise err
             return self.conn.execute(sql)
 
         def close(self) -> None:
@@ -233,8 +240,9 @@ def test_a_read_that_fails_for_another_reason_does_not_try_immutable(tmp_path: P
         return Failing(conn, message) if "immutable" not in database else conn
 
     monkeypatch.setattr(storefile.sqlite3, "connect", connect)
-    for message, tried in (("disk I/O error", ["mode=ro"]), ("attempt to write a readonly database",
-                                                           ["mode=ro", "mode=ro&immutable=1"]),
+    for message, tried in (("disk I/O error", ["mode=ro"]), ("readonly, says the message", ["mode=ro"]),
+                           ("extended readonly", ["mode=ro", "mode=ro&immutable=1"]),
+                           ("attempt to write a readonly database", ["mode=ro", "mode=ro&immutable=1"]),
                            ("unable to open database file", ["mode=ro", "mode=ro&immutable=1"])):
         opened.clear()
         if len(tried) == 1:
