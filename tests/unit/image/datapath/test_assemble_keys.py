@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import ssl
 import zipfile
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from pinmatrix.image.datapath import crossaot
 from pinmatrix.image.datapath.assemble import Assembler, describe
 from pinmatrix.image.datapath.rootfs import BaseLayers
 from pinmatrix.image.datapath.wheels import Target
-from pinmatrix.image.format.layer import open_layer
+from pinmatrix.image.format.layer import LayerWriter, open_layer
 
 LAYERS = ("venv", "wheel:alpha==1.0", "wheel:beta==2.0", "patch:fix", "smoke", "ca")
 
@@ -202,6 +203,9 @@ def test_a_foreign_cell_hands_crossaot_its_plan_a_wheel_chooser_and_a_base_maker
     assert isinstance(seen["base"], BaseLayers) and seen["base"].key == "base-key"  # type: ignore[attr-defined]
     assert seen["base calls"] == [dry] and seen["base log"] == project.log  # a dry plan makes no base
     assert [c[-1] for c in aot.of("plan")] == [None, aot.cross] and image.layers[5].key == "aot-1-False"
+    first, again = aot.of("plan")
+    assert again[:-1] == first[:-1] == ("plan", project.cell.id, {"alpha": project.sha["alpha"],
+                                        "beta": project.sha["beta"]}, "base-key", project.cell.base.source_date_epoch, 1)
 
 
 @pytest.mark.xfail(strict=True, reason="bug (reported, not fixed here): MERGE_FORMAT and max_layers are not in the "
@@ -265,3 +269,99 @@ def test_a_key_names_its_parts_contents_not_the_order_a_dict_among_them_was_fill
     assert key("image", {"A": "1", "B": "2"}, [1, 2]) == key("image", {"B": "2", "A": "1"}, [1, 2])
     assert key("image", {"A": "1", "B": "2"}, [1, 2]) != key("image", {"A": "1", "B": "3"}, [1, 2])
     assert key("image", [1, 2]) != key("image", [2, 1])  # a list's order is content
+
+
+# -- the CA layer's key, the image's inputs ---------------------------------------------------------------
+
+
+def _base_with(p: Project, monkeypatch: pytest.MonkeyPatch, *, key: str = "base-key",
+               env: tuple[str, ...] = ("PATH=/usr/bin:/bin",), release: bytes = b"ID=test\n") -> None:
+    """The project's base from now on: one layer holding ``release``, ``env``, and ``key``."""
+    def base(spec: object, platform: str, layout: object, cache_dir: Path, log: Path, *,
+             dry: bool = False) -> BaseLayers:
+        writer = LayerWriter(p.assembler.layout.blobs, epoch=0)
+        writer.add_bytes("etc/ssl/certs/ca-certificates.crt", b"BUNDLE\n")
+        writer.add_bytes("etc/os-release", release)
+        return BaseLayers((writer.close(),), env, "debian:test", key, "3.11")
+
+    monkeypatch.setattr(assemble_module, "debian_base", base)
+
+
+def test_the_ca_layers_key_changes_with_the_base_whose_bundle_it_extends_the_epoch_and_the_compression(
+        full: Project, tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _keys(full, full.cell)["ca"]
+    _base_with(full, monkeypatch, key="another-base")  # its CA bundle may be another: the layer is made again
+    assert _keys(full, full.cell)["ca"] != before
+    _base_with(full, monkeypatch)
+    assert _keys(full, full.cell)["ca"] == before
+    later = dataclasses.replace(full.cell, base=dataclasses.replace(
+        full.cell.base, source_date_epoch=(full.cell.base.source_date_epoch or 0) + 1))
+    assert _keys(full, later)["ca"] != before
+    level = Assembler(dataclasses.replace(full.settings, gzip_level=6))
+    image, _ = level.plan(full.cell, full.lock(), full.log)
+    assert image.layers[-1].name == "ca" and image.layers[-1].key != before
+
+
+def test_the_images_inputs_change_with_its_labels_env_base_env_and_base_layers(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    def inputs(lock: str | None = None) -> str:
+        return project.assembler.plan(project.cell, lock or project.lock(), project.log)[0].inputs
+
+    _base_with(project, monkeypatch)
+    plain = inputs()
+    # the lock's own bytes are a label (its sha256): a lock rewritten with the same pins is another image
+    assert inputs(project.lock() + "# regenerated\n") != plain
+    real_env = assemble_module.cell_env
+    monkeypatch.setattr(assemble_module, "cell_env", lambda cell: {**real_env(cell), "EXTRA": "1"})
+    assert inputs() != plain  # the config's Env
+    monkeypatch.setattr(assemble_module, "cell_env", real_env)
+    assert inputs() == plain
+    _base_with(project, monkeypatch, env=("PATH=/usr/bin:/bin", "LANG=C.UTF-8"))
+    assert inputs() != plain  # the base's env is merged into the config's
+    _base_with(project, monkeypatch, release=b"ID=rebuilt\n")  # the same key, other layer bytes
+    assert inputs() != plain  # the manifest names the base's layers by digest
+
+
+def test_a_smoke_folder_given_in_the_settings_is_the_one_laid_out(project: Project, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere-smoke"
+    elsewhere.mkdir()
+    (elsewhere / "catalogue.toml").write_bytes(b"# the other smokes\n")
+    assembler = Assembler(dataclasses.replace(project.settings, smoke_dir=elsewhere))
+    assert assembler.smoke_dir == elsewhere
+    image = project.assemble(assembler=assembler)
+    files = project.layer_files(image.layers[-1].descriptor)  # type: ignore[arg-type]
+    assert image.layers[-1].name == "smoke" and files["pinmatrix/smoke/catalogue.toml"] == b"# the other smokes\n"
+
+
+def test_the_fetcher_trusts_the_extra_certificates(project: Project, tmp_path: Path) -> None:
+    from test_wheels import _ca_certificate
+
+    cert = tmp_path / "private.crt"
+    cert.write_text(_ca_certificate())
+    assembler = Assembler(dataclasses.replace(project.settings, extra_ca=(cert,)))
+    trusted = assembler.fetcher.context.get_ca_certs(binary_form=True)
+    assert ssl.PEM_cert_to_DER_cert(cert.read_text()) in trusted  # an index behind this CA is reachable
+
+
+def test_a_debian_base_is_asked_for_the_cells_spec_platform_cache_and_log(project: Project,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[object, ...]] = []
+    made = project._base
+
+    def base(spec: object, platform: str, layout: object, cache_dir: Path, log: Path, *,
+             dry: bool = False) -> BaseLayers:
+        asked.append((spec, platform, layout, cache_dir, log, dry))
+        return made(spec, platform, layout, cache_dir, log, dry=dry)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(assemble_module, "debian_base", base)
+    aarch64 = dataclasses.replace(project.cell, platform="aarch64-manylinux_2_35")
+    project.assembler.base(aarch64, project.log, dry=True)
+    assert asked == [(aarch64.base, "aarch64-manylinux_2_35", project.assembler.layout, project.settings.cache_dir,
+                      project.log, True)]
+
+
+def test_a_cache_folder_whose_parents_do_not_exist_yet_is_made(project: Project) -> None:
+    deep = project.tmp / "new" / "deeper" / "cache"
+    assembler = Assembler(dataclasses.replace(project.settings, cache_dir=deep))
+    image = project.assemble(assembler=assembler)  # the disk check makes the folder to measure its disk
+    assert image.digest and (deep / "layers").is_dir()
