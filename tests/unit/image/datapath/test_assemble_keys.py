@@ -363,5 +363,5 @@ def test_a_debian_base_is_asked_for_the_cells_spec_platform_cache_and_log(projec
 def test_a_cache_folder_whose_parents_do_not_exist_yet_is_made(project: Project) -> None:
     deep = project.tmp / "new" / "deeper" / "cache"
     assembler = Assembler(dataclasses.replace(project.settings, cache_dir=deep))
-    image = project.assemble(assembler=assembler)  # the disk check makes the folder to measure its disk
+    image = project.assemble(assembler=assembler)  # made by the first write under it, before the disk check
     assert image.digest and (deep / "layers").is_dir()
