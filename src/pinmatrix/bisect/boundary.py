@@ -49,11 +49,11 @@ class BoundaryCheck:
         return asdict(self)
 
 
-def boundaries_for(matrix: Any, cell: SmokeTarget | None, smoke: str, param: str) -> list[BoundarySpec]:
+def boundaries_for(matrix: Any, cell: SmokeTarget, smoke: str, param: str) -> list[BoundarySpec]:
     """The boundaries on ``param`` of the known issues that apply to ``cell`` and ``smoke``."""
     if matrix is None:
         return []
-    applying = {ki.id for ki in cell.known_issues} if cell is not None else set()
+    applying = {ki.id for ki in cell.known_issues}
     out = []
     for issue in matrix.known_issues:
         b = issue.boundary

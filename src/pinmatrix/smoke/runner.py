@@ -131,7 +131,7 @@ def cell_smoke_env(cell: SmokeTarget) -> dict[str, str]:
     return {**cell.variables(), "PINMATRIX_CELL": json.dumps(cell_payload(cell), default=str)}
 
 
-def smoke_env(cell: SmokeTarget, smoke: Smoke, result_path: Path, overlay: Overlay | None,
+def smoke_env(cell: SmokeTarget, result_path: Path, overlay: Overlay | None,
               params: dict[str, Any] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(PARAMS_ENV, None)
@@ -396,7 +396,7 @@ def run_one(cell: SmokeTarget, smoke: Smoke, options: RunOptions, *, host: HostF
     log_path = work / f"{file_slug(label)}.log"
     result_path = work / f".{file_slug(label)}.result.json"
     argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
-    env = smoke_env(cell, smoke, result_path, overlay, params)
+    env = smoke_env(cell, result_path, overlay, params)
     started = now()
     if options.container is not None:
         proc = options.container(cell, smoke, env, log_path, result_path, timeout)

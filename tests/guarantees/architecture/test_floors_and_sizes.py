@@ -206,15 +206,13 @@ def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
 
     from pinmatrix.image.format.config import cell_env
     from pinmatrix.matrix.selection import load
-    from pinmatrix.project.catalogue import Smoke
     from pinmatrix.smoke.runner import smoke_env
 
     _, expansion = load(ROOT / "matrix.toml")
     cell = next(c for c in expansion.cells if c.torch_cuda_arch_list)
     cell = dataclasses.replace(cell, env={**cell.env, "TORCH_CUDA_ARCH_LIST": "8.0"})
     monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "host-value")
-    smoke = Smoke(name="x", module=Path("host.py"), func="x", description="")
-    on_host = smoke_env(cell, smoke, Path("/tmp/r.json"), None)
+    on_host = smoke_env(cell, Path("/tmp/r.json"), None)
     in_image = cell_env(cell)
     assert on_host["TORCH_CUDA_ARCH_LIST"] == in_image["TORCH_CUDA_ARCH_LIST"] == "8.0"
     if cell.flashinfer_cuda_arch_list:

@@ -140,7 +140,7 @@ def test_the_smokes_environment(tmp_path: Path, catalogue: Path, monkeypatch: py
     monkeypatch.setenv("PYTHONUNBUFFERED", "")  # the host's setting does not decide: the log must be live
     cell = HostCell(env={"VLLM_X": "cell"})
     result = tmp_path / "r.json"
-    env = smoke_env(cell, smoke(catalogue, "alpha"), result, None)
+    env = smoke_env(cell, result, None)
     assert "PINMATRIX_PARAMS" not in env and "PYTHONSAFEPATH" not in env  # a host's stale value never reaches it
     assert env["VLLM_X"] == "cell" and env["HOST_ONLY"] == "kept"  # the cell's variables win over the host's
     assert env["PINMATRIX_SMOKE_RESULT"] == str(result) and env["PYTHONUNBUFFERED"] == "1"
@@ -155,12 +155,12 @@ def test_a_probes_parameters_and_an_overlay_reach_the_smoke(tmp_path: Path, cata
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.delenv("PINMATRIX_LIB", raising=False)
     overlay = Overlay(tmp_path / "site")
-    env = smoke_env(HostCell(), smoke(catalogue, "alpha"), tmp_path / "r.json", overlay, {"b": 2, "a": 1.5})
+    env = smoke_env(HostCell(), tmp_path / "r.json", overlay, {"b": 2, "a": 1.5})
     assert env["PINMATRIX_PARAMS"] == '{"a": 1.5, "b": 2}'
     assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "site"), str(incell_dir())])
     assert env["PINMATRIX_OVERLAY"] == str(tmp_path / "site")
     assert env["PINMATRIX_LIB"]  # set when the host has none
-    assert "PINMATRIX_PARAMS" not in smoke_env(HostCell(), smoke(catalogue, "alpha"), tmp_path / "r.json", None, {})
+    assert "PINMATRIX_PARAMS" not in smoke_env(HostCell(), tmp_path / "r.json", None, {})
 
 
 # --------------------------------------------------------------------------------------------- run_process
