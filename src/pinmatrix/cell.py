@@ -119,7 +119,7 @@ class Cell:
             env["TORCH_CUDA_ARCH_LIST"] = self.torch_cuda_arch_list
         if self.flashinfer_cuda_arch_list:
             env["FLASHINFER_CUDA_ARCH_LIST"] = self.flashinfer_cuda_arch_list
-        env.update({str(k): str(v) for k, v in self.env.items()})
+        env.update({str(k): str(v) for k, v in sorted(self.env.items())})  # one order, whatever matrix.toml's
         return env
 
 

@@ -357,8 +357,9 @@ class Assembler:
         labels = cell_labels(cell, base=base.name, lock_sha=lock_sha,
                              layers=[p.name for p in image.layers], epoch=epoch)
         env = cell_env(cell)
+        # how small layers are merged past max_layers happens after the plan, so its format and bound are inputs here
         image.inputs = _key("image", LAYOUT_FORMAT, [p.key for p in image.layers], labels, env, list(base.env),
-                            [d.digest for d in base.layers])
+                            [d.digest for d in base.layers], MERGE_FORMAT, self.settings.max_layers)
         labels[INPUTS] = image.inputs
         context: dict[str, object] = {"base": base, "venv": venv, "wheels": wheels, "labels": labels, "env": env,
                                       "epoch": epoch, "smoke": smoke, "aot": aot}
