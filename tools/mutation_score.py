@@ -5,8 +5,9 @@ counted), takes out the mutants named as equivalent in
 ``tools/equivalent_mutants.txt`` (one mutant name per line, ``#`` comments: each one justified there), and
 prints killed / (total - equivalent) per module and overall, then every surviving mutant, then every stale name of
 the equivalent list: one that belongs to a module in the results (the part of the name before its function) but
-names none of its mutants, or one of a module that no longer exists under ``mutants/`` (renamed or moved: mutmut
-copies the whole source tree there). Names of other modules are not checked (a run of some modules only). Exit
+names none of its mutants, one of a module that no longer exists under ``mutants/`` (renamed or moved: mutmut
+copies the whole source tree there), or one whose mutant the tests now kill (mutmut numbers a function's mutants
+anew when the function changes, so the name now means another mutation). Names of other modules are not checked (a run of some modules only). Exit
 status 1 when any module or the whole is below ``--min`` (percent), when mutants are left unchecked, or when a
 name is stale."""
 
@@ -44,13 +45,16 @@ def source_modules(mutants: Path) -> set[str]:
     return names
 
 
-def stale_names(same: set[str], mutants_by_module: dict[str, set[str]], mutants: Path) -> list[str]:
-    """The equivalent names that name no mutant of a module in the results, or name a module that is gone."""
+def stale_names(same: set[str], mutants_by_module: dict[str, set[str]], killed: set[str], mutants: Path) -> list[str]:
+    """The equivalent names that name no mutant of a module in the results, name a module that is gone, or name a
+    mutant the tests kill."""
     present = source_modules(mutants)
     out = []
     for name in sorted(same):
         module = module_of(name)
-        if module in mutants_by_module:
+        if name in killed:
+            out.append(f"{name}: the tests kill it, so it is not equivalent")
+        elif module in mutants_by_module:
             if name not in mutants_by_module[module]:
                 out.append(f"{name}: names no mutant of {module}")
         elif present and module not in present:
@@ -68,6 +72,7 @@ def main() -> int:
     rows, survivors = [], []
     totals: Counter[str] = Counter()
     mutants_by_module: dict[str, set[str]] = {}
+    killed_names: set[str] = set()
     for meta in sorted(args.mutants.rglob("*.py.meta")):
         data = json.loads(meta.read_text())
         codes = data.get("exit_code_by_key", {})
@@ -77,6 +82,8 @@ def main() -> int:
         count: Counter[str] = Counter()
         for name, code in codes.items():
             mutants_by_module.setdefault(module_of(name), set()).add(name)
+            if status_by_exit_code[code] in KILLED:
+                killed_names.add(name)
             status = "equivalent" if name in same else status_by_exit_code[code]
             count[status] += 1
             if status not in KILLED and status not in ("equivalent", "not checked"):
@@ -100,7 +107,7 @@ def main() -> int:
     print(f"\n{len(survivors)} surviving mutant(s) (`mutmut show NAME` shows one):")
     for line in survivors:
         print(f"  {line}")
-    stale = stale_names(same, mutants_by_module, args.mutants)
+    stale = stale_names(same, mutants_by_module, killed_names, args.mutants)
     if stale:
         print(f"\n{len(stale)} stale name(s) in {args.equivalent} (rename them to the mutant now meant, after "
               "`mutmut show NAME`, or drop them):")

@@ -76,3 +76,11 @@ def test_an_equivalent_name_of_a_module_that_moved_fails_and_is_printed(
     assert status == 1
     assert f"  {old}: no module pinmatrix.image.assemble under {tmp_path / 'mutants'}" in out.splitlines()
     assert f"{MODULE}.x__key__mutmut_10: survived" in out  # and its mutant under the new name is a survivor
+
+
+def test_an_equivalent_name_whose_mutant_the_tests_kill_fails_and_is_printed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A function changed and mutmut renumbered its mutants: the listed name now means a mutation the tests kill."""
+    status, out = _run(tmp_path, monkeypatch, capsys, [f"{MODULE}.x__key__mutmut_10", f"{MODULE}.x__key__mutmut_3"])
+    assert status == 1
+    assert f"  {MODULE}.x__key__mutmut_3: the tests kill it, so it is not equivalent" in out.splitlines()

@@ -287,3 +287,20 @@ def test_status_filter_cpu_host_round_trip_and_a_label_without_capability(tmp_pa
     assert cpu.host == CPU and cpu.host.gpu_count == 0 and cpu.host.label() == "ci (cpu-only)"
     unknown = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=2, driver="580.159.04")
     assert unknown.label() == "2x NVIDIA H200 sm_? driver 580.159.04"
+
+
+def test_a_store_is_prepared_once_per_process_not_before_every_write(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare_write checks the file and takes the write lock once; later calls (each write path calls it) are free."""
+    store = ResultsStore(tmp_path / "r.sqlite")
+    store.prepare_write()
+    calls: list[str] = []
+    monkeypatch.setattr(store, "check", lambda: calls.append("check"))
+    monkeypatch.setattr(store, "_retry", lambda fn: calls.append("lock"))
+    store.prepare_write()
+    store.prepare_write()
+    assert calls == []
+    fresh = ResultsStore(tmp_path / "r.sqlite")  # another process's store object: checks the file it finds
+    monkeypatch.setattr(fresh, "check", lambda: calls.append("check"))
+    fresh.prepare_write()
+    assert calls == ["check"]
