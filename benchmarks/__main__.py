@@ -14,6 +14,7 @@ BENCHMARKS: dict[str, str] = {
     "expansion": "benchmarks.expansion",
     "build": "benchmarks.build",
     "assembly": "benchmarks.assembly",
+    "compression": "benchmarks.compression",
     "report": "benchmarks.report",
 }
 

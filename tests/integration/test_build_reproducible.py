@@ -26,14 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.docker, pytest.m
 
 
 def _build(tmp: Path, engine_env: dict[str, str], engine: str, hostname: str, umask: str, registry: str,
-           cell_id: str) -> dict[str, object]:
+           cell_id: str, compression: str = "gzip", cpus: str | None = None) -> dict[str, object]:
     (tmp / "tmp").mkdir(parents=True)
     script = (f'hostname {hostname} && umask {umask} && exec "$@"')
-    argv = ["unshare", "--uts", "sh", "-c", script, "build",
+    argv = [*(["taskset", "-c", cpus] if cpus else []), "unshare", "--uts", "sh", "-c", script, "build",
             sys.executable, "-m", "pinmatrix", "build", str(REPO / "matrix.toml"), "-k", cell_id,
             "--engine", engine, "--cache-dir", str(tmp / "cache"), "--layout", str(tmp / "oci"),
             "--logs-dir", str(tmp / "logs"), "--registry", registry, "--push",
-            "--metadata-file", str(tmp / "built.json")]
+            "--metadata-file", str(tmp / "built.json"), "--compression", compression]
     env = {**os.environ, **engine_env, "TMPDIR": str(tmp / "tmp")}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -49,6 +49,7 @@ def test_two_clean_builds_on_different_hosts_give_one_digest(docker_registry, re
     podman = engine_for("podman", request)
     docker = engine_for("docker", request)
     registry = f"{docker_registry.address}/repro"
+    # gzip: the format Debian's Docker 20.10 loads, so both engines take the image
     a = _build(tmp_path / "a", podman.env, "podman", "builder-one", "0022", registry, cell.id)
     b = _build(tmp_path / "b", docker.env, "docker", "another-host", "0077", registry, cell.id)
     assert a["digest"] == b["digest"], "manifest digests differ between two clean builds"
@@ -68,3 +69,23 @@ def test_two_clean_builds_on_different_hosts_give_one_digest(docker_registry, re
     assert "etc/hostname" not in names and "etc/resolv.conf" not in names and "etc/machine-id" not in names
     assert "usr/bin/python3.13" in names
     shutil.rmtree(tmp_path / "a" / "cache", ignore_errors=True)
+
+
+def test_two_clean_zstd_builds_on_different_hosts_give_one_digest(docker_registry, request,  # noqa: ANN001
+                                                                  tmp_path: Path) -> None:
+    """zstd layers (what `auto` picks for podman): podman on one host, the layout alone on another with one CPU
+    (zstd's workers, so its framing, must not depend on the host's cores), one digest."""
+    require_binaries("unshare", "mmdebstrap", "skopeo", "taskset")
+    cell = select_cells(expand_matrix(load_matrix(REPO / "matrix.toml")).cells, stack="demo")[0]
+    podman = engine_for("podman", request)
+    registry = f"{docker_registry.address}/repro-zstd"
+    a = _build(tmp_path / "a", podman.env, "podman", "builder-one", "0022", registry, cell.id, "zstd")
+    b = _build(tmp_path / "b", {}, "none", "another-host", "0077", registry, cell.id, "zstd", cpus="0")
+    assert a["digest"] == b["digest"] and a["image_id"] == b["image_id"]
+    assert podman.inspect(str(a["ref"])).id == a["image_id"]
+    layout = OCILayout(tmp_path / "b" / "oci")
+    image = layout.image(str(b["ref"]))
+    assert image is not None
+    media = [layer["mediaType"] for layer in image.manifest["layers"]]
+    assert media[0].endswith("tar+gzip")  # the base layer: always the default gzip, shared by every choice
+    assert set(media[1:]) == {"application/vnd.oci.image.layer.v1.tar+zstd"}

@@ -24,6 +24,7 @@ from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.datapath.assemble import describe
+from pinmatrix.image.format.compression import LayerCompression, choose, for_consumer
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
@@ -63,6 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--load", action=argparse.BooleanOptionalAction, default=None,
                    help="load the images into the engine's store (default: yes, but not with --push when the "
                         "engine is only the default 'auto': the GPU hosts pull from the registry)")
+    p.add_argument("--compression", default="auto", metavar="FORMAT[:LEVEL]",
+                   help="the layers' compression: gzip (every engine reads it), zstd (podman, Docker >= 23; "
+                        "faster to build and pull), none, each with an optional :LEVEL (gzip:6, zstd:9); auto "
+                        "(default): zstd when the images are loaded into an engine that reads it, else gzip. "
+                        "Part of each layer's inputs: another choice is another image digest")
     p.add_argument("--registry", metavar="HOST/PREFIX",
                    help="image prefix and registry (default: matrix.registry, e.g. 127.0.0.1:5000/pinmatrix)")
     p.add_argument("--no-lock", action="store_true",
@@ -108,7 +114,8 @@ def _print_plan(cells: list[Cell], settings: BuildSettings, lock_problems: dict[
     builder = CellBuilder(settings, None, None)
     plan: list[dict[str, object]] = []
     for cell in cells:
-        entry: dict[str, object] = {"cell": cell.id, "name": cell.name, "ref": image_ref(cell, settings.registry)}
+        entry: dict[str, object] = {"cell": cell.id, "name": cell.name, "ref": image_ref(cell, settings.registry),
+                                    "compression": str(settings.compression)}
         if cell.id in lock_problems:
             entry["error"] = lock_problems[cell.id]
         elif needs_containerfile(cell):
@@ -135,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("no cell matches the selection (--stack / -k)")
     if args.jobs < 1:
         raise PinmatrixError("--jobs must be at least 1")
+    if args.compression != "auto":
+        LayerCompression.parse(args.compression)  # a bad --compression is refused before any lock or build
     root = Path(matrix.root)
     console = Console(stderr=True, highlight=False, markup=False)
     registry_setting = args.registry or matrix.settings.registry or None
@@ -146,10 +155,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         lock_problems = _ensure_locks(cells, LockSettings.of(matrix), console)
     if args.print_plan:
-        return _print_plan(cells, settings, lock_problems)
+        # auto without starting an engine: zstd for podman, which always reads it, else gzip
+        plan_compression = for_consumer((args.engine or matrix.settings.engine) == "podman") \
+            if args.compression == "auto" else LayerCompression.parse(args.compression)
+        return _print_plan(cells, replace(settings, compression=plan_compression), lock_problems)
     settings, engine, registry = _targets(args, matrix.settings.engine, registry_setting, settings, cells, console)
     where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
-    console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once; logs in {settings.logs_dir}")
+    console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
+                  f"logs in {settings.logs_dir}")
     results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems)
     console.print(summary_table(results))
     failed = [r for r in results if not r.ok]
@@ -170,9 +183,9 @@ def _targets(args: argparse.Namespace, matrix_engine: str, registry_setting: str
     cell builds from a Containerfile) and the registry they are pushed to."""
     engine_name = args.engine or matrix_engine
     load_images = args.load if args.load is not None else not (args.push and engine_name == "auto")
-    settings = replace(settings, load=load_images)
     compiles = any(needs_containerfile(c) for c in cells)
     engine = choose_engine(engine_name) if load_images or compiles else None
+    settings = replace(settings, load=load_images, compression=_compression(args.compression, engine, load_images))
     if args.push and not load_images:
         console.print("--push: images go to the registry from the OCI layout; nothing is loaded into an engine "
                       "(--load loads them too)")
@@ -182,6 +195,12 @@ def _targets(args: argparse.Namespace, matrix_engine: str, registry_setting: str
     if args.push and registry is not None and not registry.ping():
         raise PinmatrixError(f"registry {registry.host} is not reachable; start it or drop --push")
     return settings, engine, registry
+
+
+def _compression(text: str, engine: OCIEngine | None, load_images: bool) -> LayerCompression:
+    """``--compression`` for the engine that loads the images (asked whether it reads zstd only then)."""
+    loading = engine if engine is not None and load_images else None
+    return choose(text, loading.name if loading else None, loading.reads_zstd_layers() if loading else False)
 
 
 def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,

@@ -89,6 +89,10 @@ class OCIEngine(ABC):
             raise EngineError(self.not_installed_message())
         return [exe, *args]
 
+    def reads_zstd_layers(self) -> bool:
+        """Whether this engine's store can load an image whose layers are zstd-compressed."""
+        return True
+
     def other_engine_hint(self) -> str:
         """How to choose the other engine, in the words of each command that takes one."""
         other = "podman" if self.name == "docker" else "docker"

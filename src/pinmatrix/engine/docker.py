@@ -31,6 +31,12 @@ class DockerEngine(OCIEngine):
                 f"start dockerd {self.other_engine_hint()}"
             )
 
+    def reads_zstd_layers(self) -> bool:
+        """Docker reads zstd layers from 23.0 on; Debian's docker.io 20.10 does not (nor an unknown version)."""
+        proc = self.call(["version", "--format", "{{.Server.Version}}"], check=False, timeout=30)
+        head = proc.stdout[:64].decode("ascii", "replace").strip().split(".", 1)[0]
+        return proc.returncode == 0 and head.isdigit() and int(head) >= 23
+
     def build(
         self,
         context: Path,

@@ -14,7 +14,7 @@ from typing import Literal
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.datapath.assemble import AssembledImage, AssemblySettings
-from pinmatrix.image.format.layer import DEFAULT_GZIP_LEVEL
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 
 Status = Literal["built", "cached", "failed"]
 DEFAULT_REPOSITORY = "localhost/pinmatrix"
@@ -37,7 +37,7 @@ class BuildSettings:
     check_registry: bool = True  # a tag with the same inputs in the registry counts as built
     smoke_dir: Path | None = None  # default: <root>/smoke
     layout_dir: Path | None = None  # default: <cache_dir>/../oci
-    gzip_level: int | None = DEFAULT_GZIP_LEVEL
+    compression: LayerCompression = DEFAULT_COMPRESSION  # the cell layers'; the base is always the default
     load: bool = True  # load each image into the engine's store
     authfile: Path | None = None
 
@@ -52,7 +52,7 @@ class BuildSettings:
     def assembly(self, jobs: int = 4) -> AssemblySettings:
         return AssemblySettings(root=self.root, cache_dir=self.cache_dir, layout_dir=self.layout,
                                 smoke_dir=self.smoke_dir, extra_ca=self.ca_certificates,
-                                ca_in_images=self.ca_in_images, gzip_level=self.gzip_level, jobs=jobs,
+                                ca_in_images=self.ca_in_images, compression=self.compression, jobs=jobs,
                                 registry_authfile=self.authfile)
 
 

@@ -37,6 +37,8 @@ def test_no_engine_at_all(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa:
         (["--stack", "nope"], "unknown stack 'nope'"),
         (["--stack", "demo", "-k", "no-such-cell-name"], "no cell matches the selection"),
         (["--stack", "demo", "--jobs", "0"], "--jobs must be at least 1"),
+        (["--stack", "demo", "--compression", "lz4"], "layer compression 'lz4': not one of gzip, zstd, none"),
+        (["--stack", "demo", "--compression", "zstd:99"], "level 99 is outside 1-19"),
     ],
 )
 def test_bad_selection(args: list[str], message: str, capsys) -> None:  # noqa: ANN001
@@ -79,3 +81,4 @@ def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -
     (again,) = json.loads(capsys.readouterr().out)
     assert again["download_bytes"] == 0
     assert all(layer["download"] is None for layer in again["layers"])
+

@@ -4,6 +4,8 @@ command, and is inspected, tagged and removed."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import TEST_BASE, skip_or_fail
@@ -103,3 +105,24 @@ def test_tls_is_off_only_for_loopback_registries() -> None:
     assert tls_for("localhost:5000/p/demo:1", None) is False
     assert tls_for("registry.example:443/p/demo:1", None) is True
     assert tls_for("127.0.0.1:5000/p/demo:1", True) is True
+
+
+@pytest.mark.parametrize(("printed", "code", "reads"), [
+    ("20.10.24+dfsg1\n", 0, False),  # Debian's docker.io: no zstd layers
+    ("23.0.0\n", 0, True), ("27.3.1\n", 0, True),
+    ("", 1, False),  # no daemon: not known, so not assumed
+    ("garbage\n", 0, False), ("9" * 200 + "\n", 0, True),
+])
+def test_docker_reads_zstd_layers_from_23_on(tmp_path: Path, printed: str, code: int, reads: bool) -> None:
+    from pinmatrix.engine.docker import DockerEngine
+
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\n[ \"$1 $2\" = 'version --format' ] || exit 9\nprintf '%s' '{printed}'\nexit {code}\n")
+    fake.chmod(0o755)
+    assert DockerEngine(env={"PATH": str(tmp_path)}).reads_zstd_layers() is reads
+
+
+def test_podman_reads_zstd_layers() -> None:
+    from pinmatrix.engine.podman import PodmanEngine
+
+    assert PodmanEngine().reads_zstd_layers()

@@ -39,9 +39,9 @@ from pinmatrix.image.datapath.patching import apply_patch, parse_patch
 from pinmatrix.image.datapath.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.datapath.runnable import check_layers, summary
 from pinmatrix.image.datapath.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 from pinmatrix.image.format.config import cell_env, cell_labels, image_config, oci_arch
 from pinmatrix.image.format.layer import (
-    DEFAULT_GZIP_LEVEL,
     LayerDescriptor,
     LayerWriter,
     open_layer,
@@ -78,7 +78,7 @@ class AssemblySettings:
     smoke_dir: Path | None = None
     extra_ca: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
     ca_in_images: bool = False
-    gzip_level: int | None = DEFAULT_GZIP_LEVEL
+    compression: LayerCompression = DEFAULT_COMPRESSION  # every layer but the base (always the default)
     jobs: int = 4  # wheels fetched and laid out at once
     max_layers: int = MAX_LAYERS
     registry_authfile: Path | None = None
@@ -203,7 +203,7 @@ class Assembler:
             if found is not None:
                 planned.descriptor, planned.cached = found, True
                 return
-            writer = LayerWriter(self.layout.blobs, epoch=epoch, gzip_level=self.settings.gzip_level)
+            writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression)
             try:
                 build(writer)
             except BaseException:
@@ -308,7 +308,7 @@ class Assembler:
         venv = VenvLayout(cell.python)
         target = cell_target(cell)
         epoch = cell.base.source_date_epoch or 0
-        level = self.settings.gzip_level
+        level = self.settings.compression.key
         image = AssembledImage(cell=cell, ref="")
         image.layers.append(PlannedLayer("base", base.key, base.layers[-1] if base.layers else None,
                                          cached=bool(base.layers)))
@@ -460,7 +460,7 @@ class Assembler:
             own = dict(crossaot.builder_wheels(aot))
             planned = [PlannedLayer(f"wheel:{w.name}=={w.version}", _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION,
                                                                         w.sha256, cell.python, epoch,
-                                                                        self.settings.gzip_level))
+                                                                        self.settings.compression.key))
                        for w in own.values()]
             with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
                 for future in [pool.submit(self._wheel_layer, job, p, own) for p in planned]:

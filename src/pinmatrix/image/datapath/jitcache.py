@@ -133,7 +133,7 @@ class AotPlan:
         return self.foreign and self.cross is None and bool(self.modules) and bool(self.arch_list)
 
 
-def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int, level: int | None,
+def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int, level: str,
          doc: ToolchainDoc | None = None, cross: CrossInputs | None = None) -> AotPlan | None:
     """None when the cell has no CUDA toolchain; else its link layer's key and, where it can be built here, its
     AOT layer's key: the cell's Python, platform, arch list and modules, every locked wheel's sha256, its base and

@@ -26,6 +26,7 @@ from pinmatrix.atomic import atomic_path, atomic_write_text, locked
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION
 from pinmatrix.image.format.config import oci_arch
 from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer
 from pinmatrix.image.format.oci import OCILayout
@@ -78,6 +79,7 @@ class RootfsInputs:
 
     def key(self) -> str:
         data: dict[str, object] = asdict(self)
+        data["layer"] = DEFAULT_COMPRESSION.key  # the base layer is always compressed so (the library's version too)
         if self.variant == "extract":
             data["extract_format"] = EXTRACT_FORMAT
         return sha256_bytes(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())[:20]

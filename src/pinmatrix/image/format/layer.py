@@ -1,5 +1,6 @@
-"""Deterministic OCI layers: a tar stream with fixed metadata, gzip-compressed with a fixed header, hashed as it
-is written (``diff_id`` over the tar, ``digest`` over the blob), straight into the blob store.
+"""Deterministic OCI layers: a tar stream with fixed metadata, compressed as ``LayerCompression`` says (gzip,
+zstd or none: image/format/compression.py), hashed as it is written (``diff_id`` over the tar, ``digest`` over the
+blob, both in the one pass that writes it), straight into the blob store.
 
 Every entry gets uid/gid 0 unless the source says otherwise (a Debian rootfs keeps its numeric owners), empty
 user and group names, the layer's epoch as mtime, and a mode normalised to 0755/0644 (directories and
@@ -12,16 +13,17 @@ import hashlib
 import io
 import os
 import tarfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, cast
 
-from pinmatrix.hashing import oci_digest
+import zstandard
 
-MEDIA_TYPE_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
-MEDIA_TYPE_TAR = "application/vnd.oci.image.layer.v1.tar"
-DEFAULT_GZIP_LEVEL = 1  # the GPU layers are mostly machine code: level 1 is within a few % of level 6, 3x faster
+from pinmatrix.hashing import oci_digest
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, MEDIA_TYPES, Compressor, LayerCompression
+
+MEDIA_TYPE_GZIP = MEDIA_TYPES["gzip"]
+MEDIA_TYPE_TAR = MEDIA_TYPES["none"]
 _BUF = 1 << 20
 
 
@@ -54,23 +56,41 @@ class LayerDescriptor:
 
 
 def open_layer(path: Path, media_type: str) -> tarfile.TarFile:
-    """A layer blob opened for reading its entries in order (gzip or plain tar, by media type)."""
+    """A layer blob opened for reading its entries in order (gzip, zstd or plain tar, by media type)."""
     if media_type.endswith("gzip"):
         return tarfile.open(path, mode="r|gz")
+    if media_type.endswith("zstd"):
+        raw = open(path, "rb")  # noqa: SIM115 - closed with the tar (_ZstdTar.close)
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        tar = _ZstdTar.open(fileobj=cast(BinaryIO, reader), mode="r|")
+        tar.owned = reader
+        return tar
     return tarfile.open(path, mode="r|")
+
+
+class _ZstdTar(tarfile.TarFile):
+    """A tar read through a zstd decompressor it owns: closing the tar closes the decompressor and the file."""
+
+    owned: IO[bytes] | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.owned is not None:
+                self.owned.close()
 
 
 class _CompressingSink(io.RawIOBase):
     """A write-only stream: hashes what it gets (diff_id), compresses it, hashes and writes the result."""
 
-    def __init__(self, out: BinaryIO, level: int | None) -> None:
+    def __init__(self, out: BinaryIO, compressor: Compressor) -> None:
         self.out = out
         self.diff = hashlib.sha256()
         self.blob = hashlib.sha256()
         self.size = 0
         self.raw = 0
-        # wbits=31: a gzip member whose header has mtime 0 and no file name, so the bytes depend on the data alone.
-        self.zobj = zlib.compressobj(level, zlib.DEFLATED, 31) if level is not None else None
+        self.zobj = compressor
 
     def writable(self) -> bool:
         return True
@@ -90,29 +110,29 @@ class _CompressingSink(io.RawIOBase):
         view = bytes(data)
         self.raw += len(view)
         self.diff.update(view)
-        self._emit(self.zobj.compress(view) if self.zobj else view)
+        self._emit(self.zobj.compress(view))
         return len(view)
 
     def finish(self) -> None:
-        if self.zobj:
-            self._emit(self.zobj.flush())
+        self._emit(self.zobj.flush())
 
 
 class LayerWriter:
     """Write one layer: ``add_dir`` / ``add_file`` / ``add_symlink`` / ``add_member``, then ``close()`` gives the
     descriptor and moves the blob into ``blobs_dir`` under its digest. Parent directories are added on first use."""
 
-    def __init__(self, blobs_dir: Path, *, epoch: int, gzip_level: int | None = DEFAULT_GZIP_LEVEL) -> None:
+    def __init__(self, blobs_dir: Path, *, epoch: int, compression: LayerCompression = DEFAULT_COMPRESSION,
+                 threads: int | None = None) -> None:
         self.blobs_dir = blobs_dir
         self.epoch = epoch
         blobs_dir.mkdir(parents=True, exist_ok=True)
         self._tmp = blobs_dir / f".layer-{os.getpid()}-{id(self):x}.tmp"
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
-        self._sink = _CompressingSink(self._file, gzip_level)
+        self._sink = _CompressingSink(self._file, compression.compressor(threads))
         self._tar = tarfile.TarFile(fileobj=cast(BinaryIO, self._sink), mode="w", format=tarfile.PAX_FORMAT,
                                     copybufsize=_BUF)
         self._dirs: set[str] = set()
-        self.media_type = MEDIA_TYPE_GZIP if gzip_level is not None else MEDIA_TYPE_TAR
+        self.media_type = compression.media_type
         self.entries = 0
 
     def _info(self, name: str, kind: bytes, mode: int) -> tarfile.TarInfo:

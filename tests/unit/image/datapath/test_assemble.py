@@ -40,6 +40,7 @@ from pinmatrix.image.datapath.assemble import (
 )
 from pinmatrix.image.datapath.rootfs import BaseLayers
 from pinmatrix.image.datapath.wheels import WheelFile
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 from pinmatrix.image.format.config import LOCK_LABEL
 from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer
 from pinmatrix.image.format.oci import OCILayout
@@ -272,7 +273,7 @@ def test_a_layer_key_holds_what_its_bytes_depend_on_and_nothing_else(project: Pr
     with_gamma = keys(project, three)
     assert with_gamma["wheel:alpha==1.0"] == plain["wheel:alpha==1.0"]  # shared with a cell that has more wheels
     assert with_gamma["venv"] == plain["venv"] and with_gamma["inputs"] != plain["inputs"]
-    level = keys(Project(tmp_path / "level", index[0], monkeypatch, gzip_level=6))
+    level = keys(Project(tmp_path / "level", index[0], monkeypatch, compression=LayerCompression("gzip", 6)))
     plain_cell = project.cell
     epoch = keys(project, dataclasses.replace(plain_cell, base=dataclasses.replace(
         plain_cell.base, source_date_epoch=(plain_cell.base.source_date_epoch or 0) + 1)))
@@ -836,10 +837,10 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     image = project.assemble(steps=steps)
     names = [p.name for p in image.layers]
     assert names == ["base", "venv", "wheel:alpha==1.0", "wheel:beta==2.0", "cuda-link", "flashinfer-aot", "smoke"]
-    assert [p.key for p in image.layers[4:6]] == ["link-1", "aot-1-True"]
+    assert [p.key for p in image.layers[4:6]] == [f"link-{DEFAULT_COMPRESSION.key}", f"aot-{DEFAULT_COMPRESSION.key}-True"]
     (planned,) = aot.of("plan")
     assert planned == ("plan", project.cell.id, {"alpha": project.sha["alpha"], "beta": project.sha["beta"]},
-                       "base-key", project.cell.base.source_date_epoch, 1, None)
+                       "base-key", project.cell.base.source_date_epoch, DEFAULT_COMPRESSION.key, None)
     assert aot.of("link") == [("link", SITE, project.settings.cache_dir)]
     ((_, site, layers, cache_dir, log),) = aot.of("aot")
     layout = project.assembler.layout
@@ -879,7 +880,7 @@ def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in
     steps: list[str] = []
     image = project.assemble(steps=steps)
     assert [p.name for p in image.layers][4:] == ["cuda-link", "flashinfer-aot", "smoke"]
-    assert image.layers[5].key == "aot-1-False"  # planned again, with the cross inputs in its key
+    assert image.layers[5].key == f"aot-{DEFAULT_COMPRESSION.key}-False"  # planned again, with the cross inputs in its key
     assert [c[-1] for c in aot.of("plan")] == [None, aot.cross]
     assert aot.of("inputs") == [("inputs", ["alpha", "beta"])]
     ((_, site, builder, cell_wheels, cache_dir, log, jobs),) = aot.of("cross")
@@ -907,7 +908,7 @@ def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in
     project.assemble(project.make(("alpha", "beta", "gamma")), ref="localhost/rules:gamma", steps=steps)
     assert "layer gamma-3.0-py3-none-any.whl" not in steps and "layer alpha-1.0-py3-none-any.whl" not in steps
     for jobs, used in ((1, 1), (4, 2)):  # at most two compilers at once, at least one
-        other = Assembler(dataclasses.replace(project.settings, jobs=jobs, gzip_level=jobs + 4))  # new keys: built
+        other = Assembler(dataclasses.replace(project.settings, jobs=jobs, compression=LayerCompression("gzip", jobs + 4)))  # new keys: built
         project.assemble(assembler=other, ref=f"localhost/rules:jobs{jobs}")
         assert aot.of("cross")[-1][-1] == used
 
@@ -966,7 +967,7 @@ def test_the_merged_layer_goes_before_the_patch_smoke_and_ca_layers_or_last(tmp_
 def test_without_compression_every_layer_of_the_cell_is_a_plain_tar(tmp_path: Path,
                                                                     index: tuple[str, dict[str, bytes]],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    p = Project(tmp_path / "p", index[0], monkeypatch, gzip_level=None)
+    p = Project(tmp_path / "p", index[0], monkeypatch, compression=LayerCompression("none", 0))
     _serve(index[1], p)
     image = p.assemble()
     assert {layer.descriptor.media_type for layer in image.layers[1:]} == {  # type: ignore[union-attr]

@@ -36,6 +36,7 @@ from pinmatrix.image.datapath import crossaot
 from pinmatrix.image.datapath.assemble import Assembler, describe
 from pinmatrix.image.datapath.rootfs import BaseLayers
 from pinmatrix.image.datapath.wheels import Target
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 from pinmatrix.image.format.layer import LayerWriter, open_layer
 
 LAYERS = ("venv", "wheel:alpha==1.0", "wheel:beta==2.0", "patch:fix", "smoke", "ca")
@@ -125,7 +126,7 @@ def test_a_patch_layers_key_changes_with_the_epoch_and_the_compression(
     later = dataclasses.replace(full.cell, base=dataclasses.replace(
         full.cell.base, source_date_epoch=(full.cell.base.source_date_epoch or 0) + 1))
     assert _keys(full, later)["patch:fix"] != before["patch:fix"]  # every entry's mtime is the epoch
-    other = Project(tmp_path / "level", index[0], monkeypatch, gzip_level=6)
+    other = Project(tmp_path / "level", index[0], monkeypatch, compression=LayerCompression("gzip", 6))
     other.cell = other.make(("alpha", "beta"), patches=(_patch(other, package="alpha"),))
     assert other.cell.patches[0].sha256 == full.cell.patches[0].sha256
     assert _keys(other, other.cell)["patch:fix"] != before["patch:fix"]  # the blob's bytes are another gzip's
@@ -202,10 +203,10 @@ def test_a_foreign_cell_hands_crossaot_its_plan_a_wheel_chooser_and_a_base_maker
     assert (alpha.name, alpha.sha256) == ("alpha", project.sha["alpha"])  # type: ignore[attr-defined]
     assert isinstance(seen["base"], BaseLayers) and seen["base"].key == "base-key"  # type: ignore[attr-defined]
     assert seen["base calls"] == [dry] and seen["base log"] == project.log  # a dry plan makes no base
-    assert [c[-1] for c in aot.of("plan")] == [None, aot.cross] and image.layers[5].key == "aot-1-False"
+    assert [c[-1] for c in aot.of("plan")] == [None, aot.cross] and image.layers[5].key == f"aot-{DEFAULT_COMPRESSION.key}-False"
     first, again = aot.of("plan")
     assert again[:-1] == first[:-1] == ("plan", project.cell.id, {"alpha": project.sha["alpha"],
-                                        "beta": project.sha["beta"]}, "base-key", project.cell.base.source_date_epoch, 1)
+                                        "beta": project.sha["beta"]}, "base-key", project.cell.base.source_date_epoch, DEFAULT_COMPRESSION.key)
 
 
 def test_a_merge_format_bump_assembles_again_an_image_already_under_its_ref(
@@ -295,7 +296,7 @@ def test_the_ca_layers_key_changes_with_the_base_whose_bundle_it_extends_the_epo
     later = dataclasses.replace(full.cell, base=dataclasses.replace(
         full.cell.base, source_date_epoch=(full.cell.base.source_date_epoch or 0) + 1))
     assert _keys(full, later)["ca"] != before
-    level = Assembler(dataclasses.replace(full.settings, gzip_level=6))
+    level = Assembler(dataclasses.replace(full.settings, compression=LayerCompression("gzip", 6)))
     image, _ = level.plan(full.cell, full.lock(), full.log)
     assert image.layers[-1].name == "ca" and image.layers[-1].key != before
 

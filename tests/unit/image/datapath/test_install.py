@@ -17,6 +17,7 @@ import pytest
 from installer.utils import Scheme
 
 from pinmatrix.image.datapath.install import InstallError, TarDestination, VenvLayout, _SizedStream, install_wheel
+from pinmatrix.image.format.compression import LayerCompression
 from pinmatrix.image.format.layer import LayerWriter
 
 LAYOUT = VenvLayout("3.13")
@@ -48,7 +49,7 @@ def _wheel(path: Path, files: dict[str, tuple[bytes, int]], *, record: dict[str,
 
 
 def _layer(tmp_path: Path, fill) -> tuple[dict[str, tarfile.TarInfo], dict[str, bytes]]:  # noqa: ANN001
-    writer = LayerWriter(tmp_path / "blobs", epoch=0, gzip_level=None)
+    writer = LayerWriter(tmp_path / "blobs", epoch=0, compression=LayerCompression("none", 0))
     fill(writer)
     descriptor = writer.close()
     with tarfile.open(tmp_path / "blobs" / descriptor.digest.split(":")[1]) as tar:

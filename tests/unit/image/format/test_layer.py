@@ -1,6 +1,6 @@
 """pinmatrix.image.format.layer rule by rule: a layer's bytes depend on its entries alone (mtime the layer's epoch,
 uid/gid 0 and no user names, modes normalised, parents added once in order, a gzip member with mtime 0 and no
-file name at the level asked for), its digest and diff_id are the sha256 of the blob and of the tar, the blob
+file name, in the compression asked for), its digest and diff_id are the sha256 of the blob and of the tar, the blob
 is moved under its digest (a blob already there is kept), copied entries keep their type, owner ids and link
 targets but not their times past the epoch or their user names, and nothing outside the image root is written."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 from pinmatrix.image.format.layer import (
-    DEFAULT_GZIP_LEVEL,
     MEDIA_TYPE_GZIP,
     MEDIA_TYPE_TAR,
     LayerDescriptor,
@@ -36,8 +36,11 @@ def _members(path: Path, media_type: str) -> list[tarfile.TarInfo]:
         return list(tar)
 
 
-def _write(blobs: Path, *, epoch: int = EPOCH, level: int | None = DEFAULT_GZIP_LEVEL) -> LayerDescriptor:
-    writer = LayerWriter(blobs, epoch=epoch, gzip_level=level)
+def _write(blobs: Path, *, epoch: int = EPOCH, level: int | None = DEFAULT_COMPRESSION.level,
+           fmt: str = "gzip") -> LayerDescriptor:
+    writer = LayerWriter(blobs, epoch=epoch,
+                         compression=LayerCompression(fmt, level) if level is not None  # type: ignore[arg-type]
+                         else LayerCompression("none", 0))
     writer.add_bytes("opt/venv/bin/tool", b"#!/bin/sh\n", executable=True)
     writer.add_bytes("opt/venv/lib/mod.py", b"x = 1\n" * 50)
     writer.add_symlink("opt/venv/bin/python3", "/usr/bin/python3")
@@ -102,11 +105,13 @@ def test_the_gzip_member_has_mtime_zero_no_name_and_the_level_asked_for(tmp_path
         blob = _blob(tmp_path / str(level), desc)
         assert blob[:4] == b"\x1f\x8b\x08\x00"  # gzip, deflate, no flags: no file name, no comment
         assert blob[4:8] == b"\0\0\0\0"  # mtime 0
+        assert blob[8:10] == b"\0\xff"  # no extra flags, OS unknown: nothing of the host
         tar = zlib.decompress(blob, 31)
-        standard = zlib.compressobj(level, zlib.DEFLATED, 31)
-        assert blob == standard.compress(tar) + standard.flush()
-    # the default is level 1: changing it changes every layer's bytes (and needs a new LAYOUT_FORMAT)
-    default, one = LayerWriter(tmp_path / "default", epoch=0), LayerWriter(tmp_path / "one", epoch=0, gzip_level=1)
+        assert zlib.decompress(blob, 31) == tar and len(tar) == desc.unpacked
+    assert _blob(tmp_path / "1", _write(tmp_path / "1")) != _blob(tmp_path / "9", _write(tmp_path / "9", level=9))
+    # the default is gzip level 1: changing it changes every layer's bytes
+    default = LayerWriter(tmp_path / "default", epoch=0)
+    one = LayerWriter(tmp_path / "one", epoch=0, compression=LayerCompression("gzip", 1))
     for writer in (default, one):
         writer.add_bytes("opt/a", b"abc" * 1000)
     assert default.close() == one.close()
@@ -119,6 +124,20 @@ def test_a_layer_without_compression_is_the_tar_itself(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tar:
         assert tar.getnames()[-1] == "opt/venv/include"
     assert [m.name for m in _members(tmp_path / desc.digest[7:], MEDIA_TYPE_TAR)][-1] == "opt/venv/include"
+
+
+def test_a_zstd_layer_is_one_zstd_stream_of_the_same_tar_read_back_by_open_layer(tmp_path: Path) -> None:
+    import zstandard
+
+    gz, zst = _write(tmp_path / "gz"), _write(tmp_path / "zst", fmt="zstd", level=3)
+    blob = _blob(tmp_path / "zst", zst)
+    assert blob[:4] == b"\x28\xb5\x2f\xfd"  # the zstd frame magic
+    assert zst.media_type == "application/vnd.oci.image.layer.v1.tar+zstd"
+    assert zst.diff_id == gz.diff_id and zst.digest != gz.digest  # the same tar, other bytes
+    tar = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob), read_across_frames=True).read()
+    assert "sha256:" + hashlib.sha256(tar).hexdigest() == zst.diff_id and zst.unpacked == len(tar)
+    assert [m.name for m in _members(tmp_path / "zst" / zst.digest[7:], zst.media_type)] == \
+        [m.name for m in _members(tmp_path / "gz" / gz.digest[7:], gz.media_type)]
 
 
 def test_a_large_file_is_compressed_with_the_full_window(tmp_path: Path) -> None:
