@@ -12,6 +12,7 @@ from pinmatrix.commands._common import examples, existing_file, read_input
 from pinmatrix.commands._registry import known_good_registry
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.format.compression import check_pullable
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.registry.auth import engine_auth_env
@@ -162,6 +163,10 @@ def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate):
     engine = choose_engine(args.engine, hint="")
     if engine is None:
         raise PinmatrixError("pull needs an engine to pull into (--engine docker, podman or auto; --print only prints)")
+    manifest = registry.get_manifest(ref.repository, ref.digest)
+    layers = manifest.json.get("layers", []) if manifest is not None else []
+    check_pullable([str(layer.get("mediaType", "")) for layer in layers if isinstance(layer, dict)], str(ref),
+                   engine.name, engine.reads_zstd_layers())
     with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
         engine.env.update(auth_env)
         engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))

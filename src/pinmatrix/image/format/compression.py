@@ -135,6 +135,16 @@ def check_readable(compression: LayerCompression, engine: str, reads_zstd: bool)
                                "(Docker before 23); use --compression gzip or auto")
 
 
+def check_pullable(layer_media_types: list[str], image: str, engine: str, reads_zstd: bool) -> None:
+    """Refuse, before the engine is asked, to pull an image with zstd layers into an engine that cannot read
+    them (its own error, for Docker 20.10, names neither the layer nor the cure)."""
+    zstd = sum(1 for media in layer_media_types if media.endswith("+zstd") or media.endswith(".zstd"))
+    if zstd and not reads_zstd:
+        raise CompressionError(f"{image}: {zstd} of its {len(layer_media_types)} layers are zstd, which engine "
+                               f"{engine} here cannot read (Docker before 23): pull with podman, or rebuild the cell "
+                               "with --compression gzip")
+
+
 class _Plain:
     def compress(self, data: bytes) -> bytes:
         return data

@@ -173,3 +173,13 @@ def test_choose_refuses_explicit_zstd_for_an_engine_that_cannot_read_it() -> Non
         choose("zstd", "docker", False)
     with pytest.raises(CompressionError, match="not one of"):
         choose("xz", None, False)
+
+
+def test_an_image_with_zstd_layers_is_not_handed_to_an_engine_that_cannot_read_it() -> None:
+    gz, zst = "application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.oci.image.layer.v1.tar+zstd"
+    with pytest.raises(CompressionError, match=r"^r/x@sha256:1: 2 of its 3 layers are zstd, which engine docker "
+                                               r"here cannot read \(Docker before 23\): pull with podman"):
+        compression.check_pullable([gz, zst, zst], "r/x@sha256:1", "docker", reads_zstd=False)
+    compression.check_pullable([gz, zst], "r/x@sha256:1", "podman", reads_zstd=True)
+    compression.check_pullable([gz, gz], "r/x@sha256:1", "docker", reads_zstd=False)
+    compression.check_pullable([], "r/x@sha256:1", "docker", reads_zstd=False)
