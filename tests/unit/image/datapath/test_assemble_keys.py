@@ -220,6 +220,18 @@ def test_a_merge_format_bump_assembles_again_an_image_already_under_its_ref(
     assert not again.cached and again.inputs != first.inputs
 
 
+def test_another_layer_bound_is_another_image_with_the_same_layer_keys(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_layers decides, after the plan, which wheels share a merged layer: a build with another bound must not
+    find the first one's image under its ref and call it cached."""
+    _base_with(project, monkeypatch)
+    plain, _ = project.assembler.plan(project.cell, project.lock(), project.log)
+    other = Assembler(dataclasses.replace(project.settings, max_layers=project.settings.max_layers + 1))
+    bounded, _ = other.plan(project.cell, project.lock(), project.log)
+    assert [p.key for p in bounded.layers] == [p.key for p in plain.layers]
+    assert bounded.inputs != plain.inputs
+
+
 # -- the patch layer's scratch copy ----------------------------------------------------------------------
 
 
