@@ -132,7 +132,8 @@ def test_changing_one_pin_rebuilds_only_the_cells_it_touches_and_an_interrupted_
     assert changed != text
     (root / "matrix.toml").write_text(changed)
     args = [str(root / "matrix.toml"), "--stack", "demo", "--engine", engine.name, "--jobs", "1",
-            "--registry", settings.registry, "--cache-dir", str(settings.cache_dir), "--layout", str(settings.layout)]
+            "--registry", settings.registry, "--cache-dir", str(settings.cache_dir), "--layout", str(settings.layout),
+            "--compression", str(settings.compression)]  # as the fixture built them (auto would pick zstd for podman)
     untouched = {c.id for c in cells if c.pins["idna"] == "3.7"}
 
     rc, first = _cli(args, env, interrupt_after_built=True)
