@@ -77,8 +77,9 @@ def retry_delay(header: str | None, attempt: int) -> float | None:
     value = (header or "").strip()
     if not value:
         return backoff
-    if value.isdigit():
-        seconds = float(int(value[:12]))
+    if value.isascii() and value.isdigit():  # not str.isdigit alone: int() refuses "²", which it takes for a digit
+        digits = value.lstrip("0")  # leading zeros do not count: 12 significant digits are far past MAX_RETRY_WAIT
+        seconds = float(int(digits[:12] or "0"))
     else:
         try:
             moment = email.utils.parsedate_to_datetime(value[:64])

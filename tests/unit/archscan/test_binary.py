@@ -357,6 +357,16 @@ def test_section_headers_out_of_bounds_name_nothing(broken: dict[str, int]) -> N
     assert _cubin_note_target(cubin(100, note=b"-arch sm_100f", **broken)) is None  # type: ignore[arg-type]
 
 
+def test_a_cubin_of_one_section_is_read() -> None:
+    """shnum 1 is inside the bounds: the one section is the name table and, by its own name, the note."""
+    names = b"\0.note.nv.tkinfo\0-arch sm_90a -m 64\0"
+    names += b"\0" * (-len(names) % 8)
+    header = struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0x33, 8]) + b"\0" * 7
+    head = ident + struct.pack("<HHIQQQIHHHHHH", 2, EM_CUDA, 1, 0, 0, 64 + len(names), 90 << 8, 64, 0, 0, 64, 1, 0)
+    assert _cubin_note_target(head + names + header) == "sm_90a"
+
+
 def test_the_bounds_themselves_are_read() -> None:
     assert _cubin_note_target(cubin(100, note=b"-arch sm_100f", shentsize=72)) == "sm_100f"  # larger entries
     data = cubin(100, note=b"-arch sm_100f")

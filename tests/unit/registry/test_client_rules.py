@@ -534,6 +534,27 @@ def test_retry_after_dates_without_a_zone_are_utc_and_the_bound_itself_is_waited
     assert retry_delay("30", 0) == 30.0 and retry_delay("31", 0) is None
 
 
+def test_retry_after_seconds_of_any_length_keep_their_value_and_other_digits_are_unreadable() -> None:
+    from pinmatrix.registry.client import retry_delay
+
+    assert retry_delay("0", 2) == 0.0 and retry_delay("000000000000031", 0) is None  # zeros first: still 31 s
+    assert retry_delay("0000000000000000000000029", 0) == 29.0
+    assert retry_delay("1" + "0" * 5000, 0) is None  # past int()'s 4300 digits: still only "too long a wait"
+    # str.isdigit takes these for digits, int() refuses "²": read as a date, unreadable, so the backoff
+    assert retry_delay("\xb2", 1) == 1.0 and retry_delay("\u0663", 0) == 0.5
+
+
+def test_a_retry_after_date_is_read_by_its_first_64_characters() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from pinmatrix.registry.client import retry_delay
+
+    # a date without a zone (read as UTC) 20 s ahead, padded to 64 characters; a 65th character "1" would be
+    # read as the zone +00:01, which puts the moment 40 s in the past
+    soon = (datetime.now(timezone.utc) + timedelta(seconds=20)).strftime("%a, %d %b %Y %H:%M:%S")
+    assert 17 <= (retry_delay(soon.ljust(64) + "1", 0) or 0) <= 20
+
+
 def test_a_token_service_that_cannot_be_reached_or_refuses_anonymous_access_is_one_line(serve) -> None:  # noqa: ANN001
     realm = "http://127.0.0.1:9/token"
     host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="repository:a:pull"'}, b"")]))
@@ -593,6 +614,49 @@ def test_token_answers_of_the_bound_pass_and_endless_or_silent_ones_are_cut(serv
             server.shutdown()
             server.server_close()
             stop.clear()
+
+
+def test_a_huge_token_answer_is_refused_after_the_bound_without_reading_the_rest(serve) -> None:  # noqa: ANN001
+    """A hostile token service sends 64 MiB: the client reads MAX_TOKEN + 1 bytes, refuses in one line and hangs
+    up, so the service's writes fail long before the end (the socket buffers hold a few MiB at most)."""
+    from pinmatrix.registry.client import MAX_TOKEN
+
+    huge, chunk = 64 << 20, b" " * (1 << 16)
+    sent: list[int] = []
+    hung_up, done = threading.Event(), threading.Event()
+
+    class Huge(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            total = 0
+            try:
+                while total < huge:
+                    self.wfile.write(chunk)
+                    total += len(chunk)
+            except OSError:
+                hung_up.set()
+            sent.append(total)
+            done.set()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        realm = f"http://127.0.0.1:{server.server_port}/token"
+        host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
+        client, _ = _client(host, timeout=5)
+        with pytest.raises(RegistryError) as err:
+            client._request("GET", "/v2/a/tags/list")
+        assert str(err.value) == f"registry {host}: token service {realm} answered more than {MAX_TOKEN} bytes"
+        assert done.wait(10)
+        assert hung_up.is_set() and sent[0] < 32 << 20, f"the client read the whole answer ({sent[0]} bytes)"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_answers_without_a_content_type(serve) -> None:  # noqa: ANN001

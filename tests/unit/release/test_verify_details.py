@@ -17,7 +17,7 @@ from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_INDEX, OCI_MANIFEST, referrers_tag
 from pinmatrix.release import attest
 from pinmatrix.release.signing import generate_keypair, load_public_key, load_signer, sign_envelope
-from pinmatrix.release.verify import result_problem, statement_cell, verify_image
+from pinmatrix.release.verify import _moment, result_problem, statement_cell, verify_image
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -173,3 +173,13 @@ def test_a_manifest_without_a_config_is_not_one_image(world: World) -> None:
     out = world.verify(ImageRef(world.reg.address, REPO, "bare"))
     assert out.problems == [f"{world.reg.address}/{REPO}:bare is an image index, not one image: pinmatrix promotes "
                             "single images"]
+
+
+def test_a_z_zone_is_utc_in_every_form_a_statement_may_carry() -> None:
+    """Python 3.11's fromisoformat reads "Z" after a time but not after a bare date: the replace still matters."""
+    utc = timezone.utc
+    assert _moment("2026-12-01Z") == datetime(2026, 12, 1, tzinfo=utc)
+    assert _moment("2026-12-01T14:00:00Z") == datetime(2026, 12, 1, 14, tzinfo=utc)
+    assert _moment("2026-12-01T14:00:00+02:00") == datetime(2026, 12, 1, 12, tzinfo=utc)
+    assert _moment("2026-12-01T14:00:00") == datetime(2026, 12, 1, 14, tzinfo=utc)  # no zone: UTC
+    assert _moment("2026-12-01T14:00:00ZZ") is None and _moment(1764597600) is None

@@ -330,6 +330,33 @@ def test_a_download_that_never_ends_is_cut_at_its_bound(index: Index, tmp_path: 
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
+def test_the_bound_of_a_download_without_a_size_is_named_in_gib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real bound (8 GiB), without sending 8 GiB: the answer's one chunk says it is one byte longer."""
+
+    class Past:  # only its length is read before the bound refuses it
+        def __len__(self) -> int:
+            return wheels.MAX_WHEEL + 1
+
+    class Answer:
+        def __enter__(self) -> Answer:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def read(self, _n: int) -> object:
+            return Past()
+
+    assert wheels.MAX_WHEEL == 8 << 30
+    fetcher = WheelFetcher(tmp_path)
+    monkeypatch.setattr(fetcher, "_open", lambda url, accept=None: Answer())
+    wheel = WheelFile("tiny", "1.0", NAME, "http://127.0.0.1:9/w.whl", SHA)
+    with pytest.raises(WheelError) as err:
+        fetcher.fetch(wheel)
+    assert str(err.value) == f"{NAME}: the download is larger than 8 GiB"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 def test_a_download_that_fails_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     wheel = WheelFile("tiny", "1.0", NAME, f"http://127.0.0.1:{_closed_port()}/w.whl", SHA)
     with pytest.raises(WheelError) as err:

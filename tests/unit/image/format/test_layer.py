@@ -140,6 +140,35 @@ def test_a_zstd_layer_is_one_zstd_stream_of_the_same_tar_read_back_by_open_layer
         [m.name for m in _members(tmp_path / "gz" / gz.digest[7:], gz.media_type)]
 
 
+def _open_fds_on(path: Path) -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return count
+
+
+@pytest.mark.parametrize(("fmt", "level"), [("zstd", 3), ("gzip", 1), ("none", None)])
+@pytest.mark.parametrize("read_all", [True, False])
+def test_closing_the_tar_of_open_layer_closes_the_blob_at_once(tmp_path: Path, fmt: str, level: int | None,
+                                                               read_all: bool) -> None:
+    """Not left to the garbage collector: the blob's descriptor is gone the moment the tar is closed, whether its
+    entries were all read or not."""
+    desc = _write(tmp_path, fmt=fmt, level=level)
+    path = (tmp_path / desc.digest[7:]).resolve()
+    tar = open_layer(path, desc.media_type)
+    assert _open_fds_on(path) == 1
+    names = [m.name for m in tar] if read_all else [tar.next().name]  # type: ignore[union-attr]
+    assert names[0] == "opt"
+    tar.close()
+    assert _open_fds_on(path) == 0
+    with open_layer(path, desc.media_type) as tar:
+        assert tar.next() is not None
+    assert _open_fds_on(path) == 0
+
+
 def test_a_large_file_is_compressed_with_the_full_window(tmp_path: Path) -> None:
     block = os.urandom(24 << 10)  # repeated past a 16 KiB window: only the full 32 KiB window finds it
     writer = LayerWriter(tmp_path, epoch=0)
