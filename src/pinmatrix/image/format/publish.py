@@ -1,9 +1,17 @@
-"""Where assembled images go from the OCI layout: into an engine's store (an ``oci-archive`` streamed to
-``docker load`` / ``podman load``, then tagged by image id) and to a registry (``skopeo copy
---preserve-digests`` from the layout, so the registry serves the manifest digest computed by the assembler)."""
+"""Where assembled images go from the OCI layout: into an engine's store, then tagged by image id, and to a
+registry (``skopeo copy --preserve-digests`` from the layout, so the registry serves the manifest digest
+computed by the assembler).
+
+Into podman's store, ``skopeo copy`` to ``containers-storage:`` (the store podman reads, through the same
+``CONTAINERS_STORAGE_CONF``): it asks the store for each layer by digest first and copies only the layers the
+store lacks, so a cell whose image shares all but its patched layer with one already loaded copies that layer
+and its config, not the whole image again. Without skopeo, an ``oci-archive`` of the whole image is streamed to
+``podman load``. Into Docker, ``skopeo copy`` to ``docker-daemon:`` (Docker's classic store loads no OCI
+archive; the daemon's API takes the whole image each time)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +36,8 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine) -
         return image_id
     if engine.name == "docker":
         _skopeo_to_docker(layout, image, engine)
+    elif shutil.which("skopeo") is not None:
+        _skopeo_to_storage(layout, image, engine)
     else:
         _stream_load(layout, image, engine)
     try:
@@ -55,7 +65,20 @@ def _skopeo_to_docker(layout: OCILayout, image: StoredImage, engine: OCIEngine) 
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=engine.env)
     if proc.returncode != 0:
         last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
-        raise PublishError(f"engine docker: loading {image.ref} failed: {last[0]}")
+        raise PublishError(f"engine docker: loading {image.ref} failed: {_logged_message(last[0])}")
+
+
+def _skopeo_to_storage(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
+    """Copy the image into the containers-storage store podman uses, reusing every layer it already has."""
+    skopeo = shutil.which("skopeo")
+    assert skopeo is not None
+    argv = [skopeo, "copy", "--quiet", "--", f"oci:{layout.root.resolve()}:{image.ref}",
+            f"containers-storage:{image.ref}"]
+    proc = subprocess.run(argv, capture_output=True, check=False, env=engine.env)
+    if proc.returncode != 0:
+        text = proc.stderr[:MAX_LOAD_OUTPUT].decode("utf-8", "replace")
+        raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {proc.returncode}): "
+                           f"{load_cause(text)}")
 
 
 def _stream_load(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
@@ -94,7 +117,17 @@ def load_cause(text: str, archive_format: str = "oci-archive") -> str:
         f"{archive_format}:")), None)
     if error is not None:
         return f"{error.rstrip(':')}; {entry}" if entry else error
-    return lines[-1] if lines else "no output"
+    return _logged_message(lines[-1]) if lines else "no output"
+
+
+_LOGRUS_FATAL = re.compile(r'level=fatal msg="((?:[^"\\]|\\.)*)"')
+
+
+def _logged_message(line: str) -> str:
+    """The message of skopeo's ``time="..." level=fatal msg="..."`` line (its quotes unescaped); any other line
+    as it is."""
+    found = _LOGRUS_FATAL.search(line)
+    return found.group(1).replace('\\"', '"') if found else line
 
 
 def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool,
@@ -113,7 +146,7 @@ def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
-            raise PublishError(f"push of {image.ref} to {target} failed: {last[0]}")
+            raise PublishError(f"push of {image.ref} to {target} failed: {_logged_message(last[0])}")
         pushed = digest_file.read_text().strip()
     if pushed != image.digest:
         raise PublishError(f"push of {image.ref}: the registry has {pushed}, the layout {image.digest}")
