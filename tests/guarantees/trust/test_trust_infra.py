@@ -132,3 +132,76 @@ def test_a_policy_cannot_accept_an_infrastructure_error() -> None:
     with pytest.raises(ValidationError, match=r"unknown status 'error' \(statuses: pass, fail, skip, xfail, xpass, "
                                               r"degraded\)"):
         PromotionPolicy.model_validate({"accept": ["pass", "error"]})
+
+
+# ------------------------------------------------------------------ the runner's own bounds: a runaway, Ctrl-C
+def test_a_silent_runaway_holding_the_smokes_output_keeps_the_runner_at_most_seconds(tmp_path: Path) -> None:
+    """A grandchild that left the group and dropped the token (so neither the runner nor the guard ends it) and
+    holds the smoke's stdout without writing: the runner stops reading after its 5 s grace, not when the
+    runaway closes the pipe (30 s later)."""
+    import os
+    import signal
+
+    from pinmatrix.smoke.guard import TOKEN_ENV
+    from pinmatrix.smoke.runner import run_process
+
+    pidfile = tmp_path / "runaway.pid"
+    code = textwrap.dedent(f"""
+        import os, subprocess, sys
+        env = {{k: v for k, v in os.environ.items() if k != {TOKEN_ENV!r}}}
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env, start_new_session=True)
+        open({str(pidfile)!r}, "w").write(str(p.pid))
+        print("left behind", flush=True)
+    """)
+    log, result = tmp_path / "s.log", tmp_path / "s.result.json"
+    try:
+        proc = run_process([sys.executable, "-c", code], dict(os.environ), log, result, 60, cwd=tmp_path)
+        assert proc.returncode == 0 and not proc.timed_out
+        assert 4.5 < proc.seconds < 15, proc.seconds
+        assert "left behind" in log.read_text()
+    finally:
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_ctrl_c_while_a_smoke_runs_gives_it_its_sigabrt_grace_then_ends_it(tmp_path: Path) -> None:
+    """KeyboardInterrupt in the runner's wait: the smoke gets SIGABRT (faulthandler's stacks) and the grace, then
+    SIGKILL; the interrupt goes on up, and the smoke is gone."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import pytest
+
+    from pinmatrix.smoke.runner import run_process
+
+    ready, abrt, pidfile = tmp_path / "ready", tmp_path / "abrt", tmp_path / "smoke.pid"
+    code = textwrap.dedent(f"""
+        import os, pathlib, signal, time
+        signal.signal(signal.SIGABRT, lambda *a: pathlib.Path({str(abrt)!r}).write_text("abrt"))
+        pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))
+        pathlib.Path({str(ready)!r}).write_text("ready")
+        time.sleep(60)  # on after the handler: only SIGKILL ends it
+    """)
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def ctrl_c() -> None:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    log, result = tmp_path / "s.log", tmp_path / "s.result.json"
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_process([sys.executable, "-c", code], dict(os.environ), log, result, 60, cwd=tmp_path, kill_grace_s=0.5)
+    assert time.monotonic() - t0 < 30
+    assert abrt.read_text() == "abrt"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)

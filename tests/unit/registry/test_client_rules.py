@@ -568,6 +568,49 @@ def test_a_token_service_that_cannot_be_reached_or_refuses_anonymous_access_is_o
         client._request("GET", "/v2/a/tags/list")
 
 
+def test_a_huge_token_answer_is_refused_after_the_bound_without_reading_the_rest(serve) -> None:  # noqa: ANN001
+    """A hostile token service sends 64 MiB: the client reads MAX_TOKEN + 1 bytes, refuses in one line and hangs
+    up, so the service's writes fail long before the end (the socket buffers hold a few MiB at most)."""
+    from pinmatrix.registry.client import MAX_TOKEN
+
+    huge, chunk = 64 << 20, b" " * (1 << 16)
+    sent: list[int] = []
+    hung_up, done = threading.Event(), threading.Event()
+
+    class Huge(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            total = 0
+            try:
+                while total < huge:
+                    self.wfile.write(chunk)
+                    total += len(chunk)
+            except OSError:
+                hung_up.set()
+            sent.append(total)
+            done.set()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    try:
+        realm = f"http://127.0.0.1:{server.server_port}/token"
+        host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
+        client, _ = _client(host, timeout=5)
+        with pytest.raises(RegistryError) as err:
+            client._request("GET", "/v2/a/tags/list")
+        assert str(err.value) == f"registry {host}: token service {realm} answered more than {MAX_TOKEN} bytes"
+        assert done.wait(10)
+        assert hung_up.is_set() and sent[0] < 32 << 20, f"the client read the whole answer ({sent[0]} bytes)"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_token_answers_of_the_bound_pass_and_endless_or_silent_ones_are_cut(serve) -> None:  # noqa: ANN001
     from pinmatrix.registry.client import MAX_TOKEN
 
@@ -614,49 +657,6 @@ def test_token_answers_of_the_bound_pass_and_endless_or_silent_ones_are_cut(serv
             server.shutdown()
             server.server_close()
             stop.clear()
-
-
-def test_a_huge_token_answer_is_refused_after_the_bound_without_reading_the_rest(serve) -> None:  # noqa: ANN001
-    """A hostile token service sends 64 MiB: the client reads MAX_TOKEN + 1 bytes, refuses in one line and hangs
-    up, so the service's writes fail long before the end (the socket buffers hold a few MiB at most)."""
-    from pinmatrix.registry.client import MAX_TOKEN
-
-    huge, chunk = 64 << 20, b" " * (1 << 16)
-    sent: list[int] = []
-    hung_up, done = threading.Event(), threading.Event()
-
-    class Huge(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.end_headers()
-            total = 0
-            try:
-                while total < huge:
-                    self.wfile.write(chunk)
-                    total += len(chunk)
-            except OSError:
-                hung_up.set()
-            sent.append(total)
-            done.set()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
-        realm = f"http://127.0.0.1:{server.server_port}/token"
-        host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
-        client, _ = _client(host, timeout=5)
-        with pytest.raises(RegistryError) as err:
-            client._request("GET", "/v2/a/tags/list")
-        assert str(err.value) == f"registry {host}: token service {realm} answered more than {MAX_TOKEN} bytes"
-        assert done.wait(10)
-        assert hung_up.is_set() and sent[0] < 32 << 20, f"the client read the whole answer ({sent[0]} bytes)"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_answers_without_a_content_type(serve) -> None:  # noqa: ANN001
