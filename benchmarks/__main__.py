@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "build": "benchmarks.build",
     "assembly": "benchmarks.assembly",
     "compression": "benchmarks.compression",
+    "load": "benchmarks.load",
     "report": "benchmarks.report",
 }
 

@@ -27,16 +27,18 @@ class PublishError(PinmatrixError):
     """An image could not be loaded into an engine or pushed to a registry."""
 
 
-def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> str:
+def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *, reuse_layers: bool = True) -> str:
     """Make ``image.ref`` name the image in ``engine``'s store; return the engine's image id (the config
-    digest). Nothing is loaded when the engine already has that id under that name."""
+    digest). Nothing is loaded when the engine already has that id under that name. ``reuse_layers=False``
+    streams the whole image to ``podman load`` even where skopeo could copy only the missing layers (the way
+    benchmarks/load.py measures what that saves)."""
     image_id = image.config_digest
     have = engine.inspect(image.ref)
     if have is not None and have.id == image_id:
         return image_id
     if engine.name == "docker":
         _skopeo_to_docker(layout, image, engine)
-    elif shutil.which("skopeo") is not None:
+    elif reuse_layers and shutil.which("skopeo") is not None:
         _skopeo_to_storage(layout, image, engine)
     else:
         _stream_load(layout, image, engine)
