@@ -392,7 +392,11 @@ def test_a_failed_layer_build_leaves_no_blob_no_temporary_and_no_record(project:
     with open_layer(project.assembler.layout.blob_path(planned.descriptor.digest), planned.descriptor.media_type) as tar:
         assert {m.mtime for m in tar} == {7}
     again = PlannedLayer("wheel:x==1", "key-x")
-    project.assembler._cached_or_build(again, build, 0)  # found: not built
+
+    def must_not_build(writer: LayerWriter) -> None:
+        raise AssertionError("a layer in the cache was built again")  # a test failure, not an interrupt
+
+    project.assembler._cached_or_build(again, must_not_build, 0)  # found: not built
     assert again.cached and again.descriptor == planned.descriptor
     record = json.loads((project.settings.cache_dir / "layers" / "key-x.json").read_text())
     assert record["what"] == "wheel:x==1"
