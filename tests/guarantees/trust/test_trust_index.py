@@ -7,11 +7,11 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pep691 import serve_handler
 
 from pinmatrix.cell import IndexSpec
 from pinmatrix.image.datapath import wheels
@@ -40,13 +40,8 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def index() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/simple"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(_Hostile) as base:
+        yield f"{base}/simple"
 
 
 def _serve(filename: str, url: str = "/files/w.whl", **extra: object) -> None:
@@ -164,14 +159,9 @@ class _Redirect(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_redirect_to_another_scheme_is_refused(index: str, tmp_path: Path) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
-        _serve("tiny-1.0-py3-none-any.whl", url=f"http://127.0.0.1:{server.server_port}/tiny.whl")
+    with serve_handler(_Redirect) as base:
+        _serve("tiny-1.0-py3-none-any.whl", url=f"{base}/tiny.whl")
         fetcher, wheel = _choose(index, tmp_path / "cache")
         with pytest.raises(WheelError, match=r"redirected to 'ftp://127\.0\.0\.1/tiny\.whl', which is not http\(s\)"):
             fetcher.fetch(wheel)
         assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -9,6 +9,7 @@ documents without optional keys, and the referrers tag with nothing in it."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import urllib.parse
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from memregistry import MemoryRegistry, digest_of, serve_registry
+from pep691 import serve_handler
 from test_client import _image
 
 from pinmatrix.imageref import ImageRef, RegistryError
@@ -568,6 +570,13 @@ def test_a_token_service_that_cannot_be_reached_or_refuses_anonymous_access_is_o
         client._request("GET", "/v2/a/tags/list")
 
 
+@contextlib.contextmanager
+def _token_service(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A token service on 127.0.0.1 answering with ``handler``; yields its realm URL."""
+    with serve_handler(handler) as base:
+        yield f"{base}/token"
+
+
 def test_a_huge_token_answer_is_refused_after_the_bound_without_reading_the_rest(serve) -> None:  # noqa: ANN001
     """A hostile token service sends 64 MiB: the client reads MAX_TOKEN + 1 bytes, refuses in one line and hangs
     up, so the service's writes fail long before the end (the socket buffers hold a few MiB at most)."""
@@ -594,11 +603,7 @@ def test_a_huge_token_answer_is_refused_after_the_bound_without_reading_the_rest
             sent.append(total)
             done.set()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-    try:
-        realm = f"http://127.0.0.1:{server.server_port}/token"
+    with _token_service(Huge) as realm:
         host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
         client, _ = _client(host, timeout=5)
         with pytest.raises(RegistryError) as err:
@@ -606,9 +611,6 @@ def test_a_huge_token_answer_is_refused_after_the_bound_without_reading_the_rest
         assert str(err.value) == f"registry {host}: token service {realm} answered more than {MAX_TOKEN} bytes"
         assert done.wait(10)
         assert hung_up.is_set() and sent[0] < 32 << 20, f"the client read the whole answer ({sent[0]} bytes)"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_token_answers_of_the_bound_pass_and_endless_or_silent_ones_are_cut(serve) -> None:  # noqa: ANN001
@@ -642,21 +644,16 @@ def test_token_answers_of_the_bound_pass_and_endless_or_silent_ones_are_cut(serv
             stop.wait(10)
 
     for handler, line in ((Endless, f"answered more than {MAX_TOKEN} bytes"), (Silent, "unreachable: timed out")):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
-        try:
-            realm = f"http://127.0.0.1:{server.server_port}/token"
-            host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
-            client, _ = _client(host, timeout=0.5)
-            with pytest.raises(RegistryError) as err:
-                client._request("GET", "/v2/a/tags/list")
-            assert str(err.value) == f"registry {host}: token service {realm} {line}"
-        finally:
-            stop.set()
-            server.shutdown()
-            server.server_close()
-            stop.clear()
+        with _token_service(handler) as realm:
+            try:
+                host = serve(Script([(401, {"WWW-Authenticate": f'Bearer realm="{realm}",scope="x"'}, b"")]))
+                client, _ = _client(host, timeout=0.5)
+                with pytest.raises(RegistryError) as err:
+                    client._request("GET", "/v2/a/tags/list")
+                assert str(err.value) == f"registry {host}: token service {realm} {line}"
+            finally:
+                stop.set()  # before the server shuts down: the silent handler waits on it
+        stop.clear()
 
 
 def test_answers_without_a_content_type(serve) -> None:  # noqa: ANN001
