@@ -38,8 +38,8 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *
         return image_id
     if engine.name == "docker":
         _skopeo_to_docker(layout, image, engine)
-    elif reuse_layers and shutil.which("skopeo") is not None:
-        _skopeo_to_storage(layout, image, engine)
+    elif reuse_layers and (skopeo := shutil.which("skopeo")) is not None:
+        _skopeo_to_storage(skopeo, layout, image, engine)
     else:
         _stream_load(layout, image, engine)
     try:
@@ -66,14 +66,11 @@ def _skopeo_to_docker(layout: OCILayout, image: StoredImage, engine: OCIEngine) 
     argv += ["--", f"oci:{layout.root.resolve()}:{image.ref}", f"docker-daemon:{image.ref}"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=engine.env)
     if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
-        raise PublishError(f"engine docker: loading {image.ref} failed: {_logged_message(last[0])}")
+        raise PublishError(f"engine docker: loading {image.ref} failed: {_last_message(proc.stderr)}")
 
 
-def _skopeo_to_storage(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
+def _skopeo_to_storage(skopeo: str, layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
     """Copy the image into the containers-storage store podman uses, reusing every layer it already has."""
-    skopeo = shutil.which("skopeo")
-    assert skopeo is not None
     argv = [skopeo, "copy", "--quiet", "--", f"oci:{layout.root.resolve()}:{image.ref}",
             f"containers-storage:{image.ref}"]
     proc = subprocess.run(argv, capture_output=True, check=False, env=engine.env)
@@ -132,6 +129,12 @@ def _logged_message(line: str) -> str:
     return found.group(1).replace('\\"', '"') if found else line
 
 
+def _last_message(stderr: str) -> str:
+    """skopeo's last non-empty line of ``stderr``, as its message; "no output" when there is none."""
+    last = [ln for ln in stderr.splitlines() if ln.strip()][-1:]
+    return _logged_message(last[0]) if last else "no output"
+
+
 def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool,
          authfile: Path | None = None) -> str:
     """Copy ``image`` from the layout to ``target`` (a registry reference) keeping its digest; return it."""
@@ -147,8 +150,7 @@ def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool
         argv += ["--", f"oci:{layout.root.resolve()}:{image.ref}", f"docker://{target}"]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            last = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
-            raise PublishError(f"push of {image.ref} to {target} failed: {_logged_message(last[0])}")
+            raise PublishError(f"push of {image.ref} to {target} failed: {_last_message(proc.stderr)}")
         pushed = digest_file.read_text().strip()
     if pushed != image.digest:
         raise PublishError(f"push of {image.ref}: the registry has {pushed}, the layout {image.digest}")
