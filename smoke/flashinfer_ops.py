@@ -40,6 +40,7 @@ SMOKES = {
         "float64 softmax-attention reference, head by head.",
         "needs": {"gpu": True, "packages": ["torch", "flashinfer-python"], "min_capability": "8.0"},
         "timeout_s": 600,
+        "batch": "kernels",
     },
     "flashinfer-fp8-gemm": {
         "func": "fp8_gemm",
@@ -47,6 +48,7 @@ SMOKES = {
         "per 64x64 tile and per row.",
         "needs": {"gpu": True, "packages": ["torch", "flashinfer-python"], "min_capability": "8.9"},
         "timeout_s": 600,
+        "batch": "kernels",
     },
     "flashinfer-nvfp4-gemm": {
         "func": "nvfp4_gemm",
@@ -54,6 +56,7 @@ SMOKES = {
         "64x64 tile and per row; skipped on GPUs without native FP4 (below sm_100).",
         "needs": {"gpu": True, "native_fp4": True, "packages": ["torch", "flashinfer-python"]},
         "timeout_s": 600,
+        "batch": "kernels",
     },
     "flashinfer-nvfp4-vs-fp8": {
         "func": "nvfp4_vs_fp8",
@@ -61,6 +64,7 @@ SMOKES = {
         "15 timings; slower = degraded, the GB10 slow path); runs only where both run.",
         "needs": {"gpu": True, "native_fp4": True, "packages": ["torch", "flashinfer-python"]},
         "timeout_s": 600,
+        "batch": "kernels",
     },
 }
 

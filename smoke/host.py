@@ -29,6 +29,7 @@ SMOKES = {
         "needs": {},
         "phase": 0,
         "timeout_s": 120,
+        "batch": "kernels",
     },
     "python-imports": {
         "func": "python_imports",
@@ -36,6 +37,7 @@ SMOKES = {
         "needs": {},
         "phase": 0,
         "timeout_s": 300,
+        "batch": "kernels",
     },
     "unified-memory-leak": {
         "func": "um_leak",
@@ -44,6 +46,7 @@ SMOKES = {
         "590.48.01 class of fault).",
         "needs": {"gpu": True},
         "timeout_s": 300,
+        "batch": "kernels",
     },
     "arch-coverage": {
         "func": "arch_coverage",
@@ -53,6 +56,7 @@ SMOKES = {
         "needs": {},
         "phase": 9,
         "timeout_s": 600,
+        "batch": "kernels",
     },
 }
 

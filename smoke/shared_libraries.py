@@ -24,6 +24,7 @@ SMOKES = {
         "needs": {},
         "phase": 8,
         "timeout_s": 600,
+        "batch": "kernels",
     },
 }
 

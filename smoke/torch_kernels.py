@@ -40,18 +40,21 @@ SMOKES = {
         "tile and per row against float64; reports TFLOP/s.",
         "needs": {"gpu": True, "packages": ["torch"], "min_capability": "7.0"},
         "timeout_s": 300,
+        "batch": "kernels",
     },
     "torch-d2d-copy": {
         "func": "d2d_copy",
         "description": "device-to-device copy of 1 GiB of random bytes; equal byte for byte; reports GB/s.",
         "needs": {"gpu": True, "packages": ["torch"]},
         "timeout_s": 300,
+        "batch": "kernels",
     },
     "triton-jit": {
         "func": "triton_jit",
         "description": "a Triton kernel JIT-compiled here (fused a*x+y) is exact on integer-valued data.",
         "needs": {"gpu": True, "packages": ["torch", "triton"]},
         "timeout_s": 600,
+        "batch": "kernels",
     },
 }
 

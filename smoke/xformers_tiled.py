@@ -25,6 +25,7 @@ SMOKES = {
         "description": "output M x N just below / above 2**31 elements (K=2048, N=64512; M=33280 / 33344).",
         "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 24},
         "timeout_s": 600,
+        "batch": "xformers-tiled",
     },
     "xformers-tiled-matmul-boundary-a": {
         "func": "boundary_a",
@@ -32,6 +33,7 @@ SMOKES = {
         "M=32704 / 32832).",
         "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 24},
         "timeout_s": 600,
+        "batch": "xformers-tiled",
     },
     "xformers-tiled-matmul-boundary-b": {
         "func": "boundary_b",
@@ -39,12 +41,14 @@ SMOKES = {
         "K=32704 / 32832).",
         "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 24},
         "timeout_s": 600,
+        "batch": "xformers-tiled",
     },
     "xformers-tiled-matmul-large-vocab": {
         "func": "large_vocab",
         "description": "the original report's shape on one GPU: M=131072, K=2048, N=64512, bf16 forward.",
         "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 60},
         "timeout_s": 600,
+        "batch": "xformers-tiled",
     },
     "xformers-tiled-matmul-fwd-bwd": {
         "func": "fwd_bwd",
@@ -52,6 +56,7 @@ SMOKES = {
         "gradient; y, dx and dw checked against cuBLAS.",
         "needs": {"gpu": True, "packages": ["torch", "triton", "xformers"], "min_capability": "8.0", "memory_gib": 100},
         "timeout_s": 600,
+        "batch": "xformers-tiled",
     },
     "xformers-tiled-matmul-shape": {
         "func": "shape",

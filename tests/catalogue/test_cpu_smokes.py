@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
+from pinmatrix.smoke.cellrun import run_cells
+from pinmatrix.smoke.runner import HostCell, RunOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = HostFingerprint.make(hostname="t")

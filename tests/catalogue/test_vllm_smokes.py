@@ -20,7 +20,8 @@ from pinmatrix.matrix.selection import validate_matrix
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
+from pinmatrix.smoke.cellrun import run_cells
+from pinmatrix.smoke.runner import HostCell, RunOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "smoke"

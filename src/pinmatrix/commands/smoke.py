@@ -75,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(default: .pinmatrix/overlay)")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the smokes (host runtime)")
     p.add_argument("--rerun", action="store_true", help="run smokes already recorded for this cell and host")
+    p.add_argument("--no-batch", dest="batch", action="store_false",
+                   help="start every smoke in a process of its own (default: consecutive smokes of one catalogue "
+                   "batch group share one; a smoke that fails, crashes or hangs there ends it, and the others "
+                   "start afresh)")
     p.add_argument("--timeout", type=float, metavar="S", help="cap every smoke's timeout at S seconds")
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
@@ -143,7 +147,7 @@ def _settings(args: argparse.Namespace) -> SmokeSettings:
         smoke_dir=args.smoke_dir, keyword=args.keyword, rerun=args.rerun, timeout_s=args.timeout,
         python=args.python, logs_dir=args.logs, overlay_dir=args.overlay, wheels_dir=args.wheels,
         repo_root=(args.matrix.resolve().parent if matrix is not None else Path.cwd()), runtime=args.runtime,
-        log_cap=int(args.log_cap * 1024 * 1024),
+        log_cap=int(args.log_cap * 1024 * 1024), batch=args.batch,
         kernel_cache=None if args.runtime == "host" else (args.kernel_cache or "keep"),
     )
     return SmokeSettings(cells=cells, matrix=matrix, catalogue=catalogue, options=options, smoke_dir=args.smoke_dir,

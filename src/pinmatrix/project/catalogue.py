@@ -33,6 +33,7 @@ class Smoke:
     timeout_s: int = DEFAULT_TIMEOUT_S
     phase: int = 5  # 0 probes first, 9 after the kernels (arch-coverage reads the JIT caches they fill)
     parameters: SmokeParams | None = None  # numeric parameters `pinmatrix bisect` can search
+    batch: str | None = None  # consecutive smokes of one group may share a process (smoke/batch.py)
 
     @property
     def gpu(self) -> bool:
@@ -75,6 +76,14 @@ def _read_smokes(path: Path) -> dict[str, dict[str, Any]] | None:
     return None
 
 
+def _batch_group(path: Path, name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.replace("-", "").isalnum() or len(value) > 64:
+        raise SmokeError(f"{path}: smoke {name!r}: 'batch' must name a group (letters, digits, '-')")
+    return value
+
+
 def load_catalogue(smoke_dir: Path | None = None) -> list[Smoke]:
     """Every smoke, ordered by phase, then module, then declaration order."""
     root = find_smoke_dir(smoke_dir)
@@ -105,6 +114,7 @@ def load_catalogue(smoke_dir: Path | None = None) -> list[Smoke]:
                 timeout_s=int(spec.get("timeout_s", DEFAULT_TIMEOUT_S)),
                 phase=int(spec.get("phase", 5)),
                 parameters=parameters,
+                batch=_batch_group(path, name, spec.get("batch")),
             ))
     if not smokes:
         raise SmokeError(f"{root}: no smoke modules (files declaring SMOKES)")

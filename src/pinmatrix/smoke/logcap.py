@@ -60,3 +60,17 @@ class CappedLog:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def cap_file(path: Path, cap: int = DEFAULT_LOG_CAP) -> None:
+    """Cut a log another process wrote (a batched smoke's) to ``cap`` bytes the way CappedLog keeps them."""
+    try:
+        if path.stat().st_size <= max(1024, int(cap)):
+            return
+    except OSError:
+        return
+    tmp = path.with_name(f".{path.name}.capping")
+    with open(path, "rb") as source, CappedLog(tmp, cap) as log:
+        while chunk := source.read(1 << 20):
+            log.write(chunk)
+    tmp.replace(path)

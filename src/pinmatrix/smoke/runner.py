@@ -27,17 +27,16 @@ from typing import Any, Protocol
 
 from pinmatrix.archscan.smokeenv import smoke_env_vars
 from pinmatrix.matrix.keyword import compile_keyword
-from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, load_catalogue, select
+from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, select
 from pinmatrix.project.smoke_bundle import incell_dir
-from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
-from pinmatrix.sanitize import file_slug, terminal_text
+from pinmatrix.results.store import HostFingerprint, SmokeRecord
+from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.classify import Outcome, classify
 from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
-from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
 from pinmatrix.smoke.needs import unmet_need
-from pinmatrix.smoke.overlay import Overlay, build_overlay
+from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.target import SmokeTarget
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
@@ -99,6 +98,7 @@ class RunOptions:
     kill_grace_s: float = 3.0
     log_cap: int = DEFAULT_LOG_CAP  # bytes of log kept per smoke (head and tail), --log-cap
     kernel_cache: str | None = None  # image runtimes: keep, cold or off (smoke/kernel_cache.py), recorded
+    batch: bool = True  # consecutive smokes of one batch group share a process (smoke/batch.py); --no-batch
 
 
 def new_run_id() -> str:
@@ -263,11 +263,16 @@ def _result_object(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _read_result(result_path: Path, log_path: Path) -> dict[str, Any] | None:
+def read_result_file(result_path: Path) -> dict[str, Any] | None:
+    """The result file a smoke wrote, or None."""
     try:
-        found = _result_object(result_path.read_text(errors="replace"))
+        return _result_object(result_path.read_text(errors="replace"))
     except OSError:
-        found = None
+        return None
+
+
+def _read_result(result_path: Path, log_path: Path) -> dict[str, Any] | None:
+    found = read_result_file(result_path)
     if found is not None:
         return found
     try:  # the result line on stdout, when no result file could be written (a container, say)
@@ -280,14 +285,6 @@ def _read_result(result_path: Path, log_path: Path) -> dict[str, Any] | None:
     return None
 
 
-@dataclass
-class CellRun:
-    cell: SmokeTarget
-    records: list[SmokeRecord] = field(default_factory=list)
-    skipped_recorded: list[str] = field(default_factory=list)
-    overlay: Overlay | None = None
-
-
 def plan_smokes(cell: SmokeTarget, catalogue: list[Smoke], keyword: str | None) -> list[Smoke]:
     selectors = cell.smokes
     chosen, unmatched = select(catalogue, list(selectors) if selectors is not None else None)
@@ -296,73 +293,6 @@ def plan_smokes(cell: SmokeTarget, catalogue: list[Smoke], keyword: str | None) 
                          f"{', '.join(repr(u) for u in unmatched)} in the catalogue")
     keep = keyword_filter(keyword)
     return [s for s in chosen if keep(s.name)]
-
-
-def run_cells(
-    cells: Sequence[SmokeTarget],
-    store: ResultsStore,
-    options: RunOptions,
-    *,
-    host: HostFingerprint | None = None,
-    run_id: str | None = None,
-    echo: Callable[[str], None] = print,
-) -> list[CellRun]:
-    store.prepare_write()  # checked (quick_check, schema) before any smoke runs, not after
-    catalogue = load_catalogue(options.smoke_dir)
-    host = host or HostFingerprint.detect()
-    run_id = run_id or new_run_id()
-    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {options.runtime}")
-    runs = []
-    for cell in cells:
-        runs.append(run_cell(cell, catalogue, store, options, host=host, run_id=run_id, echo=echo))
-    return runs
-
-
-def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, options: RunOptions, *,
-             host: HostFingerprint, run_id: str, echo: Callable[[str], None] = print) -> CellRun:
-    smokes = plan_smokes(cell, catalogue, options.keyword)
-    out = CellRun(cell)
-    echo(f"cell {cell.id} {cell.name}: {len(smokes)} smoke(s)")
-    todo = []
-    for smoke in smokes:
-        if not options.rerun and store.has_result(cell.id, host.id, smoke.name, options.image_digest):
-            out.skipped_recorded.append(smoke.name)
-            on = f"image {options.image_digest}" if options.image_digest else "the host environment"
-            echo(f"  {'recorded':9} {smoke.name} (already recorded for this cell and host on {on}; "
-                 "--rerun runs it again)")
-        else:
-            todo.append(smoke)
-    if not todo:
-        return out
-    if options.runtime == "host" and (options.wheels_dir or cell.patches):
-        overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
-        out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
-                                    repo_root=options.repo_root, python=options.python, log=echo)
-    work = (options.logs_dir / run_id / file_slug(cell.id)).resolve()  # smokes run with cwd=work
-    work.mkdir(parents=True, exist_ok=True)
-    host_vs_lock = None
-    if options.runtime == "host" and cell.id != HOST_CELL_ID:
-        lock_file = options.repo_root / "locks" / f"{cell.id}.txt"
-        seen = environment_of(options.python, out.overlay.site if out.overlay else None)
-        host_vs_lock = differences(cell, lock_file.read_text(encoding="utf-8") if lock_file.is_file() else None, seen)
-        if not host_vs_lock["identical"]:
-            n = len(host_vs_lock["packages"])
-            echo(f"  host runtime differs from the cell: python {host_vs_lock['host_python']} (cell "
-                 f"{host_vs_lock['cell_python']}), {n} locked package(s) at another version or absent")
-    for smoke in todo:
-        unmet = decided_by_host(smoke, host)
-        if unmet is not None:
-            rec = skipped_by_host(cell, smoke, unmet, host=host, run_id=run_id, work=work,
-                                  image_digest=options.image_digest)
-        else:
-            rec = run_one(cell, smoke, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
-        if host_vs_lock is not None:
-            rec.environment["host_vs_lock"] = host_vs_lock
-        store.record(rec)
-        out.records.append(rec)
-        cls = f" [{rec.failure_class}]" if rec.failure_class else ""
-        echo(terminal_text(f"  {rec.status.upper():9} {smoke.name} {rec.duration_s:.1f}s{cls} {rec.reason}".rstrip()))
-    return out
 
 
 def decided_by_host(smoke: Smoke, host: HostFingerprint) -> str | None:
@@ -388,22 +318,44 @@ def skipped_by_host(cell: SmokeTarget, smoke: Smoke, reason: str, *, host: HostF
     )
 
 
+def smoke_timeout(smoke: Smoke, options: RunOptions) -> float:
+    return effective_timeout(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
+
+
+def smoke_files(work: Path, label: str) -> tuple[Path, Path]:
+    """A smoke's log and result file in its cell's work folder."""
+    return work / f"{file_slug(label)}.log", work / f".{file_slug(label)}.result.json"
+
+
+def start_smoke(cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+                result_path: Path, timeout: float, work: Path) -> ProcessResult:
+    """``smoke.module`` started with the argument ``smoke.name``: in the image runtime, else here."""
+    if options.container is not None:
+        return options.container(cell, smoke, env, log_path, result_path, timeout)
+    argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
+    return run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s,
+                       log_cap=options.log_cap)
+
+
 def run_one(cell: SmokeTarget, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
             overlay: Overlay | None, params: dict[str, Any] | None = None) -> SmokeRecord:
     """Run ``smoke`` once; ``params`` (a bisect probe's parameter values) reach it as $PINMATRIX_PARAMS."""
-    timeout = effective_timeout(smoke.timeout_s if options.timeout_s is None else min(smoke.timeout_s, options.timeout_s))
+    timeout = smoke_timeout(smoke, options)
     label = smoke.name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + "]" if params else "")
-    log_path = work / f"{file_slug(label)}.log"
-    result_path = work / f".{file_slug(label)}.result.json"
-    argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
+    log_path, result_path = smoke_files(work, label)
     env = smoke_env(cell, result_path, overlay, params)
     started = now()
-    if options.container is not None:
-        proc = options.container(cell, smoke, env, log_path, result_path, timeout)
-    else:
-        proc = run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s,
-                           log_cap=options.log_cap)
+    proc = start_smoke(cell, smoke, options, env, log_path, result_path, timeout, work)
     finished = now()
+    return smoke_record(cell, smoke, options, proc, log_path, timeout, host=host, run_id=run_id, started=started,
+                        finished=finished, overlay=overlay, params=params)
+
+
+def smoke_record(cell: SmokeTarget, smoke: Smoke, options: RunOptions, proc: ProcessResult, log_path: Path,
+                 timeout: float, *, host: HostFingerprint, run_id: str, started: str, finished: str,
+                 overlay: Overlay | None, params: dict[str, Any] | None = None) -> SmokeRecord:
+    """What a smoke's process (or its share of a batch) says: classified from its result and log, known issues
+    applied."""
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     outcome: Outcome = classify(result=proc.result, returncode=proc.returncode, timed_out=proc.timed_out,
                                 log_text=log_text, timeout_s=timeout, infra=proc.infra)

@@ -15,10 +15,11 @@ from pinmatrix.image.settings import image_ref
 from pinmatrix.project.catalogue import Smoke, find_smoke_dir
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
+from pinmatrix.smoke.cellrun import CellRun, run_cell, run_cells
 from pinmatrix.smoke.chroot import find_image, prepare
 from pinmatrix.smoke.container import ContainerSmokes, image_digest
 from pinmatrix.smoke.kernel_cache import prepare_cache
-from pinmatrix.smoke.runner import CellRun, RunOptions, plan_smokes, run_cell, run_cells
+from pinmatrix.smoke.runner import RunOptions, plan_smokes
 from pinmatrix.smoke.target import SmokeTarget
 
 Echo = Callable[[str], None]

@@ -27,7 +27,8 @@ import pytest
 from pinmatrix.results import storefile
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.results.storefile import ResultsError
-from pinmatrix.smoke.runner import HostCell, RunOptions, effective_timeout, run_cells
+from pinmatrix.smoke.cellrun import run_cells
+from pinmatrix.smoke.runner import HostCell, RunOptions, effective_timeout
 
 ROOT = Path(__file__).resolve().parents[3]
 HOST = HostFingerprint.make(hostname="test", gpu_name="Fake GPU", gpu_count=1, driver="1.0", capability="9.0")

@@ -20,9 +20,10 @@ from pinmatrix.release.promote import check_policy
 from pinmatrix.report.junit import render_junit
 from pinmatrix.report.model import build_report, worst
 from pinmatrix.results.store import HostFingerprint, ResultsStore
+from pinmatrix.smoke.cellrun import run_cells
 from pinmatrix.smoke.classify import classify
 from pinmatrix.smoke.container import ContainerSmokes
-from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
+from pinmatrix.smoke.runner import HostCell, RunOptions
 from pinmatrix.statuses import SEVERITY, STATUS_LABELS, STATUSES
 
 HOST = HostFingerprint.make(hostname="test")

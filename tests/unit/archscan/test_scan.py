@@ -243,7 +243,8 @@ def test_smoke_uses_the_exact_analysis(libs: dict[str, Path], cuobjdump_exe: str
     """arch-coverage through the runner: a cell-built sm_120f module on a 12.1a cell for sm_121 fails (the flag
     is not honoured), an sm_121a one passes, an sm_120a one cannot run there."""
     from pinmatrix.results.store import HostFingerprint, ResultsStore
-    from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
+    from pinmatrix.smoke.cellrun import run_cells
+    from pinmatrix.smoke.runner import HostCell, RunOptions
 
     monkeypatch.setenv("PINMATRIX_CUOBJDUMP", cuobjdump_exe)
     results = {}

@@ -25,6 +25,7 @@ from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.release.promote import check_policy
 from pinmatrix.results.store import HostFingerprint, ResultsStore
+from pinmatrix.smoke.cellrun import run_cell
 from pinmatrix.smoke.chroot import ChrootSmokes, prepare, resolve_user
 from pinmatrix.smoke.chroot_host import (
     ChrootRefused,
@@ -35,7 +36,7 @@ from pinmatrix.smoke.chroot_host import (
     privilege_mode,
 )
 from pinmatrix.smoke.chroot_rootfs import RootfsError, unpack_image
-from pinmatrix.smoke.runner import HostCell, RunOptions, run_cell
+from pinmatrix.smoke.runner import HostCell, RunOptions
 
 REPO = Path(__file__).resolve().parents[3]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="unpacking with owners and entering a root need root")
@@ -186,6 +187,7 @@ def test_the_demo_cells_smokes_run_inside_their_images_and_count_as_image_runs(d
         assert r["image_digest"] == demo["digests"][r["cell_id"]]  # recorded against the image's manifest
         env = r["environment"]
         assert env["runtime"] == "chroot" and "host_vs_lock" not in env  # the image is the lock
+        assert env["batch"]["of"] == 2  # host-probe and python-imports: one process in the image (smoke/batch.py)
         if r["smoke"] == "host-probe":
             assert env["python"].startswith("3.13.")  # the image's own interpreter (the demo base: trixie)
     if host_python != "3.13":

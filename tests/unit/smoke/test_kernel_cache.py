@@ -80,7 +80,8 @@ def test_the_variables_point_into_the_mount_unless_already_set() -> None:
     env = cache.environment({})
     assert env == {"TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton", "FLASHINFER_WORKSPACE_BASE": CACHE_MOUNT,
                    "TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/inductor", "VLLM_CACHE_ROOT": f"{CACHE_MOUNT}/vllm",
-                   "CUDA_CACHE_PATH": f"{CACHE_MOUNT}/nv", "TRITON_CACHE_AUTOTUNING": "1"}
+                   "CUDA_CACHE_PATH": f"{CACHE_MOUNT}/nv", "PINMATRIX_AUTOTUNE_DIR": f"{CACHE_MOUNT}/autotune",
+                   "TRITON_CACHE_AUTOTUNING": "1"}
     assert "TRITON_CACHE_DIR" not in cache.environment({"TRITON_CACHE_DIR": "/mine"})
     # a cell that switches the autotune cache off keeps it off
     assert "TRITON_CACHE_AUTOTUNING" not in cache.environment({"TRITON_CACHE_AUTOTUNING": "0"})

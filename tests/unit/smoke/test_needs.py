@@ -13,8 +13,9 @@ import pytest
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.smoke_bundle import incell_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore
+from pinmatrix.smoke.cellrun import run_cell
 from pinmatrix.smoke.needs import no_native_fp4, unmet_need
-from pinmatrix.smoke.runner import HostCell, RunOptions, run_cell
+from pinmatrix.smoke.runner import HostCell, RunOptions
 
 MODULE = '''
 import os, pathlib

@@ -18,7 +18,8 @@ from pinmatrix.cell import KnownIssue
 from pinmatrix.cli import main
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke.runner import HostCell, RunOptions, run_cells
+from pinmatrix.smoke.cellrun import run_cells
+from pinmatrix.smoke.runner import HostCell, RunOptions
 
 ROOT = Path(__file__).resolve().parents[3]
 HOST = HostFingerprint.make(hostname="test", gpu_name="Fake GPU", gpu_count=1, driver="1.0", capability="9.0")

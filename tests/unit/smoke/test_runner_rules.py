@@ -26,7 +26,8 @@ from pinmatrix.cell import KnownIssue
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, SmokeError, load_catalogue
 from pinmatrix.project.smoke_bundle import incell_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke import runner
+from pinmatrix.smoke import cellrun, runner
+from pinmatrix.smoke.cellrun import run_cell, run_cells
 from pinmatrix.smoke.guard import TOKEN_ENV
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import (
@@ -41,8 +42,6 @@ from pinmatrix.smoke.runner import (
     keyword_filter,
     new_run_id,
     plan_smokes,
-    run_cell,
-    run_cells,
     run_one,
     run_process,
     smoke_env,
@@ -555,7 +554,7 @@ def test_an_overlay_is_built_only_for_the_host_runtime_with_wheels_or_patches(
         built.append({"root": root, **kw})
         return Overlay(tmp_path / "site", wheels=["w.whl"])
 
-    monkeypatch.setattr(runner, "build_overlay", build)
+    monkeypatch.setattr(cellrun, "build_overlay", build)
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     cat, store = load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite")
     echo = lambda _l: None  # noqa: E731
@@ -581,14 +580,14 @@ def test_an_overlay_is_built_only_for_the_host_runtime_with_wheels_or_patches(
 def test_a_matrix_cell_on_the_host_runtime_records_how_the_host_differs(tmp_path: Path, catalogue: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
-    monkeypatch.setattr(runner, "environment_of", lambda python, site: seen.append((python, site)) or {"py": "3"})
+    monkeypatch.setattr(cellrun, "environment_of", lambda python, site: seen.append((python, site)) or {"py": "3"})
 
     def differences(cell: Any, lock: str | None, env: Any) -> dict[str, Any]:
         seen.append((cell.id, lock, env))
         return {"identical": False, "packages": [{"name": "torch"}, {"name": "numpy"}], "host_python": "3.11",
                 "cell_python": "3.12"}
 
-    monkeypatch.setattr(runner, "differences", differences)
+    monkeypatch.setattr(cellrun, "differences", differences)
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "c1.txt").write_text("torch==2.9\n", encoding="utf-8")
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
@@ -603,7 +602,7 @@ def test_a_matrix_cell_on_the_host_runtime_records_how_the_host_differs(tmp_path
     assert all(r.environment["host_vs_lock"]["packages"] == [{"name": "torch"}, {"name": "numpy"}] for r in out.records)
     # no lock file: differences is told so; identical: nothing echoed
     seen.clear()
-    monkeypatch.setattr(runner, "differences", lambda cell, lock, env: seen.append(lock) or {"identical": True})
+    monkeypatch.setattr(cellrun, "differences", lambda cell, lock, env: seen.append(lock) or {"identical": True})
     lines.clear()
     run_cell(HostCell(id="c2", smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r2.sqlite"),
              options(tmp_path, catalogue, container=rt, repo_root=tmp_path), host=HOST, run_id="r", echo=lines.append)
@@ -612,7 +611,7 @@ def test_a_matrix_cell_on_the_host_runtime_records_how_the_host_differs(tmp_path
 
 def test_the_host_cell_and_image_runtimes_are_not_compared_with_a_lock(tmp_path: Path, catalogue: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "environment_of", lambda *a: pytest.fail("compared"))
+    monkeypatch.setattr(cellrun, "environment_of", lambda *a: pytest.fail("compared"))
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     out = run_cell(HostCell(smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
                    options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lambda _l: None)
@@ -654,7 +653,7 @@ def test_run_cells_checks_the_store_first_and_says_the_run(tmp_path: Path, catal
             order.append("prepare")
             super().prepare_write()
 
-    import pinmatrix.smoke.runner as r
+    import pinmatrix.smoke.cellrun as r
 
     real = r.load_catalogue
 
@@ -732,9 +731,9 @@ def test_the_host_comparison_reads_the_overlays_site(tmp_path: Path, catalogue: 
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
     cells: list[Any] = []
-    monkeypatch.setattr(runner, "build_overlay", lambda cell, root, **kw: cells.append(cell) or Overlay(tmp_path / "ov"))
-    monkeypatch.setattr(runner, "environment_of", lambda python, site: seen.append(site) or {})
-    monkeypatch.setattr(runner, "differences", lambda cell, lock, env: {"identical": True})
+    monkeypatch.setattr(cellrun, "build_overlay", lambda cell, root, **kw: cells.append(cell) or Overlay(tmp_path / "ov"))
+    monkeypatch.setattr(cellrun, "environment_of", lambda python, site: seen.append(site) or {})
+    monkeypatch.setattr(cellrun, "differences", lambda cell, lock, env: {"identical": True})
     cell = HostCell(id="c1", smokes=("alpha",), patches=("p",))
     run_cell(cell, load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
              options(tmp_path, catalogue, container=Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))),

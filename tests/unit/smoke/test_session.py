@@ -11,7 +11,8 @@ import pytest
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke import session
-from pinmatrix.smoke.runner import CellRun, HostCell, RunOptions
+from pinmatrix.smoke.cellrun import CellRun
+from pinmatrix.smoke.runner import HostCell, RunOptions
 from pinmatrix.smoke.session import SmokeSettings, _LayoutRoots, _run_in, cell_image_ref
 
 HOST = HostFingerprint.make(hostname="n", gpu_name=None, gpu_count=0, driver=None, capability=None)
