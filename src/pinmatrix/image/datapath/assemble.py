@@ -287,7 +287,7 @@ class Assembler:
         variables.update(env)
         arch, _ = oci_arch(cell.platform)
         found = check_layers([(self.layout.blob_path(d.digest), d.media_type) for d in descriptors], arch,
-                             variables)
+                             variables, scans=self.settings.cache_dir / "runnable")
         for p in found:
             if p.optional:
                 on_step(f"runnable: {p.path} {p.what.split(' (searched ', 1)[0]}: optional, {p.optional}")

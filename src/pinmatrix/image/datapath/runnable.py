@@ -11,7 +11,10 @@ reason, as data."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import json
+import os
 import posixpath
 import shutil
 import tarfile
@@ -37,6 +40,8 @@ PREFIX = 64 << 20  # bytes of an ELF file kept while its layer streams past (its
 MAX_CONF = 64 << 10  # bytes of one ld.so.conf file read
 MAX_LINKS = 40  # symlinks followed for one path (the kernel's limit)
 MAX_SHOWN = 400  # ELF paths named in one error line group
+SCAN_FORMAT = 1  # what a kept layer scan holds (layer_scan); another format is read again
+Op = tuple[str, str, "str | bytes | ElfInfo"]  # (what, path, its link target, text, ELF headers or error)
 
 
 class RunnableError(PinmatrixError):
@@ -217,59 +222,157 @@ def _member_name(member: tarfile.TarInfo) -> str:
     return posixpath.normpath("/" + member.name.removeprefix("./")).lstrip("/")
 
 
-def read_tree(layers: Iterable[tuple[Path, str]], arch: str) -> ImageTree:
+def read_tree(layers: Iterable[tuple[Path, str]], arch: str, scans: Path | None = None) -> ImageTree:
     """The file tree of layers (blob path, media type) applied in order; the ELF headers of every file built for
-    ``arch`` (amd64, arm64) that has an interpreter or a dynamic segment."""
+    ``arch`` (amd64, arm64) that has an interpreter or a dynamic segment. ``scans``: a folder where each
+    content-addressed blob's reading is kept (``LayerScan``), so a layer shared by many images is read once."""
     tree = ImageTree()
     machine = next((m for m, name in MACHINES.items() if name == arch), None)
     for blob, media_type in layers:
-        again: list[str] = []
-        with open_layer(blob, media_type) as tar:
-            for member in tar:
-                name = _member_name(member)
-                if not name:
-                    continue
-                base = posixpath.basename(name)
-                if base.startswith(".wh."):
-                    parent = posixpath.dirname(name)
-                    if base == ".wh..wh..opq":
-                        for key in [k for k in tree.entries if k.startswith(parent + "/")]:
-                            tree.remove(key)
-                    else:
-                        tree.remove(posixpath.join(parent, base.removeprefix(".wh.")))
-                    continue
-                if member.isdir():
-                    tree.add(name, "dir")
-                elif member.issym():
-                    tree.add(name, "link", member.linkname)
-                elif member.islnk():
-                    source = _member_name(tarfile.TarInfo(member.linkname))
-                    tree.add(name, "file")
-                    if source in tree.elves:
-                        tree.elves[name] = tree.elves[source]
-                elif member.isreg():
-                    tree.add(name, "file")
-                    handle = tar.extractfile(member)
-                    if handle is None:
-                        continue
-                    if (name == "etc/ld.so.conf" or name.startswith("etc/ld.so.conf.d/")) and member.size <= MAX_CONF:
-                        tree.texts[name] = handle.read(MAX_CONF)
-                        continue
-                    if member.size < 52 or not is_elf(head := handle.read(4)):
-                        continue
-                    try:
-                        info = _read_member(_Prefixed(head, handle), member.size)
-                    except _Behind:
-                        again.append(name)
-                        continue
-                    except ElfError as err:
-                        tree.malformed[name] = str(err)
-                        continue
-                    if info.machine == machine and (info.interpreter or info.dynamic):
-                        tree.elves[name] = info
-        if again:
-            _read_again(tree, blob, media_type, set(again), machine)
+        _apply(tree, layer_scan(blob, media_type, machine, scans))
     return tree
+
+
+def layer_scan(blob: Path, media_type: str, machine: int | None, scans: Path | None = None) -> list[Op]:
+    """What one layer does to the tree, as operations in order (``_apply``); kept in ``scans`` under the blob's
+    digest, which is its file name in an OCI layout."""
+    kept = _scan_path(scans, blob, machine)
+    if kept is not None:
+        found = _read_scan(kept)
+        if found is not None:
+            return found
+    ops = _scan(blob, media_type, machine)
+    if kept is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"format": SCAN_FORMAT, "ops": [_op_json(op) for op in ops]}), encoding="utf-8")
+        tmp.replace(kept)
+    return ops
+
+
+def _scan_path(scans: Path | None, blob: Path, machine: int | None) -> Path | None:
+    name = blob.name
+    if scans is None or len(name) != 64 or any(c not in "0123456789abcdef" for c in name):
+        return None
+    return scans / f"{name}-{machine}-v{SCAN_FORMAT}.json"
+
+
+def _op_json(op: Op) -> list[object]:
+    kind, path, extra = op
+    if isinstance(extra, ElfInfo):
+        return [kind, path, dataclasses.asdict(extra)]
+    if isinstance(extra, bytes):
+        return [kind, path, extra.decode("latin-1")]
+    return [kind, path, extra]
+
+
+def _read_scan(path: Path) -> list[Op] | None:
+    """A kept scan, or None where it is missing or not one (then the layer is read again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != SCAN_FORMAT:
+            return None
+        ops: list[Op] = []
+        for kind, name, extra in data["ops"]:
+            if kind == "elf":
+                extra = _elf_info(extra)
+            elif kind == "text":
+                extra = extra.encode("latin-1")
+            ops.append((kind, name, extra))
+        return ops
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _elf_info(data: dict[str, object]) -> ElfInfo:
+    """ElfInfo from a kept scan, each field of its type (ValueError otherwise)."""
+    def strings(key: str) -> tuple[str, ...]:
+        value = data[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(key)
+        return tuple(value)
+
+    def optional(key: str) -> str | None:
+        value = data[key]
+        if value is not None and not isinstance(value, str):
+            raise ValueError(key)
+        return value
+
+    machine, kind, dynamic = data["machine"], data["kind"], data["dynamic"]
+    if type(machine) is not int or type(kind) is not int or type(dynamic) is not bool:
+        raise ValueError("machine")
+    return ElfInfo(machine=machine, kind=kind, interpreter=optional("interpreter"), needed=strings("needed"),
+                   soname=optional("soname"), rpath=strings("rpath"), runpath=strings("runpath"), dynamic=dynamic)
+
+
+def _scan(blob: Path, media_type: str, machine: int | None) -> list[Op]:
+    ops: list[Op] = []
+    again: list[str] = []
+    with open_layer(blob, media_type) as tar:
+        for member in tar:
+            name = _member_name(member)
+            if not name:
+                continue
+            base = posixpath.basename(name)
+            if base.startswith(".wh."):
+                parent = posixpath.dirname(name)
+                if base == ".wh..wh..opq":
+                    ops.append(("opaque", parent, ""))
+                else:
+                    ops.append(("whiteout", posixpath.join(parent, base.removeprefix(".wh.")), ""))
+                continue
+            if member.isdir():
+                ops.append(("dir", name, ""))
+            elif member.issym():
+                ops.append(("link", name, member.linkname))
+            elif member.islnk():
+                ops.append(("hardlink", name, _member_name(tarfile.TarInfo(member.linkname))))
+            elif member.isreg():
+                ops.append(("file", name, ""))
+                handle = tar.extractfile(member)
+                if handle is None:
+                    continue
+                if (name == "etc/ld.so.conf" or name.startswith("etc/ld.so.conf.d/")) and member.size <= MAX_CONF:
+                    ops.append(("text", name, handle.read(MAX_CONF)))
+                    continue
+                if member.size < 52 or not is_elf(head := handle.read(4)):
+                    continue
+                try:
+                    info = _read_member(_Prefixed(head, handle), member.size)
+                except _Behind:
+                    again.append(name)
+                    continue
+                except ElfError as err:
+                    ops.append(("malformed", name, str(err)))
+                    continue
+                if info.machine == machine and (info.interpreter or info.dynamic):
+                    ops.append(("elf", name, info))
+    if again:
+        ops += _read_again(blob, media_type, set(again), machine)
+    return ops
+
+
+def _apply(tree: ImageTree, ops: Iterable[Op]) -> None:
+    for kind, name, extra in ops:
+        if kind == "opaque":
+            for key in [k for k in tree.entries if k.startswith(name + "/")]:
+                tree.remove(key)
+        elif kind == "whiteout":
+            tree.remove(name)
+        elif kind in ("dir", "file"):
+            tree.add(name, kind)
+        elif kind == "link":
+            tree.add(name, "link", str(extra))
+        elif kind == "hardlink":
+            tree.add(name, "file")
+            if str(extra) in tree.elves:
+                tree.elves[name] = tree.elves[str(extra)]
+        elif kind == "text" and isinstance(extra, bytes):
+            tree.texts[name] = extra
+        elif kind == "malformed":
+            tree.malformed[name] = str(extra)
+        elif kind == "elf" and isinstance(extra, ElfInfo):
+            tree.elves[name] = extra
 
 
 class _Prefixed:
@@ -288,8 +391,9 @@ class _Prefixed:
         return self.stream.read(size)
 
 
-def _read_again(tree: ImageTree, blob: Path, media_type: str, names: set[str], machine: int | None) -> None:
+def _read_again(blob: Path, media_type: str, names: set[str], machine: int | None) -> list[Op]:
     """ELF files whose string table lies past the kept prefix: read from a copy on disk."""
+    ops: list[Op] = []
     with open_layer(blob, media_type) as tar:
         for member in tar:
             name = _member_name(member)
@@ -308,10 +412,11 @@ def _read_again(tree: ImageTree, blob: Path, media_type: str, names: set[str], m
                 try:
                     info = read_elf(read_at, member.size)
                 except ElfError as err:
-                    tree.malformed[name] = str(err)
+                    ops.append(("malformed", name, str(err)))
                     continue
             if info.machine == machine and (info.interpreter or info.dynamic):
-                tree.elves[name] = info
+                ops.append(("elf", name, info))
+    return ops
 
 
 def _cache_dirs(tree: ImageTree) -> list[str]:
@@ -404,5 +509,5 @@ def summary(problems: Sequence[Problem]) -> str:
 
 
 def check_layers(layers: Iterable[tuple[Path, str]], arch: str, env: dict[str, str],
-                 rules: RunnableRules | None = None) -> list[Problem]:
-    return check_tree(read_tree(layers, arch), arch, env, rules)
+                 rules: RunnableRules | None = None, scans: Path | None = None) -> list[Problem]:
+    return check_tree(read_tree(layers, arch, scans), arch, env, rules)

@@ -672,7 +672,7 @@ def test_an_image_that_would_not_run_is_refused_before_its_manifest_and_optional
     seen: dict[str, object] = {}
     fatal = Problem("/opt/venv/bin/prog", "its interpreter /lib/ld.so is not in the image")
 
-    def check(layers: list[tuple[Path, str]], arch: str, env: dict[str, str]) -> list[Problem]:
+    def check(layers: list[tuple[Path, str]], arch: str, env: dict[str, str], scans: Path | None = None) -> list[Problem]:
         seen.update(layers=list(layers), arch=arch, env=dict(env))
         return [Problem("/opt/venv/x.so", "needs libgone.so.1 (searched /usr/lib)", optional="loaded by a plugin"),
                 fatal]
@@ -696,17 +696,17 @@ def test_an_image_that_would_not_run_is_refused_before_its_manifest_and_optional
                          "application/vnd.oci.image.layer.v1.tar")
     assert all(path.is_file() for path, _ in layers)
 
-    monkeypatch.setattr(assemble_module, "check_layers", lambda layers, arch, env: seen.update(env=dict(env)) or [])
+    monkeypatch.setattr(assemble_module, "check_layers", lambda layers, arch, env, scans=None: seen.update(env=dict(env)) or [])
     base_only = project.make(("alpha", "beta"), env={"ONLY_BASE": "x"})
     project.assemble(base_only, ref="localhost/rules:base-env")
     assert seen["env"]["LANG"] == "C.UTF-8"  # type: ignore[index]  # from the base's config
 
-    monkeypatch.setattr(assemble_module, "check_layers", lambda *a: [])
+    monkeypatch.setattr(assemble_module, "check_layers", lambda *a, **kw: [])
     steps = []
     project.assemble(cell, steps=steps)
     assert steps[-2:] == ["config", "runnable"]
     off = Assembler(dataclasses.replace(project.settings, check_runnable=False))
-    monkeypatch.setattr(assemble_module, "check_layers", lambda *a: [fatal])
+    monkeypatch.setattr(assemble_module, "check_layers", lambda *a, **kw: [fatal])
     steps = []
     image = project.assemble(cell, ref="localhost/rules:unchecked", steps=steps, assembler=off)
     assert steps[-1] == "config" and image.digest

@@ -6,6 +6,7 @@ such; and the extract base gets what a program needs as data."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import struct
 import subprocess
@@ -161,3 +162,63 @@ def test_an_extract_base_gets_what_programs_need_to_start() -> None:
     assert made["etc/passwd"].startswith(b"root:x:0:0:root:/root:/bin/sh\n")
     assert made["etc/group"].startswith(b"root:x:0:\n") and made[CA_BUNDLE] == b"A\nB\n"
     assert dict(extract_data({"etc/passwd", "etc/group", CA_BUNDLE}, certs)) == {}
+
+
+# ----------------------------------------------------------------------------------- layer scans kept by digest
+def _addressed(layer: tuple[Path, str], folder: Path) -> tuple[Path, str]:
+    """The layer as an OCI layout holds it: its file named by its sha256."""
+    import hashlib
+
+    folder.mkdir(exist_ok=True)
+    data = layer[0].read_bytes()
+    blob = folder / hashlib.sha256(data).hexdigest()
+    blob.write_bytes(data)
+    return blob, layer[1]
+
+
+def test_a_layers_scan_is_kept_by_digest_and_gives_the_same_verdict(elves: dict[str, bytes], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.image.datapath import runnable
+
+    blobs, scans = tmp_path / "blobs", tmp_path / "scans"
+    system = _addressed(_system(tmp_path), blobs)
+    progs = _addressed(_layer(tmp_path, {"opt/app/bin/prog": elves["prog"], "usr/bin/plain": elves["plain"],
+                                         "opt/app/bin/broken": elves["plain"][:4] + b"\x09" + elves["plain"][5:],
+                                         "etc/ld.so.conf": b"include /etc/ld.so.conf.d/*.conf\n"},
+                                  {"opt/app/bin/again": "prog"}), blobs)
+    gone = _addressed(_layer(tmp_path, {"opt/app/bin/.wh.prog": b""}), blobs)
+    for layers in ([progs], [system, progs], [system, progs, gone]):
+        fresh = check_layers(layers, "amd64", {})
+        assert check_layers(layers, "amd64", {}, scans=scans) == fresh  # the scans made
+        assert len(list(scans.glob("*.json"))) >= len(layers)
+
+        def no_reading(*_a: object) -> None:
+            raise AssertionError("a kept layer was read again")
+
+        monkeypatch.setattr(runnable, "open_layer", no_reading)
+        assert check_layers(layers, "amd64", {}, scans=scans) == fresh  # from the scans alone
+        monkeypatch.undo()
+    assert {p.name.split("-")[1] for p in scans.glob("*.json")} == {"62"}  # x86-64's e_machine: a key part
+
+
+@pytest.mark.parametrize("content", ['{"format": 0, "ops": []}', "not json", '{"format": 1, "ops": [["elf", "x", {}]]}',
+                                     '{"format": 1, "ops": [["elf", "x", {"machine": "62", "kind": 3, "interpreter": '
+                                     'null, "needed": [], "soname": null, "rpath": [], "runpath": [], "dynamic": true}]]}'])
+def test_a_kept_scan_that_is_not_one_is_read_again(elves: dict[str, bytes], tmp_path: Path, content: str) -> None:
+    from pinmatrix.image.datapath.runnable import layer_scan
+
+    blob, media = _addressed(_layer(tmp_path, {"usr/bin/plain": elves["plain"]}), tmp_path / "blobs")
+    scans = tmp_path / "scans"
+    first = layer_scan(blob, media, 62, scans)
+    (kept,) = scans.glob("*.json")
+    kept.write_text(content)
+    assert layer_scan(blob, media, 62, scans) == first
+    assert json.loads(kept.read_text())["format"] == 1  # written again
+
+
+def test_a_blob_not_named_by_its_digest_is_never_kept(elves: dict[str, bytes], tmp_path: Path) -> None:
+    from pinmatrix.image.datapath.runnable import layer_scan
+
+    blob, media = _layer(tmp_path, {"usr/bin/plain": elves["plain"]})
+    layer_scan(blob, media, 62, tmp_path / "scans")
+    assert not (tmp_path / "scans").exists()
