@@ -37,6 +37,7 @@ import zstandard
 
 from pinmatrix.atomic import atomic_write_text, locked
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.format.compression import Format, layer_format
 
 MAX_JSON_BYTES = 4 << 20  # index, manifest, config: a few kB each
 MAX_LAYERS = 512
@@ -51,17 +52,6 @@ MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
 REF_NAME = "org.opencontainers.image.ref.name"
-_LAYER_COMPRESSION = {
-    "application/vnd.oci.image.layer.v1.tar": "none",
-    "application/vnd.oci.image.layer.v1.tar+gzip": "gzip",
-    "application/vnd.oci.image.layer.v1.tar+zstd": "zstd",
-    "application/vnd.oci.image.layer.nondistributable.v1.tar": "none",
-    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip": "gzip",
-    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd": "zstd",
-    "application/vnd.docker.image.rootfs.diff.tar": "none",
-    "application/vnd.docker.image.rootfs.diff.tar.gzip": "gzip",
-    "application/vnd.docker.image.rootfs.diff.tar.zstd": "zstd",
-}
 
 
 class RootfsError(PinmatrixError):
@@ -169,7 +159,7 @@ class Layout:
         return None
 
 
-def _layers_of(layout: Layout, digest: str) -> tuple[dict[str, Any], list[tuple[str, int, str]]]:
+def _layers_of(layout: Layout, digest: str) -> tuple[dict[str, Any], list[tuple[str, int, Format]]]:
     """The image config and (digest, size, compression) of each layer, bottom first."""
     manifest = layout.read_json(digest, "manifest")
     media = manifest.get("mediaType")
@@ -192,7 +182,7 @@ def _layers_of(layout: Layout, digest: str) -> tuple[dict[str, Any], list[tuple[
         size = layer.get("size")
         if type(size) is not int or size < 0:
             raise RootfsError(f"{layout.root}: layer {layer_digest} has no valid size")
-        compression = _LAYER_COMPRESSION.get(str(layer.get("mediaType")))
+        compression = layer_format(str(layer.get("mediaType")))
         if compression is None:
             raise RootfsError(f"{layout.root}: layer {layer_digest} has media type "
                               f"{str(layer.get('mediaType'))[:80]!r}, not a tar layer")

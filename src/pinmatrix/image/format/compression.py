@@ -34,6 +34,19 @@ MEDIA_TYPES: dict[Format, str] = {
     "zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
     "none": "application/vnd.oci.image.layer.v1.tar",
 }
+# Every layer media type a puller may meet (OCI, OCI non-distributable, Docker) and how its blob is compressed.
+LAYER_MEDIA_TYPES: dict[str, Format] = {
+    "application/vnd.oci.image.layer.v1.tar": "none",
+    "application/vnd.oci.image.layer.v1.tar+gzip": "gzip",
+    "application/vnd.oci.image.layer.v1.tar+zstd": "zstd",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar": "none",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip": "gzip",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd": "zstd",
+    "application/vnd.docker.image.rootfs.diff.tar": "none",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip": "gzip",
+    "application/vnd.docker.image.rootfs.diff.tar.zstd": "zstd",
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip": "gzip",
+}
 LEVELS: dict[Format, range] = {"gzip": range(1, 10), "zstd": range(1, 20), "none": range(0, 1)}
 DEFAULT_LEVELS: dict[Format, int] = {"gzip": 1, "zstd": 3, "none": 0}
 GZIP_BLOCK = 1 << 20  # bytes of tar per deflate block; part of the key: another size gives other bytes
@@ -135,10 +148,15 @@ def check_readable(compression: LayerCompression, engine: str, reads_zstd: bool)
                                "(Docker before 23); use --compression gzip or auto")
 
 
+def layer_format(media_type: str) -> Format | None:
+    """How a layer of ``media_type`` is compressed; None for a media type that is not a tar layer."""
+    return LAYER_MEDIA_TYPES.get(media_type)
+
+
 def check_pullable(layer_media_types: list[str], image: str, engine: str, reads_zstd: bool) -> None:
     """Refuse, before the engine is asked, to pull an image with zstd layers into an engine that cannot read
     them (its own error, for Docker 20.10, names neither the layer nor the cure)."""
-    zstd = sum(1 for media in layer_media_types if media.endswith("+zstd") or media.endswith(".zstd"))
+    zstd = sum(1 for media in layer_media_types if layer_format(media) == "zstd")
     if zstd and not reads_zstd:
         raise CompressionError(f"{image}: {zstd} of its {len(layer_media_types)} layers are zstd, which engine "
                                f"{engine} here cannot read (Docker before 23): pull with podman, or rebuild the cell "

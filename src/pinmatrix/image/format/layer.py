@@ -20,7 +20,13 @@ from typing import IO, BinaryIO, cast
 import zstandard
 
 from pinmatrix.hashing import oci_digest
-from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, MEDIA_TYPES, Compressor, LayerCompression
+from pinmatrix.image.format.compression import (
+    DEFAULT_COMPRESSION,
+    MEDIA_TYPES,
+    Compressor,
+    LayerCompression,
+    layer_format,
+)
 
 MEDIA_TYPE_GZIP = MEDIA_TYPES["gzip"]
 MEDIA_TYPE_TAR = MEDIA_TYPES["none"]
@@ -57,9 +63,10 @@ class LayerDescriptor:
 
 def open_layer(path: Path, media_type: str) -> tarfile.TarFile:
     """A layer blob opened for reading its entries in order (gzip, zstd or plain tar, by media type)."""
-    if media_type.endswith("gzip"):
+    compressed = layer_format(media_type)
+    if compressed == "gzip":
         return tarfile.open(path, mode="r|gz")
-    if media_type.endswith("zstd"):
+    if compressed == "zstd":
         raw = open(path, "rb")  # noqa: SIM115 - closed with the tar (_ZstdTar.close)
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
         tar = _ZstdTar.open(fileobj=cast(BinaryIO, reader), mode="r|")

@@ -223,3 +223,14 @@ def test_messages_name_the_value_and_the_choices() -> None:
                                   "use --compression gzip or auto")
     assert str(LayerCompression("none", 0)) == "none" and str(LayerCompression("gzip", 9)) == "gzip:9"
     assert str(choose("zstd:9", "podman", True)) == "zstd:9"  # an engine that reads zstd takes an explicit zstd
+
+
+def test_each_layer_media_type_names_its_compression_and_others_none() -> None:
+    assert compression.layer_format("application/vnd.oci.image.layer.v1.tar+zstd") == "zstd"
+    assert compression.layer_format("application/vnd.docker.image.rootfs.diff.tar.gzip") == "gzip"
+    assert compression.layer_format("application/vnd.oci.image.layer.nondistributable.v1.tar") == "none"
+    for other in ("application/vnd.oci.image.config.v1+json", "application/x-foo+zstd", "", "tar+gzip"):
+        assert compression.layer_format(other) is None
+    # what the assembler writes is read back as what it is
+    assert {compression.layer_format(m) for m in compression.MEDIA_TYPES.values()} == set(compression.FORMATS)
+    assert all(compression.layer_format(compression.MEDIA_TYPES[f]) == f for f in compression.FORMATS)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
+from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, MEDIA_TYPES, LayerCompression
 from pinmatrix.image.format.layer import (
     MEDIA_TYPE_GZIP,
     MEDIA_TYPE_TAR,
@@ -391,7 +391,7 @@ def test_a_copied_link_whose_header_claims_a_size_is_written_without_it(tmp_path
     after.size = 5
     assert _copy(tmp_path, _tar_of((link, None), (after, b"hello"))) == {"lnk": None, "after": b"hello"}
     (blob,) = [p for p in tmp_path.iterdir()]
-    with open_layer(blob, "gzip") as tar:  # what GNU tar or containers/storage would skip as the link's data
+    with open_layer(blob, MEDIA_TYPES["gzip"]) as tar:  # what GNU tar or containers/storage would skip as the link's data
         assert {m.name: m.size for m in tar} == {"lnk": 0, "after": 5}
 
 
