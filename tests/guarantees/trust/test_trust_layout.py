@@ -4,12 +4,16 @@ the temporary files of a killed build are cleaned when a layout is opened."""
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pinmatrix.image.datapath.assemble import LayerCache
 from pinmatrix.image.format.layer import LayerWriter
@@ -48,6 +52,31 @@ def test_a_damaged_layer_is_not_reused_as_cached(tmp_path: Path) -> None:
     _damage(layout.blob_path(desc.digest))
     again = LayerCache(tmp_path / "cache", OCILayout(tmp_path / "oci"))
     assert again.get("key") is None and not layout.blob_path(desc.digest).exists()
+
+
+def test_a_layer_this_process_wrote_is_reused_unread_and_another_process_hashes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = OCILayout(tmp_path / "oci").init()
+    writer = LayerWriter(layout.blobs, epoch=0)
+    writer.add_bytes("opt/venv/x.py", b"x = 1\n" * 100)
+    desc = writer.close()
+    layout.written(desc.digest, desc.size)  # as the assembler does: the writer hashed what it wrote
+    cache = LayerCache(tmp_path / "cache", layout)
+    cache.put("key", desc, "wheel:x")
+    read: list[str] = []
+    real_open = builtins.open
+
+    def spying_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        read.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spying_open)
+    assert cache.get("key") == desc
+    assert str(layout.blob_path(desc.digest)) not in read  # not hashed a second time
+    monkeypatch.undo()
+    assert not layout.intact_blob(desc.digest, size=desc.size + 1)  # the size still counts
+    _damage(layout.blob_path(desc.digest))
+    assert LayerCache(tmp_path / "cache", OCILayout(tmp_path / "oci")).get("key") is None  # another process
 
 
 def test_a_hard_linked_blob_damaged_in_one_layout_is_rebuilt_in_each(tmp_path: Path) -> None:

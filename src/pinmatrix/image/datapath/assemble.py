@@ -210,6 +210,7 @@ class Assembler:
                 writer.abort()
                 raise
             planned.descriptor = writer.close()
+            self.layout.written(planned.descriptor.digest, planned.descriptor.size)  # hashed as it was written
             self.layers.put(planned.key, planned.descriptor, planned.name)
         planned.seconds = time.monotonic() - start
 

@@ -139,6 +139,12 @@ class OCILayout:
             self._intact[digest] = length
         return True
 
+    def written(self, digest: str, size: int) -> None:
+        """``digest`` names a blob this process has just written, hashing its bytes as it wrote them (a layer
+        writer): it counts as hashed, so it is not read again to be reused in this process."""
+        with self._intact_lock:
+            self._intact[digest] = size
+
     def put_blob(self, data: bytes) -> str:
         digest = oci_digest(sha256_bytes(data))
         path = self.blob_path(digest)

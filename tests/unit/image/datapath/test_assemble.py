@@ -398,6 +398,8 @@ def test_a_failed_layer_build_leaves_no_blob_no_temporary_and_no_record(project:
 
     project.assembler._cached_or_build(again, must_not_build, 0)  # found: not built
     assert again.cached and again.descriptor == planned.descriptor
+    # hashed as it was written: this process reuses it without reading it again (oci.OCILayout.written)
+    assert project.assembler.layout._intact.get(planned.descriptor.digest) == planned.descriptor.size
     record = json.loads((project.settings.cache_dir / "layers" / "key-x.json").read_text())
     assert record["what"] == "wheel:x==1"
 
