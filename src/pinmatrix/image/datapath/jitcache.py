@@ -45,7 +45,7 @@ from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_laye
 from pinmatrix.project.catalogue import matches
 from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
 
-AOT_FORMAT = 1  # bump when the layers' bytes for the same inputs would change
+AOT_FORMAT = 2  # bump when the layers' bytes for the same inputs would change (2: no build times in the manifest)
 AOT_FOLDER = "flashinfer/data/aot"  # under site-packages: flashinfer.jit.env.FLASHINFER_AOT_DIR
 MANIFEST = "pinmatrix-aot.json"  # what was built, in the AOT folder
 BUILDER = "incell/flashinfer_aot.py"
@@ -344,7 +344,19 @@ def write_aot_layer(writer: LayerWriter, site_packages: str, build: AotBuild) ->
     for name, path in sorted(build.files):
         with open(path, "rb") as handle:
             writer.add_file(f"{folder}/{name}", handle, path.stat().st_size, executable=True)
-    writer.add_bytes(f"{folder}/{MANIFEST}", (json.dumps(build.manifest, indent=1, sort_keys=True) + "\n").encode())
+    manifest = layer_manifest(build.manifest)
+    writer.add_bytes(f"{folder}/{MANIFEST}", (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+
+
+def layer_manifest(manifest: Mapping[str, object]) -> dict[str, object]:
+    """What of a build's manifest goes into the layer: all but how long each module took, a time no two builds of
+    the same inputs share (it made the layer, hence the image digest, differ between two clean builds)."""
+    kept = dict(manifest)
+    built = manifest.get("built")
+    if isinstance(built, list):
+        kept["built"] = [{k: v for k, v in entry.items() if k != "seconds"} if isinstance(entry, dict) else entry
+                         for entry in built]
+    return kept
 
 
 def scratch_dir(cache_dir: Path) -> tempfile.TemporaryDirectory[str]:

@@ -121,6 +121,21 @@ def test_built_modules_land_in_flashinfers_aot_folder(tmp_path: Path) -> None:
     assert files[f"{SITE}/flashinfer/data/aot/gemm/gemm.so"].mode & 0o111
 
 
+def test_two_builds_that_took_different_times_make_the_same_layer(tmp_path: Path) -> None:
+    so = tmp_path / "gemm.so"
+    so.write_bytes(b"\x7fELF module")
+    digests = []
+    for seconds in (12.3, 45.6):
+        manifest = {"arch_list": "9.0a", "built": [{"name": "gemm", "bytes": 11, "seconds": seconds}]}
+        writer = LayerWriter(tmp_path / f"blobs-{seconds}", epoch=0)
+        jitcache.write_aot_layer(writer, "/" + SITE, jitcache.AotBuild(manifest, [("gemm/gemm.so", so)], seconds))
+        desc = writer.close()
+        digests.append(desc.digest)
+        with tarfile.open(tmp_path / f"blobs-{seconds}" / desc.digest.split(":")[1], "r:gz") as tar:
+            assert jitcache.read_manifest(tar) == {"arch_list": "9.0a", "built": [{"name": "gemm", "bytes": 11}]}
+    assert digests[0] == digests[1]
+
+
 def test_unpack_refuses_a_member_outside_the_root(tmp_path: Path) -> None:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
