@@ -202,8 +202,8 @@ def run_ninja(ninja_file: Path, root: Path, site_packages: str, log: Path, *, jo
         handle.write(f"+ {' '.join(cmd)}\n")
         handle.flush()
         try:
-            return subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, check=False,
-                                  timeout=timeout_s).returncode
+            return subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, check=False, timeout=timeout_s,
+                                  env={**os.environ, **jitcache.nvcc_env(os.environ)}).returncode
         except subprocess.TimeoutExpired:
             return 124
 

@@ -45,7 +45,10 @@ from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_laye
 from pinmatrix.project.catalogue import matches
 from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
 
-AOT_FORMAT = 2  # bump when the layers' bytes for the same inputs would change (2: no build times in the manifest)
+AOT_FORMAT = 2  # bump when the layers' bytes for the same inputs would change (2: no build times, nvcc's stable names)
+# nvcc names its intermediate files tmpxft_<pid>_..., and those names land in each object's symbol table, so two
+# builds of one module differed in 12 bytes; made in the object's own folder they are named after the object.
+NVCC_STABLE_NAMES = "--objdir-as-tempdir"
 AOT_FOLDER = "flashinfer/data/aot"  # under site-packages: flashinfer.jit.env.FLASHINFER_AOT_DIR
 MANIFEST = "pinmatrix-aot.json"  # what was built, in the AOT folder
 BUILDER = "incell/flashinfer_aot.py"
@@ -307,6 +310,7 @@ def generate(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | Non
     env.update({"HOME": f"/{SCRATCH}/home", "FLASHINFER_WORKSPACE_BASE": f"/{SCRATCH}/ws",
                 "MAX_JOBS": str(jobs or os.cpu_count() or 1), "TMPDIR": f"/{SCRATCH}"})
     env.update(extra_env or {})
+    env.update(nvcc_env(env))
     argv = ["/opt/venv/bin/python", f"/{SCRATCH}/flashinfer_aot.py", *(["--ninja-only"] if ninja_only else []),
             f"/{SCRATCH}/{out_name}", *aot.modules]
     status = run_in_root(root, argv, env, log)
@@ -316,6 +320,13 @@ def generate(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | Non
                        f"{aot.arch_list} failed (exit {status}; {log}): {' | '.join(tail)[:400]}")
     manifest: dict[str, object] = json.loads((scratch / out_name / "manifest.json").read_text())
     return manifest
+
+
+def nvcc_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``NVCC_APPEND_FLAGS`` with NVCC_STABLE_NAMES added to what ``env`` already asks of nvcc (nvcc reads it on
+    every call, so FlashInfer's ninja files need no change)."""
+    flags = env.get("NVCC_APPEND_FLAGS", "").split()
+    return {} if NVCC_STABLE_NAMES in flags else {"NVCC_APPEND_FLAGS": " ".join([*flags, NVCC_STABLE_NAMES])}
 
 
 def module_name(cell: Cell, item: Mapping[str, object]) -> str:

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import types
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,30 @@ def test_two_builds_that_took_different_times_make_the_same_layer(tmp_path: Path
         with tarfile.open(tmp_path / f"blobs-{seconds}" / desc.digest.split(":")[1], "r:gz") as tar:
             assert jitcache.read_manifest(tar) == {"arch_list": "9.0a", "built": [{"name": "gemm", "bytes": 11}]}
     assert digests[0] == digests[1]
+
+
+def test_nvcc_is_asked_for_stable_intermediate_names_keeping_the_cells_own_flags() -> None:
+    assert jitcache.nvcc_env({}) == {"NVCC_APPEND_FLAGS": "--objdir-as-tempdir"}
+    assert jitcache.nvcc_env({"NVCC_APPEND_FLAGS": "-lineinfo"}) == {"NVCC_APPEND_FLAGS": "-lineinfo --objdir-as-tempdir"}
+    assert jitcache.nvcc_env({"NVCC_APPEND_FLAGS": "--objdir-as-tempdir -g"}) == {}
+
+
+def test_the_generator_runs_with_nvccs_stable_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, str] = {}
+
+    def run(root: Path, argv: list[str], env: dict[str, str], log: Path) -> int:
+        seen.update(env)
+        out = root / jitcache.SCRATCH / "out"
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text('{"built": []}')
+        return 0
+
+    monkeypatch.setattr(jitcache, "run_in_root", run)
+    cell = types.SimpleNamespace(id="c", name="c", env={}, python="3.13")
+    monkeypatch.setattr(jitcache, "cell_env", lambda c: {"PATH": "/usr/bin"})
+    aot = types.SimpleNamespace(modules=("gemm",), arch_list="9.0a")
+    assert jitcache.generate(cell, aot, tmp_path, tmp_path / "log") == {"built": []}  # type: ignore[arg-type]
+    assert seen["NVCC_APPEND_FLAGS"] == "--objdir-as-tempdir"
 
 
 def test_unpack_refuses_a_member_outside_the_root(tmp_path: Path) -> None:
