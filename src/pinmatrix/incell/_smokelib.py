@@ -16,7 +16,7 @@ Declared parameters (optional; ``pinmatrix bisect`` searches them): ``params`` (
 reads this run's values from ``ctx.params`` (the defaults, unless a probe set $PINMATRIX_PARAMS).
 
 Batches (``"batch": "<group>"`` in a smoke's spec): the runner may start ``<module>.py --batch`` with
-$PINMATRIX_SMOKE_BATCH naming several smokes of one group (any modules of the catalogue). They run one after the
+$PINMATRIX_BATCH_PLAN naming several smokes of one group (any modules of the catalogue). They run one after the
 other in this one process (torch imported and CUDA initialised once), each with its own log file (stdout and
 stderr point at it while it runs), its own result file, its own timeout (faulthandler ends the process when it
 passes) and the device synchronised and its cached memory freed after it. The batch stops after the first smoke
@@ -55,7 +55,7 @@ RESULT_ENV = "PINMATRIX_SMOKE_RESULT"
 CELL_ENV = "PINMATRIX_CELL"
 RESULT_PREFIX = "PINMATRIX-RESULT "
 PARAMS_ENV = "PINMATRIX_PARAMS"
-BATCH_ENV = "PINMATRIX_SMOKE_BATCH"
+BATCH_ENV = "PINMATRIX_BATCH_PLAN"
 BATCH_ARG = "--batch"
 AUTOTUNE_ENV = "PINMATRIX_AUTOTUNE_DIR"
 MAX_BATCH_SPEC = 1 << 20
@@ -405,7 +405,7 @@ def main(smokes: dict[str, dict[str, Any]], namespace: dict[str, Any]) -> None:
 
 # --- batches: several smokes of one group in one process ----------------------------------------------
 def _batch_entries(raw: str | None) -> list[dict[str, Any]]:
-    """$PINMATRIX_SMOKE_BATCH: {"smokes": [{"module", "name", "result", "log", "timeout_s"}, ...]}, every file a
+    """$PINMATRIX_BATCH_PLAN: {"smokes": [{"module", "name", "result", "log", "timeout_s"}, ...]}, every file a
     plain name (results and logs go beside $PINMATRIX_SMOKE_RESULT, modules are the catalogue's)."""
     if not raw or len(raw) > MAX_BATCH_SPEC:
         raise ValueError(f"${BATCH_ENV} is missing or longer than {MAX_BATCH_SPEC} bytes")
@@ -457,7 +457,7 @@ def _flush_native() -> None:
 
 
 def run_batch(namespace: dict[str, Any]) -> None:
-    """Run $PINMATRIX_SMOKE_BATCH's smokes in order (module docstring); never returns."""
+    """Run $PINMATRIX_BATCH_PLAN's smokes in order (module docstring); never returns."""
     out_dir = os.path.dirname(os.environ.get(RESULT_ENV, "")) or "."
     folder = os.path.dirname(os.path.abspath(str(namespace.get("__file__", ""))))
     try:
