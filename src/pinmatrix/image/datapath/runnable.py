@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
-import os
 import posixpath
 import shutil
 import tarfile
@@ -29,6 +28,7 @@ from typing import IO, Protocol
 
 from pydantic import Field, ValidationError
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.datapath.elf import MACHINES, ElfError, ElfInfo, is_elf, read_elf
@@ -244,9 +244,7 @@ def layer_scan(blob: Path, media_type: str, machine: int | None, scans: Path | N
     ops = _scan(blob, media_type, machine)
     if kept is not None:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": SCAN_FORMAT, "ops": [_op_json(op) for op in ops]}), encoding="utf-8")
-        tmp.replace(kept)
+        atomic_write_text(kept, json.dumps({"format": SCAN_FORMAT, "ops": [_op_json(op) for op in ops]}))
     return ops
 
 
