@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, str] = {
     "assembly": "benchmarks.assembly",
     "compression": "benchmarks.compression",
     "load": "benchmarks.load",
+    "merge": "benchmarks.merge",
     "report": "benchmarks.report",
 }
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pinmatrix import sizes
 from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.bundle.model import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCRIPT_NAME, BundleManifest, Part, part_name
 from pinmatrix.errors import PinmatrixError
@@ -17,7 +17,6 @@ from pinmatrix.hashing import CHUNK
 from pinmatrix.project.smoke_bundle import incell_file
 
 Say = Callable[[str], None]
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}
 MAX_PARTS = 20000
 
 
@@ -26,15 +25,11 @@ class BundleError(PinmatrixError):
 
 
 def parse_size(text: str) -> int:
-    """``56MB`` (10^6), ``60MiB`` (2^20), ``1000`` (bytes) as a byte count."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
-    unit = m.group(2).upper() if m else ""
-    if not m or unit not in _UNITS:
-        raise BundleError(f"--part-size {text!r}: expected a size such as 56MB, 60MiB or 1000000")
-    size = int(float(m.group(1)) * _UNITS[unit])
-    if size < 1:
-        raise BundleError(f"--part-size {text!r}: a part holds at least one byte")
-    return size
+    """``--part-size``: ``56MB`` (10^6), ``60MiB`` (2^20), ``1000`` (bytes) as a byte count of at least one."""
+    try:
+        return sizes.parse_size(text, "--part-size")
+    except sizes.SizeError as err:
+        raise BundleError(str(err)) from None
 
 
 def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say) -> list[Part]:

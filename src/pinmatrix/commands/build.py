@@ -24,13 +24,14 @@ from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.datapath.assemble import describe
-from pinmatrix.image.format.compression import LayerCompression, choose, for_consumer
+from pinmatrix.image.format.compression import LayerCompression, choose, for_consumer, requested
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
+from pinmatrix.sizes import parse_size
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "faster to build and pull), none, each with an optional :LEVEL (gzip:6, zstd:9); auto "
                         "(default): zstd when the images are loaded into an engine that reads it, else gzip. "
                         "Part of each layer's inputs: another choice is another image digest")
+    p.add_argument("--merge-below", default="0", metavar="SIZE",
+                   help="wheels smaller than SIZE (as their index declares them: 4MiB, 8MB) share one layer, shown "
+                        "in --print: fewer layers to pull; cells with the same small wheels share it. Default 0: "
+                        "one layer per wheel. Part of the image's inputs")
     p.add_argument("--registry", metavar="HOST/PREFIX",
                    help="image prefix and registry (default: matrix.registry, e.g. 127.0.0.1:5000/pinmatrix)")
     p.add_argument("--no-lock", action="store_true",
@@ -107,6 +112,7 @@ def settings_for(args: argparse.Namespace, matrix_root: Path, registry: str | No
         root=matrix_root, cache_dir=cache, logs_dir=args.logs_dir or matrix_root / ".pinmatrix" / "logs" / "build",
         registry=registry, ca_certificates=tuple(Path(p) for p in ca), ca_in_images=ca_in_images,
         push=args.push, layout_dir=args.layout or matrix_root / ".pinmatrix" / "oci",
+        merge_below=parse_size(args.merge_below, "--merge-below", minimum=0),
     )
 
 
@@ -142,8 +148,7 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("no cell matches the selection (--stack / -k)")
     if args.jobs < 1:
         raise PinmatrixError("--jobs must be at least 1")
-    if args.compression != "auto":
-        LayerCompression.parse(args.compression)  # a bad --compression is refused before any lock or build
+    wanted = requested(args.compression)  # a bad --compression is refused before any lock or build
     root = Path(matrix.root)
     console = Console(stderr=True, highlight=False, markup=False)
     registry_setting = args.registry or matrix.settings.registry or None
@@ -156,10 +161,10 @@ def run(args: argparse.Namespace) -> int:
         lock_problems = _ensure_locks(cells, LockSettings.of(matrix), console)
     if args.print_plan:
         # auto without starting an engine: zstd for podman, which always reads it, else gzip
-        plan_compression = for_consumer((args.engine or matrix.settings.engine) == "podman") \
-            if args.compression == "auto" else LayerCompression.parse(args.compression)
+        plan_compression = wanted or for_consumer((args.engine or matrix.settings.engine) == "podman")
         return _print_plan(cells, replace(settings, compression=plan_compression), lock_problems)
-    settings, engine, registry = _targets(args, matrix.settings.engine, registry_setting, settings, cells, console)
+    settings, engine, registry = _targets(args, wanted, matrix.settings.engine, registry_setting, settings, cells,
+                                          console)
     where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
     console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
                   f"logs in {settings.logs_dir}")
@@ -177,15 +182,16 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _targets(args: argparse.Namespace, matrix_engine: str, registry_setting: str | None, settings: BuildSettings,
-             cells: list[Cell], console: Console) -> tuple[BuildSettings, OCIEngine | None, Registry | None]:
+def _targets(args: argparse.Namespace, wanted: LayerCompression | None, matrix_engine: str,
+             registry_setting: str | None, settings: BuildSettings, cells: list[Cell],
+             console: Console) -> tuple[BuildSettings, OCIEngine | None, Registry | None]:
     """Where the images go: the engine they are loaded into (none when they are only pushed, unless --load or a
     cell builds from a Containerfile) and the registry they are pushed to."""
     engine_name = args.engine or matrix_engine
     load_images = args.load if args.load is not None else not (args.push and engine_name == "auto")
     compiles = any(needs_containerfile(c) for c in cells)
     engine = choose_engine(engine_name) if load_images or compiles else None
-    settings = replace(settings, load=load_images, compression=_compression(args.compression, engine, load_images))
+    settings = replace(settings, load=load_images, compression=_compression(wanted, engine, load_images))
     if args.push and not load_images:
         console.print("--push: images go to the registry from the OCI layout; nothing is loaded into an engine "
                       "(--load loads them too)")
@@ -197,10 +203,10 @@ def _targets(args: argparse.Namespace, matrix_engine: str, registry_setting: str
     return settings, engine, registry
 
 
-def _compression(text: str, engine: OCIEngine | None, load_images: bool) -> LayerCompression:
+def _compression(wanted: LayerCompression | None, engine: OCIEngine | None, load_images: bool) -> LayerCompression:
     """``--compression`` for the engine that loads the images (asked whether it reads zstd only then)."""
     loading = engine if engine is not None and load_images else None
-    return choose(text, loading.name if loading else None, loading.reads_zstd_layers() if loading else False)
+    return choose(wanted, loading.name if loading else None, loading.reads_zstd_layers() if loading else False)
 
 
 def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(k[:12] for k in verified.keyids)}", file=sys.stderr)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-    engine = None if args.print_only else _pull(args, registry, ref, chosen)
+    engine = None if args.print_only else _pull(args, registry, ref, chosen, verified.layer_media_types)
     if args.json:
         passed_over = [{"label": c.label, "reasons": c.reasons} for c in found[:found.index(chosen)]]
         print(json.dumps({"reference": str(ref), "digest": chosen.entry["digest"], "stack": chosen.entry["stack"],
@@ -157,16 +157,15 @@ def _say_passed_over(args: argparse.Namespace, host: HostFingerprint, found: lis
         print(f"passed over {c.label}: {'; '.join(c.reasons)}", file=sys.stderr)
 
 
-def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate):  # noqa: ANN202 - OCIEngine
-    """Pull the verified reference with the engine; the engine."""
+def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate,  # noqa: ANN202 - OCIEngine
+          layer_media_types: list[str]):
+    """Pull the verified reference with the engine (its layers' media types from the manifest that verified);
+    the engine."""
 
     engine = choose_engine(args.engine, hint="")
     if engine is None:
         raise PinmatrixError("pull needs an engine to pull into (--engine docker, podman or auto; --print only prints)")
-    manifest = registry.get_manifest(ref.repository, ref.digest)
-    layers = manifest.json.get("layers", []) if manifest is not None else []
-    check_pullable([str(layer.get("mediaType", "")) for layer in layers if isinstance(layer, dict)], str(ref),
-                   engine.name, engine.reads_zstd_layers())
+    check_pullable(layer_media_types, str(ref), engine.name, engine.reads_zstd_layers())
     with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
         engine.env.update(auth_env)
         engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))

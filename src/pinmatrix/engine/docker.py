@@ -7,6 +7,7 @@ digest itself must be reproducible."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, last_line
@@ -19,11 +20,12 @@ class DockerEngine(OCIEngine):
     name = "docker"
     binary = "docker"
     reproducible = False
+    _version: subprocess.CompletedProcess[bytes] | None = None
 
     def ensure_running(self) -> None:
         if not self.is_installed():
             raise EngineError(f"{self.not_installed_message()}; install docker.io {self.other_engine_hint()}")
-        proc = self.call(["version", "--format", "{{.Server.Version}}"], check=False, timeout=30)
+        proc = self._server_version()
         if proc.returncode != 0:
             host = self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
             raise EngineError(
@@ -33,9 +35,16 @@ class DockerEngine(OCIEngine):
 
     def reads_zstd_layers(self) -> bool:
         """Docker reads zstd layers from 23.0 on; Debian's docker.io 20.10 does not (nor an unknown version)."""
-        proc = self.call(["version", "--format", "{{.Server.Version}}"], check=False, timeout=30)
+        proc = self._server_version()
         head = proc.stdout[:64].decode("ascii", "replace").strip().split(".", 1)[0]
         return proc.returncode == 0 and head.isdigit() and int(head) >= 23
+
+    def _server_version(self) -> subprocess.CompletedProcess[bytes]:
+        """``docker version`` of the daemon, asked once per engine object (a daemon that answered keeps its
+        version; one that did not is asked again)."""
+        if self._version is None or self._version.returncode != 0:
+            self._version = self.call(["version", "--format", "{{.Server.Version}}"], check=False, timeout=30)
+        return self._version
 
     def build(
         self,

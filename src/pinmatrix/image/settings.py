@@ -40,6 +40,7 @@ class BuildSettings:
     compression: LayerCompression = DEFAULT_COMPRESSION  # the cell layers'; the base is always the default
     load: bool = True  # load each image into the engine's store
     authfile: Path | None = None
+    merge_below: int = 0  # wheels smaller than this many bytes share one layer; 0: each wheel its own layer
 
     @property
     def images_dir(self) -> Path:
@@ -53,7 +54,7 @@ class BuildSettings:
         return AssemblySettings(root=self.root, cache_dir=self.cache_dir, layout_dir=self.layout,
                                 smoke_dir=self.smoke_dir, extra_ca=self.ca_certificates,
                                 ca_in_images=self.ca_in_images, compression=self.compression, jobs=jobs,
-                                registry_authfile=self.authfile)
+                                registry_authfile=self.authfile, merge_below=self.merge_below)
 
 
 @dataclass

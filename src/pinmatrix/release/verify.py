@@ -77,6 +77,8 @@ class Verification(BaseModel):
     sbom_components: int | None = None
     evidence: list[EvidenceReport] = Field(default_factory=list)
     trusted_keys: list[str] = Field(default_factory=list)
+    # the media types of the verified manifest's layers, for the engine check before a pull (not in the report)
+    layer_media_types: list[str] = Field(default_factory=list, exclude=True)
 
     @property
     def reason(self) -> str:
@@ -235,6 +237,9 @@ def _single_image(registry: Registry, ref: ImageRef, out: Verification,
     if manifest.media_type in INDEX_TYPES or "config" not in manifest.json:
         out.problems.append(f"{ref} is an image index, not one image: pinmatrix promotes single images")
         return None
+    layers = manifest.json.get("layers")
+    out.layer_media_types = [str(layer.get("mediaType", "")) for layer in layers if isinstance(layer, dict)] \
+        if isinstance(layers, list) else []
     return digest, registry.config_labels(ref.repository, manifest.json)
 
 

@@ -39,6 +39,8 @@ def test_no_engine_at_all(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa:
         (["--stack", "demo", "--jobs", "0"], "--jobs must be at least 1"),
         (["--stack", "demo", "--compression", "lz4"], "layer compression 'lz4': not one of gzip, zstd, none"),
         (["--stack", "demo", "--compression", "zstd:99"], "level 99 is outside 1-19"),
+        (["--stack", "demo", "--merge-below", "4 parsecs"], "--merge-below '4 parsecs': expected a size such as"),
+        (["--stack", "demo", "--merge-below=-1MB"], "--merge-below '-1MB': expected a size such as"),
     ],
 )
 def test_bad_selection(args: list[str], message: str, capsys) -> None:  # noqa: ANN001
@@ -82,3 +84,20 @@ def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -
     assert again["download_bytes"] == 0
     assert all(layer["download"] is None for layer in again["layers"])
 
+
+
+@pytest.mark.network  # the demo's wheels are looked up on the default index
+def test_print_shows_the_wheels_merge_below_puts_in_one_layer(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import json
+
+    args = ["build", str(REPO / "matrix.toml"), "--stack", "demo", "--print", "--cache-dir", str(tmp_path / "c")]
+    assert main(args) == 0
+    apart = json.loads(capsys.readouterr().out)
+    assert main([*args, "--merge-below", "1GiB"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    for one, together in zip(apart, merged, strict=True):
+        wheels = [layer["name"] for layer in one["layers"] if layer["name"].startswith("wheel:")]
+        (layer,) = [layer for layer in together["layers"] if layer["name"].startswith("wheels:")]
+        assert [q["name"] for q in layer["parts"]] == sorted(wheels) and not any(
+            q["name"].startswith("wheel:") for q in together["layers"])
+        assert together["download_bytes"] == one["download_bytes"] and together["inputs"] != one["inputs"]

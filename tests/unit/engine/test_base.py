@@ -126,3 +126,19 @@ def test_podman_reads_zstd_layers() -> None:
     from pinmatrix.engine.podman import PodmanEngine
 
     assert PodmanEngine().reads_zstd_layers()
+
+
+def test_docker_asks_the_daemon_its_version_once_and_again_only_after_no_answer(tmp_path: Path) -> None:
+    from pinmatrix.engine.docker import DockerEngine
+
+    asked = tmp_path / "asked"
+    answer = tmp_path / "answer"
+    fake = tmp_path / "docker"
+    fake.write_text(f"#!/bin/sh\necho x >> '{asked}'\n[ -f '{answer}' ] || exit 1\nprintf '27.3.1\\n'\n")
+    fake.chmod(0o755)
+    engine = DockerEngine(env={"PATH": str(tmp_path)})
+    assert engine.reads_zstd_layers() is False  # no daemon yet: not known, and not kept
+    answer.write_text("")
+    engine.ensure_running()
+    assert engine.reads_zstd_layers() is True
+    assert asked.read_text().count("x") == 2  # the answer is kept; only the failed ask was repeated

@@ -106,6 +106,9 @@ def test_a_signed_passing_result_and_sbom_verify(world: World) -> None:
     assert (report.predicate_type, report.signed, report.verified, report.keyid, report.key_source, report.note) == (
         TEST_RESULT_PREDICATE, True, True, world.key.keyid, world.key.source, None)
     assert json.loads(out.to_json())["ok"] is True
+    # the verified manifest's layer media types reach pull's engine check, and stay out of the report
+    assert out.layer_media_types == ["application/vnd.oci.image.layer.v1.tar"]
+    assert "layer_media_types" not in json.loads(out.to_json())
     assert world.verify(world.image, expect_digest=world.digest, expect_cell=CPU_CELL.id, expect_stack="demo",
                         not_before="2026-12-01T14:00:00Z").ok
 

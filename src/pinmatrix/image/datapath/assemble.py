@@ -32,7 +32,7 @@ from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
 from pinmatrix.image.containerfile.patch_sources import resolve_patch
-from pinmatrix.image.datapath import crossaot, jitcache
+from pinmatrix.image.datapath import crossaot, jitcache, merge
 from pinmatrix.image.datapath.install import VenvLayout, install_wheel
 from pinmatrix.image.datapath.lockcheck import checked_lock
 from pinmatrix.image.datapath.patching import apply_patch, parse_patch
@@ -58,7 +58,6 @@ from pinmatrix.registry.auth import find_credentials
 
 LAYOUT_FORMAT = 2  # bump when a layer's bytes for the same inputs would change (2: scripts' #!python rewritten)
 PATCH_FORMAT = 2  # a patch layer's own: 2 keeps a patched file's executable bit from its wheel
-MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
 INSTALLER_VERSION = importlib.metadata.version("installer")
 MAX_LAYERS = 100  # like buildLayeredImage: the smallest wheels share one layer past this many
@@ -81,6 +80,7 @@ class AssemblySettings:
     compression: LayerCompression = DEFAULT_COMPRESSION  # every layer but the base (always the default)
     jobs: int = 4  # wheels fetched and laid out at once
     max_layers: int = MAX_LAYERS
+    merge_below: int = 0  # wheels smaller than this many bytes share one layer (image/datapath/merge.py); 0: none
     registry_authfile: Path | None = None
     check_runnable: bool = True  # every ELF's interpreter and libraries resolve in the image (runnable.py)
 
@@ -110,6 +110,8 @@ class AssembledImage:
     cached: bool = False
     layers: list[PlannedLayer] = field(default_factory=list)
     seconds: float = 0.0
+    merge_by_size: list[str] = field(default_factory=list)  # the wheel layers the plan merges into one (merge.by_size)
+    merged: PlannedLayer | None = None  # the layer they make, while ``layers`` still lists them (the plan)
 
     @property
     def size(self) -> int:
@@ -354,13 +356,23 @@ class Assembler:
             found = self.layers.get(planned.key)
             if found is not None:
                 planned.descriptor, planned.cached = found, True
+        image.merge_by_size = merge.by_size({p.name: wheels[_wheel_name(p)].size for p in image.layers
+                                             if p.name.startswith("wheel:")}, self.settings.merge_below)
+        if image.merge_by_size:
+            image.merged = PlannedLayer(merge.merged_name(image.merge_by_size), _merged_key(
+                [p for p in image.layers if p.name in set(image.merge_by_size)]))
+            found = self.layers.get(image.merged.key)
+            if found is not None:
+                image.merged.descriptor, image.merged.cached = found, True
         lock_sha = sha256_bytes(lock_text.encode())
         labels = cell_labels(cell, base=base.name, lock_sha=lock_sha,
                              layers=[p.name for p in image.layers], epoch=epoch)
         env = cell_env(cell)
-        # how small layers are merged past max_layers happens after the plan, so its format and bound are inputs here
+        # the small layers are merged after the plan, so the merge's format, bound and choice are inputs here (the
+        # choice only when there is one: images made before --merge-below keep their inputs)
+        merged = [image.merge_by_size] if image.merge_by_size else []
         image.inputs = _key("image", LAYOUT_FORMAT, [p.key for p in image.layers], labels, env, list(base.env),
-                            [d.digest for d in base.layers], MERGE_FORMAT, self.settings.max_layers)
+                            [d.digest for d in base.layers], merge.MERGE_FORMAT, self.settings.max_layers, *merged)
         labels[INPUTS] = image.inputs
         context: dict[str, object] = {"base": base, "venv": venv, "wheels": wheels, "labels": labels, "env": env,
                                       "epoch": epoch, "smoke": smoke, "aot": aot}
@@ -495,7 +507,8 @@ class Assembler:
         manifest, written to the layout under ``ref``."""
         cell, base, image = job.cell, job.base, job.image
         job.on_step("config")
-        image.layers = _merge_small(image.layers, self.settings.max_layers, self, job.epoch)
+        image.layers = _merge_small(image.layers, image.merge_by_size, self.settings.max_layers, self, job.epoch)
+        image.merged = None
         descriptors = [*base.layers, *(p.descriptor for p in image.layers[1:] if p.descriptor)]
         if self.settings.check_runnable:
             job.on_step("runnable")
@@ -543,52 +556,53 @@ def _size(wheels: dict[str, WheelFile], planned: PlannedLayer) -> int:
     return wheels[_wheel_name(planned)].size or 0
 
 
-def _merge_small(layers: list[PlannedLayer], max_layers: int, assembler: Assembler, epoch: int) -> list[PlannedLayer]:
-    """Past ``max_layers``, the smallest wheel layers are replaced by one layer holding all of them (its key is
-    made of theirs, so it is shared too)."""
-    if len(layers) <= max_layers:
+def _merge_small(layers: list[PlannedLayer], chosen: Sequence[str], max_layers: int, assembler: Assembler,
+                 epoch: int) -> list[PlannedLayer]:
+    """The wheel layers ``chosen`` by size in the plan and, past ``max_layers``, the smallest others, replaced by one
+    layer holding all of them (image/datapath/merge.py; its key is made of theirs, so it is shared too)."""
+    wheel_layers = {p.name: p for p in layers if p.name.startswith("wheel:")}
+    names = merge.parts_to_merge(len(layers), {n: p.descriptor.size if p.descriptor else 0
+                                               for n, p in wheel_layers.items()}, chosen, max_layers)
+    if not names:
         return layers
-    wheel_layers = [p for p in layers if p.name.startswith("wheel:")]
-    keep = len(wheel_layers) - (len(layers) - max_layers) - 1
-    by_size = sorted(wheel_layers, key=lambda p: (-(p.descriptor.size if p.descriptor else 0), p.name))
-    small = sorted(by_size[max(keep, 0):], key=lambda p: p.name)
-    merged = PlannedLayer("wheels:" + ",".join(p.name.split(":", 1)[1] for p in small),
-                          _key("merged", LAYOUT_FORMAT, MERGE_FORMAT, [p.key for p in small]))
-
-    def build(writer: LayerWriter) -> None:
-        # Each path once: a directory the first time (the writer skips repeats), any other entry only from the
-        # last layer that has it, as the layers' own order would have left it.
-        last: dict[str, int] = {}
-        for i, part in enumerate(small):
-            assert part.descriptor is not None
-            with open_layer(assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type) as tar:
-                for member in tar:
-                    if not member.isdir():
-                        last[member.name.removeprefix("./").rstrip("/")] = i
-        for i, part in enumerate(small):
-            assert part.descriptor is not None
-            with open_layer(assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type) as tar:
-                for member in tar:
-                    if not member.isdir() and last.get(member.name.removeprefix("./").rstrip("/")) != i:
-                        continue
-                    writer.add_member(member, tar.extractfile(member) if member.isreg() else None)
-
-    assembler._cached_or_build(merged, build, epoch)
-    small_names = {p.name for p in small}
-    out = [p for p in layers if p.name not in small_names]
-    insert_at = next((i for i, p in enumerate(out) if p.name.startswith(("patch:", "smoke", "ca"))), len(out))
-    out.insert(insert_at, merged)
+    small = [wheel_layers[n] for n in names]
+    merged = PlannedLayer(merge.merged_name(names), _merged_key(small))
+    blobs = []
+    for part in small:
+        assert part.descriptor is not None
+        blobs.append((assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type))
+    assembler._cached_or_build(merged, merge.merged_layer(blobs), epoch)
+    out = [p for p in layers if p.name not in set(names)]
+    out.insert(merge.insert_position([p.name for p in out]), merged)
     return out
 
 
+def _merged_key(parts: Sequence[PlannedLayer]) -> str:
+    return _key("merged", LAYOUT_FORMAT, merge.MERGE_FORMAT, [p.key for p in parts])
+
+
 def describe(images: Sequence[AssembledImage]) -> list[dict[str, object]]:
-    """The build plan / metadata as JSON-ready data."""
+    """The build plan / metadata as JSON-ready data; in a plan, the wheel layers merged by size are listed as the
+    ``parts`` of the layer they make."""
     return [{
         "cell": img.cell.id, "name": img.cell.name, "ref": img.ref, "digest": img.digest or None,
         "config": img.config_digest or None, "inputs": img.inputs, "cached": img.cached,
         "download_bytes": sum(p.download or 0 for p in img.layers if not p.cached),
-        "layers": [{"name": p.name, "key": p.key, "cached": p.cached,
-                    "digest": p.descriptor.digest if p.descriptor else None,
-                    "size": p.descriptor.size if p.descriptor else None,
-                    "download": p.download if not p.cached else None} for p in img.layers],
+        "layers": _described_layers(img),
     } for img in images]
+
+
+def _described_layers(img: AssembledImage) -> list[dict[str, object]]:
+    if img.merged is None:
+        return [_described(p) for p in img.layers]
+    parts = set(img.merge_by_size)
+    out = [p for p in img.layers if p.name not in parts]
+    described = [_described(p) for p in out]
+    described.insert(merge.insert_position([p.name for p in out]), {
+        **_described(img.merged), "download": None, "parts": [_described(p) for p in img.layers if p.name in parts]})
+    return described
+
+
+def _described(p: PlannedLayer) -> dict[str, object]:
+    return {"name": p.name, "key": p.key, "cached": p.cached, "digest": p.descriptor.digest if p.descriptor else None,
+            "size": p.descriptor.size if p.descriptor else None, "download": p.download if not p.cached else None}

@@ -130,15 +130,19 @@ def for_consumer(reads_zstd: bool) -> LayerCompression:
     return LayerCompression("zstd", DEFAULT_LEVELS["zstd"]) if reads_zstd else DEFAULT_COMPRESSION
 
 
-def choose(text: str, engine: str | None, reads_zstd: bool) -> LayerCompression:
-    """``--compression TEXT`` for images loaded into ``engine`` (None: none here loads them): ``auto`` as
+def requested(text: str) -> LayerCompression | None:
+    """``--compression TEXT`` parsed once: None for ``auto`` (decided by the engine that loads the images)."""
+    return None if text == "auto" else LayerCompression.parse(text)
+
+
+def choose(wanted: LayerCompression | None, engine: str | None, reads_zstd: bool) -> LayerCompression:
+    """The layers' compression for images loaded into ``engine`` (None: none here loads them): ``auto`` (None) as
     ``for_consumer``; an explicit zstd refused for an engine that cannot load it."""
-    if text == "auto":
+    if wanted is None:
         return for_consumer(engine is not None and reads_zstd)
-    chosen = LayerCompression.parse(text)
     if engine is not None:
-        check_readable(chosen, engine, reads_zstd)
-    return chosen
+        check_readable(wanted, engine, reads_zstd)
+    return wanted
 
 
 def check_readable(compression: LayerCompression, engine: str, reads_zstd: bool) -> None:

@@ -466,6 +466,53 @@ def test_the_merged_layer_is_shared_by_its_parts_keys(tmp_path: Path, index: tup
     assert f"{SITE}/gamma.py" not in p.layer_files(merged.descriptor)  # type: ignore[arg-type]
 
 
+def test_wheels_below_merge_below_share_one_layer_that_the_plan_shows(
+        tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = {n: len(wheel_bytes(n, WHEELS[n][0], WHEELS[n][1])) for n in WHEELS}
+    bound = max(sizes["alpha"], sizes["beta"]) + 1
+    assert bound <= sizes["gamma"]
+    p = Project(tmp_path / "p", index[0], monkeypatch, merge_below=bound)
+    _serve(index[1], p)
+    cell = p.make(("alpha", "beta", "gamma"))
+    plan, _ = p.assembler.plan(cell, p.lock(cell), p.log, dry=True)
+    (shown,) = describe([plan])
+    layers = shown["layers"]
+    assert isinstance(layers, list)
+    assert [entry["name"] for entry in layers] == ["base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0",
+                                                   "smoke"]  # where the image will have it
+    merged_entry = layers[3]
+    assert [q["name"] for q in merged_entry["parts"]] == ["wheel:alpha==1.0", "wheel:beta==2.0"]
+    assert merged_entry["cached"] is False and merged_entry["digest"] is None
+    assert [q["download"] for q in merged_entry["parts"]] == [sizes["alpha"], sizes["beta"]]
+
+    image = p.assemble(cell)
+    assert [layer.name for layer in image.layers] == ["base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0",
+                                                      "smoke"]
+    assert image.merged is None and image.layers[3].key == merged_entry["key"]
+    files = p.layer_files(image.layers[3].descriptor)  # type: ignore[arg-type]
+    assert files[f"{SITE}/shared/data.txt"] == b"from beta\n" and f"{SITE}/alpha.py" in files
+    again, _ = p.assembler.plan(cell, p.lock(cell), p.log)
+    merged_again = describe([again])[0]["layers"][3]  # type: ignore[index]
+    assert merged_again["cached"] is True and merged_again["digest"] == image.layers[3].descriptor.digest  # type: ignore[union-attr]
+
+    # another cell with the same small wheels shares the merged layer; building nothing of it again
+    steps: list[str] = []
+    other = p.assemble(p.make(("alpha", "beta", "gamma"), env={"X": "1"}), ref="localhost/rules:env", steps=steps)
+    assert other.layers[3].descriptor == image.layers[3].descriptor and not any(s.startswith("layer ") for s in steps)
+
+    # the choice is an input: without it (a bound below every wheel, or none) the image is the one-layer-per-wheel one
+    plain = Project(tmp_path / "plain", index[0], monkeypatch)
+    tiny = Project(tmp_path / "tiny", index[0], monkeypatch, merge_below=min(sizes.values()))
+    plain_plan, _ = plain.assembler.plan(cell, plain.lock(cell), plain.log, dry=True)
+    tiny_plan, _ = tiny.assembler.plan(cell, tiny.lock(cell), tiny.log, dry=True)
+    assert tiny_plan.inputs == plain_plan.inputs != plan.inputs
+    assert tiny_plan.merge_by_size == [] and tiny_plan.merged is None
+    built_plain = plain.assemble(cell)
+    assert [layer.name for layer in built_plain.layers][2:5] == ["wheel:alpha==1.0", "wheel:beta==2.0",
+                                                                 "wheel:gamma==3.0"]
+    assert built_plain.digest != image.digest
+
+
 # -- refusals --------------------------------------------------------------------------------------------
 
 def test_a_base_without_python_or_with_another_one_is_refused(project: Project) -> None:

@@ -32,7 +32,7 @@ from test_assemble import (  # noqa: F401 (index and project are fixtures)
 
 from pinmatrix.cell import BaseSpec, Cell
 from pinmatrix.image.datapath import assemble as assemble_module
-from pinmatrix.image.datapath import crossaot
+from pinmatrix.image.datapath import crossaot, merge
 from pinmatrix.image.datapath.assemble import Assembler, describe
 from pinmatrix.image.datapath.rootfs import BaseLayers
 from pinmatrix.image.datapath.wheels import Target
@@ -83,7 +83,7 @@ def test_a_merge_format_bump_gives_the_merged_layer_a_new_key_and_builds_it_agai
     cell = p.make(("alpha", "beta", "gamma"))
     first = p.assemble(cell).layers[2]
     assert first.name == "wheels:alpha==1.0,beta==2.0,gamma==3.0" and not first.cached
-    monkeypatch.setattr(assemble_module, "MERGE_FORMAT", assemble_module.MERGE_FORMAT + 1)
+    monkeypatch.setattr(merge, "MERGE_FORMAT", merge.MERGE_FORMAT + 1)
     second = p.assemble(cell, ref="localhost/rules:merge").layers[2]
     assert second.name == first.name
     assert second.key != first.key and not second.cached  # a merged layer of the old format is not reused
@@ -215,7 +215,7 @@ def test_a_merge_format_bump_assembles_again_an_image_already_under_its_ref(
     _serve(index[1], p)
     cell = p.make(("alpha", "beta", "gamma"))
     first = p.assemble(cell)
-    monkeypatch.setattr(assemble_module, "MERGE_FORMAT", assemble_module.MERGE_FORMAT + 1)
+    monkeypatch.setattr(merge, "MERGE_FORMAT", merge.MERGE_FORMAT + 1)
     again = p.assemble(cell)  # the same ref
     assert not again.cached and again.inputs != first.inputs
 

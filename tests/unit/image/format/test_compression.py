@@ -24,6 +24,7 @@ from pinmatrix.image.format.compression import (
     check_readable,
     choose,
     for_consumer,
+    requested,
 )
 
 
@@ -165,14 +166,15 @@ def test_the_default_thread_count_is_the_cpus_this_process_may_use(monkeypatch: 
 ])
 def test_choose_follows_the_engine_that_loads_the_images(text: str, engine: str | None, reads: bool,
                                                          expected: str) -> None:
-    assert str(choose(text, engine, reads)) == expected
+    assert str(choose(requested(text), engine, reads)) == expected
 
 
 def test_choose_refuses_explicit_zstd_for_an_engine_that_cannot_read_it() -> None:
     with pytest.raises(CompressionError, match="engine docker here cannot read zstd layers"):
-        choose("zstd", "docker", False)
+        choose(requested("zstd"), "docker", False)
     with pytest.raises(CompressionError, match="not one of"):
-        choose("xz", None, False)
+        requested("xz")
+    assert requested("auto") is None
 
 
 def test_an_image_with_zstd_layers_is_not_handed_to_an_engine_that_cannot_read_it() -> None:
@@ -222,7 +224,7 @@ def test_messages_name_the_value_and_the_choices() -> None:
     assert str(refused.value) == ("--compression zstd:3: engine docker here cannot read zstd layers (Docker before 23); "
                                   "use --compression gzip or auto")
     assert str(LayerCompression("none", 0)) == "none" and str(LayerCompression("gzip", 9)) == "gzip:9"
-    assert str(choose("zstd:9", "podman", True)) == "zstd:9"  # an engine that reads zstd takes an explicit zstd
+    assert str(choose(requested("zstd:9"), "podman", True)) == "zstd:9"  # an engine that reads zstd takes an explicit zstd
 
 
 def test_each_layer_media_type_names_its_compression_and_others_none() -> None:
