@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "load": "benchmarks.load",
     "merge": "benchmarks.merge",
     "report": "benchmarks.report",
+    "userpath": "benchmarks.userpath",
 }
 
 
