@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.assembly import _progress, _pull_fresh
+from benchmarks.plaincell import plain_cell
 from pinmatrix.engine.services import start_registry
 from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
 from pinmatrix.image.datapath.rootfs import debian_base
 from pinmatrix.image.format.compression import LayerCompression
 from pinmatrix.image.format.publish import push
 from pinmatrix.image.settings import image_ref
-from pinmatrix.matrix.expand import select_cells
-from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
-from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.sizes import parse_size
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
@@ -39,15 +37,10 @@ JOBS = 4
 
 
 def run() -> dict[str, Any]:
-    root = Path(".").resolve()
-    matrix = load_matrix(root / "matrix.toml")
-    cells = select_cells(expand_matrix(matrix).cells, stack=STACK)
-    cell = next((c for c in cells if not c.patches_to_apply), cells[0])
-    extra_ca = tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists())
+    target = plain_cell(STACK)
+    root, cell, extra_ca, work_root = target.root, target.cell, target.extra_ca, target.work_root
     figures: dict[str, Any] = {"stack": STACK, "cell": cell.name, "compression": str(COMPRESSION),
                                "merge_below_bytes": MERGE_BELOW, "rounds": ROUNDS}
-    work_root = root / ".pinmatrix" / "bench"
-    work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="merge-", dir=work_root) as tmp:
         work = Path(tmp)
         apart_settings = AssemblySettings(root=root, cache_dir=Path(CACHE) if CACHE else work / "cache",

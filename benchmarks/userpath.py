@@ -21,15 +21,13 @@ from typing import Any
 
 from benchmarks.assembly import _progress, _pull_fresh
 from benchmarks.floor import peer_build
+from benchmarks.plaincell import plain_cell
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.datapath.rootfs import debian_base
 from pinmatrix.image.datapath.wheels import DEFAULT_INDEX
 from pinmatrix.image.format.compression import LayerCompression
 from pinmatrix.image.format.oci import OCILayout
-from pinmatrix.matrix.expand import select_cells
-from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
-from pinmatrix.project.matrix_toml import load_matrix
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
 COMPRESSION = LayerCompression.parse(os.environ.get("PINMATRIX_BENCH_COMPRESSION", "zstd:3"))
@@ -48,14 +46,9 @@ def _timed(argv: list[str], env: dict[str, str], log: Path) -> float:
 
 
 def run() -> dict[str, Any]:
-    root = Path(".").resolve()
-    matrix = load_matrix(root / "matrix.toml")
-    cells = select_cells(expand_matrix(matrix).cells, stack=STACK)
-    cell = next((c for c in cells if not c.patches_to_apply), cells[0])
-    extra_ca = tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists())
+    target = plain_cell(STACK)
+    root, cell, extra_ca, work_root = target.root, target.cell, target.extra_ca, target.work_root
     figures: dict[str, Any] = {"stack": STACK, "cell": cell.name, "compression": str(COMPRESSION)}
-    work_root = root / ".pinmatrix" / "bench"
-    work_root.mkdir(parents=True, exist_ok=True)
     pinmatrix = [sys.executable, "-m", "pinmatrix"]
     with tempfile.TemporaryDirectory(prefix="userpath-", dir=work_root) as tmp:
         work = Path(tmp)
