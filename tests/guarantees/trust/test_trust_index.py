@@ -4,6 +4,7 @@ a download larger than its bound is refused, each with one line and nothing writ
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -108,6 +109,20 @@ def test_a_download_longer_than_its_declared_size_is_refused_and_not_kept(index:
     with pytest.raises(WheelError, match=rf"larger than the {len(BODY) - 1} bytes the index declared"):
         fetcher.fetch(wheel)
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+def test_a_wheel_shorter_than_its_declared_size_is_refused_cached_or_not(index: str, tmp_path: Path) -> None:
+    _serve("tiny-1.0-py3-none-any.whl", size=len(BODY) + 1)  # the lock's bytes, but the index says one more
+    fetcher, wheel = _choose(index, tmp_path / "cache")
+    with pytest.raises(WheelError, match=rf"is {len(BODY)} bytes, not the {len(BODY) + 1} the index declared"):
+        fetcher.fetch(wheel)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    _serve("tiny-1.0-py3-none-any.whl", size=len(BODY))
+    honest_fetcher, honest = _choose(index, tmp_path / "cache")
+    kept = honest_fetcher.fetch(honest)
+    assert kept.read_bytes() == BODY
+    with pytest.raises(WheelError, match=rf"is {len(BODY)} bytes, not the {len(BODY) + 1} the index declared"):
+        WheelFetcher(tmp_path / "cache").fetch(dataclasses.replace(honest, size=len(BODY) + 1))  # cached, misstated
 
 
 def test_a_download_without_a_size_is_bounded(index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -229,6 +229,7 @@ class WheelFetcher:
         if target.is_file():
             if wheel.sha256 in self._intact or sha256_file(target) == wheel.sha256:
                 self._intact.add(wheel.sha256)
+                _check_declared_size(wheel, target.stat().st_size)
                 return target
             target.unlink(missing_ok=True)  # damaged in the cache: fetched again
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -256,9 +257,22 @@ class WheelFetcher:
         if digest.hexdigest() != wheel.sha256:
             tmp.unlink(missing_ok=True)
             raise WheelError(f"{wheel.filename}: sha256 {digest.hexdigest()} does not match the lock's {wheel.sha256}")
+        try:
+            _check_declared_size(wheel, total)
+        except WheelError:
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, target)
         self._intact.add(wheel.sha256)
         return target
+
+
+def _check_declared_size(wheel: WheelFile, size: int) -> None:
+    """The wheel's bytes are as many as its index declared (where it declared a size): the plan decides from the
+    declared size which wheels share a layer (``build --merge-below``), so an index that misstates it would make
+    another image of the same lock."""
+    if wheel.size is not None and size != wheel.size:
+        raise WheelError(f"{wheel.filename}: the wheel is {size} bytes, not the {wheel.size} the index declared")
 
 
 def cell_target(cell: Cell) -> Target:
