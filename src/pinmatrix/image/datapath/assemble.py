@@ -359,8 +359,9 @@ class Assembler:
         image.merge_by_size = merge.by_size({p.name: wheels[_wheel_name(p)].size for p in image.layers
                                              if p.name.startswith("wheel:")}, self.settings.merge_below)
         if image.merge_by_size:
+            by_name = {p.name: p for p in image.layers}  # in the order _merge_small keys them: by layer name
             image.merged = PlannedLayer(merge.merged_name(image.merge_by_size), _merged_key(
-                [p for p in image.layers if p.name in set(image.merge_by_size)]))
+                [by_name[n] for n in image.merge_by_size]))
             found = self.layers.get(image.merged.key)
             if found is not None:
                 image.merged.descriptor, image.merged.cached = found, True

@@ -57,7 +57,7 @@ EXECUTABLE = {"alpha/run.sh"}  # written 0755 in its wheel
 
 
 def wheel_bytes(name: str, version: str, files: dict[str, bytes]) -> bytes:
-    dist = f"{name}-{version}.dist-info"
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
     entries = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
                f"{dist}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in entries.items()) + f"{dist}/RECORD,,\n"
@@ -74,6 +74,7 @@ WHEELS = {
     "alpha": ("1.0", {"alpha.py": b"A = 1\n" * 2000, "shared/data.txt": b"from alpha\n",
                       "alpha/run.sh": b"#!/bin/sh\necho one\n", "alpha/sub/deep.py": b"D = 1\n",
                       "alpha/same.py": b"S = 1\n"}),
+    "alpha-x": ("1.0", {"alpha_x.py": b"AX = 1\n"}),  # its layer name sorts before alpha's: "-" < "="
     "beta": ("2.0", {"beta.py": b"B = 2\n", "shared/data.txt": b"from beta\n", "beta/libX": b"X", "beta/trail ": b"T"}),
     "gamma": ("3.0", {"gamma.py": b"G = 3\n" * 200,  # and bytes that do not compress: the largest layer
                       "gamma.bin": b"".join(hashlib.sha256(bytes([i, j])).digest() for i in range(4) for j in range(256))}),
@@ -164,7 +165,7 @@ def index() -> Iterator[tuple[str, dict[str, bytes]]]:
 
 def _serve(pages: dict[str, bytes], project: Project) -> None:
     for name, data in project.data.items():
-        filename = f"{name}-{WHEELS[name][0]}-py3-none-any.whl"
+        filename = f"{name.replace('-', '_')}-{WHEELS[name][0]}-py3-none-any.whl"
         pages[f"/simple/{name}/"] = json.dumps({"files": [{
             "filename": filename, "url": f"/files/{filename}", "hashes": {"sha256": project.sha[name]},
             "size": len(data)}]}).encode()
@@ -211,7 +212,7 @@ def test_an_image_is_base_venv_wheels_smoke_in_that_order_named_by_its_config(pr
     assert "LANG=C.UTF-8" in config["config"]["Env"]
     assert steps[0] == "plan" and steps[-2:] == ["config", "runnable"]
     for name in ("alpha", "beta"):
-        filename = f"{name}-{WHEELS[name][0]}-py3-none-any.whl"
+        filename = f"{name.replace('-', '_')}-{WHEELS[name][0]}-py3-none-any.whl"
         assert steps.index(f"fetch {filename}") < steps.index(f"layer {filename}") < steps.index("config")
     assert project.layer_files(descriptors[2])[f"{SITE}/alpha.py"] == b"A = 1\n" * 2000  # type: ignore[arg-type]
     assert project.layer_files(descriptors[3])[f"{SITE}/beta.py"] == b"B = 2\n"  # type: ignore[arg-type]
@@ -511,6 +512,20 @@ def test_wheels_below_merge_below_share_one_layer_that_the_plan_shows(
     assert [layer.name for layer in built_plain.layers][2:5] == ["wheel:alpha==1.0", "wheel:beta==2.0",
                                                                  "wheel:gamma==3.0"]
     assert built_plain.digest != image.digest
+
+
+def test_the_plan_keys_a_merged_layer_as_the_build_does_whatever_the_names_sort_to(
+        tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = {n: len(wheel_bytes(n, WHEELS[n][0], WHEELS[n][1])) for n in WHEELS}
+    p = Project(tmp_path / "p", index[0], monkeypatch, merge_below=max(sizes["alpha"], sizes["alpha-x"]) + 1)
+    _serve(index[1], p)
+    cell = p.make(("alpha", "alpha-x", "gamma"))
+    plan, _ = p.assembler.plan(cell, p.lock(cell), p.log, dry=True)
+    assert plan.merged is not None and plan.merge_by_size == ["wheel:alpha-x==1.0", "wheel:alpha==1.0"]
+    built = next(layer for layer in p.assemble(cell).layers if layer.name.startswith("wheels:"))
+    assert (built.name, built.key) == (plan.merged.name, plan.merged.key)
+    again, _ = p.assembler.plan(cell, p.lock(cell), p.log)
+    assert again.merged is not None and again.merged.cached
 
 
 # -- refusals --------------------------------------------------------------------------------------------
