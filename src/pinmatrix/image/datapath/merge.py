@@ -15,16 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pinmatrix.image.format.layer import LayerWriter, open_layer
+from pinmatrix.image.format.layer import LayerWriter, member_path, open_layer
 
 MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once
 
 
 def by_size(wheel_sizes: Mapping[str, int | None], merge_below: int) -> list[str]:
     """The wheel layers whose wheel is smaller than ``merge_below`` bytes, in name order; none when fewer than two
-    are (one layer merged alone is the same layer). A wheel of unknown size is not merged."""
-    if merge_below <= 0:
-        return []
+    are (one layer merged alone is the same layer); none for a bound of 0 or less. A wheel of unknown size is not
+    merged."""
     small = sorted(name for name, size in wheel_sizes.items() if size is not None and size < merge_below)
     return small if len(small) >= 2 else []
 
@@ -51,7 +50,7 @@ def insert_position(names: Sequence[str]) -> int:
 
 def merged_name(part_names: Sequence[str]) -> str:
     """``wheels:a==1,b==2`` for the parts ``wheel:a==1``, ``wheel:b==2``."""
-    return "wheels:" + ",".join(name.split(":", 1)[1] for name in part_names)
+    return "wheels:" + ",".join(name.removeprefix("wheel:") for name in part_names)
 
 
 def merged_layer(parts: Sequence[tuple[Path, str]]) -> Callable[[LayerWriter], None]:
@@ -63,11 +62,11 @@ def merged_layer(parts: Sequence[tuple[Path, str]]) -> Callable[[LayerWriter], N
             with open_layer(path, media_type) as tar:
                 for member in tar:
                     if not member.isdir():
-                        last[member.name.removeprefix("./").rstrip("/")] = i
+                        last[member_path(member.name)] = i
         for i, (path, media_type) in enumerate(parts):
             with open_layer(path, media_type) as tar:
                 for member in tar:
-                    if not member.isdir() and last.get(member.name.removeprefix("./").rstrip("/")) != i:
+                    if not member.isdir() and last.get(member_path(member.name)) != i:
                         continue
                     writer.add_member(member, tar.extractfile(member) if member.isreg() else None)
 

@@ -124,6 +124,11 @@ class _CompressingSink(io.RawIOBase):
         self._emit(self.zobj.flush())
 
 
+def member_path(name: str) -> str:
+    """A tar member's path as a layer writes it (``LayerWriter.add_member``): no leading ``./``, no trailing ``/``."""
+    return name.removeprefix("./").rstrip("/")
+
+
 class LayerWriter:
     """Write one layer: ``add_dir`` / ``add_file`` / ``add_symlink`` / ``add_member``, then ``close()`` gives the
     descriptor and moves the blob into ``blobs_dir`` under its digest. Parent directories are added on first use."""
@@ -198,7 +203,7 @@ class LayerWriter:
         """Copy an entry of another tar (a root filesystem, a wheel's layer) keeping its type, mode, owner ids and
         link target; names, user names, times and PAX extras are normalised. A directory this layer already holds
         is not written again (a layer holds each path once: containers/storage refuses repeats)."""
-        name = self._clean(member.name.removeprefix("./").rstrip("/")) if member.name not in (".", "./") else ""
+        name = self._clean(member_path(member.name)) if member.name not in (".", "./") else ""
         if not name or (member.isdir() and name in self._dirs):
             return
         info = tarfile.TarInfo(name)

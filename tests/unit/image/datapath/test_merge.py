@@ -34,6 +34,8 @@ def test_parts_to_merge_keeps_the_plans_choice_and_adds_to_it_only_past_the_boun
     assert merge.parts_to_merge(7, blobs, chosen, 6) == chosen  # 7 - 2 + 1 = 6 layers: within the bound
     assert merge.parts_to_merge(7, blobs, chosen, 5) == ["wheel:a==1", "wheel:b==1", "wheel:c==1"]
     assert merge.parts_to_merge(7, blobs, ["wheel:a==1"], 100) == []  # one alone is no merge
+    # one alone is not a choice: past the bound the smallest two are merged, not it and the smallest
+    assert merge.parts_to_merge(7, blobs, ["wheel:d==1"], 6) == ["wheel:b==1", "wheel:c==1"]
     assert merge.parts_to_merge(7, blobs, ["wheel:a==1", "wheel:gone==1"], 100) == []  # only layers it has
 
 
