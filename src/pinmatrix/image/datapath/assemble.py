@@ -573,7 +573,12 @@ def _merge_small(layers: list[PlannedLayer], chosen: Sequence[str], max_layers: 
         assert part.descriptor is not None
         blobs.append((assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type))
     assembler._cached_or_build(merged, merge.merged_layer(blobs), epoch)
-    out = [p for p in layers if p.name not in set(names)]
+    return _spliced(layers, set(names), merged)
+
+
+def _spliced(layers: list[PlannedLayer], parts: set[str], merged: PlannedLayer) -> list[PlannedLayer]:
+    """``layers`` with the ``parts`` taken out and ``merged`` put where the image holds it."""
+    out = [p for p in layers if p.name not in parts]
     out.insert(merge.insert_position([p.name for p in out]), merged)
     return out
 
@@ -597,11 +602,8 @@ def _described_layers(img: AssembledImage) -> list[dict[str, object]]:
     if img.merged is None:
         return [_described(p) for p in img.layers]
     parts = set(img.merge_by_size)
-    out = [p for p in img.layers if p.name not in parts]
-    described = [_described(p) for p in out]
-    described.insert(merge.insert_position([p.name for p in out]), {
-        **_described(img.merged), "download": None, "parts": [_described(p) for p in img.layers if p.name in parts]})
-    return described
+    return [{**_described(p), "download": None, "parts": [_described(q) for q in img.layers if q.name in parts]}
+            if p is img.merged else _described(p) for p in _spliced(img.layers, parts, img.merged)]
 
 
 def _described(p: PlannedLayer) -> dict[str, object]:
