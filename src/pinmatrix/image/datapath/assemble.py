@@ -38,6 +38,7 @@ from pinmatrix.image.datapath.lockcheck import checked_lock
 from pinmatrix.image.datapath.patching import apply_patch, parse_patch
 from pinmatrix.image.datapath.rootfs import BaseLayers, debian_base, pinned_base
 from pinmatrix.image.datapath.runnable import check_layers, summary
+from pinmatrix.image.datapath.scratchroot import RootLayers
 from pinmatrix.image.datapath.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 from pinmatrix.image.format.config import cell_env, cell_labels, image_config, oci_arch
@@ -455,11 +456,10 @@ class Assembler:
         with open(job.log, "a", encoding="utf-8") as handle:
             handle.write(f"flashinfer-aot: built in cell {cell.id}'s own root: {', '.join(aot.modules)} for "
                          f"{aot.arch_list}\n")
-        root_layers = [*job.base.layers, *(p.descriptor for p in job.image.layers
-                                           if p.descriptor and (p.name == "venv" or p.name.startswith("wheel:")))]
+        wheel_layers = [p.descriptor for p in job.image.layers if p.descriptor and p.name.startswith("wheel:")]
+        root = RootLayers(self._blobs([*job.base.layers, job.by_name["venv"].descriptor]), self._blobs(wheel_layers))
         self._cached_or_build(job.by_name["flashinfer-aot"], jitcache.aot_layer_builder(
-            cell, aot, job.venv.site_packages, jitcache.layer_blobs(self.layout.blob_path, root_layers),
-            self.settings.cache_dir, job.log, job.on_step), job.epoch)
+            cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step), job.epoch)
 
     def _build_cross_aot(self, job: _CellJob, aot: jitcache.AotPlan) -> None:
         """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/datapath/crossaot.py)."""
@@ -468,7 +468,7 @@ class Assembler:
             handle.write(crossaot.describe(cell, aot) + "\n")
         job.on_step(crossaot.describe(cell, aot))
 
-        def builder_root() -> list[tuple[Path, str]]:
+        def builder_root() -> RootLayers:
             """The builder root's layers: the cell's base for this builder's architecture, the venv, and
             the builder-architecture wheels of the cell's pins that the generator imports."""
             own = dict(crossaot.builder_wheels(aot))
@@ -480,8 +480,8 @@ class Assembler:
                 for future in [pool.submit(self._wheel_layer, job, p, own) for p in planned]:
                     future.result()
             assert aot.cross is not None
-            layers = [*aot.cross.base_layers, job.by_name["venv"].descriptor, *(p.descriptor for p in planned)]
-            return jitcache.layer_blobs(self.layout.blob_path, [d for d in layers if d is not None])
+            return RootLayers(self._blobs([*aot.cross.base_layers, job.by_name["venv"].descriptor]),
+                              self._blobs([p.descriptor for p in planned]))
 
         def cell_wheels() -> list[Path]:
             assert aot.cross is not None and aot.cross.spec is not None
@@ -490,6 +490,10 @@ class Assembler:
         self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
             cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
             job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
+
+    def _blobs(self, descriptors: Sequence[LayerDescriptor | None]) -> list[tuple[Path, str]]:
+        """The layers' blobs in the layout, with their media types, in order."""
+        return jitcache.layer_blobs(self.layout.blob_path, [d for d in descriptors if d is not None])
 
     def _build_smoke_and_ca(self, job: _CellJob, files: list[tuple[str, Path]]) -> None:
         """The smoke bundle's layer, and the CA layer when the image carries the extra certificates."""

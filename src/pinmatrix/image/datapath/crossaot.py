@@ -35,6 +35,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.image.datapath import jitcache
 from pinmatrix.image.datapath.jitcache import SCRATCH, AotBuild, AotError, AotPlan, CrossInputs
 from pinmatrix.image.datapath.rootfs import BaseLayers
+from pinmatrix.image.datapath.scratchroot import RootLayers, unpack
 from pinmatrix.image.datapath.wheels import Target, WheelFile
 from pinmatrix.image.format.layer import LayerWriter
 from pinmatrix.project.lockfile import LockEntry
@@ -247,7 +248,7 @@ def build_modules(cell: Cell, aot: AotPlan, manifest: Mapping[str, object], root
     return final, files
 
 
-def build_cross(cell: Cell, aot: AotPlan, builder_layers: Sequence[tuple[Path, str]], cell_wheels: Sequence[Path],
+def build_cross(cell: Cell, aot: AotPlan, builder_layers: RootLayers, cell_wheels: Sequence[Path],
                 site_packages: str, stub: bytes, work: Path, log: Path, *, jobs: int = 2,
                 on_step: Callable[[str], None] = lambda what: None) -> AotBuild:
     """The whole cross build in ``work``: builder root, cross CUDA_HOME, generator, ninja, collect."""
@@ -255,7 +256,7 @@ def build_cross(cell: Cell, aot: AotPlan, builder_layers: Sequence[tuple[Path, s
     start = time.monotonic()
     root = work / "root"
     on_step(f"aot: unpack the {aot.cross.platform} builder root ({len(aot.cross.wheels or {})} wheels)")
-    jitcache.unpack(root, builder_layers)
+    unpack(root, builder_layers)
     home = make_cross_home(root, site_packages, aot.toolchain, cell_wheels, stub)
     compiler = aot.cross.spec.compiler
     on_step(f"aot: write the ninja files of {' '.join(aot.modules)} for {aot.arch_list} (generator in the builder root)")
@@ -270,7 +271,7 @@ def build_cross(cell: Cell, aot: AotPlan, builder_layers: Sequence[tuple[Path, s
 
 
 def layer_builder(cell: Cell, aot: AotPlan, site_packages: str,
-                  builder_layers: Callable[[], Sequence[tuple[Path, str]]], cell_wheels: Callable[[], Sequence[Path]],
+                  builder_layers: Callable[[], RootLayers], cell_wheels: Callable[[], Sequence[Path]],
                   cache_dir: Path, log: Path, on_step: Callable[[str], None], *, jobs: int = 2) -> Callable[[LayerWriter], None]:
     """What the assembler calls to write a foreign cell's flashinfer-aot layer (only when it is not cached)."""
     def build(writer: LayerWriter) -> None:

@@ -39,9 +39,10 @@ from pinmatrix.archflag import ArchFlag
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.datapath.scratchroot import RootLayers, unpack
 from pinmatrix.image.datapath.wheels import WheelFile
 from pinmatrix.image.format.config import cell_env
-from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer
+from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter
 from pinmatrix.project.catalogue import matches
 from pinmatrix.project.toolchains import CrossSpec, Toolchain, ToolchainDoc, for_cell, shipped
 
@@ -228,17 +229,6 @@ def write_link_layer(writer: LayerWriter, entries: Sequence[tuple[str, str | byt
 # -- the AOT layer -----------------------------------------------------------------------------------------
 
 
-def unpack(root: Path, layers: Sequence[tuple[Path, str]]) -> None:
-    """The layers' files into ``root`` in order (the scratch root the generator runs in). Entries are the ones
-    pinmatrix wrote (base, venv, wheels); anything reaching outside the root is refused by tarfile's filter."""
-    for blob, media_type in layers:
-        with open_layer(blob, media_type) as tar:
-            for member in tar:
-                if member.isdev() or member.name.rsplit("/", 1)[-1].startswith(".wh."):
-                    continue
-                tar.extract(member, root, filter="tar")
-
-
 _ENTER = """\
 import json, os, subprocess, sys
 root, argv, env = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
@@ -274,7 +264,7 @@ class AotBuild:
     seconds: float
 
 
-def build_modules(cell: Cell, aot: AotPlan, layers: Sequence[tuple[Path, str]], link: Sequence[tuple[str, str | bytes]],
+def build_modules(cell: Cell, aot: AotPlan, layers: RootLayers, link: Sequence[tuple[str, str | bytes]],
                   work: Path, log: Path, *, jobs: int | None = None,
                   on_step: Callable[[str], None] = lambda what: None) -> AotBuild:
     """Unpack the cell's layers into ``work/root``, add the link files, run the generator there, collect."""
@@ -399,7 +389,7 @@ def link_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, scratch_par
     return build
 
 
-def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: Sequence[tuple[Path, str]],
+def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: RootLayers,
                       cache_dir: Path, log: Path, on_step: Callable[[str], None]) -> Callable[[LayerWriter], None]:
     def build(writer: LayerWriter) -> None:
         assert aot.toolchain is not None

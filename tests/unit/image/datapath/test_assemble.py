@@ -39,6 +39,7 @@ from pinmatrix.image.datapath.assemble import (
     describe,
 )
 from pinmatrix.image.datapath.rootfs import BaseLayers
+from pinmatrix.image.datapath.scratchroot import RootLayers
 from pinmatrix.image.datapath.wheels import WheelFile
 from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 from pinmatrix.image.format.config import LOCK_LABEL
@@ -861,7 +862,7 @@ class AotStandIn:
             return marker("link")
 
         def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step):  # noqa: ANN001, ANN202
-            self.calls.append(("aot", site_packages, list(layers), cache_dir, log))
+            self.calls.append(("aot", site_packages, layers, cache_dir, log))
             self.given.append(("aot", cell.id, aot))
             on_step("aot: compiling")
             return marker("aot")
@@ -871,7 +872,7 @@ class AotStandIn:
             on_step("cross: compiling")
 
             def build(writer: LayerWriter) -> None:
-                self.calls.append(("cross", site_packages, list(builder_layers()), list(cell_wheels()), cache_dir,
+                self.calls.append(("cross", site_packages, builder_layers(), list(cell_wheels()), cache_dir,
                                    log, jobs))
                 writer.add_bytes("opt/cross/marker", b"cross")
             return build
@@ -913,8 +914,9 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     ((_, site, layers, cache_dir, log),) = aot.of("aot")
     layout = project.assembler.layout
     assert (site, cache_dir, log) == (SITE, project.settings.cache_dir, project.log)
-    own_root = [image.layers[0].descriptor, *(p.descriptor for p in image.layers[1:4])]  # base, venv, the wheels
-    assert layers == [(layout.blob_path(d.digest), d.media_type) for d in own_root if d]
+    blobs = [(layout.blob_path(p.descriptor.digest), p.descriptor.media_type) for p in image.layers[:4] if p.descriptor]
+    assert len(blobs) == 4
+    assert layers == RootLayers(blobs[:2], blobs[2:])  # base and venv in turn, then the wheels side by side
     assert project.layer_files(image.layers[4].descriptor)["opt/link/marker"] == b"link"  # type: ignore[arg-type]
     assert project.layer_files(image.layers[5].descriptor)["opt/aot/marker"] == b"aot"  # type: ignore[arg-type]
     assert project.log.read_text() == (f"earlier\nflashinfer-aot: built in cell {project.cell.id}'s own root: norm, "
@@ -956,10 +958,11 @@ def test_a_foreign_cuda_cell_is_planned_again_with_its_cross_inputs_and_built_in
     layout = project.assembler.layout
     venv = image.layers[1].descriptor
     assert venv is not None
-    assert builder[0] == (layout.blob_path(aot.cross.base_layers[0].digest), aot.cross.base_layers[0].media_type)
-    assert builder[1] == (layout.blob_path(venv.digest), venv.media_type)
-    assert len(builder) == 3  # the builder root's base, the venv, its one wheel (gamma, laid out for it)
-    with open_layer(builder[2][0], builder[2][1]) as tar:
+    base = aot.cross.base_layers[0]
+    assert builder.ordered == [(layout.blob_path(base.digest), base.media_type), (layout.blob_path(venv.digest),
+                                                                                   venv.media_type)]
+    (gamma,) = builder.side_by_side  # the builder root's one wheel (gamma, laid out for it)
+    with open_layer(*gamma) as tar:
         assert f"{SITE}/gamma.py" in {m.name for m in tar}
     beta = project.sha["beta"]  # libraries_from: beta is in the lock, 'absent' is not
     assert cell_wheels == [project.settings.cache_dir / "wheels" / beta[:2] / beta / "beta-2.0-py3-none-any.whl"]
