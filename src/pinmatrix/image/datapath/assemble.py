@@ -20,6 +20,7 @@ import time
 import zipfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,7 +38,7 @@ from pinmatrix.image.datapath.install import VenvLayout, install_wheel
 from pinmatrix.image.datapath.lockcheck import checked_lock
 from pinmatrix.image.datapath.patching import apply_patch, parse_patch
 from pinmatrix.image.datapath.rootfs import BaseLayers, debian_base, pinned_base
-from pinmatrix.image.datapath.runnable import check_layers, summary
+from pinmatrix.image.datapath.runnable import check_layers, scanned_beside, summary
 from pinmatrix.image.datapath.scratchroot import RootLayers
 from pinmatrix.image.datapath.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
@@ -284,6 +285,14 @@ class Assembler:
                                 f"about {need / 1e9:.1f} GB free under {self.settings.cache_dir} and "
                                 f"{self.settings.layout_dir}, {free / 1e9:.1f} GB are")
 
+    def _scans_beside(self, job: _CellJob) -> AbstractContextManager[None]:
+        """The runnable check's layer scans of the layers built so far, made while the block runs."""
+        if not self.settings.check_runnable:
+            return nullcontext()
+        descriptors = [*job.base.layers, *(p.descriptor for p in job.image.layers[1:] if p.descriptor)]
+        return scanned_beside(self._blobs(descriptors), oci_arch(job.cell.platform)[0],
+                              self.settings.cache_dir / "runnable")
+
     def _check_runnable(self, cell: Cell, descriptors: Sequence[LayerDescriptor], base: BaseLayers,
                         env: dict[str, str], on_step: Callable[[str], None]) -> None:
         """Refuse an image whose ELF files would not start in it (runnable.py), before its manifest exists."""
@@ -400,7 +409,8 @@ class Assembler:
         self._build_patches(job)
         aot: jitcache.AotPlan | None = ctx["aot"]  # type: ignore[assignment]
         if aot is not None:
-            self._build_aot(job, aot)
+            with self._scans_beside(job):
+                self._build_aot(job, aot)
         self._build_smoke_and_ca(job, ctx["smoke"])  # type: ignore[arg-type]
         self._write_image(job, ref, ctx["env"], ctx["labels"])  # type: ignore[arg-type]
         image.seconds = time.monotonic() - start

@@ -18,8 +18,10 @@ import posixpath
 import shutil
 import tarfile
 import tempfile
+import threading
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -246,6 +248,35 @@ def layer_scan(blob: Path, media_type: str, machine: int | None, scans: Path | N
         kept.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(kept, json.dumps({"format": SCAN_FORMAT, "ops": [_op_json(op) for op in ops]}))
     return ops
+
+
+@contextmanager
+def scanned_beside(layers: Sequence[tuple[Path, str]], arch: str, scans: Path) -> Iterator[None]:
+    """While the caller's block runs (a long step that leaves a core idle, such as nvcc), each layer's scan is
+    made in a thread and kept in ``scans``, so the check after the block reads them from there. A layer whose
+    scan fails here is left to that check, which reads it again and reports what is wrong; the block's own
+    error stops the thread at its next layer."""
+    machine = next((m for m, name in MACHINES.items() if name == arch), None)
+    stop = threading.Event()
+
+    def scan_all() -> None:
+        for blob, media_type in layers:
+            if stop.is_set():
+                return
+            try:
+                layer_scan(blob, media_type, machine, scans)
+            except Exception:  # noqa: BLE001, S112 - the check after the block reads this layer again and says why
+                continue
+
+    thread = threading.Thread(target=scan_all, name="runnable-scans", daemon=True)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        thread.join()
 
 
 def _scan_path(scans: Path | None, blob: Path, machine: int | None) -> Path | None:

@@ -928,6 +928,31 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     assert aot.of("inputs") == []
 
 
+def test_the_runnable_checks_scans_of_the_layers_built_so_far_are_made_while_the_aot_layer_builds(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+
+    aot = AotStandIn(monkeypatch, project)
+    events: list[tuple[object, ...]] = []
+
+    @contextmanager
+    def beside(layers: list[tuple[Path, str]], arch: str, scans: Path) -> Iterator[None]:
+        events.append(("scans", list(layers), arch, scans, list(aot.built)))
+        yield
+        events.append(("joined", list(aot.built)))
+
+    monkeypatch.setattr(assemble_module, "scanned_beside", beside)
+    image = project.assemble()
+    layout = project.assembler.layout
+    before = [(layout.blob_path(p.descriptor.digest), p.descriptor.media_type) for p in image.layers[:4] if p.descriptor]
+    assert len(before) == 4  # base, venv, the two wheels: every layer made before the link and AOT layers
+    assert events == [("scans", before, "amd64", project.settings.cache_dir / "runnable", []),
+                      ("joined", ["link", "aot"])]
+    off = Assembler(dataclasses.replace(project.settings, check_runnable=False, compression=LayerCompression("gzip", 5)))
+    project.assemble(assembler=off, ref="localhost/rules:unchecked")
+    assert len(events) == 2 and aot.built == ["link", "aot", "link", "aot"]  # built again, no scans beside it
+
+
 def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     aot = AotStandIn(monkeypatch, project, skip="no smoke of the cell loads a FlashInfer module")

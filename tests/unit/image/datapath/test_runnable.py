@@ -222,3 +222,77 @@ def test_a_blob_not_named_by_its_digest_is_never_kept(elves: dict[str, bytes], t
     blob, media = _layer(tmp_path, {"usr/bin/plain": elves["plain"]})
     layer_scan(blob, media, 62, tmp_path / "scans")
     assert not (tmp_path / "scans").exists()
+
+
+# ------------------------------------------------------------------------------ scans made beside a long step
+def test_scans_made_beside_a_block_are_kept_and_then_read_by_the_check(elves: dict[str, bytes], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from pinmatrix.image.datapath import runnable
+
+    blobs, scans = tmp_path / "blobs", tmp_path / "scans"
+    layers = [_addressed(_system(tmp_path), blobs),
+              _addressed(_layer(tmp_path, {"usr/bin/plain": elves["plain"], "opt/app/bin/prog": elves["prog"]}), blobs)]
+    fresh = check_layers(layers, "amd64", {})
+    with runnable.scanned_beside(layers, "amd64", scans):
+        deadline = time.monotonic() + 30
+        while len(list(scans.glob("*.json"))) < len(layers):  # made while the block runs, not after it
+            assert time.monotonic() < deadline, "no scans were made while the block ran"
+            time.sleep(0.02)
+
+    def no_reading(*_a: object) -> None:
+        raise AssertionError("a layer scanned beside the block was read again")
+
+    monkeypatch.setattr(runnable, "open_layer", no_reading)
+    assert check_layers(layers, "amd64", {}, scans=scans) == fresh
+
+
+def test_the_block_ends_only_when_every_scan_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from pinmatrix.image.datapath import runnable
+
+    made: list[Path] = []
+
+    def slow_scan(blob: Path, media_type: str, machine: int | None, scans: Path | None = None) -> list[object]:
+        time.sleep(0.2)
+        made.append(blob)
+        return []
+
+    monkeypatch.setattr(runnable, "layer_scan", slow_scan)
+    layers = [(tmp_path / "a", MEDIA_TYPE_TAR), (tmp_path / "b", MEDIA_TYPE_TAR)]
+    with runnable.scanned_beside(layers, "amd64", tmp_path / "scans"):
+        pass
+    assert made == [tmp_path / "a", tmp_path / "b"]
+
+
+def test_a_failing_scan_is_left_to_the_check_and_the_blocks_error_stops_the_scans(
+        elves: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from pinmatrix.image.datapath import runnable
+
+    blobs, scans = tmp_path / "blobs", tmp_path / "scans"
+    broken = blobs / ("0" * 64)
+    blobs.mkdir()
+    broken.write_bytes(b"not a tar at all")
+    good = _addressed(_layer(tmp_path, {"usr/bin/plain": elves["plain"]}), blobs)
+    with runnable.scanned_beside([(broken, MEDIA_TYPE_TAR), good], "amd64", scans):
+        pass  # no error here: the broken layer is the check's to report
+    assert [p.name.split("-")[0] for p in scans.glob("*.json")] == [good[0].name]  # the good one after it still kept
+
+    started, calls = threading.Event(), []
+
+    def scan(blob: Path, media_type: str, machine: int | None, scans: Path | None = None) -> list[object]:
+        calls.append(blob)
+        started.set()
+        threading.Event().wait(0.5)
+        return []
+
+    monkeypatch.setattr(runnable, "layer_scan", scan)
+    with pytest.raises(ValueError, match="the step failed"), runnable.scanned_beside(
+            [good, (broken, MEDIA_TYPE_TAR)], "amd64", scans):
+        assert started.wait(10)
+        raise ValueError("the step failed")
+    assert calls == [good[0]]  # stopped before the next layer
