@@ -3,7 +3,7 @@ crossaot.py), with the result an overlay of the layers in their order would give
 
 The base and venv layers are unpacked one after another (a base's layers may build on each other's links, such as
 ``lib -> usr/lib``). The wheel layers are then unpacked side by side, ``workers`` at once: unpacking is mostly
-writing 5 GB into the page cache, and one thread leaves the other core idle. A path that two of them hold ends as
+writing 5 GB into the page cache, and one thread leaves the other core idle. The largest start first. A path that two of them hold ends as
 the later one has it, whichever thread gets there first: each path is claimed under a lock by the layer that writes
 it, and an earlier layer never writes over a later one's claim. Whiteouts and device nodes are skipped; anything
 reaching outside the root is refused by tarfile's ``tar`` filter."""
@@ -74,6 +74,13 @@ def _unpack_layer(root: Path, blob: tuple[Path, str], claims: _Claims | None, ra
                     _extract(tar, member, root)
 
 
+def _size(blob: Path) -> int:
+    try:
+        return blob.stat().st_size
+    except OSError:  # not there: its layer's open names it
+        return 0
+
+
 def unpack(root: Path, layers: RootLayers, *, workers: int = 2) -> None:
     """``layers`` into ``root``: the ordered ones in order, then the others ``workers`` at once. The first error
     stops the other threads and is raised."""
@@ -82,8 +89,9 @@ def unpack(root: Path, layers: RootLayers, *, workers: int = 2) -> None:
         _unpack_layer(root, blob, None, 0, stop)
     claims = _Claims()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(_unpack_layer, root, blob, claims, rank, stop)
-                   for rank, blob in enumerate(layers.side_by_side)]
+        # the largest first, so the last one left running alone is a small one; a layer's rank stays its place
+        ranked = sorted(enumerate(layers.side_by_side), key=lambda item: -_size(item[1][0]))
+        futures = [pool.submit(_unpack_layer, root, blob, claims, rank, stop) for rank, blob in ranked]
         try:
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         except BaseException:  # interrupted: the threads stop at their next entry

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import tarfile
 import threading
 from pathlib import Path
@@ -97,12 +98,16 @@ def test_whiteouts_are_not_unpacked(tmp_path: Path) -> None:
     assert sorted(p.name for p in (root / "a").iterdir()) == ["kept"]
 
 
-def _escaping_layer(tmp_path: Path) -> tuple[Path, str]:
+def _escaping_layer(tmp_path: Path, padding: int = 0) -> tuple[Path, str]:
+    """A layer whose first member is outside the root, then ``padding`` random bytes (a large blob, started first)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         info = tarfile.TarInfo("../escape")
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
+        info = tarfile.TarInfo("padding")
+        info.size = padding
+        tar.addfile(info, io.BytesIO(os.urandom(padding)))
     blob = tmp_path / "layer.tar.gz"
     blob.write_bytes(gzip.compress(raw.getvalue()))
     return blob, GZIP
@@ -120,10 +125,27 @@ def test_unpack_refuses_a_member_outside_the_root(tmp_path: Path, where: str) ->
 
 def test_the_first_error_stops_the_other_layers(tmp_path: Path) -> None:
     long = _layer(tmp_path, {f"many/{i:05d}": b"y" for i in range(3000)})
-    bad = _escaping_layer(tmp_path)
+    bad = _escaping_layer(tmp_path, padding=1 << 20)  # the largest: started first
     root = tmp_path / "root"
     root.mkdir()
     with pytest.raises(tarfile.OutsideDestinationError):
         unpack(root, RootLayers([], [bad, long, long, long]), workers=2)
     written = len(list((root / "many").iterdir())) if (root / "many").exists() else 0
     assert written < 3000
+
+
+def test_the_largest_side_by_side_layer_starts_first_and_keeps_its_rank(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    small = _layer(tmp_path, {"s": b"s"})
+    large = _layer(tmp_path, {f"l/{i}": bytes(range(256)) * 64 for i in range(50)})
+    started: list[tuple[Path, int]] = []
+    original = scratchroot._unpack_layer
+
+    def record(root: Path, blob: tuple[Path, str], claims: object, rank: int, stop: threading.Event) -> None:
+        started.append((blob[0], rank))
+        original(root, blob, claims, rank, stop)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scratchroot, "_unpack_layer", record)
+    (tmp_path / "root").mkdir()
+    unpack(tmp_path / "root", RootLayers([], [small, large]), workers=1)
+    assert started == [(large[0], 1), (small[0], 0)]
