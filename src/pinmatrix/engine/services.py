@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -203,18 +202,3 @@ def start_registry(directory: Path, port: int | None = 5000, timeout: float = 30
         _stop(proc.pid)
         raise
     return Service("docker-registry", proc.pid, directory, {}, f"{host}:{port}")
-
-
-def directory_bytes(path: Path) -> int:
-    """The bytes of the regular files under ``path``, links not followed; what vanishes while it is walked (a
-    build's scratch folder removed under it) counts as gone, not as an error."""
-    total = 0
-    for folder, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except FileNotFoundError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-    return total
