@@ -409,8 +409,7 @@ class Assembler:
         self._build_patches(job)
         aot: jitcache.AotPlan | None = ctx["aot"]  # type: ignore[assignment]
         if aot is not None:
-            with self._scans_beside(job):
-                self._build_aot(job, aot)
+            self._build_aot(job, aot)
         self._build_smoke_and_ca(job, ctx["smoke"])  # type: ignore[arg-type]
         self._write_image(job, ref, ctx["env"], ctx["labels"])  # type: ignore[arg-type]
         image.seconds = time.monotonic() - start
@@ -469,7 +468,8 @@ class Assembler:
         wheel_layers = [p.descriptor for p in job.image.layers if p.descriptor and p.name.startswith("wheel:")]
         root = RootLayers(self._blobs([*job.base.layers, job.by_name["venv"].descriptor]), self._blobs(wheel_layers))
         self._cached_or_build(job.by_name["flashinfer-aot"], jitcache.aot_layer_builder(
-            cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step), job.epoch)
+            cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step,
+            beside=partial(self._scans_beside, job)), job.epoch)
 
     def _build_cross_aot(self, job: _CellJob, aot: jitcache.AotPlan) -> None:
         """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/datapath/crossaot.py)."""
@@ -497,9 +497,10 @@ class Assembler:
             assert aot.cross is not None and aot.cross.spec is not None
             return [self.fetcher.fetch(job.wheels[n]) for n in aot.cross.spec.libraries_from if n in job.wheels]
 
-        self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
-            cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
-            job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
+        with self._scans_beside(job):
+            self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
+                cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
+                job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
 
     def _blobs(self, descriptors: Sequence[LayerDescriptor | None]) -> list[tuple[Path, str]]:
         """The layers' blobs in the layout, with their media types, in order."""

@@ -31,6 +31,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -266,15 +267,18 @@ class AotBuild:
 
 def build_modules(cell: Cell, aot: AotPlan, layers: RootLayers, link: Sequence[tuple[str, str | bytes]],
                   work: Path, log: Path, *, jobs: int | None = None,
-                  on_step: Callable[[str], None] = lambda what: None) -> AotBuild:
-    """Unpack the cell's layers into ``work/root``, add the link files, run the generator there, collect."""
+                  on_step: Callable[[str], None] = lambda what: None,
+                  beside: Callable[[], AbstractContextManager[object]] = nullcontext) -> AotBuild:
+    """Unpack the cell's layers into ``work/root``, add the link files, run the generator there, collect.
+    ``beside``: what runs while the generator compiles (nvcc leaves a core idle much of the time)."""
     start = time.monotonic()
     root = work / "root"
     on_step("aot: unpack the cell's root")
     unpack(root, layers)
     add_link_files(root, link)
     on_step(f"aot: build {' '.join(aot.modules)} for {aot.arch_list}")
-    result = run_generator(cell, aot, root, log, jobs=jobs)
+    with beside():
+        result = run_generator(cell, aot, root, log, jobs=jobs)
     result.seconds = time.monotonic() - start
     return result
 
@@ -390,14 +394,16 @@ def link_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, scratch_par
 
 
 def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: RootLayers,
-                      cache_dir: Path, log: Path, on_step: Callable[[str], None]) -> Callable[[LayerWriter], None]:
+                      cache_dir: Path, log: Path, on_step: Callable[[str], None], *,
+                      beside: Callable[[], AbstractContextManager[object]] = nullcontext,
+                      ) -> Callable[[LayerWriter], None]:
     def build(writer: LayerWriter) -> None:
         assert aot.toolchain is not None
         with scratch_dir(cache_dir) as tmp:
             work = Path(tmp)
             link = link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell), work))
             try:
-                result = build_modules(cell, aot, layers, link, work, log, on_step=on_step)
+                result = build_modules(cell, aot, layers, link, work, log, on_step=on_step, beside=beside)
                 on_step(f"aot: {len(result.files)} module(s) in {result.seconds:.0f} s")
                 write_aot_layer(writer, site_packages, result)
             finally:

@@ -861,11 +861,15 @@ class AotStandIn:
             self.given.append(("link", cell.id, aot))
             return marker("link")
 
-        def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step):  # noqa: ANN001, ANN202
+        def aot_layer_builder(cell, aot, site_packages, layers, cache_dir, log, on_step, *, beside):  # noqa: ANN001, ANN202
             self.calls.append(("aot", site_packages, layers, cache_dir, log))
             self.given.append(("aot", cell.id, aot))
             on_step("aot: compiling")
-            return marker("aot")
+
+            def build(writer: LayerWriter) -> None:
+                with beside():  # what the real builder runs while nvcc compiles
+                    marker("aot")(writer)
+            return build
 
         def layer_builder(cell, aot, site_packages, builder_layers, cell_wheels, cache_dir, log, on_step, *, jobs):  # noqa: ANN001, ANN202
             self.given.append(("cross", cell.id, aot))
@@ -928,7 +932,7 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     assert aot.of("inputs") == []
 
 
-def test_the_runnable_checks_scans_of_the_layers_built_so_far_are_made_while_the_aot_layer_builds(
+def test_the_runnable_checks_scans_of_the_layers_built_so_far_are_made_while_the_aot_layer_compiles(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     from contextlib import contextmanager
 
@@ -944,9 +948,10 @@ def test_the_runnable_checks_scans_of_the_layers_built_so_far_are_made_while_the
     monkeypatch.setattr(assemble_module, "scanned_beside", beside)
     image = project.assemble()
     layout = project.assembler.layout
-    before = [(layout.blob_path(p.descriptor.digest), p.descriptor.media_type) for p in image.layers[:4] if p.descriptor]
-    assert len(before) == 4  # base, venv, the two wheels: every layer made before the link and AOT layers
-    assert events == [("scans", before, "amd64", project.settings.cache_dir / "runnable", []),
+    before = [(layout.blob_path(p.descriptor.digest), p.descriptor.media_type) for p in image.layers[:5] if p.descriptor]
+    assert [p.name for p in image.layers[:5]][-1] == "cuda-link" and len(before) == 5
+    # base, venv, the two wheels and the link layer: every layer made before the AOT layer, scanned while it builds
+    assert events == [("scans", before, "amd64", project.settings.cache_dir / "runnable", ["link"]),
                       ("joined", ["link", "aot"])]
     off = Assembler(dataclasses.replace(project.settings, check_runnable=False, compression=LayerCompression("gzip", 5)))
     project.assemble(assembler=off, ref="localhost/rules:unchecked")

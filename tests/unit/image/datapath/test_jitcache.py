@@ -12,12 +12,14 @@ import shutil
 import subprocess
 import tarfile
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pinmatrix.cell import Cell
 from pinmatrix.image.datapath import jitcache
+from pinmatrix.image.datapath.scratchroot import RootLayers
 from pinmatrix.image.format.layer import LayerWriter
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.toolchains import shipped
@@ -157,6 +159,33 @@ def test_the_generator_runs_with_nvccs_stable_names(tmp_path: Path, monkeypatch:
     aot = types.SimpleNamespace(modules=("gemm",), arch_list="9.0a")
     assert jitcache.generate(cell, aot, tmp_path, tmp_path / "log") == {"built": []}  # type: ignore[arg-type]
     assert seen["NVCC_APPEND_FLAGS"] == "--objdir-as-tempdir"
+
+
+def test_what_runs_beside_the_build_starts_after_the_unpack_and_ends_with_the_generator(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+
+    order: list[str] = []
+    monkeypatch.setattr(jitcache, "unpack", lambda root, layers: order.append("unpack"))
+
+    def run_generator(cell: object, aot: object, root: Path, log: Path, *, jobs: int | None = None) -> jitcache.AotBuild:
+        order.append("generator")
+        return jitcache.AotBuild({}, [], 0.0)
+
+    @contextmanager
+    def beside() -> Iterator[None]:
+        order.append("beside starts")
+        yield
+        order.append("beside ends")
+
+    monkeypatch.setattr(jitcache, "run_generator", run_generator)
+    aot = types.SimpleNamespace(modules=("gemm",), arch_list="9.0a")
+    built = jitcache.build_modules(types.SimpleNamespace(id="c"), aot, RootLayers([]), [], tmp_path, tmp_path / "log",  # type: ignore[arg-type]
+                                   beside=beside)
+    assert order == ["unpack", "beside starts", "generator", "beside ends"] and built.seconds >= 0
+    order.clear()
+    jitcache.build_modules(types.SimpleNamespace(id="c"), aot, RootLayers([]), [], tmp_path, tmp_path / "log")  # type: ignore[arg-type]
+    assert order == ["unpack", "generator"]  # nothing beside it by default
 
 
 def _tiny_root(root: Path) -> None:
