@@ -1,4 +1,5 @@
-"""The scratch root: ordered layers in order, the wheel layers side by side with the later one winning a path."""
+"""The scratch root: ordered layers in order, the wheel layers side by side in worker processes, with the root an
+overlay of the layers in their order would give."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import gzip
 import io
 import os
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
 
 from pinmatrix.image.datapath import scratchroot
-from pinmatrix.image.datapath.scratchroot import RootLayers, unpack
+from pinmatrix.image.datapath.scratchroot import RootLayers, ScratchRootError, unpack
 from pinmatrix.image.format.compression import LayerCompression
 from pinmatrix.image.format.layer import LayerWriter
 
@@ -21,8 +21,9 @@ GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 def _layer(tmp_path: Path, files: dict[str, bytes], links: dict[str, str] | None = None,
            compression: str = "gzip:1") -> tuple[Path, str]:
+    """A layer with ``files`` and ``links`` (link name -> target)."""
     writer = LayerWriter(tmp_path / "blobs", epoch=0, compression=LayerCompression.parse(compression))
-    for target, name in sorted((links or {}).items()):
+    for name, target in sorted((links or {}).items()):
         writer.add_symlink(name, target)
     for name, data in files.items():
         writer.add_bytes(name, data)
@@ -30,72 +31,107 @@ def _layer(tmp_path: Path, files: dict[str, bytes], links: dict[str, str] | None
     return tmp_path / "blobs" / desc.digest.split(":", 1)[1], desc.media_type
 
 
+def _root(tmp_path: Path, layers: RootLayers, workers: int = 2) -> Path:
+    root = tmp_path / f"root-{workers}"
+    root.mkdir()
+    unpack(root, layers, workers=workers)
+    return root
+
+
+def _tree(root: Path) -> dict[str, object]:
+    """Every path under ``root``: a link's target, a file's bytes, a folder as None."""
+    found: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        found[name] = (f"-> {os.readlink(path)}" if path.is_symlink() else path.read_bytes() if path.is_file()
+                       else None)
+    return found
+
+
 def test_a_path_in_two_side_by_side_layers_ends_as_the_later_one_has_it_even_when_the_later_finishes_first(
         tmp_path: Path) -> None:
-    # the earlier layer is long and writes the shared path last; the later one is one entry and done at once
-    early = _layer(tmp_path, {**{f"site/a/{i:04d}": b"x" * 4096 for i in range(1500)}, "site/shared.py": b"early"})
+    # the earlier layer is long (and the largest: started first) and writes the shared path last
+    early = _layer(tmp_path, {**{f"site/a/{i:04d}": os.urandom(512) for i in range(1500)}, "site/shared.py": b"early"})
     late = _layer(tmp_path, {"site/shared.py": b"late"}, compression="zstd:3")
-    root = tmp_path / "root"
-    root.mkdir()
-    unpack(root, RootLayers((), [early, late]), workers=2)
+    third = _layer(tmp_path, {"site/other.py": b"other"})
+    root = _root(tmp_path, RootLayers((), [early, late, third]))
     assert (root / "site/shared.py").read_bytes() == b"late"
-    assert len(list((root / "site/a").iterdir())) == 1500
+    assert (root / "site/other.py").read_bytes() == b"other" and len(list((root / "site/a").iterdir())) == 1500
 
 
-def test_the_later_layer_wins_whichever_thread_writes_first(tmp_path: Path) -> None:
-    # the later layer's entry is written first and the earlier one's afterwards: the earlier one leaves it alone
-    late_written = threading.Event()
-    early = _layer(tmp_path, {"p": b"early"})
-    late = _layer(tmp_path, {"p": b"late", "q": b"q"})
-    original = scratchroot._extract
-
-    def extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path) -> None:
-        original(tar, member, root)
-        if member.name == "p" and (root / "p").read_bytes() == b"late":
-            late_written.set()
-
-    root = tmp_path / "root"
-    root.mkdir()
-    claims = scratchroot._Claims()
-    stop = threading.Event()
-    scratchroot._extract = extract  # type: ignore[assignment]
-    try:
-        scratchroot._unpack_layer(root, late, claims, 1, stop)
-        assert late_written.is_set()
-        scratchroot._unpack_layer(root, early, claims, 0, stop)
-    finally:
-        scratchroot._extract = original  # type: ignore[assignment]
-    assert (root / "p").read_bytes() == b"late"
+def test_of_three_layers_holding_a_path_the_last_one_wins(tmp_path: Path) -> None:
+    layers = [_layer(tmp_path, {"p": name.encode(), f"{name}/x": b"x" * size})
+              for name, size in (("one", 10), ("two", 100_000), ("three", 1000))]
+    root = _root(tmp_path, RootLayers((), layers))
+    assert (root / "p").read_bytes() == b"three"
 
 
-def test_an_earlier_layer_written_first_is_replaced_by_the_later_one(tmp_path: Path) -> None:
-    early = _layer(tmp_path, {"p": b"early"})
+def test_a_later_file_replaces_an_earlier_link_without_writing_through_it(tmp_path: Path) -> None:
+    early = _layer(tmp_path, {"target.txt": b"kept"}, links={"p": "target.txt"})
     late = _layer(tmp_path, {"p": b"late"})
-    root = tmp_path / "root"
-    root.mkdir()
-    claims, stop = scratchroot._Claims(), threading.Event()
-    scratchroot._unpack_layer(root, early, claims, 0, stop)
-    scratchroot._unpack_layer(root, late, claims, 1, stop)
-    assert (root / "p").read_bytes() == b"late"
+    root = _root(tmp_path, RootLayers((), [early, late]))
+    assert not (root / "p").is_symlink() and (root / "p").read_bytes() == b"late"
+    assert (root / "target.txt").read_bytes() == b"kept"
+
+
+def test_a_later_link_replaces_an_earlier_file(tmp_path: Path) -> None:
+    early = _layer(tmp_path, {"p": b"early", "big": os.urandom(200_000)})
+    late = _layer(tmp_path, {"q": b"q"}, links={"p": "q"})
+    root = _root(tmp_path, RootLayers((), [early, late]))
+    assert os.readlink(root / "p") == "q"
+
+
+def test_side_by_side_gives_the_root_one_after_another_gives(tmp_path: Path) -> None:
+    layers = [_layer(tmp_path, {"site/a.py": b"a", "site/shared": b"1", "bin/tool": os.urandom(4000)}),
+              _layer(tmp_path, {"site/b.py": b"b", "site/shared": b"2"}, links={"site/link": "a.py"}),
+              _layer(tmp_path, {"site/c/d.py": b"d"}, links={"site/shared": "c/d.py"}, compression="zstd:3")]
+    side_by_side = _tree(_root(tmp_path, RootLayers((), layers), workers=2))
+    in_turn = _tree(_root(tmp_path, RootLayers((), layers), workers=1))
+    assert side_by_side == in_turn
+    assert side_by_side["site/shared"] == "-> c/d.py" and side_by_side["site/link"] == "-> a.py"
+
+
+def test_a_path_that_is_a_folder_in_one_layer_and_a_file_in_another_is_refused(tmp_path: Path) -> None:
+    early = _layer(tmp_path, {"p/inside": b"x"})
+    late = _layer(tmp_path, {"p": b"file"})
+    # refused, by the worker that meets the other's entry or, when neither does, before anything is written in order
+    with pytest.raises(ScratchRootError, match=r"( |/)p(/inside)?( is a folder in one layer and not in |'$)"):
+        _root(tmp_path, RootLayers((), [early, late]))
+    held = [scratchroot._Held(frozenset({"p"}), frozenset({"p/inside"}), frozenset()),
+            scratchroot._Held(frozenset(), frozenset({"p"}), frozenset())]
+    with pytest.raises(ScratchRootError, match=f"p is a folder in one layer and not in {late[0].name}"):
+        scratchroot._left_to_each([early, late], held)
+
+
+def test_the_largest_side_by_side_layer_starts_first() -> None:
+    class Sized:
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+        def stat(self) -> object:
+            if self.size < 0:
+                raise FileNotFoundError("gone")
+            return type("Stat", (), {"st_size": self.size})()
+
+    layers = [(Sized(5), "t"), (Sized(50), "t"), (Sized(-1), "t"), (Sized(20), "t")]
+    assert scratchroot._sizes_first(layers) == [1, 3, 0, 2]  # type: ignore[arg-type]
 
 
 def test_ordered_layers_come_first_so_a_later_layer_writes_through_their_links(tmp_path: Path) -> None:
-    base = _layer(tmp_path, {"usr/lib/base.so": b"b"}, links={"usr/lib": "lib"})
-    wheel = _layer(tmp_path, {"lib/wheel.so": b"w"})
-    root = tmp_path / "root"
-    root.mkdir()
-    unpack(root, RootLayers([base], [wheel]))
+    base = _layer(tmp_path, {"usr/lib/base.so": b"b"}, links={"lib": "usr/lib"})
+    wheels = [_layer(tmp_path, {"lib/wheel.so": b"w"}), _layer(tmp_path, {"lib/other.so": b"o"})]
+    root = _root(tmp_path, RootLayers([base], wheels))
     assert (root / "lib").is_symlink()
-    assert (root / "usr/lib/wheel.so").read_bytes() == b"w"
+    assert (root / "usr/lib/wheel.so").read_bytes() == b"w" and (root / "usr/lib/other.so").read_bytes() == b"o"
     assert (root / "usr/lib/base.so").read_bytes() == b"b"
 
 
 def test_whiteouts_are_not_unpacked(tmp_path: Path) -> None:
     layer = _layer(tmp_path, {"a/.wh.gone": b"", "a/kept": b"k"})
-    root = tmp_path / "root"
-    root.mkdir()
-    unpack(root, RootLayers([layer], [layer]))
+    other = _layer(tmp_path, {"b/.wh.gone": b"", "b/kept": b"k"})
+    root = _root(tmp_path, RootLayers([layer], [layer, other]))
     assert sorted(p.name for p in (root / "a").iterdir()) == ["kept"]
+    assert sorted(p.name for p in (root / "b").iterdir()) == ["kept"]
 
 
 def _escaping_layer(tmp_path: Path, padding: int = 0) -> tuple[Path, str]:
@@ -116,36 +152,30 @@ def _escaping_layer(tmp_path: Path, padding: int = 0) -> tuple[Path, str]:
 @pytest.mark.parametrize("where", ["ordered", "side_by_side"])
 def test_unpack_refuses_a_member_outside_the_root(tmp_path: Path, where: str) -> None:
     bad = _escaping_layer(tmp_path)
+    good = _layer(tmp_path, {"fine": b"f"})
     (tmp_path / "root").mkdir()
-    layers = RootLayers([bad]) if where == "ordered" else RootLayers([], [bad])
-    with pytest.raises(tarfile.OutsideDestinationError):
+    layers = RootLayers([bad]) if where == "ordered" else RootLayers([], [bad, good])
+    with pytest.raises(ScratchRootError, match=r"layer layer\.tar\.gz could not be unpacked: .*\.\./escape"):
         unpack(tmp_path / "root", layers)
     assert not (tmp_path / "escape").exists()
 
 
 def test_the_first_error_stops_the_other_layers(tmp_path: Path) -> None:
-    long = _layer(tmp_path, {f"many/{i:05d}": b"y" for i in range(3000)})
+    long = [_layer(tmp_path, {f"many{k}/{i:05d}": b"y" for i in range(3000)}) for k in range(3)]
     bad = _escaping_layer(tmp_path, padding=1 << 20)  # the largest: started first
     root = tmp_path / "root"
     root.mkdir()
-    with pytest.raises(tarfile.OutsideDestinationError):
-        unpack(root, RootLayers([], [bad, long, long, long]), workers=2)
-    written = len(list((root / "many").iterdir())) if (root / "many").exists() else 0
-    assert written < 3000
+    with pytest.raises(ScratchRootError):
+        unpack(root, RootLayers([], [bad, *long]), workers=2)
+    written = sum(len(list(d.iterdir())) for d in root.glob("many*"))
+    assert written < 3000 * 2  # the other worker stopped: at most one layer got through
 
 
-def test_the_largest_side_by_side_layer_starts_first_and_keeps_its_rank(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    small = _layer(tmp_path, {"s": b"s"})
-    large = _layer(tmp_path, {f"l/{i}": bytes(range(256)) * 64 for i in range(50)})
-    started: list[tuple[Path, int]] = []
-    original = scratchroot._unpack_layer
-
-    def record(root: Path, blob: tuple[Path, str], claims: object, rank: int, stop: threading.Event) -> None:
-        started.append((blob[0], rank))
-        original(root, blob, claims, rank, stop)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(scratchroot, "_unpack_layer", record)
-    (tmp_path / "root").mkdir()
-    unpack(tmp_path / "root", RootLayers([], [small, large]), workers=1)
-    assert started == [(large[0], 1), (small[0], 0)]
+def test_a_worker_writes_folders_and_regular_files_and_leaves_links_for_the_ordered_pass(tmp_path: Path) -> None:
+    layer = _layer(tmp_path, {"site/a.py": b"a", "site/.wh.gone": b""}, links={"site/link": "a.py"})
+    root = tmp_path / "root"
+    root.mkdir()
+    held = scratchroot._unpack_side_by_side(root, layer)
+    assert held == scratchroot._Held(frozenset({"site"}), frozenset({"site/a.py"}), frozenset({"site/link"}))
+    assert (root / "site/a.py").read_bytes() == b"a"
+    assert not (root / "site/link").exists() and not (root / "site/.wh.gone").exists()
