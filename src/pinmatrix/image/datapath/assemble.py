@@ -289,9 +289,12 @@ class Assembler:
         """The runnable check's layer scans of the layers built so far, made while the block runs."""
         if not self.settings.check_runnable:
             return nullcontext()
-        descriptors = [*job.base.layers, *(p.descriptor for p in job.image.layers[1:] if p.descriptor)]
-        return scanned_beside(self._blobs(descriptors), oci_arch(job.cell.platform)[0],
-                              self.settings.cache_dir / "runnable")
+        return scanned_beside(self._blobs(job.descriptors()), oci_arch(job.cell.platform)[0], self._runnable_scans)
+
+    @property
+    def _runnable_scans(self) -> Path:
+        """Where each layer's scan for the runnable check is kept, by digest (runnable.layer_scan)."""
+        return self.settings.cache_dir / "runnable"
 
     def _check_runnable(self, cell: Cell, descriptors: Sequence[LayerDescriptor], base: BaseLayers,
                         env: dict[str, str], on_step: Callable[[str], None]) -> None:
@@ -299,8 +302,7 @@ class Assembler:
         variables = {k: v for k, _, v in (e.partition("=") for e in base.env)}
         variables.update(env)
         arch, _ = oci_arch(cell.platform)
-        found = check_layers([(self.layout.blob_path(d.digest), d.media_type) for d in descriptors], arch,
-                             variables, scans=self.settings.cache_dir / "runnable")
+        found = check_layers(self._blobs(descriptors), arch, variables, scans=self._runnable_scans)
         for p in found:
             if p.optional:
                 on_step(f"runnable: {p.path} {p.what.split(' (searched ', 1)[0]}: optional, {p.optional}")
@@ -525,7 +527,7 @@ class Assembler:
         job.on_step("config")
         image.layers = _merge_small(image.layers, image.merge_by_size, self.settings.max_layers, self, job.epoch)
         image.merged = None
-        descriptors = [*base.layers, *(p.descriptor for p in image.layers[1:] if p.descriptor)]
+        descriptors = job.descriptors()
         if self.settings.check_runnable:
             job.on_step("runnable")
             self._check_runnable(cell, descriptors, base, env, job.on_step)
@@ -558,6 +560,10 @@ class _CellJob:
     log: Path
     on_step: Callable[[str], None]
     by_name: dict[str, PlannedLayer]  # the planned layers by name, before the small wheels are merged
+
+    def descriptors(self) -> list[LayerDescriptor]:
+        """The image's layers built so far, in order: the base's, then each planned layer's past the base."""
+        return [*self.base.layers, *(p.descriptor for p in self.image.layers[1:] if p.descriptor)]
 
 
 def _wheel_name(planned: PlannedLayer) -> str:

@@ -138,8 +138,8 @@ def _sizes_first(layers: Sequence[Blob]) -> list[int]:
 
 
 class _Workers:
-    """``count`` worker processes fed the layers' indexes from one queue, a thread each; the first error kills
-    every worker (the root is scratch: what a killed worker half wrote is thrown away with the failed build)."""
+    """Worker processes, each driven by a thread of ``drive``, fed the layers' indexes from one queue (in
+    ``order``); the first error kills every worker (the root is scratch: what a killed worker half wrote is thrown away with the failed build)."""
 
     def __init__(self, root: Path, layers: Sequence[Blob], order: Sequence[int]) -> None:
         self.root, self.layers = root, layers
