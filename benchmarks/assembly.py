@@ -15,10 +15,13 @@ same run (benchmarks/floor.py).
 - the peer: a Containerfile FROM the same base with `uv pip install --require-hashes` of the same lock,
   `podman build` + `podman push` to the same registry, and its pull by digest on a fresh store;
 - a warm no-op `pinmatrix build --engine none --no-lock` over the whole shipped matrix;
-- a second clean build of the plain cell (fresh cache and layout): the same manifest digest.
+- a second clean build of the plain cell (fresh cache and layout, its base made apart), as `build --push` makes it:
+  each layer sent to a fresh registry as soon as it is written, then the push of the rest, timed together: the
+  same manifest digest, and the build + push that the peer's is measured against.
 ``PINMATRIX_BENCH_COMPRESSION`` (gzip:1 or zstd:3) sets the layers' compression; the floor is that format's.
 ``PINMATRIX_BENCH_WHOLE_MATRIX=0`` leaves out the whole shipped matrix (its gb10 cells take half an hour here).
-Targets (ratios in this run): cold <= 1.3x the floor of its layer format; cold + push <= 0.7x the peer's build + push;
+Targets (ratios in this run): cold <= 1.3x the floor of its layer format; build + push (the second clean build, layers
+sent ahead) <= 0.7x the peer's build + push;
 the int64 cell after the plain one <= 1 s with its engine load; pull <= 0.8x the gzip pull and <= the peer's; peak
 disk <= 1.5x image size; warm no-op < 2 s; the same digest."""
 
@@ -36,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.floor import honest_floor, peer_build
+from pinmatrix.cell import Cell
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
 from pinmatrix.image.datapath.rootfs import debian_base
 from pinmatrix.image.datapath.wheels import DEFAULT_INDEX
+from pinmatrix.image.format.blobsahead import BlobsAhead
 from pinmatrix.image.format.compression import LayerCompression
 from pinmatrix.image.format.publish import load_into_engine, push
 from pinmatrix.image.settings import image_ref
@@ -48,6 +53,7 @@ from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
+from pinmatrix.registry.client import Registry
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
 # the layers' compression (`--compression`): gzip:1 (default) or zstd:3; the floor is that format's
@@ -245,17 +251,14 @@ def run() -> dict[str, Any]:
         if WHOLE_MATRIX:
             _whole_matrix(root, work, figures)
         shutil.rmtree(work / "cold", ignore_errors=True)
-        second = assembler("second")
-        t0 = time.perf_counter()
-        again = second.assemble(plain, lock_path(plain, root).read_text(), image_ref(plain, "bench"), work / "c.log")
-        figures["second_clean_s"] = round(time.perf_counter() - t0, 1)
-        figures["second_clean_same_digest"] = again.digest == image.digest
+        figures.update(_build_push_ahead(assembler("second"), plain, lock_path(plain, root).read_text(), work, figures))
+        figures["second_clean_same_digest"] = figures.pop("second_digest") == image.digest
     patched_loads = [v for k, v in figures.items() if k.endswith("_with_load_s")]
     figures["target"] = ("cold <= 1.3x the floor of its layer format, build + push <= 0.7x the peer's, the int64 cell "
                          "after the plain one <= 1 s with its load, pull <= 0.8x the gzip pull and <= the peer's, "
                          "peak disk <= 1.5x image size, warm no-op < 2 s, same digest")
     figures["target_met"] = bool(figures["ratio_cold_to_own_floor"] <= 1.3
-                                 and figures["ratio_build_push_to_peer"] <= 0.7
+                                 and figures["ratio_build_push_ahead_to_peer"] <= 0.7
                                  and all(v <= 1.0 for v in patched_loads)
                                  and figures.get("ratio_pull_to_gzip_pull", 0.0) <= 0.8
                                  and figures["ratio_pull_to_peer_pull"] <= 1.0
@@ -263,6 +266,33 @@ def run() -> dict[str, Any]:
                                  and figures.get("warm_noop_whole_matrix_s", 0.0) < 2
                                  and figures["second_clean_same_digest"])
     return figures
+
+
+def _build_push_ahead(second: Assembler, plain: Cell, lock_text: str, work: Path,
+                      figures: dict[str, Any]) -> dict[str, Any]:
+    """The second clean build (fresh cache and layout, its base made apart first as the cold one's was), as
+    ``build --push`` makes it: each layer sent to a fresh registry as soon as it is in the layout (blobsahead), then
+    the push of the rest; timed from the start of the assembly to the end of the push."""
+    debian_base(plain.base, plain.platform, second.layout, second.settings.cache_dir, work / "base-second.log")
+    fresh = start_registry(work / "registry-second")
+    try:
+        t0 = time.perf_counter()
+        with BlobsAhead(Registry(fresh.address), f"bench/{STACK}", second.layout.blob_path) as ahead:
+            again = second.assemble(plain, lock_text, image_ref(plain, "bench"), work / "c.log", on_blob=ahead.add)
+            assembled_s = time.perf_counter() - t0
+            report = ahead.finish()
+        stored = second.layout.image(again.ref)
+        assert stored is not None, again.ref
+        pushed = push(second.layout, stored, f"{fresh.address}/bench/{STACK}:{plain.id}", tls_verify=False)
+        total = time.perf_counter() - t0
+    finally:
+        fresh.stop()
+    out = {"second_clean_s": round(assembled_s, 1), "build_push_ahead_s": round(total, 1),
+           "build_push_ahead_sent": report.describe(), "build_push_ahead_digest_matches": pushed == again.digest,
+           "second_digest": again.digest}
+    if "peer_build_s" in figures:
+        out["ratio_build_push_ahead_to_peer"] = round(total / (figures["peer_build_s"] + figures["peer_push_s"]), 2)
+    return out
 
 
 def _whole_matrix(root: Path, work: Path, figures: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -51,6 +52,11 @@ def test_push_loads_nothing_unless_asked(docker_registry: Service, podman_env: S
     repository = ref.split("/", 1)[1].rsplit(":", 1)[0]
     assert Registry(docker_registry.address).manifest_digest(repository, entry["digest"]) == entry["digest"]
     assert not _in_store(env, ref)  # the build host's podman store got nothing
+    # every layer went to the registry while the image was being built; the push sent the config and manifest
+    log = (tmp_path / "l" / f"{cell}.log").read_text()
+    sent = re.search(r"# push: (\d+) blob\(s\) sent ahead \([0-9.]+ MB\), 0 already there\n", log)
+    assert sent is not None, log[-2000:]
+    assert int(sent.group(1)) == len(entry["layers"]) and log.index(sent.group(0)) < log.index("# push\n")
 
     rc = main([*common, "--push", "--load"])
     err = capsys.readouterr().err

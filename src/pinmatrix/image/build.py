@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 
 from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
@@ -14,6 +15,7 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.containerfile.render import build_cell as containerfile_build
 from pinmatrix.image.datapath.assemble import Assembler
 from pinmatrix.image.datapath.wheels import IndexUnreachable
+from pinmatrix.image.format.blobsahead import BlobsAhead
 from pinmatrix.image.format.publish import load_into_engine, push
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref, needs_containerfile
 from pinmatrix.project.lockfile import lock_path
@@ -47,7 +49,11 @@ class CellBuilder:
                 on_step(what)
 
             try:
-                image = self.assembler.assemble(cell, lock_text, ref, result.log, on_step=step)
+                with self._ahead(ref) as ahead:
+                    image = self.assembler.assemble(cell, lock_text, ref, result.log, on_step=step,
+                                                    on_blob=ahead.add if ahead else lambda layer: None)
+                    if ahead is not None and not image.cached:
+                        note(f"# push: {ahead.finish().describe()}")
                 result.assembled = image
                 result.digest, result.image_id = image.digest, image.config_digest
                 result.layers = [p.name for p in image.layers]
@@ -68,7 +74,7 @@ class CellBuilder:
                     load_into_engine(self.assembler.layout, stored, self.engine)
                 if settings.push and self.registry is not None:
                     step("push")
-                    creds = self.registry.credentials(ref.split("/", 1)[1].rsplit(":", 1)[0])
+                    creds = self.registry.credentials(_repository(ref))
                     pushed = push(self.assembler.layout, stored, ref, tls_verify=self.registry.tls_verify,
                                   authfile=settings.authfile or (creds.source if creds else None))
                     note(f"# pushed {ref}@{pushed}")
@@ -77,6 +83,17 @@ class CellBuilder:
                     self.unreachable.setdefault(err.url, []).append(cell.id)
                 result.fail(str(err), note)
         return result
+
+    def _ahead(self, ref: str) -> AbstractContextManager[BlobsAhead | None]:
+        """With --push, the layers go to the registry as they are built (the push then sends the rest)."""
+        if not self.settings.push or self.registry is None:
+            return nullcontext()
+        return BlobsAhead(self.registry, _repository(ref), self.assembler.layout.blob_path)
+
+
+def _repository(ref: str) -> str:
+    """The repository of ``HOST/REPOSITORY:TAG``."""
+    return ref.split("/", 1)[1].rsplit(":", 1)[0]
 
 
 def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,

@@ -539,6 +539,20 @@ class Registry:
             self._upload(repository, name, lambda: (open(path, "rb"), size))
         return name
 
+    def push_blob_as(self, repository: str, digest: str, body: Callable[[], tuple[BinaryIO, int]]) -> bool:
+        """Upload a blob whose digest is already known (a layout's blob is named by it), without hashing it
+        here: the registry checks the bytes against ``digest`` before it keeps them. False when the registry has
+        the blob already (nothing sent)."""
+        if self.has_blob(repository, digest):
+            return False
+        self._upload(repository, digest, body)
+        return True
+
+    def another(self) -> Registry:
+        """The same registry with no state shared with this one (tokens, found credentials): for another thread."""
+        return Registry(self.host, insecure=not self.tls_verify, timeout=self.timeout, credentials=self._given,
+                        allowed_token_hosts=self.token_hosts)
+
     def _blob_source(self, repository: str, digest: str) -> Callable[[], tuple[BinaryIO, int]]:
         """A body that streams ``digest`` out of ``repository`` (checked as it goes): for copies."""
 

@@ -392,7 +392,11 @@ class Assembler:
         return image, context
 
     def assemble(self, cell: Cell, lock_text: str, ref: str, log: Path,
-                 on_step: Callable[[str], None] = lambda what: None) -> AssembledImage:
+                 on_step: Callable[[str], None] = lambda what: None,
+                 on_blob: Callable[[LayerDescriptor], None] = lambda layer: None) -> AssembledImage:
+        """``cell``'s image in the layout under ``ref``. ``on_step`` hears each step; ``on_blob`` gets each layer
+        as soon as its blob is in the layout (``build --push`` sends it ahead: image/format/blobsahead.py), the
+        base's first; a cached image hands over none."""
         start = time.monotonic()
         on_step("plan")
         image, ctx = self.plan(cell, lock_text, log)
@@ -402,17 +406,20 @@ class Assembler:
             image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
             image.seconds = time.monotonic() - start
             return image
-        job = _CellJob(cell=cell, image=image, log=log, on_step=on_step,
+        job = _CellJob(cell=cell, image=image, log=log, on_step=on_step, on_blob=on_blob,
                        base=ctx["base"], venv=ctx["venv"], wheels=ctx["wheels"],  # type: ignore[arg-type]
                        epoch=ctx["epoch"], by_name={p.name: p for p in image.layers})  # type: ignore[arg-type]
+        job.hand_over()
         self._check_disk(cell, [job.wheels[_wheel_name(p)] for p in image.layers
                                 if p.name.startswith("wheel:") and p.descriptor is None])
         self._build_wheels(job)
         self._build_patches(job)
+        job.hand_over()
         aot: jitcache.AotPlan | None = ctx["aot"]  # type: ignore[assignment]
         if aot is not None:
             self._build_aot(job, aot)
         self._build_smoke_and_ca(job, ctx["smoke"])  # type: ignore[arg-type]
+        job.hand_over()
         self._write_image(job, ref, ctx["env"], ctx["labels"])  # type: ignore[arg-type]
         image.seconds = time.monotonic() - start
         return image
@@ -430,6 +437,8 @@ class Assembler:
             install_wheel(path, writer, job.venv)
 
         self._cached_or_build(planned, build, job.epoch)
+        if source is None:
+            job.hand_over()
 
     def _build_wheels(self, job: _CellJob) -> None:
         """The venv layer, then every wheel layer not yet in the cache, the largest first, ``jobs`` at once."""
@@ -459,6 +468,7 @@ class Assembler:
                 handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
         self._cached_or_build(job.by_name["cuda-link"], jitcache.link_layer_builder(
             cell, aot, job.venv.site_packages, self.settings.cache_dir), job.epoch)
+        job.hand_over()
         if "flashinfer-aot" not in job.by_name:
             return
         if aot.cross is not None:
@@ -528,6 +538,7 @@ class Assembler:
         image.layers = _merge_small(image.layers, image.merge_by_size, self.settings.max_layers, self, job.epoch)
         image.merged = None
         descriptors = job.descriptors()
+        job.hand_over()
         if self.settings.check_runnable:
             job.on_step("runnable")
             self._check_runnable(cell, descriptors, base, env, job.on_step)
@@ -560,6 +571,21 @@ class _CellJob:
     log: Path
     on_step: Callable[[str], None]
     by_name: dict[str, PlannedLayer]  # the planned layers by name, before the small wheels are merged
+    on_blob: Callable[[LayerDescriptor], None] = lambda layer: None
+    _handed: set[str] = field(default_factory=set)
+    _handing: threading.Lock = field(default_factory=threading.Lock)
+
+    def hand_over(self) -> None:
+        """Each layer whose blob is now in the layout and not yet handed over, in the image's order, to
+        ``on_blob`` (wheel layers finish in several threads: one at a time here). The wheel layers the plan merges
+        by size are not: the image holds their merged layer instead."""
+        parts = [self.by_name[n].descriptor for n in self.image.merge_by_size if n in self.by_name]
+        merged = {d.digest for d in parts if d is not None}
+        with self._handing:
+            for descriptor in self.descriptors():
+                if descriptor.digest not in self._handed and descriptor.digest not in merged:
+                    self._handed.add(descriptor.digest)
+                    self.on_blob(descriptor)
 
     def descriptors(self) -> list[LayerDescriptor]:
         """The image's layers built so far, in order: the base's, then each planned layer's past the base."""

@@ -143,10 +143,12 @@ class Project:
                           self.base_python)
 
     def assemble(self, cell: Cell | None = None, ref: str = "localhost/rules:one",
-                 steps: list[str] | None = None, assembler: Assembler | None = None):  # noqa: ANN201
+                 steps: list[str] | None = None, assembler: Assembler | None = None,
+                 on_blob=lambda layer: None):  # noqa: ANN001, ANN201
         cell = cell or self.cell
         return (assembler or self.assembler).assemble(cell, self.lock(cell), ref, self.log,
-                                                      on_step=(steps.append if steps is not None else lambda s: None))
+                                                      on_step=(steps.append if steps is not None else lambda s: None),
+                                                      on_blob=on_blob)
 
     def layer_files(self, desc: LayerDescriptor) -> dict[str, bytes | None]:
         out: dict[str, bytes | None] = {}
@@ -956,6 +958,45 @@ def test_the_runnable_checks_scans_of_the_layers_built_so_far_are_made_while_the
     off = Assembler(dataclasses.replace(project.settings, check_runnable=False, compression=LayerCompression("gzip", 5)))
     project.assemble(assembler=off, ref="localhost/rules:unchecked")
     assert len(events) == 2 and aot.built == ["link", "aot", "link", "aot"]  # built again, no scans beside it
+
+
+def test_each_layer_is_handed_over_once_as_soon_as_its_blob_is_in_the_layout_the_aot_layer_after_the_others(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    aot = AotStandIn(monkeypatch, project)
+    handed: list[tuple[str, list[str], bool]] = []
+    layout = project.assembler.layout
+
+    def on_blob(layer: LayerDescriptor) -> None:
+        handed.append((layer.digest, list(aot.built), layout.blob_path(layer.digest).is_file()))
+
+    image = project.assemble(on_blob=on_blob)
+    digests = [p.descriptor.digest for p in image.layers if p.descriptor]
+    assert [d for d, _, _ in handed] == digests  # each once, in the image's order, the base's first
+    assert all(there for _, _, there in handed)
+    assert [built for _, built, _ in handed][:4] == [[], [], [], []]  # base, venv, wheels: before the link layer
+    assert handed[4][1] == ["link"]  # the link layer before the AOT build starts, so it goes while nvcc runs
+    assert handed[5][1] == handed[6][1] == ["link", "aot"]
+    again: list[LayerDescriptor] = []
+    project.assemble(on_blob=again.append)
+    assert again == []  # the image is in the layout already: nothing to hand over
+
+
+def test_the_wheel_layers_merged_by_size_are_not_handed_over_their_merged_layer_is(
+        tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = {n: len(wheel_bytes(n, WHEELS[n][0], WHEELS[n][1])) for n in WHEELS}
+    p = Project(tmp_path / "p", index[0], monkeypatch, merge_below=max(sizes["alpha"], sizes["beta"]) + 1)
+    _serve(index[1], p)
+    handed: list[str] = []
+    cell = p.make(("alpha", "beta", "gamma"))
+    image = p.assemble(cell, on_blob=lambda layer: handed.append(layer.digest))
+    layers = {layer.name: layer.descriptor.digest for layer in image.layers if layer.descriptor}
+    assert "wheels:alpha==1.0,beta==2.0" in layers
+    assert sorted(handed) == sorted(layers.values()) and len(handed) == len(layers)  # the merged one after smoke
+    # the parts' own layers are in the layout (the merged one is made of them) but not in the image
+    parts = Project(tmp_path / "parts", index[0], monkeypatch).assemble(cell)
+    alone = {layer.descriptor.digest for layer in parts.layers if layer.name in ("wheel:alpha==1.0", "wheel:beta==2.0")
+             and layer.descriptor}
+    assert len(alone) == 2 and all(p.assembler.layout.has_blob(d) for d in alone) and not alone & set(handed)
 
 
 def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(
