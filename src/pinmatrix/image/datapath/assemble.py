@@ -478,7 +478,9 @@ class Assembler:
             handle.write(f"flashinfer-aot: built in cell {cell.id}'s own root: {', '.join(aot.modules)} for "
                          f"{aot.arch_list}\n")
         wheel_layers = [p.descriptor for p in job.image.layers if p.descriptor and p.name.startswith("wheel:")]
-        root = RootLayers(self._blobs([*job.base.layers, job.by_name["venv"].descriptor]), self._blobs(wheel_layers))
+        in_order = [*job.base.layers, job.by_name["venv"].descriptor]
+        root = RootLayers(self._blobs(in_order), self._blobs(wheel_layers),
+                          unpacked=sum(d.unpacked for d in [*in_order, *wheel_layers] if d is not None))
         self._cached_or_build(job.by_name["flashinfer-aot"], jitcache.aot_layer_builder(
             cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step,
             beside=partial(self._scans_beside, job)), job.epoch)

@@ -35,6 +35,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.image.datapath import jitcache
 from pinmatrix.image.datapath.jitcache import SCRATCH, AotBuild, AotError, AotPlan, CrossInputs
 from pinmatrix.image.datapath.rootfs import BaseLayers
+from pinmatrix.image.datapath.scratchplace import remove_tree, scratch_dir
 from pinmatrix.image.datapath.scratchroot import RootLayers, unpack
 from pinmatrix.image.datapath.wheels import Target, WheelFile
 from pinmatrix.image.format.layer import LayerWriter
@@ -275,7 +276,7 @@ def layer_builder(cell: Cell, aot: AotPlan, site_packages: str,
                   cache_dir: Path, log: Path, on_step: Callable[[str], None], *, jobs: int = 2) -> Callable[[LayerWriter], None]:
     """What the assembler calls to write a foreign cell's flashinfer-aot layer (only when it is not cached)."""
     def build(writer: LayerWriter) -> None:
-        with jitcache.scratch_dir(cache_dir) as tmp:
+        with scratch_dir(cache_dir) as tmp:
             work = Path(tmp)
             stub = jitcache.stub_libcuda(jitcache.cell_machine(cell), work)
             try:
@@ -286,7 +287,7 @@ def layer_builder(cell: Cell, aot: AotPlan, site_packages: str,
                     handle.write(f"flashinfer-aot: {json.dumps(result.manifest, sort_keys=True)}\n")
                 jitcache.write_aot_layer(writer, site_packages, result)
             finally:
-                jitcache.remove_tree(work / "root")
+                remove_tree(work / "root")
     return build
 
 

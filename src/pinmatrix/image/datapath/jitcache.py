@@ -40,6 +40,7 @@ from pinmatrix.archflag import ArchFlag
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.datapath.scratchplace import remove_tree, scratch_dir
 from pinmatrix.image.datapath.scratchroot import RootLayers, unpack
 from pinmatrix.image.datapath.wheels import WheelFile
 from pinmatrix.image.format.config import cell_env
@@ -364,11 +365,6 @@ def layer_manifest(manifest: Mapping[str, object]) -> dict[str, object]:
     return kept
 
 
-def scratch_dir(cache_dir: Path) -> tempfile.TemporaryDirectory[str]:
-    (cache_dir / "aot").mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir / "aot")
-
-
 def layer_blobs(layout_blob: Callable[[str], Path], descriptors: Sequence[LayerDescriptor]) -> list[tuple[Path, str]]:
     return [(layout_blob(d.digest), d.media_type) for d in descriptors]
 
@@ -399,8 +395,10 @@ def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: Root
                       ) -> Callable[[LayerWriter], None]:
     def build(writer: LayerWriter) -> None:
         assert aot.toolchain is not None
-        with scratch_dir(cache_dir) as tmp:
+        with scratch_dir(cache_dir, layers.unpacked) as tmp:
             work = Path(tmp)
+            with open(log, "a", encoding="utf-8") as handle:
+                handle.write(f"flashinfer-aot: the scratch root ({layers.unpacked / 1e9:.1f} GB) in {work}\n")
             link = link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell), work))
             try:
                 result = build_modules(cell, aot, layers, link, work, log, on_step=on_step, beside=beside)
@@ -411,11 +409,4 @@ def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: Root
     return build
 
 
-def remove_tree(path: Path) -> None:
-    """The scratch root, read-only folders included."""
-    def _writable(func: Callable[..., object], name: str, _exc: object) -> None:
-        os.chmod(os.path.dirname(name), 0o755)
-        func(name)
 
-    if path.exists():
-        shutil.rmtree(path, onerror=_writable)

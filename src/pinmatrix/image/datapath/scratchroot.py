@@ -37,10 +37,12 @@ class ScratchRootError(PinmatrixError):
 
 @dataclass(frozen=True)
 class RootLayers:
-    """A scratch root's layers (blob path, media type): ``ordered`` one after another, then ``side_by_side``."""
+    """A scratch root's layers (blob path, media type): ``ordered`` one after another, then ``side_by_side``;
+    ``unpacked``: the bytes they take unpacked, 0 when not known (where the root goes: scratchplace.py)."""
 
     ordered: Sequence[Blob]
     side_by_side: Sequence[Blob] = ()
+    unpacked: int = 0
 
 
 @dataclass(frozen=True)

@@ -922,7 +922,9 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     assert (site, cache_dir, log) == (SITE, project.settings.cache_dir, project.log)
     blobs = [(layout.blob_path(p.descriptor.digest), p.descriptor.media_type) for p in image.layers[:4] if p.descriptor]
     assert len(blobs) == 4
-    assert layers == RootLayers(blobs[:2], blobs[2:])  # base and venv in turn, then the wheels side by side
+    unpacked = sum(p.descriptor.unpacked for p in image.layers[:4] if p.descriptor)
+    assert unpacked > 0  # the root's size: where it is unpacked depends on it (scratchplace.py)
+    assert layers == RootLayers(blobs[:2], blobs[2:], unpacked)  # base and venv in turn, then the wheels side by side
     assert project.layer_files(image.layers[4].descriptor)["opt/link/marker"] == b"link"  # type: ignore[arg-type]
     assert project.layer_files(image.layers[5].descriptor)["opt/aot/marker"] == b"aot"  # type: ignore[arg-type]
     assert project.log.read_text() == (f"earlier\nflashinfer-aot: built in cell {project.cell.id}'s own root: norm, "
