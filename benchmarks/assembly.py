@@ -10,8 +10,8 @@ same run (benchmarks/floor.py).
 - the int64 cell's engine step: the plain image loaded into a fresh podman store, then the int64 cell assembled
   and loaded (skopeo copies only the layers the store lacks), timed together;
 - push to a private docker-registry and pull back by digest with podman on a fresh store (image id = config
-  digest); when the layers are not gzip, the same cell assembled again with gzip:1 from the same wheel cache,
-  pushed and pulled the same way (what a pull cost before zstd);
+  digest); when the layers are not gzip, the same cell assembled again with gzip:1 and one layer per wheel from the
+  same wheel cache, pushed and pulled the same way (what a pull cost before zstd and the merged small wheels);
 - the peer: a Containerfile FROM the same base with `uv pip install --require-hashes` of the same lock,
   `podman build` + `podman push` to the same registry, and its pull by digest on a fresh store;
 - a warm no-op `pinmatrix build --engine none --no-lock` over the whole shipped matrix;
@@ -43,6 +43,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
+from pinmatrix.image.datapath.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.datapath.rootfs import debian_base
 from pinmatrix.image.datapath.wheels import DEFAULT_INDEX
 from pinmatrix.image.format.blobsahead import BlobsAhead
@@ -54,11 +55,16 @@ from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry
+from pinmatrix.sizes import parse_size
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
 # the layers' compression (`--compression`): gzip:1 (default) or zstd:3; the floor is that format's
 COMPRESSION = LayerCompression.parse(os.environ.get("PINMATRIX_BENCH_COMPRESSION", "gzip:1"))
 JOBS = 4
+# the small wheels' layer as `build` makes it by default (PINMATRIX_BENCH_MERGE_BELOW=0: one layer per wheel); the
+# gzip image the pull is compared with is one layer per wheel, as every image was before
+MERGE_BELOW = parse_size(os.environ.get("PINMATRIX_BENCH_MERGE_BELOW", f"{DEFAULT_MERGE_BELOW >> 20}MiB"),
+                         "PINMATRIX_BENCH_MERGE_BELOW", minimum=0)
 WHOLE_MATRIX = os.environ.get("PINMATRIX_BENCH_WHOLE_MATRIX", "1") != "0"
 
 
@@ -122,7 +128,8 @@ def run() -> dict[str, Any]:
     plain = next(c for c in cells if not c.patches_to_apply)
     patched = [c for c in cells if c.patches_to_apply]
     extra_ca = tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists())
-    figures: dict[str, Any] = {"stack": STACK, "cells": [c.name for c in cells], "compression": str(COMPRESSION)}
+    figures: dict[str, Any] = {"stack": STACK, "cells": [c.name for c in cells], "compression": str(COMPRESSION),
+                               "merge_below_bytes": MERGE_BELOW}
     work_root = root / ".pinmatrix" / "bench"
     work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="assembly-", dir=work_root) as tmp:
@@ -133,7 +140,8 @@ def run() -> dict[str, Any]:
 
         def assembler(name: str) -> Assembler:
             return Assembler(AssemblySettings(root=root, cache_dir=work / name / "cache", layout_dir=work / name / "oci",
-                                              extra_ca=extra_ca, jobs=JOBS, compression=COMPRESSION))
+                                              extra_ca=extra_ca, jobs=JOBS, compression=COMPRESSION,
+                                              merge_below=MERGE_BELOW))
 
         cold = assembler("cold")
         t0 = time.perf_counter()

@@ -66,6 +66,21 @@ def test_a_second_image_copies_only_the_layer_the_store_lacks(tmp_path: Path, re
         files = {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
     assert files == {"opt/shared.bin": b"s" * 100_000, "opt/b": b"b"}
 
+
+def test_a_name_that_held_another_image_names_the_loaded_one_afterwards(tmp_path: Path,
+                                                                       request: pytest.FixtureRequest) -> None:
+    engine = engine_for("podman", request)
+    layout = OCILayout(tmp_path / "oci").init()
+    ref = "localhost/pinmatrix/reuse:moved"
+    before = _image(layout, ref, [_layer(layout, "opt/before", b"1")])
+    assert load_into_engine(layout, before, engine) == before.config_digest
+    after = _image(layout, ref, [_layer(layout, "opt/after", b"2")])  # the layout's ref now names another image
+    assert after.config_digest != before.config_digest
+    assert load_into_engine(layout, after, engine) == after.config_digest  # no tag step: skopeo moved the name
+    loaded = engine.inspect(ref)
+    assert loaded is not None and loaded.id == after.config_digest
+
+
 def test_skopeos_fatal_line_is_its_message() -> None:
     line = 'time="2026-12-02T11:40:00Z" level=fatal msg="writing blob: adding layer: \\"opt\\": duplicates"'
     assert load_cause(f"Copying blob sha256:abc\n{line}\n") == 'writing blob: adding layer: "opt": duplicates'

@@ -24,6 +24,7 @@ from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.datapath.assemble import describe
+from pinmatrix.image.datapath.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.format.compression import LayerCompression, choose, for_consumer, requested
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells
@@ -70,10 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "faster to build and pull), none, each with an optional :LEVEL (gzip:6, zstd:9); auto "
                         "(default): zstd when the images are loaded into an engine that reads it, else gzip. "
                         "Part of each layer's inputs: another choice is another image digest")
-    p.add_argument("--merge-below", default="0", metavar="SIZE",
+    p.add_argument("--merge-below", default=f"{DEFAULT_MERGE_BELOW >> 20}MiB", metavar="SIZE",
                    help="wheels smaller than SIZE (as their index declares them: 4MiB, 8MB) share one layer, shown "
-                        "in --print: fewer layers to pull; cells with the same small wheels share it. Default 0: "
-                        "one layer per wheel. Part of the image's inputs")
+                        "in --print: fewer layers to pull; cells with the same small wheels share it, each bigger "
+                        f"wheel keeps a layer of its own. Default {DEFAULT_MERGE_BELOW >> 20}MiB; 0: one layer per "
+                        "wheel. Part of the image's inputs")
     p.add_argument("--registry", metavar="HOST/PREFIX",
                    help="image prefix and registry (default: matrix.registry, e.g. 127.0.0.1:5000/pinmatrix)")
     p.add_argument("--no-lock", action="store_true",

@@ -14,6 +14,7 @@ from typing import Literal
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.datapath.assemble import AssembledImage, AssemblySettings
+from pinmatrix.image.datapath.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
 
 Status = Literal["built", "cached", "failed"]
@@ -40,7 +41,7 @@ class BuildSettings:
     compression: LayerCompression = DEFAULT_COMPRESSION  # the cell layers'; the base is always the default
     load: bool = True  # load each image into the engine's store
     authfile: Path | None = None
-    merge_below: int = 0  # wheels smaller than this many bytes share one layer; 0: each wheel its own layer
+    merge_below: int = DEFAULT_MERGE_BELOW  # wheels smaller than this many bytes share one layer; 0: each its own
 
     @property
     def images_dir(self) -> Path:

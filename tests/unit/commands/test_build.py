@@ -61,7 +61,8 @@ def test_help_names_the_options(capsys) -> None:  # noqa: ANN001
 def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     import json
 
-    rc = main(["build", str(REPO / "matrix.toml"), "--stack", "demo", "--print", "--cache-dir", str(tmp_path / "c")])
+    rc = main(["build", str(REPO / "matrix.toml"), "--stack", "demo", "--print", "--merge-below", "0",
+               "--cache-dir", str(tmp_path / "c")])
     plan = json.loads(capsys.readouterr().out)
     assert rc == 0 and plan
     for cell in plan:
@@ -78,7 +79,7 @@ def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -
     fetcher = WheelFetcher(tmp_path / "c" / "wheels")
     for entry in parse_lock(lock_path(cell, REPO).read_text()).entries:
         fetcher.fetch(fetcher.choose(entry, cell_target(cell), cell.indexes))
-    assert main(["build", str(REPO / "matrix.toml"), "--stack", "demo", "-k", cell.id, "--print",
+    assert main(["build", str(REPO / "matrix.toml"), "--stack", "demo", "-k", cell.id, "--print", "--merge-below", "0",
                  "--cache-dir", str(tmp_path / "c")]) == 0
     (again,) = json.loads(capsys.readouterr().out)
     assert again["download_bytes"] == 0
@@ -91,10 +92,12 @@ def test_print_shows_the_wheels_merge_below_puts_in_one_layer(tmp_path: Path, ca
     import json
 
     args = ["build", str(REPO / "matrix.toml"), "--stack", "demo", "--print", "--cache-dir", str(tmp_path / "c")]
-    assert main(args) == 0
+    assert main([*args, "--merge-below", "0"]) == 0
     apart = json.loads(capsys.readouterr().out)
     assert main([*args, "--merge-below", "1GiB"]) == 0
     merged = json.loads(capsys.readouterr().out)
+    assert main(args) == 0  # the default: the wheels under 16 MiB (all of the demo's) share one layer
+    assert json.loads(capsys.readouterr().out) == merged
     for one, together in zip(apart, merged, strict=True):
         wheels = [layer["name"] for layer in one["layers"] if layer["name"].startswith("wheel:")]
         (layer,) = [layer for layer in together["layers"] if layer["name"].startswith("wheels:")]

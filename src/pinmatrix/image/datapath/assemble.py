@@ -18,9 +18,9 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -285,11 +285,27 @@ class Assembler:
                                 f"about {need / 1e9:.1f} GB free under {self.settings.cache_dir} and "
                                 f"{self.settings.layout_dir}, {free / 1e9:.1f} GB are")
 
-    def _scans_beside(self, job: _CellJob) -> AbstractContextManager[None]:
-        """The runnable check's layer scans of the layers built so far, made while the block runs."""
-        if not self.settings.check_runnable:
-            return nullcontext()
-        return scanned_beside(self._blobs(job.descriptors()), oci_arch(job.cell.platform)[0], self._runnable_scans)
+    @contextmanager
+    def _beside_aot(self, job: _CellJob) -> Iterator[None]:
+        """What is made while the AOT layer compiles (it leaves a core idle much of the time): the runnable check's
+        scans of the layers built so far, and the merged layer of small wheels (handed over as soon as it is
+        written). A merge that fails here is left to ``_write_image``, which makes it again and raises."""
+        with ExitStack() as stack:
+            if self.settings.check_runnable:
+                stack.enter_context(scanned_beside(self._blobs(job.descriptors()), oci_arch(job.cell.platform)[0],
+                                                   self._runnable_scans))
+            merging = threading.Thread(target=self._merge_early, args=(job,), name="pinmatrix-merge", daemon=True)
+            merging.start()
+            stack.callback(merging.join)
+            yield
+
+    def _merge_early(self, job: _CellJob) -> None:
+        try:
+            layers = _merge_small(list(job.image.layers), job.image.merge_by_size, self.settings.max_layers, self,
+                                  job.epoch)
+        except (PinmatrixError, OSError):
+            return
+        job.hand_over([p.descriptor for p in layers if p.name.startswith("wheels:") and p.descriptor])
 
     @property
     def _runnable_scans(self) -> Path:
@@ -483,7 +499,7 @@ class Assembler:
                           unpacked=sum(d.unpacked for d in [*in_order, *wheel_layers] if d is not None))
         self._cached_or_build(job.by_name["flashinfer-aot"], jitcache.aot_layer_builder(
             cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step,
-            beside=partial(self._scans_beside, job)), job.epoch)
+            beside=partial(self._beside_aot, job)), job.epoch)
 
     def _build_cross_aot(self, job: _CellJob, aot: jitcache.AotPlan) -> None:
         """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/datapath/crossaot.py)."""
@@ -511,7 +527,7 @@ class Assembler:
             assert aot.cross is not None and aot.cross.spec is not None
             return [self.fetcher.fetch(job.wheels[n]) for n in aot.cross.spec.libraries_from if n in job.wheels]
 
-        with self._scans_beside(job):
+        with self._beside_aot(job):
             self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
                 cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
                 job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
@@ -577,14 +593,15 @@ class _CellJob:
     _handed: set[str] = field(default_factory=set)
     _handing: threading.Lock = field(default_factory=threading.Lock)
 
-    def hand_over(self) -> None:
-        """Each layer whose blob is now in the layout and not yet handed over, in the image's order, to
-        ``on_blob`` (wheel layers finish in several threads: one at a time here). The wheel layers the plan merges
-        by size are not: the image holds their merged layer instead."""
+    def hand_over(self, extra: Sequence[LayerDescriptor] = ()) -> None:
+        """Each layer whose blob is now in the layout and not yet handed over, in the image's order, then
+        ``extra`` (the merged layer, made before the image lists it), to ``on_blob`` (layers finish in several
+        threads: one at a time here). The wheel layers the plan merges by size are not: the image holds their merged
+        layer instead."""
         parts = [self.by_name[n].descriptor for n in self.image.merge_by_size if n in self.by_name]
         merged = {d.digest for d in parts if d is not None}
         with self._handing:
-            for descriptor in self.descriptors():
+            for descriptor in [*self.descriptors(), *extra]:
                 if descriptor.digest not in self._handed and descriptor.digest not in merged:
                     self._handed.add(descriptor.digest)
                     self.on_blob(descriptor)

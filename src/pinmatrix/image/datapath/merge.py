@@ -1,9 +1,12 @@
 """Which wheel layers of a cell's image share one layer, and that layer's content.
 
 Two rules, both decided from sizes:
-- ``--merge-below SIZE`` (off by default): every wheel smaller than SIZE (its size as the index declared it) goes
-  into one layer, decided in the plan, so ``build --print`` shows it. Cells with the same small wheels share it
-  (the plain and int64 h200 cells do); a cell that differs in one small wheel has a merged layer of its own.
+- ``--merge-below SIZE`` (``DEFAULT_MERGE_BELOW``, 16 MiB, for ``build``; 0 turns it off): every wheel smaller than
+  SIZE (its size as the index declared it) goes into one layer, decided in the plan, so ``build --print`` shows
+  it. The big wheels (torch, cudnn, cublas, triton, nccl, ...) keep a layer each, shared by every cell that holds
+  them; the long tail is one layer, shared by the cells with the same small wheels (the plain and int64 h200
+  cells); a cell that differs in one small wheel has a merged layer of its own. Fewer layers pull faster: the
+  h200 cell's 62 layers become 23, pulled in 0.89x the time (docs/images.md).
 - past ``max_layers`` (like nixpkgs' buildLayeredImage): the smallest other wheel layers (by their blobs' sizes)
   join it until the image has ``max_layers`` layers.
 
@@ -18,6 +21,7 @@ from pathlib import Path
 from pinmatrix.image.format.layer import LayerWriter, member_path, open_layer
 
 MERGE_FORMAT = 2  # the merged layer of small wheels: 2 holds each path once
+DEFAULT_MERGE_BELOW = 16 << 20  # build's --merge-below: wheels under 16 MiB share one layer
 
 
 def by_size(wheel_sizes: Mapping[str, int | None], merge_below: int) -> list[str]:

@@ -36,16 +36,19 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *
     have = engine.inspect(image.ref)
     if have is not None and have.id == image_id:
         return image_id
+    named = False  # skopeo's copy to containers-storage:REF names the image REF (moved off any other image)
     if engine.name == "docker":
         _skopeo_to_docker(layout, image, engine)
     elif reuse_layers and (skopeo := shutil.which("skopeo")) is not None:
         _skopeo_to_storage(skopeo, layout, image, engine)
+        named = True
     else:
         _stream_load(layout, image, engine)
-    try:
-        engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
-    except EngineError as err:
-        raise PublishError(f"engine {engine.name}: loaded {image.ref} but cannot tag it: {err}") from None
+    if not named:
+        try:
+            engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
+        except EngineError as err:
+            raise PublishError(f"engine {engine.name}: loaded {image.ref} but cannot tag it: {err}") from None
     loaded = engine.inspect(image.ref)
     if loaded is None or loaded.id != image_id:
         raise PublishError(f"engine {engine.name}: after loading, {image.ref} is {loaded.id if loaded else 'absent'}, "

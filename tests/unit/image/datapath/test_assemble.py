@@ -1001,6 +1001,32 @@ def test_the_wheel_layers_merged_by_size_are_not_handed_over_their_merged_layer_
     assert len(alone) == 2 and all(p.assembler.layout.has_blob(d) for d in alone) and not alone & set(handed)
 
 
+def test_the_merged_layer_of_small_wheels_is_made_and_handed_over_while_the_aot_layer_compiles(
+        tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = {n: len(wheel_bytes(n, WHEELS[n][0], WHEELS[n][1])) for n in WHEELS}
+    p = Project(tmp_path / "p", index[0], monkeypatch, merge_below=max(sizes["alpha"], sizes["beta"]) + 1)
+    _serve(index[1], p)
+    aot = AotStandIn(monkeypatch, p)
+    made: list[tuple[str, list[str]]] = []
+    real = assemble_module.Assembler._merge_early
+
+    def merge_early(self: Assembler, job: object) -> None:
+        real(self, job)
+        made.append(("merged", list(aot.built)))
+
+    monkeypatch.setattr(assemble_module.Assembler, "_merge_early", merge_early)
+    handed: list[str] = []
+    image = p.assemble(p.make(("alpha", "beta", "gamma")), on_blob=lambda layer: handed.append(layer.digest))
+    names = [layer.name for layer in image.layers]
+    assert names == ["base", "venv", "wheel:gamma==3.0", "cuda-link", "flashinfer-aot", "wheels:alpha==1.0,beta==2.0",
+                     "smoke"]
+    assert made == [("merged", ["link", "aot"])]  # joined before the AOT layer's build ended
+    by_name = {layer.name: layer.descriptor.digest for layer in image.layers if layer.descriptor}
+    assert sorted(handed) == sorted(by_name.values())
+    # handed over before the AOT layer, not after the smoke layer as a cell without one has it
+    assert handed.index(by_name["wheels:alpha==1.0,beta==2.0"]) < handed.index(by_name["flashinfer-aot"])
+
+
 def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     aot = AotStandIn(monkeypatch, project, skip="no smoke of the cell loads a FlashInfer module")
