@@ -121,6 +121,10 @@ class ImageTree:
     malformed: dict[str, str] = field(default_factory=dict)
     texts: dict[str, bytes] = field(default_factory=dict)
 
+    def copy(self) -> ImageTree:
+        """Another tree with the same entries (its values are never changed in place, so one level is enough)."""
+        return ImageTree(dict(self.entries), dict(self.elves), dict(self.malformed), dict(self.texts))
+
     def remove(self, path: str) -> None:
         below = path + "/"
         for table in (self.entries, self.elves, self.malformed, self.texts):
@@ -227,12 +231,50 @@ def _member_name(member: tarfile.TarInfo) -> str:
 def read_tree(layers: Iterable[tuple[Path, str]], arch: str, scans: Path | None = None) -> ImageTree:
     """The file tree of layers (blob path, media type) applied in order; the ELF headers of every file built for
     ``arch`` (amd64, arm64) that has an interpreter or a dynamic segment. ``scans``: a folder where each
-    content-addressed blob's reading is kept (``LayerScan``), so a layer shared by many images is read once."""
-    tree = ImageTree()
+    content-addressed blob's reading is kept (``LayerScan``), so a layer shared by many images is read once.
+
+    With ``scans`` and every blob named by its digest (as ``layer_scan`` keeps scans), the tree before each of an
+    image's last ``KEPT_TAIL`` layers is kept in this process, by the layers' digests: an image that shares all but its last few layers with one just checked
+    (the int64 cell's patch layer after the plain cell's wheels) starts from there. A kept tree is copied both ways,
+    so no caller changes another's."""
+    layers = list(layers)
     machine = next((m for m, name in MACHINES.items() if name == arch), None)
-    for blob, media_type in layers:
-        _apply(tree, layer_scan(blob, media_type, machine, scans))
+    addressed = all(_scan_path(scans, blob, machine) is not None for blob, _ in layers)
+    names = (str(scans), *(f"{blob.name} {media_type}" for blob, media_type in layers)) if addressed else None
+    start, tree = _kept_prefix(machine, names) if names is not None else (0, ImageTree())
+    start = max(start - 1, 0)  # the scans folder's own name is the key's first part, not a layer
+    for i in range(start, len(layers)):
+        if names is not None and len(layers) - i <= KEPT_TAIL:
+            _keep_prefix(machine, names[:i + 1], tree)
+        _apply(tree, layer_scan(*layers[i], machine, scans))
     return tree
+
+
+KEPT_TAIL = 6  # trees kept before each of an image's last layers (where sibling cells' images part)
+KEPT_TREES = 12  # kept trees in all, the least recently used dropped first
+_kept: dict[tuple[int | None, tuple[str, ...]], ImageTree] = {}
+_kept_lock = threading.Lock()
+
+
+def _kept_prefix(machine: int | None, names: tuple[str, ...]) -> tuple[int, ImageTree]:
+    """The longest kept prefix of ``names``: its length and a copy of its tree (0 and an empty tree: none)."""
+    with _kept_lock:
+        for length in range(len(names), 0, -1):
+            found = _kept.pop((machine, names[:length]), None)
+            if found is not None:
+                _kept[(machine, names[:length])] = found  # the most recently used last
+                return length, found.copy()
+    return 0, ImageTree()
+
+
+def _keep_prefix(machine: int | None, names: tuple[str, ...], tree: ImageTree) -> None:
+    if len(names) < 2:
+        return  # the scans folder alone: no layer applied yet
+    with _kept_lock:
+        _kept.pop((machine, names), None)
+        _kept[(machine, names)] = tree.copy()
+        while len(_kept) > KEPT_TREES:
+            del _kept[next(iter(_kept))]
 
 
 def layer_scan(blob: Path, media_type: str, machine: int | None, scans: Path | None = None) -> list[Op]:

@@ -224,6 +224,62 @@ def test_a_blob_not_named_by_its_digest_is_never_kept(elves: dict[str, bytes], t
     assert not (tmp_path / "scans").exists()
 
 
+# ---------------------------------------------------------------------- trees kept for images sharing a prefix
+def _scanned(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The blobs layer_scan is asked for from now on."""
+    from pinmatrix.image.datapath import runnable
+
+    asked: list[Path] = []
+    real = runnable.layer_scan
+
+    def recording(blob: Path, *args: object) -> object:
+        asked.append(blob)
+        return real(blob, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runnable, "layer_scan", recording)
+    return asked
+
+
+def test_an_image_sharing_all_but_its_last_layer_with_one_checked_starts_from_that_tree(
+        elves: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.image.datapath import runnable
+
+    monkeypatch.setattr(runnable, "_kept", {})
+    blobs, scans = tmp_path / "blobs", tmp_path / "scans"
+    system = _addressed(_system(tmp_path), blobs)
+    progs = _addressed(_layer(tmp_path, {"opt/app/bin/prog": elves["prog"], "opt/app/lib/libgone.so.1": elves["lib"]}),
+                       blobs)
+    plain = _addressed(_layer(tmp_path, {"opt/app/plain.txt": b"plain"}), blobs)
+    gone = _addressed(_layer(tmp_path, {"opt/app/lib/.wh.libgone.so.1": b""}), blobs)  # the sibling deletes a library
+    patched = _addressed(_layer(tmp_path, {"opt/app/patched.txt": b"patched"}), blobs)
+    first = check_layers([system, progs, plain], "amd64", {}, scans=scans)
+    asked = _scanned(monkeypatch)
+    sibling = check_layers([system, progs, gone], "amd64", {}, scans=scans)
+    assert asked == [gone[0]]  # base and programs from the kept tree; only its own layer applied
+    assert sibling == check_layers([system, progs, gone], "amd64", {}) != first  # as a fresh read: the library is gone
+    assert [p.what.split(" (", 1)[0] for p in sibling] == ["needs libgone.so.1, which is nowhere in the image"]
+    assert first == []
+    asked.clear()
+    # the kept tree was copied: the sibling's whiteout did not reach it
+    assert check_layers([system, progs, patched], "amd64", {}, scans=scans) == first
+    assert asked == [patched[0]]
+
+
+def test_no_tree_is_kept_for_blobs_not_named_by_their_digest_or_without_scans(
+        elves: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.image.datapath import runnable
+
+    monkeypatch.setattr(runnable, "_kept", {})
+    system, progs = _system(tmp_path), _layer(tmp_path, {"opt/app/bin/prog": elves["prog"]})
+    check_layers([system, progs], "amd64", {}, scans=tmp_path / "scans")
+    addressed = [_addressed(system, tmp_path / "blobs"), _addressed(progs, tmp_path / "blobs")]
+    check_layers(addressed, "amd64", {})
+    assert runnable._kept == {}
+    asked = _scanned(monkeypatch)
+    check_layers([system, progs], "amd64", {}, scans=tmp_path / "scans")
+    assert asked == [system[0], progs[0]]
+
+
 # ------------------------------------------------------------------------------ scans made beside a long step
 def test_scans_made_beside_a_block_are_kept_and_then_read_by_the_check(elves: dict[str, bytes], tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
