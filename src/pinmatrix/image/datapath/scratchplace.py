@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -90,7 +91,7 @@ def _alive(pid: int) -> bool:
 
 
 def remove_orphans(memory: Path = MEMORY) -> list[Path]:
-    """The roots in ``memory`` whose process is gone, removed; what was removed."""
+    """The roots in ``memory`` whose process is gone, removed when they are this user's folders; what was removed."""
     removed: list[Path] = []
     try:
         entries = list(memory.iterdir())
@@ -98,7 +99,13 @@ def remove_orphans(memory: Path = MEMORY) -> list[Path]:
         return removed
     for entry in entries:
         pid = entry.name.removeprefix(PREFIX).split("-", 1)[0]
-        if entry.name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)) and not entry.is_symlink():
+        if not (entry.name.startswith(PREFIX) and pid.isdigit()) or _alive(int(pid)):
+            continue
+        try:
+            facts = entry.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(facts.st_mode) and facts.st_uid == os.getuid():  # no link, no other user's folder
             remove_tree(entry)
             removed.append(entry)
     return removed

@@ -101,6 +101,22 @@ def test_a_root_left_in_memory_by_a_process_that_is_gone_is_removed_and_no_other
     other.mkdir()
     odd = tmp_path / f"{PREFIX}notapid-x"
     odd.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("kept")
+    link = tmp_path / f"{PREFIX}{gone}-link"
+    link.symlink_to(target)  # a name like an orphan's, but a link: neither it nor what it points at is touched
     assert remove_orphans(tmp_path) == [orphan]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, other.name, odd.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, other.name, odd.name, target.name,
+                                                                 link.name])
+    assert (target / "keep").read_text() == "kept"
     assert remove_orphans(tmp_path / "absent") == []
+
+
+def test_a_left_root_of_another_user_is_not_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    theirs = tmp_path / f"{PREFIX}{gone}-abc"
+    theirs.mkdir()
+    monkeypatch.setattr(os, "getuid", lambda: theirs.stat().st_uid + 1)  # as if another user made it
+    assert remove_orphans(tmp_path) == [] and theirs.is_dir()
