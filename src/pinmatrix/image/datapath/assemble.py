@@ -352,12 +352,15 @@ class Assembler:
             image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
                                              _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level),
                                              download=fetch))
+        # a patch's layer goes after the link and AOT layers, which do not depend on it: an image that only adds a
+        # patch to a sibling's shares every layer below it (an engine reuses a layer only on the same layers below)
+        patch_layers: list[PlannedLayer] = []
         for patch in cell.patches_to_apply:
             resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
             target_wheel = wheels.get(_canonical(patch.package))
             if target_wheel is None:
                 raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
-            image.layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, PATCH_FORMAT, patch.sha256,
+            patch_layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, PATCH_FORMAT, patch.sha256,
                                                                         target_wheel.sha256, cell.python, epoch,
                                                                         level)))
         # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/datapath/jitcache.py).
@@ -371,6 +374,7 @@ class Assembler:
             image.layers.append(PlannedLayer("cuda-link", aot.link_key))
             if aot.builds:
                 image.layers.append(PlannedLayer("flashinfer-aot", aot.key))
+        image.layers.extend(patch_layers)
         smoke = smoke_bundle(self.smoke_dir) if smoke_files(self.smoke_dir) else []
         if smoke:
             tree = [(name, sha256_file(p)) for name, p in smoke]
@@ -420,6 +424,8 @@ class Assembler:
         stored = self.layout.image(ref)
         if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
             image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
+            if image.merged is not None:  # the layers as the image holds them, as a build would have left them
+                image.layers, image.merged = _spliced(image.layers, set(image.merge_by_size), image.merged), None
             image.seconds = time.monotonic() - start
             return image
         job = _CellJob(cell=cell, image=image, log=log, on_step=on_step, on_blob=on_blob,

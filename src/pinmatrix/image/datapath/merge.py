@@ -47,9 +47,12 @@ def parts_to_merge(layer_count: int, blob_sizes: Mapping[str, int], chosen: Sequ
 
 
 def insert_position(names: Sequence[str]) -> int:
-    """Where the merged layer goes among the image's other layers (``names``): after the wheels, before the
-    patches, the smoke bundle and the CA layer."""
-    return next((i for i, name in enumerate(names) if name.startswith(("patch:", "smoke", "ca"))), len(names))
+    """Where the merged layer goes among the image's other layers (``names``): right after the last wheel layer
+    (after the venv when every wheel is merged), before the toolchain's link files, the AOT kernels, the patches,
+    the smoke bundle and the CA layer. An engine reuses a stored layer only when every layer below it is the same,
+    so a sibling cell that only adds a patch shares every layer up to its patch (and pulls or loads no more)."""
+    after = [i for i, name in enumerate(names) if name == "venv" or name.startswith("wheel:")]
+    return after[-1] + 1 if after else len(names)
 
 
 def merged_name(part_names: Sequence[str]) -> str:

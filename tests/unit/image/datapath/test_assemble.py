@@ -1018,13 +1018,33 @@ def test_the_merged_layer_of_small_wheels_is_made_and_handed_over_while_the_aot_
     handed: list[str] = []
     image = p.assemble(p.make(("alpha", "beta", "gamma")), on_blob=lambda layer: handed.append(layer.digest))
     names = [layer.name for layer in image.layers]
-    assert names == ["base", "venv", "wheel:gamma==3.0", "cuda-link", "flashinfer-aot", "wheels:alpha==1.0,beta==2.0",
-                     "smoke"]
+    assert names == ["base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0", "cuda-link", "flashinfer-aot",
+                     "smoke"]  # right after the wheels: what a sibling cell adds comes after it
     assert made == [("merged", ["link", "aot"])]  # joined before the AOT layer's build ended
     by_name = {layer.name: layer.descriptor.digest for layer in image.layers if layer.descriptor}
     assert sorted(handed) == sorted(by_name.values())
     # handed over before the AOT layer, not after the smoke layer as a cell without one has it
     assert handed.index(by_name["wheels:alpha==1.0,beta==2.0"]) < handed.index(by_name["flashinfer-aot"])
+
+
+def test_a_patched_sibling_shares_every_layer_below_its_patch_which_goes_after_the_aot_layer(
+        tmp_path: Path, index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = {n: len(wheel_bytes(n, WHEELS[n][0], WHEELS[n][1])) for n in WHEELS}
+    p = Project(tmp_path / "p", index[0], monkeypatch, merge_below=max(sizes["alpha"], sizes["beta"]) + 1)
+    _serve(index[1], p)
+    AotStandIn(monkeypatch, p)
+    plain = p.assemble(p.make(("alpha", "beta", "gamma")))
+    patched = p.assemble(p.make(("alpha", "beta", "gamma"), patches=(_patch(p, package="alpha"),)),
+                         ref="localhost/rules:patched")
+    assert [layer.name for layer in patched.layers] == [
+        "base", "venv", "wheel:gamma==3.0", "wheels:alpha==1.0,beta==2.0", "cuda-link", "flashinfer-aot", "patch:fix",
+        "smoke"]
+    below = [layer.descriptor for layer in patched.layers[:6]]
+    assert below == [layer.descriptor for layer in plain.layers[:6]]  # all shared: only the patch and smoke reapply
+    again = p.assemble(p.make(("alpha", "beta", "gamma"), patches=(_patch(p, package="alpha"),)),
+                       ref="localhost/rules:patched")
+    assert again.cached and [layer.name for layer in again.layers] == [layer.name for layer in patched.layers]
+    assert [layer.descriptor for layer in again.layers] == [layer.descriptor for layer in patched.layers]
 
 
 def test_a_cuda_cell_whose_modules_cannot_be_built_gets_its_link_layer_and_the_reason_in_the_log(

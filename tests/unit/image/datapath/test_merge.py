@@ -41,9 +41,12 @@ def test_parts_to_merge_keeps_the_plans_choice_and_adds_to_it_only_past_the_boun
 
 @pytest.mark.parametrize(("names", "at"), [
     (["base", "venv", "wheel:a==1", "patch:p", "smoke"], 3), (["base", "venv", "wheel:a==1", "smoke", "ca"], 3),
-    (["base", "venv", "wheel:a==1", "cuda-link"], 4), (["base", "venv"], 2),
+    (["base", "venv", "wheel:a==1", "cuda-link"], 3), (["base", "venv"], 2),
+    (["base", "venv", "wheel:a==1", "wheel:b==1", "cuda-link", "flashinfer-aot", "patch:p", "smoke"], 4),
+    (["base", "venv", "cuda-link", "smoke"], 2), (["base", "smoke"], 2),
 ])
-def test_the_merged_layer_goes_after_the_wheels_before_patches_smoke_and_ca(names: list[str], at: int) -> None:
+def test_the_merged_layer_goes_right_after_the_wheels_before_link_aot_patches_smoke_and_ca(names: list[str],
+                                                                                         at: int) -> None:
     assert merge.insert_position(names) == at
 
 
