@@ -14,6 +14,7 @@ the build fails, the upload under way is cut off at its next chunk and nothing m
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -40,6 +41,16 @@ class AheadReport:
     def describe(self) -> str:
         said = f"{self.sent} blob(s) sent ahead ({self.bytes_sent / 1e6:.1f} MB), {self.present} already there"
         return said + (f"; stopped early: {self.stopped}" if self.stopped else "")
+
+
+def _lowest_priority() -> None:
+    """This thread at niceness 19 (Linux keeps one per thread): its uploads use the cores the build leaves idle
+    instead of taking them from it (on two cores, at the normal priority, they slowed the h200 cell's build by 16 s
+    and saved 7 s in all); a remote registry's upload waits on the network either way."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass  # no per-thread priority here: the uploads run as they are
 
 
 class _Cancelled(Exception):
@@ -103,6 +114,7 @@ class BlobsAhead:
         return self._report
 
     def _send_all(self) -> None:
+        _lowest_priority()
         while (item := self._todo.get()) is not None:
             if self._cancelled.is_set() or self._report.stopped is not None:
                 continue  # drained: the push sends what is left

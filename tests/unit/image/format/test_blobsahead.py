@@ -66,6 +66,28 @@ def test_a_blob_that_is_not_its_digest_is_refused_and_sending_stops_with_the_rea
     assert not registry.has_blob("ahead/bad", claimed) and not registry.has_blob("ahead/bad", good.digest)
 
 
+def test_the_uploads_run_at_the_lowest_priority_so_they_take_only_the_cores_the_build_leaves(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    seen: list[int] = []
+
+    class Watching(Registry):
+        def another(self) -> Registry:
+            return self
+
+        def push_blob_as(self, repository, digest, body):  # noqa: ANN001, ANN201
+            seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return True
+
+    layout = OCILayout(tmp_path / "oci").init()
+    with BlobsAhead(Watching("127.0.0.1:9"), "ahead/nice", layout.blob_path) as ahead:
+        ahead.add(_layer(layout, b"layer"))
+        assert ahead.finish().sent == 1
+    assert seen == [19]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19  # the caller's own is left as it was
+
+
 def test_a_registry_that_is_not_there_stops_sending_without_raising(tmp_path: Path) -> None:
     layout = OCILayout(tmp_path / "oci").init()
     with BlobsAhead(Registry("127.0.0.1:9"), "ahead/none", layout.blob_path) as ahead:
