@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from pinmatrix.atomic import process_alive
+
 MEMORY = Path("/dev/shm")
 PREFIX = "pinmatrix-root-"
 HEADROOM = 4 << 30  # what nvcc and the generator take beside the root (the h200 cell's compile peaks near 3 GB)
@@ -80,16 +82,6 @@ def scratch_dir(cache_dir: Path, need: int = 0, memory: Path = MEMORY) -> tempfi
     return tempfile.TemporaryDirectory(prefix="build-", dir=cache_dir / "aot")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
-
-
 def remove_orphans(memory: Path = MEMORY) -> list[Path]:
     """The roots in ``memory`` whose process is gone, removed when they are this user's folders; what was removed."""
     removed: list[Path] = []
@@ -99,7 +91,7 @@ def remove_orphans(memory: Path = MEMORY) -> list[Path]:
         return removed
     for entry in entries:
         pid = entry.name.removeprefix(PREFIX).split("-", 1)[0]
-        if not (entry.name.startswith(PREFIX) and pid.isdigit()) or _alive(int(pid)):
+        if not (entry.name.startswith(PREFIX) and pid.isdigit()) or process_alive(int(pid)):
             continue
         try:
             facts = entry.lstat()
