@@ -38,6 +38,26 @@ def test_a_path_is_on_the_mount_with_the_longest_point_that_holds_it() -> None:
     assert mount_of(Path("/x"), "garbage\n") is None
 
 
+def test_a_mounts_line_of_four_fields_is_read_and_a_shorter_one_skipped() -> None:
+    assert mount_of(Path("/m/x"), "tmpfs /m tmpfs rw\n") == ("tmpfs", {"rw"})
+    assert mount_of(Path("/m/x"), "/dev/vda / ext4 rw 0 0\ntmpfs /m tmpfs\n") == ("ext4", {"rw"})
+
+
+def test_the_root_fits_when_the_tmpfs_has_it_and_256_mib_more_free(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    _machine(monkeypatch, tmp_path, available=1 << 60)
+    need = 1 << 30
+
+    class Stats:
+        f_frsize = 4096
+        f_bavail = (need + (256 << 20)) // 4096
+
+    monkeypatch.setattr(scratchplace.os, "statvfs", lambda path: Stats)
+    assert in_memory(need, tmp_path)
+    Stats.f_bavail -= 1
+    assert not in_memory(need, tmp_path)
+
+
 def test_available_memory_is_meminfos_memavailable_in_bytes() -> None:
     assert available_memory("MemTotal: 100 kB\nMemAvailable:  2048 kB\n") == 2048 * 1024
     assert available_memory("MemTotal: 100 kB\n") == 0
@@ -82,6 +102,8 @@ def test_the_scratch_folder_is_in_memory_named_by_this_process_or_under_the_cach
         assert Path(folder).parent == memory and Path(folder).name.startswith(f"{PREFIX}{os.getpid()}-")
     assert list(memory.iterdir()) == []
     with scratch_dir(cache, 0, memory) as folder:
+        assert Path(folder).parent == cache / "aot" and Path(folder).name.startswith("build-")
+    with scratch_dir(cache, memory=memory) as folder:  # the root's size not given: not known, so the cache
         assert Path(folder).parent == cache / "aot"
     _machine(monkeypatch, memory, options="rw,noexec")
     with scratch_dir(cache, 1 << 20, memory) as folder:
