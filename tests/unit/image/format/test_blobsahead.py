@@ -44,7 +44,23 @@ def test_each_blob_handed_over_is_in_the_registry_after_finish_and_sent_once(doc
             ahead.add(layer)
         again = ahead.finish()
     assert (again.sent, again.present, again.bytes_sent) == (1, 3, new.size)
-    assert "1 blob(s) sent ahead" in again.describe() and "3 already there" in again.describe()
+    assert again.describe() == "1 blob(s) sent ahead (0.0 MB), 3 already there"
+    assert report.describe() == f"3 blob(s) sent ahead ({report.bytes_sent / 1e6:.1f} MB), 0 already there"
+    assert report.describe() == "3 blob(s) sent ahead (1.8 MB), 0 already there"
+
+
+def test_an_upload_reads_its_blob_a_chunk_at_a_time_never_whole(tmp_path: Path) -> None:
+    import threading
+
+    from pinmatrix.image.format.blobsahead import _CancellableReader
+    from pinmatrix.registry.blobs import CHUNK
+
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"z" * (3 * CHUNK + 5))
+    reader = _CancellableReader(blob, threading.Event())
+    sizes = [len(reader.read(8192)) for _ in range(5)]  # http.client asks for 8 KiB at a time
+    reader.close()
+    assert sizes == [CHUNK, CHUNK, CHUNK, 5, 0]
 
 
 @pytest.mark.registry
