@@ -328,6 +328,20 @@ class Assembler:
 
     # -- one cell --------------------------------------------------------------------------------------------
 
+    def _patch_layers(self, cell: Cell, wheels: dict[str, WheelFile], epoch: int, level: str) -> list[PlannedLayer]:
+        """A layer per installed-tree patch, each patch's file checked and its wheel in the lock. They go after the
+        link and AOT layers, which do not depend on them: an image that only adds a patch to a sibling's shares every
+        layer below it (an engine reuses a layer only on the same layers below)."""
+        layers: list[PlannedLayer] = []
+        for patch in cell.patches_to_apply:
+            resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
+            target_wheel = wheels.get(_canonical(patch.package))
+            if target_wheel is None:
+                raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
+            layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, PATCH_FORMAT, patch.sha256,
+                                                                  target_wheel.sha256, cell.python, epoch, level)))
+        return layers
+
     def plan(self, cell: Cell, lock_text: str, log: Path, *, dry: bool = False) -> tuple[AssembledImage, dict[str, object]]:
         """Everything about the cell's image that needs no download: layer keys, config inputs, cache state.
         ``dry``: make nothing, not even the base (the plan then says the base is not built yet)."""
@@ -352,17 +366,7 @@ class Assembler:
             image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
                                              _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level),
                                              download=fetch))
-        # a patch's layer goes after the link and AOT layers, which do not depend on it: an image that only adds a
-        # patch to a sibling's shares every layer below it (an engine reuses a layer only on the same layers below)
-        patch_layers: list[PlannedLayer] = []
-        for patch in cell.patches_to_apply:
-            resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
-            target_wheel = wheels.get(_canonical(patch.package))
-            if target_wheel is None:
-                raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
-            patch_layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, PATCH_FORMAT, patch.sha256,
-                                                                        target_wheel.sha256, cell.python, epoch,
-                                                                        level)))
+        patch_layers = self._patch_layers(cell, wheels, epoch, level)  # checked now, placed after the AOT layer
         # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/datapath/jitcache.py).
         aot = jitcache.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level)
         if aot is not None and aot.wants_cross:  # a foreign cell: its modules cross-compiled (image/datapath/crossaot.py)
