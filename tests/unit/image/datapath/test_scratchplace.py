@@ -40,7 +40,22 @@ def test_a_path_is_on_the_mount_with_the_longest_point_that_holds_it() -> None:
 
 def test_a_mounts_line_of_four_fields_is_read_and_a_shorter_one_skipped() -> None:
     assert mount_of(Path("/m/x"), "tmpfs /m tmpfs rw\n") == ("tmpfs", {"rw"})
-    assert mount_of(Path("/m/x"), "/dev/vda / ext4 rw 0 0\ntmpfs /m tmpfs\n") == ("ext4", {"rw"})
+    assert mount_of(Path("/m/x"), "tmpfs /m tmpfs\n/dev/vda / ext4 rw 0 0\n") == ("ext4", {"rw"})  # read on past it
+
+
+def test_of_two_mounts_on_one_point_the_later_one_is_seen() -> None:
+    assert mount_of(Path("/m/x"), "/dev/vdb /m ext4 rw 0 0\ntmpfs /m tmpfs rw,noexec 0 0\n") == (
+        "tmpfs", {"rw", "noexec"})
+
+
+def test_the_files_are_read_whole_up_to_one_mib_and_a_missing_one_is_empty(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.write_text("MemAvailable: 1 kB\n")
+    big = tmp_path / "big"
+    big.write_text("x" * (2 << 20))
+    assert scratchplace._read(str(small)) == "MemAvailable: 1 kB\n"
+    assert scratchplace._read(str(big)) == "x" * (1 << 20)
+    assert scratchplace._read(str(tmp_path / "absent")) == ""
 
 
 def test_the_root_fits_when_the_tmpfs_has_it_and_256_mib_more_free(monkeypatch: pytest.MonkeyPatch,
@@ -78,6 +93,7 @@ def _machine(monkeypatch: pytest.MonkeyPatch, memory: Path, *, fstype: str = "tm
     ("tmpfs", "rw", HEADROOM + (1 << 20) - 1, 1 << 20, False),  # the root and the compile beside it do not fit
     ("tmpfs", "rw", HEADROOM + (1 << 20), 1 << 20, True),
     ("tmpfs", "rw", 64 << 30, 0, False),  # the root's size is not known
+    ("tmpfs", "rw", 64 << 30, 1, True),
 ])
 def test_a_root_goes_to_memory_only_when_the_tmpfs_runs_programs_and_memory_holds_it_and_the_compile(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fstype: str, options: str, available: int, need: int,
@@ -126,9 +142,11 @@ def test_a_root_left_in_memory_by_a_process_that_is_gone_is_removed_and_no_other
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "keep").write_text("kept")
+    dashed = tmp_path / f"{PREFIX}{gone}-ab-cd"  # the pid is the part before the first dash
+    dashed.mkdir()
     link = tmp_path / f"{PREFIX}{gone}-link"
     link.symlink_to(target)  # a name like an orphan's, but a link: neither it nor what it points at is touched
-    assert remove_orphans(tmp_path) == [orphan]
+    assert sorted(remove_orphans(tmp_path)) == sorted([orphan, dashed])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, other.name, odd.name, target.name,
                                                                  link.name])
     assert (target / "keep").read_text() == "kept"
