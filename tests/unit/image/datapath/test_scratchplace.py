@@ -56,6 +56,9 @@ def test_the_files_are_read_whole_up_to_one_mib_and_a_missing_one_is_empty(tmp_p
     assert scratchplace._read(str(small)) == "MemAvailable: 1 kB\n"
     assert scratchplace._read(str(big)) == "x" * (1 << 20)
     assert scratchplace._read(str(tmp_path / "absent")) == ""
+    odd = tmp_path / "odd"
+    odd.write_bytes(b"caf\xc3\xa9 \xff\n")  # the kernel's text is ASCII; anything else is replaced, never raised
+    assert scratchplace._read(str(odd)) == "caf\ufffd\ufffd \ufffd\n"
 
 
 def test_the_root_fits_when_the_tmpfs_has_it_and_256_mib_more_free(monkeypatch: pytest.MonkeyPatch,
