@@ -240,39 +240,39 @@ def read_tree(layers: Iterable[tuple[Path, str]], arch: str, scans: Path | None 
     layers = list(layers)
     machine = next((m for m, name in MACHINES.items() if name == arch), None)
     addressed = all(_scan_path(scans, blob, machine) is not None for blob, _ in layers)
-    names = (str(scans), *(f"{blob.name} {media_type}" for blob, media_type in layers)) if addressed else None
-    start, tree = _kept_prefix(machine, names) if names is not None else (0, ImageTree())
-    start = max(start - 1, 0)  # the scans folder's own name is the key's first part, not a layer
+    where = (machine, str(scans))
+    names = tuple(f"{blob.name} {media_type}" for blob, media_type in layers) if addressed else None
+    start, tree = _kept_prefix(where, names) if names is not None else (0, ImageTree())
     for i in range(start, len(layers)):
-        if names is not None and len(layers) - i <= KEPT_TAIL:
-            _keep_prefix(machine, names[:i + 1], tree)
+        if names is not None and 0 < i and len(layers) - i <= KEPT_TAIL:
+            _keep_prefix(where, names[:i], tree)
         _apply(tree, layer_scan(*layers[i], machine, scans))
     return tree
 
 
 KEPT_TAIL = 6  # trees kept before each of an image's last layers (where sibling cells' images part)
 KEPT_TREES = 12  # kept trees in all, the least recently used dropped first
-_kept: dict[tuple[int | None, tuple[str, ...]], ImageTree] = {}
+_Where = tuple[int | None, str]  # the ELF machine and the scans folder a kept tree was read with
+_kept: dict[tuple[_Where, tuple[str, ...]], ImageTree] = {}
 _kept_lock = threading.Lock()
 
 
-def _kept_prefix(machine: int | None, names: tuple[str, ...]) -> tuple[int, ImageTree]:
-    """The longest kept prefix of ``names``: its length and a copy of its tree (0 and an empty tree: none)."""
+def _kept_prefix(where: _Where, names: tuple[str, ...]) -> tuple[int, ImageTree]:
+    """The longest kept prefix of the layers ``names``: how many layers it has and a copy of its tree (0 and an
+    empty tree: none)."""
     with _kept_lock:
         for length in range(len(names), 0, -1):
-            found = _kept.pop((machine, names[:length]), None)
+            found = _kept.pop((where, names[:length]), None)
             if found is not None:
-                _kept[(machine, names[:length])] = found  # the most recently used last
+                _kept[(where, names[:length])] = found  # the most recently used last
                 return length, found.copy()
     return 0, ImageTree()
 
 
-def _keep_prefix(machine: int | None, names: tuple[str, ...], tree: ImageTree) -> None:
-    if len(names) < 2:
-        return  # the scans folder alone: no layer applied yet
+def _keep_prefix(where: _Where, names: tuple[str, ...], tree: ImageTree) -> None:
     with _kept_lock:
-        _kept.pop((machine, names), None)
-        _kept[(machine, names)] = tree.copy()
+        _kept.pop((where, names), None)
+        _kept[(where, names)] = tree.copy()
         while len(_kept) > KEPT_TREES:
             del _kept[next(iter(_kept))]
 
