@@ -18,6 +18,7 @@ from pinmatrix.image.datapath.wheels import IndexUnreachable
 from pinmatrix.image.format.blobsahead import BlobsAhead
 from pinmatrix.image.format.publish import load_into_engine, push
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref, needs_containerfile
+from pinmatrix.imageref import ImageRef
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 
@@ -92,8 +93,8 @@ class CellBuilder:
 
 
 def _repository(ref: str) -> str:
-    """The repository of ``HOST/REPOSITORY:TAG``."""
-    return ref.split("/", 1)[1].rsplit(":", 1)[0]
+    """The repository of ``HOST/REPOSITORY:TAG`` (imageref's parser, where references are defined once)."""
+    return ImageRef.parse(ref).repository
 
 
 def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,
