@@ -9,7 +9,8 @@ What a wheel may do is what pip lets it do, checked before or as each file is wr
   ``bin``, ``headers``, ``data`` = the environment): a purelib ``../six.py`` is refused;
 - never over what the venv layer owns (``bin/python*``, ``pyvenv.cfg``, ``lib64``), nor twice over one path;
 - its RECORD is checked (installer's ``validate_record``: every file listed with a hash and a size) and each
-  file's sha256 and size are compared with RECORD as it streams into the layer;
+  file's sha256 and size are compared with RECORD as it streams into the layer; each member is read by
+  ``zipmember`` (zlib-ng's inflate, its local header, CRC-32 and size checked against the central directory);
 - a name twice in the zip is refused, and the sum of its members' sizes must fit the unpacked-size budget
   (``unpack_budget``: 16 times the wheel's size, at least 64 MiB) and the free disk under the layer's blob
   folder: the disk check counts what the wheel unpacks to, not its download size, before anything is written."""
@@ -36,6 +37,7 @@ from installer.sources import WheelFile as InstallerWheel
 from installer.utils import Scheme, construct_record_file, fix_shebang
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.datapath.zipmember import open_member
 from pinmatrix.image.format.layer import LayerWriter
 
 VENV = "opt/venv"  # the image's environment, relative to the image root
@@ -162,7 +164,7 @@ class _SortedWheel(InstallerWheel):
             mode = item.external_attr >> 16
             executable = bool(mode and stat.S_ISREG(mode) and mode & 0o111)
             record = records.get(item.filename, (item.filename, "", ""))
-            with self._zipfile.open(item) as stream:
+            with open_member(self._zipfile, item) as stream:
                 sized = _SizedStream(cast(BinaryIO, stream), item.file_size, item.filename, (record[1], record[2]))
                 yield record, cast(BinaryIO, sized), executable
             if item.filename != record_file and not item.filename.endswith((".dist-info/RECORD.jws",
