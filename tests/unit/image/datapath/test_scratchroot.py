@@ -179,3 +179,72 @@ def test_a_worker_writes_folders_and_regular_files_and_leaves_links_for_the_orde
     assert held == scratchroot._Held(frozenset({"site"}), frozenset({"site/a.py"}), frozenset({"site/link"}))
     assert (root / "site/a.py").read_bytes() == b"a"
     assert not (root / "site/link").exists() and not (root / "site/.wh.gone").exists()
+
+
+def _raw_layer(tmp_path: Path, name: str, entries: list[tarfile.TarInfo]) -> tuple[Path, str]:
+    """A gzip layer of ``entries`` as given (modes and links not normalised as LayerWriter does)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for info in entries:
+            tar.addfile(info, io.BytesIO(b"x" * info.size) if info.isreg() else None)
+    blob = tmp_path / name
+    blob.write_bytes(gzip.compress(raw.getvalue()))
+    return blob, GZIP
+
+
+def _entry(name: str, *, link: str = "", mode: int = 0o644) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.mode = mode
+    if link:
+        info.type, info.linkname = tarfile.SYMTYPE, link
+    else:
+        info.size = 1
+    return info
+
+
+def test_a_worker_refuses_a_file_under_an_ordered_layers_link_to_outside_the_root(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    base = _raw_layer(tmp_path, "base.tar.gz", [_entry("opt", link=str(outside))])
+    wheel = _raw_layer(tmp_path, "wheel.tar.gz", [_entry("opt/venv/x.py")])
+    with pytest.raises(ScratchRootError, match=r"wheel\.tar\.gz could not be unpacked: .*opt/venv/x\.py"):
+        _root(tmp_path, RootLayers([base], [wheel, _layer(tmp_path, {"fine": b"f"})]))
+    assert list(outside.iterdir()) == []
+
+
+def test_a_worker_does_not_write_through_a_link_at_a_files_own_path_to_outside(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"kept")
+    dir_entry = _entry("site", mode=0o755)
+    dir_entry.type, dir_entry.size = tarfile.DIRTYPE, 0
+    base = _raw_layer(tmp_path, "base.tar.gz", [dir_entry, _entry("site/evil", link=str(outside))])
+    wheel = _raw_layer(tmp_path, "wheel.tar.gz", [_entry("site/evil")])
+    with pytest.raises(ScratchRootError, match=r"wheel\.tar\.gz could not be unpacked"):
+        _root(tmp_path, RootLayers([base], [wheel, _layer(tmp_path, {"fine": b"f"})]))
+    assert outside.read_bytes() == b"kept"
+
+
+def test_a_worker_drops_high_mode_bits_and_group_and_other_write(tmp_path: Path) -> None:
+    wheel = _raw_layer(tmp_path, "wheel.tar.gz", [_entry("tool", mode=0o6777), _entry("data", mode=0o666)])
+    root = tmp_path / "root"
+    root.mkdir()
+    scratchroot._unpack_side_by_side(root, wheel)
+    assert (root / "tool").stat().st_mode & 0o7777 == 0o755
+    assert (root / "data").stat().st_mode & 0o7777 == 0o644
+
+
+def test_a_worker_resolves_each_folder_once_not_each_member(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = _layer(tmp_path, {f"site/pkg/{i:03d}.py": b"x" for i in range(200)})
+    resolved: list[str] = []
+    real = os.path.realpath
+
+    def counting(path: str, *args: object, **kwargs: object) -> str:
+        resolved.append(str(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os.path, "realpath", counting)
+    root = tmp_path / "root"
+    root.mkdir()
+    scratchroot._unpack_side_by_side(root, layer)
+    assert len(list((root / "site/pkg").iterdir())) == 200
+    assert len(resolved) < 10  # the root, site, site/pkg (and tarfile's own for the folders), not 200 files
