@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.format.layer import member_path, open_layer
@@ -59,9 +59,6 @@ def _skipped(member: tarfile.TarInfo) -> bool:
     return member.isdev() or member.name.rsplit("/", 1)[-1].startswith(".wh.")
 
 
-_COPY_BUFFER = 1 << 20  # bytes tarfile copies at a time (its default, 16 KiB, costs a call per 16 KiB)
-
-
 class _WorkerFilter:
     """tarfile's ``tar`` filter for a side-by-side worker, which writes only folders and regular files: the same
     checks (no absolute name, the member's path inside the root once its links are followed, no high mode bits,
@@ -94,7 +91,7 @@ class _WorkerFilter:
 
 def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path,
              checks: _WorkerFilter | None = None) -> None:
-    how: str | _WorkerFilter = "tar" if checks is None else checks
+    how: Literal["tar"] | _WorkerFilter = "tar" if checks is None else checks
     try:
         tar.extract(member, root, filter=how)
     except FileExistsError:  # tarfile makes a member's parent folders with os.makedirs: another worker just did
@@ -110,7 +107,6 @@ def _unpack_in_order(root: Path, blob: Blob, only: frozenset[str] | None = None)
     path, media_type = blob
     try:
         with open_layer(path, media_type) as tar:
-            tar.copybufsize = _COPY_BUFFER
             for member in tar:
                 if _skipped(member) or (only is not None and member_path(member.name) not in only):
                     continue
@@ -128,7 +124,6 @@ def _unpack_side_by_side(root: Path, blob: Blob) -> _Held:
     checks = _WorkerFilter(root)
     try:
         with open_layer(path, media_type) as tar:
-            tar.copybufsize = _COPY_BUFFER
             for member in tar:
                 if _skipped(member):
                     continue

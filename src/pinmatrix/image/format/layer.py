@@ -15,7 +15,7 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, cast
+from typing import IO, Any, BinaryIO, cast
 
 import zstandard
 
@@ -65,17 +65,25 @@ def open_layer(path: Path, media_type: str) -> tarfile.TarFile:
     """A layer blob opened for reading its entries in order (gzip, zstd or plain tar, by media type)."""
     compressed = layer_format(media_type)
     if compressed == "gzip":
-        return tarfile.open(path, mode="r|gz")
+        return _LayerTar.open(path, mode="r|gz")
     if compressed == "zstd":
         raw = open(path, "rb")  # noqa: SIM115 - closed with the tar (_ZstdTar.close)
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
         tar = _ZstdTar.open(fileobj=cast(BinaryIO, reader), mode="r|")
         tar.owned = reader
         return tar
-    return tarfile.open(path, mode="r|")
+    return _LayerTar.open(path, mode="r|")
 
 
-class _ZstdTar(tarfile.TarFile):
+class _LayerTar(tarfile.TarFile):
+    """A layer's tar, whose members are copied out ``_BUF`` bytes at a time (tarfile's default is 16 KiB)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("copybufsize", _BUF)
+        super().__init__(*args, **kwargs)
+
+
+class _ZstdTar(_LayerTar):
     """A tar read through a zstd decompressor it owns: closing the tar closes the decompressor and the file."""
 
     owned: IO[bytes] | None = None

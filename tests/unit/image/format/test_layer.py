@@ -402,3 +402,15 @@ def test_a_copied_name_is_kept_but_for_its_dot_slash(tmp_path: Path) -> None:
         info.size = 1
         entries.append((info, b"1"))
     assert set(_copy(tmp_path, _tar_of(*entries))) == {"opt/name ", "usr/lib/libX", "etc/ X"}
+
+
+@pytest.mark.parametrize("fmt", ["gzip", "zstd", "none"])
+def test_open_layer_copies_members_out_a_mebibyte_at_a_time_and_reads_them_whole(tmp_path: Path, fmt: str) -> None:
+    writer = LayerWriter(tmp_path, epoch=EPOCH, compression=LayerCompression.parse(fmt))
+    big = os.urandom(3 << 20)
+    writer.add_bytes("opt/big.bin", big)
+    desc = writer.close()
+    with open_layer(tmp_path / desc.digest.removeprefix("sha256:"), desc.media_type) as tar:
+        assert tar.copybufsize == 1 << 20  # tarfile's 16 KiB default costs a call per 16 KiB unpacked
+        tar.extractall(tmp_path / "out", filter="tar")
+    assert (tmp_path / "out/opt/big.bin").read_bytes() == big
