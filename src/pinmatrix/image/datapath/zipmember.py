@@ -49,10 +49,9 @@ def _data_offset(fp: BinaryIO, info: zipfile.ZipInfo) -> int:
         raise ZipMemberError(f"{info.filename}: no local header at offset {info.header_offset}")
     name_length, extra_length = int(fields[10]), int(fields[11])
     name = fp.read(name_length)
-    try:
-        expected = info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8_NAME else "cp437")
-    except UnicodeEncodeError:
-        expected = info.orig_filename.encode("utf-8")
+    # zipfile decoded the central directory's name with UTF-8 (flag 0x800) or else cp437: encoding it back gives
+    # the central directory's bytes, which the local header must repeat
+    expected = info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8_NAME else "cp437")
     if name != expected:
         raise ZipMemberError(f"{info.filename}: its local header names {name[:80]!r}, not the central "
                              "directory's name")
@@ -94,9 +93,9 @@ class _MemberReader(io.RawIOBase):
         return self._out
 
     def _compressed(self) -> bytes:
+        """What to feed next: the bytes the last step left (``_next`` sets the tail anew), else the next chunk."""
         if self._tail:
-            data, self._tail = self._tail, b""
-            return data
+            return self._tail
         left = self._info.compress_size - self._offset
         if left <= 0:
             return b""
@@ -114,8 +113,8 @@ class _MemberReader(io.RawIOBase):
             if self._inflater is None:
                 out, self._tail = data[:limit], data[limit:]
                 return out
-            if not data:
-                return self._inflater.flush(limit) if not self._inflater.eof else b""
+            if not data:  # all of it fed: at the stream's end, or it ends early (``_finish`` says which)
+                return b""
             out = self._inflater.decompress(data, limit)
             self._tail = self._inflater.unconsumed_tail
             if out or self._inflater.eof:
@@ -126,7 +125,7 @@ class _MemberReader(io.RawIOBase):
         if not len(view):
             return 0
         room = min(len(view), self._info.file_size - self._out + 1)  # one byte over the size shows a lie
-        data = self._next(room) if room else b""
+        data = self._next(room)
         if not data:
             self._finish()
             return 0

@@ -44,11 +44,12 @@ def _patch(path: Path, old: bytes, new: bytes, *, count: int = 1) -> None:
 @pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED])
 @pytest.mark.parametrize("chunk", [-1, 1, 4096, 1 << 20])
 def test_a_member_reads_as_zipfile_gives_it(tmp_path: Path, method: int, chunk: int) -> None:
-    wheel = _zip(tmp_path / "w.whl", {"pkg/a.bin": PAYLOAD, "pkg/empty": b"", "pkg/b.txt": b"x" * 10}, method)
+    wheel = _zip(tmp_path / "w.whl", {"pkg/a.bin": PAYLOAD, "pkg/empty": b"", "pkg/b.txt": b"x" * 10,
+                                      "pkg/one": b"1"}, method)
     with zipfile.ZipFile(wheel) as zf:
         expected = {n: zf.read(n) for n in zf.namelist()}
     if chunk == 1:
-        expected = {"pkg/b.txt": expected["pkg/b.txt"], "pkg/empty": b""}  # a byte at a time: the small ones
+        expected = {n: expected[n] for n in ("pkg/b.txt", "pkg/empty", "pkg/one")}  # a byte at a time: the small
     for name, data in expected.items():
         assert _read_all(wheel, name, chunk) == data
 
@@ -73,8 +74,54 @@ def test_readline_then_seek_to_the_start_reads_it_again(tmp_path: Path) -> None:
         assert stream.read(7) == b"import "
         assert stream.seek(0) == 0
         assert stream.read() == PAYLOAD
-        with pytest.raises(io.UnsupportedOperation):
+        with pytest.raises(io.UnsupportedOperation, match="tool: a zip member seeks only back to its start"):
             stream.seek(5)
+
+
+def test_the_reader_starts_again_at_seek_0_and_stays_at_seek_0_from_here(tmp_path: Path) -> None:
+    wheel = _zip(tmp_path / "w.whl", {"a": PAYLOAD})
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo("a")
+        raw = zipmember._MemberReader(zf.fp, info, zipmember._data_offset(zf.fp, info))  # type: ignore[arg-type]
+        first = bytearray(200_000)
+        assert raw.readinto(first) == 200_000 and raw.readinto(bytearray(0)) == 0
+        assert raw.seek(0, io.SEEK_CUR) == 200_000 == raw.tell()
+        with pytest.raises(io.UnsupportedOperation):
+            raw.seek(1, io.SEEK_CUR)
+        reader = io.BufferedReader(raw)
+        assert bytes(first) + reader.read() == PAYLOAD
+        assert reader.seek(0) == 0 == raw.tell()  # nothing buffered after the end: the raw reader went back
+        assert reader.read() == PAYLOAD
+
+
+def test_a_name_in_utf8_and_one_in_cp437_match_their_local_headers(tmp_path: Path) -> None:
+    wheel = _zip(tmp_path / "w.whl", {"pkg/caf\u00e9.py": b"utf8", "pkg/naX.py": b"cp437"})
+    _patch(wheel, b"pkg/naX.py", b"pkg/na\x82.py", count=2)  # local and central: 0x82 is e-acute in cp437
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.namelist() == ["pkg/caf\u00e9.py", "pkg/na\u00e9.py"]
+        got = [open_member(zf, info).read() for info in zf.infolist()]
+        flags = [info.flag_bits & 0x800 for info in zf.infolist()]
+    assert got == [b"utf8", b"cp437"] and flags == [0x800, 0]
+
+
+def test_a_local_header_with_an_extra_field_is_skipped_whole(tmp_path: Path) -> None:
+    path = tmp_path / "w.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        info = zipfile.ZipInfo("a")
+        info.extra = struct.pack("<HH", 0xCAFE, 8) + b"8 bytes!"
+        info.compress_type = zipfile.ZIP_DEFLATED
+        zf.writestr(info, PAYLOAD)
+    assert _read_all(path, "a") == PAYLOAD
+
+
+def test_a_zip_cut_inside_a_local_header_is_refused(tmp_path: Path) -> None:
+    wheel = _zip(tmp_path / "w.whl", {"a": PAYLOAD})
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo("a")
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(wheel.read_bytes()[:20])
+    with cut.open("rb") as fp, pytest.raises(ZipMemberError, match="a: the zip ends inside its local header"):
+        zipmember._data_offset(fp, info)  # type: ignore[arg-type]
 
 
 def test_a_wrong_crc_is_refused(tmp_path: Path) -> None:
@@ -100,10 +147,10 @@ def test_more_bytes_than_declared_are_refused_after_at_most_one_byte_more(tmp_pa
     _declared_size(wheel, "a", 1000)
     with zipfile.ZipFile(wheel) as zf:
         info = zf.getinfo("a")
-        with pytest.raises(ZipMemberError, match="more than its declared 1000"):
+        with pytest.raises(ZipMemberError, match="a: unpacks to more than its declared 1000 bytes"):
             open_member(zf, info).read(100)
         raw = zipmember._MemberReader(zf.fp, info, zipmember._data_offset(zf.fp, info))  # type: ignore[arg-type]
-        buffer = bytearray(1 << 20)
+        buffer = bytearray(100)  # in steps: the last asks for one byte past the size, not a whole step
         with pytest.raises(ZipMemberError):
             while raw.readinto(buffer):
                 pass
@@ -129,7 +176,7 @@ def test_a_local_header_with_another_name_is_refused(tmp_path: Path) -> None:
     data = bytearray(wheel.read_bytes())
     data[30:37] = b"evil.py"  # the first local header's name; the central directory still says good.py
     wheel.write_bytes(bytes(data))
-    with zipfile.ZipFile(wheel) as zf, pytest.raises(ZipMemberError, match="local header names b'evil.py'"):
+    with zipfile.ZipFile(wheel) as zf, pytest.raises(ZipMemberError, match="good.py: its local header names b'evil.py', not the central directory's name$"):
         open_member(zf, zf.getinfo("good.py"))
 
 
