@@ -37,7 +37,7 @@ from pinmatrix.image.datapath import crossaot, jitcache, merge
 from pinmatrix.image.datapath.install import VenvLayout, install_wheel
 from pinmatrix.image.datapath.lockcheck import checked_lock
 from pinmatrix.image.datapath.patching import apply_patch, parse_patch
-from pinmatrix.image.datapath.rootfs import BaseLayers, debian_base, pinned_base
+from pinmatrix.image.datapath.rootfs import BaseLayers, debian_base, debian_base_as, pinned_base
 from pinmatrix.image.datapath.runnable import check_layers, scanned_beside, summary
 from pinmatrix.image.datapath.scratchroot import RootLayers
 from pinmatrix.image.datapath.wheels import Target, WheelFetcher, WheelFile, cell_target, ssl_context
@@ -79,7 +79,7 @@ class AssemblySettings:
     smoke_dir: Path | None = None
     extra_ca: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
     ca_in_images: bool = False
-    compression: LayerCompression = DEFAULT_COMPRESSION  # every layer but the base (always the default)
+    compression: LayerCompression = DEFAULT_COMPRESSION  # every layer (a pinned base image's are kept as they are)
     jobs: int = 4  # wheels fetched and laid out at once
     max_layers: int = MAX_LAYERS
     merge_below: int = 0  # wheels smaller than this many bytes share one layer (image/datapath/merge.py); 0: none
@@ -192,7 +192,9 @@ class Assembler:
             base = pinned_base(cell.base, cell.platform, self.layout, tls_verify=tls_for(image, None),
                                authfile=self.settings.registry_authfile or (creds.source if creds else None))
         else:
-            base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log, dry=dry)
+            base = debian_base_as(debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log,
+                                              dry=dry), self.settings.compression, self.layout, self.settings.cache_dir,
+                                  dry=dry)
         if base.python is None:
             raise AssemblyError(f"cell {cell.id} ({cell.name}): its base {base.name} has no /usr/bin/python3")
         if base.python != cell.python:

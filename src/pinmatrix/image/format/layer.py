@@ -13,11 +13,13 @@ import hashlib
 import io
 import os
 import tarfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 import zstandard
+from zlib_ng import gzip_ng
 
 from pinmatrix.hashing import oci_digest
 from pinmatrix.image.format.compression import (
@@ -132,6 +134,53 @@ class _CompressingSink(io.RawIOBase):
         self._emit(self.zobj.flush())
 
 
+def _finish_blob(tmp: Path, file: BinaryIO, sink: _CompressingSink, blobs_dir: Path, media_type: str,
+                 entries: int) -> LayerDescriptor:
+    """The blob written through ``sink`` made durable and moved under its digest (kept when already there)."""
+    sink.finish()
+    file.flush()
+    os.fsync(file.fileno())
+    file.close()
+    digest = sink.blob.hexdigest()
+    target = blobs_dir / digest
+    if target.exists():
+        tmp.unlink()
+    else:
+        os.replace(tmp, target)
+    return LayerDescriptor(digest=oci_digest(digest), size=sink.size, diff_id=oci_digest(sink.diff.hexdigest()),
+                           media_type=media_type, entries=entries, unpacked=sink.raw)
+
+
+def _tar_stream(path: Path, media_type: str) -> BinaryIO:
+    """A layer blob's tar bytes, inflated as its media type says."""
+    compressed = layer_format(media_type)
+    if compressed == "gzip":
+        return cast(BinaryIO, gzip_ng.open(path, "rb"))  # type: ignore[no-untyped-call]
+    raw = open(path, "rb")  # noqa: SIM115 - closed with the reader (closefd) or returned
+    if compressed == "zstd":
+        return cast(BinaryIO, zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True))
+    return raw
+
+
+def recompress(source: Path, media_type: str, blobs_dir: Path, compression: LayerCompression, *,
+               entries: int = 0, threads: int | None = None) -> LayerDescriptor:
+    """The tar of the layer blob ``source`` compressed again as ``compression`` says, into ``blobs_dir``: the same
+    tar bytes, so the same diff_id, another blob. The tar's own bytes are not read as entries, only copied."""
+    blobs_dir.mkdir(parents=True, exist_ok=True)
+    tmp = blobs_dir / f".layer-{os.getpid()}-{threading.get_ident():x}.tmp"
+    file = open(tmp, "wb")  # noqa: SIM115 - closed by _finish_blob, or below
+    sink = _CompressingSink(cast(BinaryIO, file), compression.compressor(threads))
+    try:
+        with _tar_stream(source, media_type) as tar_bytes:
+            while chunk := tar_bytes.read(_BUF):
+                sink.write(chunk)
+        return _finish_blob(tmp, cast(BinaryIO, file), sink, blobs_dir, compression.media_type, entries)
+    except BaseException:
+        file.close()
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def member_path(name: str) -> str:
     """A tar member's path as a layer writes it (``LayerWriter.add_member``): no leading ``./``, no trailing ``/``."""
     return name.removeprefix("./").rstrip("/")
@@ -228,19 +277,7 @@ class LayerWriter:
 
     def close(self) -> LayerDescriptor:
         self._tar.close()
-        self._sink.finish()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        digest = self._sink.blob.hexdigest()
-        target = self.blobs_dir / digest
-        if target.exists():
-            self._tmp.unlink()
-        else:
-            os.replace(self._tmp, target)
-        return LayerDescriptor(digest=oci_digest(digest), size=self._sink.size,
-                               diff_id=oci_digest(self._sink.diff.hexdigest()),
-                               media_type=self.media_type, entries=self.entries, unpacked=self._sink.raw)
+        return _finish_blob(self._tmp, self._file, self._sink, self.blobs_dir, self.media_type, self.entries)
 
     def abort(self) -> None:
         try:

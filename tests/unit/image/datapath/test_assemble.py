@@ -1196,3 +1196,23 @@ def test_every_layer_key_holds_the_cells_python_and_a_base_without_an_epoch_mean
     with open_layer(project.assembler.layout.blob_path(image.layers[1].descriptor.digest),  # type: ignore[union-attr]
                     image.layers[1].descriptor.media_type) as tar:  # type: ignore[union-attr]
         assert {m.mtime for m in tar} == {0}
+
+
+def rootfs_blob_type(project: Project) -> str:
+    """The media type of the base layer the project's stand-in for debian_base writes."""
+    return base_layer(OCILayout(project.tmp / "probe-oci")).media_type
+
+
+def test_a_zstd_cells_debian_base_is_the_default_bases_tar_as_zstd(tmp_path: Path, index: tuple[str, dict[str, bytes]],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    url, pages = index
+    gzip_cells = Project(tmp_path / "g", url, monkeypatch)
+    zstd_cells = Project(tmp_path / "z", url, monkeypatch, compression=LayerCompression.parse("zstd:3"))
+    _serve(pages, gzip_cells)
+    _serve(pages, zstd_cells)
+    as_gzip, as_zstd = gzip_cells.assemble(), zstd_cells.assemble()
+    base_gzip, base_zstd = as_gzip.layers[0].descriptor, as_zstd.layers[0].descriptor
+    assert base_gzip is not None and base_zstd is not None
+    assert base_gzip.media_type == rootfs_blob_type(gzip_cells) and base_zstd.media_type.endswith("+zstd")
+    assert base_zstd.diff_id == base_gzip.diff_id and as_zstd.layers[0].key != as_gzip.layers[0].key
+    assert zstd_cells.assembler.layout.has_blob(base_zstd.digest)
