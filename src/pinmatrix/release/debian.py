@@ -17,13 +17,15 @@ import re
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, Any, BinaryIO, cast
 
+import zstandard
 from packageurl import PackageURL
 from pydantic import StringConstraints, ValidationError
 
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.format.compression import LAYER_MEDIA_TYPES, Format
 from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import Registry
 
@@ -32,9 +34,6 @@ BASE_HISTORY = "pinmatrix: base "  # the created_by of every base layer (image/f
 MAX_STATUS = 16 << 20  # a full desktop install's status file is about 4 MiB
 MAX_PACKAGES = 50_000  # entries in one status file
 MAX_LAYER = 16 << 30  # a base layer read to find it
-TAR_LAYERS = {"application/vnd.oci.image.layer.v1.tar": False,  # media type -> gzip-compressed
-              "application/vnd.oci.image.layer.v1.tar+gzip": True,
-              "application/vnd.docker.image.rootfs.diff.tar.gzip": True}
 
 # Debian policy 5.6.1 (package names), 5.6.12 (versions: [epoch:]upstream[-revision]), dpkg-architecture names.
 PackageName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9+.-]{0,127}$")]
@@ -132,13 +131,23 @@ class _Bounded:
         return chunk
 
 
-def status_in_layer(stream: BinaryIO, gzip: bool, where: str) -> tuple[str | None, bool]:
+def _tar_of(stream: BinaryIO, fmt: Format) -> tarfile.TarFile:
+    """The layer's tar read as a stream from ``stream``, inflated as ``fmt`` says (``stream`` is left open)."""
+    if fmt == "gzip":
+        return tarfile.open(fileobj=stream, mode="r|gz")
+    if fmt == "zstd":
+        inflated = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True, closefd=False)
+        return tarfile.open(fileobj=cast(BinaryIO, inflated), mode="r|")
+    return tarfile.open(fileobj=stream, mode="r|")
+
+
+def status_in_layer(stream: BinaryIO, fmt: Format, where: str) -> tuple[str | None, bool]:
     """(the status file's text if this layer has one, whether the layer removes it: a whiteout of the file or an
-    opaque ``var/lib/dpkg``)."""
+    opaque ``var/lib/dpkg``). ``fmt``: the layer's compression (gzip, zstd or none)."""
     text: str | None = None
     removed = False
     try:
-        with (tarfile.open(fileobj=stream, mode="r|gz") if gzip else tarfile.open(fileobj=stream, mode="r|")) as tar:
+        with _tar_of(stream, fmt) as tar:
             for member in tar:
                 name = member.name.removeprefix("./").removeprefix("/")
                 if name in ("var/lib/dpkg/.wh.status", "var/lib/dpkg/.wh..wh..opq"):
@@ -149,7 +158,7 @@ def status_in_layer(stream: BinaryIO, gzip: bool, where: str) -> tuple[str | Non
                     handle = tar.extractfile(member)
                     text = handle.read(MAX_STATUS + 1).decode("utf-8", "replace") if handle else None
                     removed = False
-    except (tarfile.TarError, OSError, EOFError) as err:
+    except (tarfile.TarError, OSError, EOFError, zstandard.ZstdError) as err:
         raise DebianError(f"{where}: not a readable tar layer: {err}") from None
     return text, removed
 
@@ -183,15 +192,15 @@ def base_packages(registry: Registry, image: ImageRef) -> BasePackages:
     for layer in base:
         digest, media_type = str(layer.get("digest", "")), str(layer.get("mediaType", ""))
         size = layer.get("size")
-        gzip = TAR_LAYERS.get(media_type)
-        if gzip is None:
+        fmt = LAYER_MEDIA_TYPES.get(media_type)
+        if fmt is None:
             return BasePackages((), f"{where}: base layer {digest[:19]} is {media_type}, which pinmatrix does not "
                                     "read: no Debian packages listed")
         if not isinstance(size, int) or size < 0 or size > MAX_LAYER:
             raise DebianError(f"{where}: base layer {digest[:19]} declares size {size!r}")
         with registry.open_blob(image.repository, digest) as reader:
             bounded = _Bounded(reader, size, f"{where}: layer {digest[:19]}")
-            found, removed = status_in_layer(bounded, gzip, f"{where}: layer {digest[:19]}")  # type: ignore[arg-type]
+            found, removed = status_in_layer(bounded, fmt, f"{where}: layer {digest[:19]}")  # type: ignore[arg-type]
             while bounded.read(1 << 20):  # to its end: the reader checks the digest there
                 pass
         if found is not None or removed:

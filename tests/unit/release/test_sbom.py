@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import zstandard
 from helpers import components_of
 from oci_layout import cell_labels
 from packageurl import PackageURL
@@ -25,6 +26,7 @@ from promotion import CPU_CELL, _matrix_for, record  # noqa: F401 - the fixture
 
 from pinmatrix.cli import main
 from pinmatrix.hashing import sha256_digest
+from pinmatrix.image.format.compression import MEDIA_TYPES
 from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
 from pinmatrix.release import attest, debian
@@ -271,27 +273,31 @@ def test_the_schema_check_fails_on_an_invalid_sbom() -> None:
 # ------------------------------------------------------------------------------------------ end to end
 
 
-def _layer(files: dict[str, bytes]) -> tuple[bytes, str]:
+def _layer(files: dict[str, bytes], fmt: str = "gzip") -> tuple[bytes, str]:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 0
             tar.addfile(info, io.BytesIO(data))
-    return gzip.compress(raw.getvalue(), mtime=0), sha256_digest(raw.getvalue())
+    tar_bytes = raw.getvalue()
+    blob = gzip.compress(tar_bytes, mtime=0) if fmt == "gzip" else zstandard.ZstdCompressor().compress(tar_bytes) \
+        if fmt == "zstd" else tar_bytes
+    return blob, sha256_digest(tar_bytes)
 
 
 def push_with_base(reg: Registry, repository: str, tag: str, labels: dict[str, str],
-                   layers: list[tuple[str, dict[str, bytes]]]) -> str:
-    """An image whose layers are (history created_by, files); returns its digest."""
-    blobs = [(what, *_layer(files)) for what, files in layers]
+                   layers: list[tuple[str, dict[str, bytes]]], fmt: str = "gzip") -> str:
+    """An image whose layers are (history created_by, files), compressed as ``fmt`` (gzip, zstd, none) says;
+    returns its digest."""
+    blobs = [(what, *_layer(files, fmt)) for what, files in layers]
     config = json.dumps({
         "architecture": "amd64", "os": "linux", "config": {"Labels": labels},
         "rootfs": {"type": "layers", "diff_ids": [diff for _, _, diff in blobs]},
         "history": [{"created_by": what} for what, _, _ in blobs],
     }, sort_keys=True).encode()
     config_digest = reg.push_blob(repository, config)
-    descs = [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": reg.push_blob(repository, data),
+    descs = [{"mediaType": MEDIA_TYPES[fmt], "digest": reg.push_blob(repository, data),  # type: ignore[index]
               "size": len(data)} for _, data, _ in blobs]
     body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": descs,
                        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
@@ -330,6 +336,20 @@ def test_base_packages_from_the_registry(oci_registry: str) -> None:  # noqa: F8
                                                                      b"Architecture: amd64\nVersion: 1\n"})])
     with pytest.raises(DebianError, match=rf"^{oci_registry}/sbom/base@{bad}: var/lib/dpkg/status: entry 1 \('x y'\)"):
         base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{bad}"))
+
+
+@pytest.mark.registry
+@pytest.mark.parametrize("fmt", ["zstd", "none"])
+def test_base_packages_from_a_zstd_or_plain_base_layer(oci_registry: str, fmt: str) -> None:  # noqa: F811
+    """A zstd cell's Debian base layer is zstd (rootfs.debian_base_as): its packages are read all the same."""
+    reg = Registry(oci_registry)
+    digest = push_with_base(reg, "sbom/base", f"fmt-{fmt}", {}, [
+        ("pinmatrix: base debian:trixie (amd64, k)", {debian.STATUS_PATH: NEWER.encode()}),
+        ("pinmatrix: app", {"opt/venv/x": b"x"})], fmt=fmt)
+    found = base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{digest}"))
+    assert [p.purl().to_string() for p in found.packages if p.name == "libc6"] == \
+        ["pkg:deb/debian/libc6@2.41-13?arch=amd64"]
+    assert found.note.startswith("4 Debian packages from var/lib/dpkg/status of 1 base layer(s)")
 
 
 @pytest.mark.registry
