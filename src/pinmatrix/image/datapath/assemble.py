@@ -495,7 +495,7 @@ class Assembler:
             with open(job.log, "a", encoding="utf-8") as handle:
                 handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
         self._cached_or_build(job.by_name["cuda-link"], jitcache.link_layer_builder(
-            cell, aot, job.venv.site_packages, self.settings.cache_dir), job.epoch)
+            cell, aot, job.venv.site_packages), job.epoch)
         job.hand_over()
         if "flashinfer-aot" not in job.by_name:
             return

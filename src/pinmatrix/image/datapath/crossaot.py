@@ -278,7 +278,7 @@ def layer_builder(cell: Cell, aot: AotPlan, site_packages: str,
     def build(writer: LayerWriter) -> None:
         with scratch_dir(cache_dir) as tmp:
             work = Path(tmp)
-            stub = jitcache.stub_libcuda(jitcache.cell_machine(cell), work)
+            stub = jitcache.stub_libcuda(jitcache.cell_machine(cell))
             try:
                 result = build_cross(cell, aot, builder_layers(), cell_wheels(), site_packages, stub, work, log,
                                      jobs=jobs, on_step=on_step)

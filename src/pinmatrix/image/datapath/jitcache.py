@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -40,6 +39,7 @@ from pinmatrix.archflag import ArchFlag
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.datapath.elfstub import StubError, link_stub
 from pinmatrix.image.datapath.scratchplace import remove_tree, scratch_dir
 from pinmatrix.image.datapath.scratchroot import RootLayers, unpack
 from pinmatrix.image.datapath.wheels import WheelFile
@@ -58,7 +58,6 @@ BUILDER = "incell/flashinfer_aot.py"
 SCRATCH = "tmp/pinmatrix-aot"  # inside the scratch root
 # Link-time names FlashInfer's ninja files ask for, and the versioned files the wheels hold (in <home>/lib).
 LINK_LIBRARIES = ("libcudart.so", "libcublas.so", "libcublasLt.so")
-STUB_SOURCE = b"/* libcuda.so link stub: SONAME libcuda.so.1; the driver's library is loaded at run time */\n"
 BUILD_TIMEOUT_S = 4 * 3600
 _MACHINE = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
@@ -153,7 +152,7 @@ def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int
     chain = chains[0]
     machine = cell_machine(cell)
     link_key = _key("cuda-link", AOT_FORMAT, machine, chain.wheels.home, chain.wheels.cudart, LINK_LIBRARIES,
-                    sha256_bytes(STUB_SOURCE), cell.python, epoch, level)
+                    sha256_bytes(stub_libcuda(machine)), cell.python, epoch, level)
     modules = aot_modules(cell, doc)
     arch_list = cell.flashinfer_cuda_arch_list or ""
     if not modules:
@@ -186,28 +185,13 @@ def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int
 # -- the link layer ----------------------------------------------------------------------------------------
 
 
-def _compiler(machine: str) -> list[str]:
-    """The C compiler that makes ``machine``'s stub: the host's cc, or Debian's cross gcc."""
-    native = host_machine() == machine
-    names = ["cc", "gcc"] if native else [f"{machine}-linux-gnu-gcc"]
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return [found]
-    package = "gcc" if native else f"gcc-{machine.replace('_', '-')}-linux-gnu"
-    raise AotError(f"no C compiler for the {machine} libcuda.so link stub: apt-get install {package}")
-
-
-def stub_libcuda(machine: str, work: Path) -> bytes:
-    """A shared object with SONAME libcuda.so.1 and no code, for ``-lcuda`` at link time."""
-    src, out = work / "libcuda-stub.c", work / "libcuda.so"
-    src.write_bytes(STUB_SOURCE)
-    cmd = [*_compiler(machine), "-shared", "-nostdlib", "-fPIC", "-Wl,-soname,libcuda.so.1",
-           "-Wl,--build-id=none", "-o", str(out), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise AotError(f"the libcuda.so link stub did not compile: {' '.join(proc.stderr.split())[:300]}")
-    return out.read_bytes()
+def stub_libcuda(machine: str) -> bytes:
+    """A shared object with SONAME libcuda.so.1 and no code, for ``-lcuda`` at link time: written as data
+    (elfstub.py), so its bytes are the same on every build host."""
+    try:
+        return link_stub(machine, "libcuda.so.1")
+    except StubError as exc:
+        raise AotError(str(exc)) from None
 
 
 def link_entries(chain: Toolchain, site_packages: str, stub: bytes) -> list[tuple[str, str | bytes]]:
@@ -381,11 +365,10 @@ def read_manifest(tar: tarfile.TarFile) -> dict[str, object] | None:
 # -- what the assembler calls ------------------------------------------------------------------------------
 
 
-def link_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, scratch_parent: Path) -> Callable[[LayerWriter], None]:
+def link_layer_builder(cell: Cell, aot: AotPlan, site_packages: str) -> Callable[[LayerWriter], None]:
     def build(writer: LayerWriter) -> None:
         assert aot.toolchain is not None
-        with tempfile.TemporaryDirectory(prefix="stub-", dir=scratch_parent) as tmp:
-            write_link_layer(writer, link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell), Path(tmp))))
+        write_link_layer(writer, link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell))))
     return build
 
 
@@ -399,7 +382,7 @@ def aot_layer_builder(cell: Cell, aot: AotPlan, site_packages: str, layers: Root
             work = Path(tmp)
             with open(log, "a", encoding="utf-8") as handle:
                 handle.write(f"flashinfer-aot: the scratch root ({layers.unpacked / 1e9:.1f} GB) in {work}\n")
-            link = link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell), work))
+            link = link_entries(aot.toolchain, site_packages, stub_libcuda(cell_machine(cell)))
             try:
                 result = build_modules(cell, aot, layers, link, work, log, on_step=on_step, beside=beside)
                 on_step(f"aot: {len(result.files)} module(s) in {result.seconds:.0f} s")

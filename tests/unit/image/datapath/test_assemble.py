@@ -858,8 +858,8 @@ class AotStandIn:
                 writer.add_bytes(f"opt/{name}/marker", name.encode())
             return build
 
-        def link_layer_builder(cell, aot, site_packages, scratch):  # noqa: ANN001, ANN202
-            self.calls.append(("link", site_packages, scratch))
+        def link_layer_builder(cell, aot, site_packages):  # noqa: ANN001, ANN202
+            self.calls.append(("link", site_packages))
             self.given.append(("link", cell.id, aot))
             return marker("link")
 
@@ -916,7 +916,7 @@ def test_a_cuda_cell_gets_its_link_layer_and_its_modules_built_in_its_own_root(p
     (planned,) = aot.of("plan")
     assert planned == ("plan", project.cell.id, {"alpha": project.sha["alpha"], "beta": project.sha["beta"]},
                        "base-key", project.cell.base.source_date_epoch, DEFAULT_COMPRESSION.key, None)
-    assert aot.of("link") == [("link", SITE, project.settings.cache_dir)]
+    assert aot.of("link") == [("link", SITE)]
     ((_, site, layers, cache_dir, log),) = aot.of("aot")
     layout = project.assembler.layout
     assert (site, cache_dir, log) == (SITE, project.settings.cache_dir, project.log)

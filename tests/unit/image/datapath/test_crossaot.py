@@ -201,7 +201,7 @@ def test_a_tiny_module_cross_compiles_to_an_aarch64_elf_with_sm_121a(tmp_path: P
     cell = _gb10()
     planned = jitcache.plan(cell, SHAS, "base", epoch=1, level=1, cross=_inputs())
     assert planned is not None and planned.toolchain is not None
-    stub = jitcache.stub_libcuda("aarch64", tmp_path)
+    stub = jitcache.stub_libcuda("aarch64")
     home = crossaot.make_cross_home(root, "/" + SITE, planned.toolchain, [wheel], stub)
     assert home == "/tmp/pinmatrix-aot/xcuda" and (root / home.lstrip("/") / "lib64/libcudart.so").is_symlink()
     ninja = root / "tmp/pinmatrix-aot/ws/tiny/build.ninja"

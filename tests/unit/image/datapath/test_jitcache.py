@@ -89,7 +89,7 @@ def test_the_link_layer_holds_what_the_wheels_lack_for_linking(tmp_path: Path) -
     plain, _ = _h200()
     planned = jitcache.plan(plain, SHAS, "base", epoch=1, level=1)
     assert planned is not None and planned.toolchain is not None
-    stub = jitcache.stub_libcuda(jitcache.host_machine(), tmp_path)
+    stub = jitcache.stub_libcuda(jitcache.host_machine())
     (tmp_path / "libcuda.so").write_bytes(stub)
     dynamic = subprocess.run(["readelf", "-d", str(tmp_path / "libcuda.so")], capture_output=True, text=True,
                              check=True).stdout
