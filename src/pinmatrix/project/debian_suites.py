@@ -5,6 +5,10 @@ from __future__ import annotations
 
 DEFAULT_SUITE = "trixie"
 DEBIAN_PYTHON = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13", "forky": "3.13"}
+# The names Debian's archive serves suites under: a host apt source naming one of them is a Debian mirror (an
+# Ubuntu or other archive names its own, and does not serve Debian's suites).
+DEBIAN_ARCHIVE_SUITES = frozenset({*DEBIAN_PYTHON, "buster", "duke", "oldoldstable", "oldstable", "stable", "testing",
+                                   "unstable", "sid", "experimental"})
 
 
 def suite_of(suite: str | None) -> str:

@@ -59,6 +59,25 @@ def test_mirror_comes_from_the_hosts_apt_sources(tmp_path) -> None:  # noqa: ANN
         host_debian_mirror(tmp_path / "empty", tmp_path / "none")
 
 
+def test_an_ubuntu_hosts_archive_is_not_taken_for_a_debian_mirror(tmp_path) -> None:  # noqa: ANN001
+    """An Ubuntu host names its own archive, which serves no Debian suite: taking it gave the base another key (and
+    another digest) on an Ubuntu build host, and an mmdebstrap that cannot find trixie there."""
+    d = tmp_path / "sources.list.d"
+    d.mkdir()
+    (d / "ubuntu.sources").write_text(
+        "Types: deb\nURIs: http://archive.invalid/ubuntu/\nSuites: noble noble-updates noble-backports\n"
+        "Components: main\n\nTypes: deb\nURIs: http://security.invalid/ubuntu/\nSuites: noble-security\n")
+    legacy = tmp_path / "sources.list"
+    legacy.write_text("deb http://archive.invalid/ubuntu jammy main\n")
+    with pytest.raises(Exception, match="no Debian mirror.*set base.mirror"):
+        host_debian_mirror(d, legacy)
+    (d / "zz-debian.sources").write_text("Types: deb\nURIs: http://mirror.invalid/debian\nSuites: stable\n")
+    assert host_debian_mirror(d, legacy) == "http://mirror.invalid/debian"
+    (d / "zz-debian.sources").write_text("Types: deb\nURIs: http://mirror.invalid/debian\nSuites: trixie-backports\n")
+    with pytest.raises(Exception, match="no Debian mirror"):
+        host_debian_mirror(d, legacy)
+
+
 def test_base_key_names_every_input_the_mirror_and_platform_included() -> None:
     platform = "x86_64-manylinux_2_28"
     a = rootfs_inputs(TEST_BASE, platform)

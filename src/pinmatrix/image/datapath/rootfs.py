@@ -30,7 +30,7 @@ from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompres
 from pinmatrix.image.format.config import oci_arch
 from pinmatrix.image.format.layer import LayerDescriptor, LayerWriter, open_layer, recompress
 from pinmatrix.image.format.oci import OCILayout
-from pinmatrix.project.debian_suites import python_of, suite_of
+from pinmatrix.project.debian_suites import DEBIAN_ARCHIVE_SUITES, python_of, suite_of
 
 DEFAULT_SOURCE_DATE_EPOCH = 1_735_689_600
 # The Python each Debian suite ships as python3: a cell's Python must be its base's.
@@ -103,8 +103,9 @@ def debian_arch(platform: str) -> str:
 
 def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"),
                        sources_list: Path = Path("/etc/apt/sources.list")) -> str:
-    """The Debian archive URL the host's apt sources name (deb822 ``.sources`` first, then sources.list),
-    skipping security and updates suites."""
+    """The Debian archive URL the host's apt sources name (deb822 ``.sources`` first, then sources.list): the first
+    source of a Debian suite (``DEBIAN_ARCHIVE_SUITES``; not security, updates or backports), so an Ubuntu host's
+    archive, which serves no Debian suite, is never taken for one."""
     candidates: list[tuple[str, list[str]]] = []
     for path in sorted(sources_dir.glob("*.sources")) if sources_dir.is_dir() else []:
         for stanza in path.read_text(errors="replace").split("\n\n"):
@@ -124,9 +125,10 @@ def host_debian_mirror(sources_dir: Path = Path("/etc/apt/sources.list.d"),
                 if len(rest) >= 2:
                     candidates.append((rest[0], [rest[1]]))
     for uri, suites in candidates:
-        if any("-" not in s for s in suites) and "security" not in uri:
+        if any(s in DEBIAN_ARCHIVE_SUITES for s in suites) and "security" not in uri:
             return uri.rstrip("/")
-    raise BaseImageError(f"no Debian mirror in the host's apt sources ({sources_dir}/*.sources, {sources_list}); "
+    raise BaseImageError(f"no Debian mirror in the host's apt sources ({sources_dir}/*.sources, {sources_list}; "
+                         "a source counts when it names a Debian suite, such as trixie or stable): "
                          "set base.mirror in matrix.toml")
 
 
