@@ -151,7 +151,9 @@ def _host_arch() -> str:
 
 def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
     if shutil.which("mmdebstrap") is None:
-        raise BaseImageError("mmdebstrap is not installed: apt-get install mmdebstrap, or pin base.image by digest")
+        raise BaseImageError(f"the Debian base {inputs.suite} ({inputs.arch}, mirror {inputs.mirror}, key {inputs.key()}) "
+                             "is not in the cache and mmdebstrap is not installed: apt-get install mmdebstrap, "
+                             "or pin base.image by digest")
     if inputs.variant != "extract" and inputs.arch != _host_arch():
         raise BaseImageError(f"base variant {inputs.variant} for {inputs.arch} runs {inputs.arch} maintainer scripts, "
                              f"which this {_host_arch()} host cannot without emulation: set the stack's "

@@ -1,5 +1,6 @@
 """rootfs.debian_base_as: a Debian base's gzip layer compressed as the cell's layers are, the same tar (diff_id),
-made once and kept in the cache, its key part of the image's inputs; layer.recompress underneath."""
+made once and kept in the cache, its key part of the image's inputs; layer.recompress underneath; and
+debian_base's one line when a base is neither cached nor can be made."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pinmatrix.cell import BaseSpec
 from pinmatrix.image.datapath import rootfs
 from pinmatrix.image.datapath.rootfs import BaseImageError, BaseLayers, debian_base_as
 from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
@@ -97,3 +99,21 @@ def test_a_tar_that_reads_back_otherwise_is_refused_and_not_kept(tmp_path: Path,
     with pytest.raises(BaseImageError, match="its tar is sha256:0+, not the gzip layer's"):
         debian_base_as(base, ZSTD, layout, tmp_path / "cache")
     assert not list((tmp_path / "cache" / "rootfs").glob("*.json"))
+
+
+def test_a_base_missing_from_the_cache_without_mmdebstrap_names_its_mirror_and_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host whose inputs give another key (another mirror), the base is not the cached one: the line says
+    which base it looked for, so the mirror can be seen at once."""
+    spec = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600, packages=("python3",),
+                    mirror="http://mirror.invalid/debian")
+    real_which = rootfs.shutil.which
+    monkeypatch.setattr(rootfs.shutil, "which", lambda name: None if name == "mmdebstrap" else real_which(name))
+    key = rootfs.rootfs_inputs(spec, "x86_64-manylinux_2_28").key()
+    with pytest.raises(BaseImageError) as raised:
+        rootfs.debian_base(spec, "x86_64-manylinux_2_28", OCILayout(tmp_path / "oci").init(), tmp_path / "cache",
+                           tmp_path / "base.log")
+    assert str(raised.value) == (f"the Debian base trixie (amd64, mirror http://mirror.invalid/debian, key {key}) is "
+                                 "not in the cache and mmdebstrap is not installed: apt-get install mmdebstrap, or "
+                                 "pin base.image by digest")
+    assert not list((tmp_path / "cache" / "rootfs").glob("*.json"))  # nothing recorded
