@@ -45,16 +45,23 @@ def test_readelf_reads_every_header_without_a_warning(machine: str, tmp_path: Pa
     assert "contains 1 entry" in proc.stdout  # the null symbol: nothing for the linker to bind to
 
 
-@pytest.mark.skipif(not HOST_X86_64 or shutil.which("cc") is None, reason="needs an x86_64 host with a C compiler")
-def test_a_library_linked_against_it_needs_its_soname(tmp_path: Path) -> None:
+COMPILERS = {"x86_64": "cc" if HOST_X86_64 else "x86_64-linux-gnu-gcc",
+             "aarch64": "cc" if platform.machine() == "aarch64" else "aarch64-linux-gnu-gcc"}
+
+
+@pytest.mark.parametrize("machine", sorted(E_MACHINE))
+def test_a_library_linked_against_it_needs_its_soname(machine: str, tmp_path: Path) -> None:
+    compiler = shutil.which(COMPILERS[machine])
+    if compiler is None:
+        pytest.skip(f"no C compiler for {machine} ({COMPILERS[machine]})")
     (tmp_path / "stubs").mkdir()
-    (tmp_path / "stubs" / "libcuda.so").write_bytes(link_stub("x86_64", "libcuda.so.1"))
+    (tmp_path / "stubs" / "libcuda.so").write_bytes(link_stub(machine, "libcuda.so.1"))
     (tmp_path / "user.c").write_text("int cuInit(unsigned int);\nint start(void) { return cuInit(0); }\n")
     out = tmp_path / "libuser.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(tmp_path / "user.c"), "-Wl,--no-as-needed",
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(out), str(tmp_path / "user.c"), "-Wl,--no-as-needed",
                     f"-L{tmp_path / 'stubs'}", "-lcuda"], check=True, capture_output=True)
-    data = out.read_bytes()
-    assert "libcuda.so.1" in _info(data).needed
+    info = _info(out.read_bytes())
+    assert info.machine == E_MACHINE[machine] and "libcuda.so.1" in info.needed
 
 
 @pytest.mark.skipif(not HOST_X86_64, reason="the host's dynamic loader maps only its own machine's objects")
