@@ -238,9 +238,7 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
         if record.is_file():
             data = json.loads(record.read_text())
             layer = LayerDescriptor.from_json(data["layer"])
-            if not layout.has_blob(layer.digest) and kept.is_file():
-                _link_or_copy(kept, layout.blob_path(layer.digest))
-            if layout.has_blob(layer.digest):
+            if _in_layout(layer, kept, layout):
                 return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})",
                                   inputs.key(), data.get("python"))
         with tempfile.TemporaryDirectory(prefix="pinmatrix-rootfs-", dir=cache_dir) as tmp:
@@ -271,9 +269,7 @@ def debian_base_as(base: BaseLayers, compression: LayerCompression, layout: OCIL
     with locked(cache_dir / "rootfs" / f"{key}.lock"):
         if record.is_file():
             layer = LayerDescriptor.from_json(json.loads(record.read_text()))
-            if not layout.has_blob(layer.digest) and kept.is_file():
-                _link_or_copy(kept, layout.blob_path(layer.digest))
-            if layout.has_blob(layer.digest):
+            if _in_layout(layer, kept, layout):
                 return replace(base, layers=(layer,), key=key)
         source = base.layers[0]
         layer = recompress(layout.blob_path(source.digest), source.media_type, layout.blobs, compression,
@@ -284,6 +280,14 @@ def debian_base_as(base: BaseLayers, compression: LayerCompression, layout: OCIL
         _link_or_copy(layout.blob_path(layer.digest), kept)
         atomic_write_text(record, json.dumps(layer.to_json(), indent=1, sort_keys=True))
     return replace(base, layers=(layer,), key=key)
+
+
+def _in_layout(layer: LayerDescriptor, kept: Path, layout: OCILayout) -> bool:
+    """Whether a cached base layer's blob is in ``layout``, linked (or copied) there from the cache's kept copy
+    when the layout lacks it."""
+    if not layout.has_blob(layer.digest) and kept.is_file():
+        _link_or_copy(kept, layout.blob_path(layer.digest))
+    return layout.has_blob(layer.digest)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
