@@ -42,16 +42,16 @@ from benchmarks.floor import honest_floor, peer_build
 from pinmatrix.cell import Cell
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
-from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
-from pinmatrix.image.datapath.merge import DEFAULT_MERGE_BELOW
-from pinmatrix.image.datapath.rootfs import debian_base
-from pinmatrix.image.datapath.wheels import DEFAULT_INDEX
-from pinmatrix.image.format.blobsahead import BlobsAhead
-from pinmatrix.image.format.compression import LayerCompression
-from pinmatrix.image.format.publish import load_into_engine, push
+from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
+from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
+from pinmatrix.image.assembly.rootfs import debian_base
+from pinmatrix.image.blobsahead import BlobsAhead
+from pinmatrix.image.load_push import load_into_engine, push
 from pinmatrix.image.settings import image_ref
+from pinmatrix.index.wheel_index import DEFAULT_INDEX
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
+from pinmatrix.oci.compression import LayerCompression
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry

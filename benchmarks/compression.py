@@ -1,5 +1,5 @@
 """Layer compression on a real GPU cell's bytes, side by side in one run: pinmatrix's compressors
-(image/format/compression.py) against the floor of each layer format on the same cores (``pigz -1`` for gzip,
+(oci/compression.py) against the floor of each layer format on the same cores (``pigz -1`` for gzip,
 ``zstd -3`` for zstd, every core) and against what pinmatrix did before (zlib level 1 on one thread).
 
 The input is one plain tar of the unpacked trees of the cell's largest wheels (``PINMATRIX_BENCH_STACK``, default
@@ -24,10 +24,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.image.datapath.wheels import WheelFetcher, cell_target, ssl_context
-from pinmatrix.image.format.compression import LayerCompression
+from pinmatrix.index.wheel_index import WheelFetcher, cell_target, ssl_context
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
+from pinmatrix.oci.compression import LayerCompression
 from pinmatrix.project.lockfile import lock_path, parse_lock
 from pinmatrix.project.matrix_toml import load_matrix
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.image.datapath.wheels import WheelFetcher, cell_target, ssl_context
+from pinmatrix.index.wheel_index import WheelFetcher, cell_target, ssl_context
 from pinmatrix.project.lockfile import parse_lock
 
 CORES = os.cpu_count() or 1

@@ -16,14 +16,14 @@ from typing import Any
 from pinmatrix.cell import Cell
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config
-from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
-from pinmatrix.image.datapath.rootfs import debian_base
-from pinmatrix.image.format.compression import LayerCompression
-from pinmatrix.image.format.oci import StoredImage
-from pinmatrix.image.format.publish import load_into_engine
+from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
+from pinmatrix.image.assembly.rootfs import debian_base
+from pinmatrix.image.load_push import load_into_engine
 from pinmatrix.image.settings import image_ref
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
+from pinmatrix.oci.compression import LayerCompression
+from pinmatrix.oci.layout import StoredImage
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import load_matrix
 

@@ -20,11 +20,11 @@ from typing import Any
 from benchmarks.assembly import _progress, _pull_fresh
 from benchmarks.plaincell import plain_cell
 from pinmatrix.engine.services import start_registry
-from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
-from pinmatrix.image.datapath.rootfs import debian_base
-from pinmatrix.image.format.compression import LayerCompression
-from pinmatrix.image.format.publish import push
+from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
+from pinmatrix.image.assembly.rootfs import debian_base
+from pinmatrix.image.load_push import push
 from pinmatrix.image.settings import image_ref
+from pinmatrix.oci.compression import LayerCompression
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.sizes import parse_size
 

@@ -23,10 +23,10 @@ from benchmarks.assembly import _progress, _pull_fresh
 from benchmarks.floor import peer_build
 from benchmarks.plaincell import plain_cell
 from pinmatrix.engine.services import podman_config, start_registry
-from pinmatrix.image.datapath.rootfs import debian_base
-from pinmatrix.image.datapath.wheels import DEFAULT_INDEX
-from pinmatrix.image.format.compression import LayerCompression
-from pinmatrix.image.format.oci import OCILayout
+from pinmatrix.image.assembly.rootfs import debian_base
+from pinmatrix.index.wheel_index import DEFAULT_INDEX
+from pinmatrix.oci.compression import LayerCompression
+from pinmatrix.oci.layout import OCILayout
 from pinmatrix.project.lockfile import lock_path
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")

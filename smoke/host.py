@@ -346,7 +346,7 @@ def _cuda_binaries() -> list[tuple[str, Path]]:
     add_dist("vllm", (r"_C\..*so$", r"_moe_C\..*so$"))
     add_dist("xformers", (r"_C\..*so$",))
     add_dist("flashinfer-jit-cache", (r"\.so$",))
-    try:  # FlashInfer's AOT folder: the modules pinmatrix compiled at build time (image/datapath/jitcache.py)
+    try:  # FlashInfer's AOT folder: the modules pinmatrix compiled at build time (image/assembly/aot_plan.py)
         aot = Path(md.distribution("flashinfer-python").locate_file("flashinfer/data/aot"))
     except md.PackageNotFoundError:
         aot = None

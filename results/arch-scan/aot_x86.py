@@ -19,10 +19,10 @@ from pathlib import Path
 from pinmatrix.archscan import verdict as V
 from pinmatrix.archscan.layers import scan_aot_layer
 from pinmatrix.archscan.scan import scan_tool
-from pinmatrix.image.datapath import jitcache
-from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
-from pinmatrix.image.format.layer import LayerWriter
+from pinmatrix.image.assembly import aot_plan
+from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.matrix.selection import load
+from pinmatrix.oci.layer import LayerWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent
@@ -47,18 +47,18 @@ def main(modules: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="aot-x86-", dir=ROOT / ".pinmatrix" / "cache") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()
-        jitcache.unpack(work / "root", jitcache.layer_blobs(asm.layout.blob_path, descriptors))
+        aot_plan.unpack(work / "root", aot_plan.layer_blobs(asm.layout.blob_path, descriptors))
         record["unpack_s"] = round(time.monotonic() - t0, 1)
-        planned = jitcache.plan(plain, {n: w.sha256 for n, w in ctx["wheels"].items()}, base.key, epoch=0, level=1)
+        planned = aot_plan.plan(plain, {n: w.sha256 for n, w in ctx["wheels"].items()}, base.key, epoch=0, level=1)
         assert planned is not None and planned.toolchain is not None
-        jitcache.add_link_files(work / "root", jitcache.link_entries(
-            planned.toolchain, ctx["venv"].site_packages, jitcache.stub_libcuda(jitcache.host_machine(), work)))
+        aot_plan.add_link_files(work / "root", aot_plan.link_entries(
+            planned.toolchain, ctx["venv"].site_packages, aot_plan.stub_libcuda(aot_plan.host_machine(), work)))
         for flag in FLAGS:
             cell = dataclasses.replace(plain, arch_flags=(flag,), torch_cuda_arch_list=flag, flashinfer_cuda_arch_list=flag)
             aot = dataclasses.replace(planned, modules=tuple(modules), arch_list=flag)
-            built = jitcache.run_generator(cell, aot, work / "root", log, out_name=f"out-{flag}")
+            built = aot_plan.run_generator(cell, aot, work / "root", log, out_name=f"out-{flag}")
             writer = LayerWriter(asm.layout.blobs, epoch=0)
-            jitcache.write_aot_layer(writer, ctx["venv"].site_packages, built)
+            aot_plan.write_aot_layer(writer, ctx["venv"].site_packages, built)
             desc = writer.close()
             scan = scan_aot_layer(ROOT / ".pinmatrix" / "oci", desc.digest, desc.media_type, tool, label)
             binaries = []
@@ -70,7 +70,7 @@ def main(modules: list[str]) -> int:
                                    "layer_bytes": desc.size, "manifest": built.manifest, "binaries": binaries})
             (OUT / "aot-x86.json").write_text(json.dumps(record, indent=1) + "\n")
             print(json.dumps(record["runs"][-1]["binaries"], indent=1), flush=True)
-        jitcache._remove_tree(work / "root")
+        aot_plan._remove_tree(work / "root")
     lines = ["# flashinfer-aot layers built on an x86_64 cell for 12.1a and 12.0f", "",
              f"Cell {plain.id} (h200 plain) with its arch flag replaced; modules {', '.join(modules)}; "
              f"unpack {record['unpack_s']} s; tool {label}.", "",

@@ -15,8 +15,8 @@ from rich.console import Console
 from conftest import engine_for, host_ca_certificates, make_cell, project_copy
 from pinmatrix.cell import CellPatch
 from pinmatrix.image.build import build_all
-from pinmatrix.image.format.oci import OCILayout
 from pinmatrix.image.settings import BuildSettings
+from pinmatrix.oci.layout import OCILayout
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.network]
 

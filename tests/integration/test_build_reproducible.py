@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, engine_for, require_binaries
-from pinmatrix.image.format.oci import OCILayout
 from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
+from pinmatrix.oci.layout import OCILayout
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import Registry
 

@@ -14,7 +14,7 @@ from helpers import import_smoke
 from conftest import engine_for, make_cell
 from pinmatrix.cell import BaseSpec
 from pinmatrix.image.build import build_all
-from pinmatrix.image.format.publish import load_into_engine
+from pinmatrix.image.load_push import load_into_engine
 from pinmatrix.image.settings import BuildSettings, image_ref
 from pinmatrix.lock.resolve import lock_cell
 
@@ -60,7 +60,7 @@ def test_an_arm64_image_imports_its_package_under_emulation(build_cache: Path, t
     settings = BuildSettings(root=tmp_path, cache_dir=build_cache, logs_dir=tmp_path / "logs", registry="localhost/t")
     (built,) = build_all([cell], None, settings, None, jobs=1)
     assert built.status == "built", built.reason
-    from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
+    from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 
     layout = Assembler(AssemblySettings(root=tmp_path, cache_dir=build_cache, layout_dir=settings.layout)).layout
     stored = layout.image(image_ref(cell, "localhost/t"))

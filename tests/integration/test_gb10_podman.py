@@ -20,10 +20,10 @@ from pep691 import serve_pages
 
 from conftest import engine_for, make_cell
 from pinmatrix.cell import BaseSpec, IndexSpec
-from pinmatrix.image.datapath.assemble import Assembler, AssemblySettings
-from pinmatrix.image.format.layer import MEDIA_TYPE_GZIP, open_layer
-from pinmatrix.image.format.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
-from pinmatrix.image.format.publish import PublishError, load_cause, load_into_engine
+from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
+from pinmatrix.image.load_push import PublishError, load_cause, load_into_engine
+from pinmatrix.oci.layer import MEDIA_TYPE_GZIP, open_layer
+from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600, packages=("python3",))
 WHEELS = 110

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import engine_for
-from pinmatrix.image.format.layer import MEDIA_TYPE_GZIP
-from pinmatrix.image.format.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, StoredImage, canonical_json
-from pinmatrix.image.format.publish import load_cause, load_into_engine
+from pinmatrix.image.load_push import load_cause, load_into_engine
+from pinmatrix.oci.layer import MEDIA_TYPE_GZIP
+from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, StoredImage, canonical_json
 
 pytestmark = [pytest.mark.podman]
 

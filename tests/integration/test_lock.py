@@ -13,8 +13,9 @@ import pytest
 
 from pinmatrix.cli import main
 from pinmatrix.errors import LockError
+from pinmatrix.index.uv import find_uv
 from pinmatrix.lock import resolve
-from pinmatrix.lock.resolve import find_uv, lock_cell, owners_path, read_owners, record_owner
+from pinmatrix.lock.resolve import lock_cell, owners_path, read_owners, record_owner
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import expand_matrix, load
 from pinmatrix.project.lockfile import lock_path

@@ -26,9 +26,9 @@ from pinmatrix.cell import Cell
 from pinmatrix.engine.base import OCIEngine
 from pinmatrix.engine.services import Service, _stop, _wait_for
 from pinmatrix.errors import EngineError, LockError
-from pinmatrix.image.datapath.elf import ElfInfo, read_elf
-from pinmatrix.image.datapath.install import InstallError
+from pinmatrix.image.assembly.elf import ElfInfo, read_elf
 from pinmatrix.imageref import ImageRef, RegistryError
+from pinmatrix.index.install import InstallError
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import DSSE_MEDIA_TYPE, TEST_RESULT_PREDICATE, Attachment, attachments

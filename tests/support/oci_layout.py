@@ -85,7 +85,7 @@ def push_cell_image(layout: Path, target: str, labels: dict[str, str], content: 
 
 
 def cell_labels(cell) -> dict[str, str]:  # noqa: ANN001 - a pinmatrix Cell
-    """The io.pinmatrix.* labels a built image of ``cell`` carries (src/pinmatrix/image/format/config.py)."""
+    """The io.pinmatrix.* labels a built image of ``cell`` carries (src/pinmatrix/image/cellconfig.py)."""
     labels = {"io.pinmatrix.cell.id": cell.id, "io.pinmatrix.cell.stack": cell.stack,
               "io.pinmatrix.cell.name": cell.name, "io.pinmatrix.cell.python": cell.python,
               "io.pinmatrix.cell.platform": cell.platform,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pinmatrix.archscan import tools
 from pinmatrix.archscan.layers import aot_layer
-from pinmatrix.image.format.layer import open_layer
+from pinmatrix.oci.layer import open_layer
 
 
 def main(layout: Path, cells: list[str]) -> int:

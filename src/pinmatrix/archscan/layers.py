@@ -1,5 +1,5 @@
 """What a cell's image adds to its wheels: the layer of FlashInfer modules compiled ahead of time at build time
-(``pinmatrix.image.datapath.jitcache``), read from the OCI layout the build wrote. The cell's image is found by its id
+(``pinmatrix.image.assembly.aot_plan``), read from the OCI layout the build wrote. The cell's image is found by its id
 annotation; the layer by its history entry; its shared objects are read like a wheel's members, and the result
 is cached by the layer's digest."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from pinmatrix.archscan.binary import BinaryTargets, read_binary
 from pinmatrix.archscan.wheels import scan_cache_file, write_scan_cache
-from pinmatrix.image.format.layer import open_layer
+from pinmatrix.oci.layer import open_layer
 
 AOT_HISTORY = "pinmatrix: flashinfer-aot"
 AOT_FOLDER = "flashinfer/data/aot/"

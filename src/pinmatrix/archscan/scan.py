@@ -23,7 +23,7 @@ from pinmatrix.cell import AXIS_DISTRIBUTION, NON_PACKAGE_AXES, Cell
 
 SCHEMA = "pinmatrix-arch-scan/1"
 STACK_PACKAGES: tuple[str, ...] = ("torch", "triton", "xformers", "flashinfer-python", "vllm", "flashinfer-aot")
-AOT_PACKAGE = "flashinfer-aot"  # the image's layer of FlashInfer modules compiled for the cell (image/datapath/jitcache.py)
+AOT_PACKAGE = "flashinfer-aot"  # the image's layer of FlashInfer modules compiled for the cell (image/assembly/aot_plan.py)
 
 
 @dataclass
@@ -235,7 +235,7 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
             summary = (f"the cell's own {name} was not fetched; the default index's {w.path.name} holds no CUDA "
                        "device code (a CPU build)")
         packages.append(PackageScan(name, w.pin.version, w.path.name, verdict, summary, bins, notes))
-    aot_modules: dict[str, str] = {}  # the AOT layer binary path -> its module key (image/datapath/jitcache.py manifest)
+    aot_modules: dict[str, str] = {}  # the AOT layer binary path -> its module key (image/assembly/aot_plan.py manifest)
     found = aot_layer(layout, cell.id) if layout is not None else None
     if found is not None:
         image, digest, media_type = found

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.lock.resolve import find_uv
+from pinmatrix.index.uv import find_uv
 
 CUOBJDUMP_PINS: tuple[str, ...] = ("nvidia-cuda-cuobjdump==13.2.86",)
 

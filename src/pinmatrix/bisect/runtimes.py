@@ -24,7 +24,8 @@ from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_file
 from pinmatrix.image.build import CellBuilder
 from pinmatrix.image.settings import BuildSettings
-from pinmatrix.lock.resolve import find_uv, lock_cell
+from pinmatrix.index.uv import find_uv
+from pinmatrix.lock.resolve import lock_cell
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.container import ContainerSmokes, image_digest

@@ -23,7 +23,7 @@ from pinmatrix.bisect.report import BisectReport, failing_classes
 from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
-from pinmatrix.lock.resolve import find_uv
+from pinmatrix.index.uv import find_uv
 from pinmatrix.matrix.expand import PACKAGE_AXES, PrunedCell, distribution
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.catalogue import Smoke, matches

@@ -15,7 +15,7 @@ from pinmatrix import __version__
 from pinmatrix.bundle.model import BlobItem, BundledImage, BundleManifest
 from pinmatrix.bundle.pack import BundleError, Say, check_out, publish, staging_folder, write_parts
 from pinmatrix.hashing import oci_digest, sha256_file
-from pinmatrix.image.format.oci import MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST, REF_NAME, LayoutError, OCILayout
+from pinmatrix.oci.layout import MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST, REF_NAME, LayoutError, OCILayout
 
 MAX_HOST_HAS = 16 << 20
 MAX_DOCUMENT = 4 << 20

@@ -1,6 +1,6 @@
 """A cell's wheels as a bundle: the lock's distributions for the host's Python and the cell's platform, less what
 the host already has at the same version and what is excluded by name, fetched through the image builder's
-hash-checked wheel cache (``pinmatrix.image.datapath.wheels``) and packed into parts."""
+hash-checked wheel cache (``pinmatrix.index.wheel_index``) and packed into parts."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from pinmatrix.bundle.pack import BundleError, Say, check_out, publish, staging_
 from pinmatrix.cell import Cell
 from pinmatrix.datamodel import Strict
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.datapath.assemble import WheelChoices
-from pinmatrix.image.datapath.wheels import Target, WheelError, WheelFetcher
+from pinmatrix.image.assembly.assemble import WheelChoices
+from pinmatrix.index.wheel_index import Target, WheelError, WheelFetcher
 from pinmatrix.project.lockfile import LockEntry, parse_lock
 
 MAX_HOST_FILE = 16 << 20

@@ -22,14 +22,14 @@ from pinmatrix.commands._registry import pushing
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.assembly.assemble import describe
+from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.build import CellBuilder, build_all
-from pinmatrix.image.datapath.assemble import describe
-from pinmatrix.image.datapath.merge import DEFAULT_MERGE_BELOW
-from pinmatrix.image.format.compression import LayerCompression, choose, for_consumer, requested
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
 from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import load
+from pinmatrix.oci.compression import LayerCompression, choose, for_consumer, requested
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 from pinmatrix.sizes import parse_size

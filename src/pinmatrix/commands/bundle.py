@@ -12,7 +12,7 @@ from pinmatrix.bundle.image import ImageRequest, bundle_image, read_host_has
 from pinmatrix.bundle.pack import parse_size
 from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.datapath.wheels import WheelFetcher, ssl_context
+from pinmatrix.index.wheel_index import WheelFetcher, ssl_context
 from pinmatrix.matrix.selection import load, select
 from pinmatrix.project.lockfile import lock_path
 

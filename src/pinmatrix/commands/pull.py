@@ -12,7 +12,7 @@ from pinmatrix.commands._common import examples, existing_file, read_input
 from pinmatrix.commands._registry import known_good_registry
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.format.compression import check_pullable
+from pinmatrix.oci.compression import check_pullable
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.registry.auth import engine_auth_env

@@ -12,13 +12,13 @@ from contextlib import AbstractContextManager, nullcontext
 from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.assembly.assemble import Assembler
+from pinmatrix.image.blobsahead import BlobsAhead
 from pinmatrix.image.containerfile.render import build_cell as containerfile_build
-from pinmatrix.image.datapath.assemble import Assembler
-from pinmatrix.image.datapath.wheels import IndexUnreachable
-from pinmatrix.image.format.blobsahead import BlobsAhead
-from pinmatrix.image.format.publish import load_into_engine, push
+from pinmatrix.image.load_push import load_into_engine, push
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref, needs_containerfile
 from pinmatrix.imageref import ImageRef
+from pinmatrix.index.wheel_index import IndexUnreachable
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 

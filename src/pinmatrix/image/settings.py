@@ -13,9 +13,9 @@ from typing import Literal
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.datapath.assemble import AssembledImage, AssemblySettings
-from pinmatrix.image.datapath.merge import DEFAULT_MERGE_BELOW
-from pinmatrix.image.format.compression import DEFAULT_COMPRESSION, LayerCompression
+from pinmatrix.image.assembly.assemble import AssembledImage, AssemblySettings
+from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
+from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
 
 Status = Literal["built", "cached", "failed"]
 DEFAULT_REPOSITORY = "localhost/pinmatrix"

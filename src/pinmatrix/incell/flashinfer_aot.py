@@ -7,7 +7,7 @@ AOT folder (``flashinfer/data/aot``: ``JitSpec.is_aot`` loads from there, nothin
 ``OUT/manifest.json`` says what was built, for which arch flags, and what was left out and why.
 
 With ``--ninja-only`` nothing is compiled: each module's ninja file is written (FlashInfer's ``write_ninja``) and
-the manifest names it and the shared object it makes, for a builder that runs ninja itself (image/datapath/crossaot.py:
+the manifest names it and the shared object it makes, for a builder that runs ninja itself (image/assembly/crossaot.py:
 the host code cross-compiled for another architecture).
 
 Usage: python flashinfer_aot.py [--ninja-only] OUT MODULE [MODULE ...]

@@ -7,9 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +19,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import LockError
-from pinmatrix.image.datapath.wheels import (
+from pinmatrix.index.uv import find_uv
+from pinmatrix.index.wheel_index import (
     DEFAULT_INDEX,
     IndexUnreachable,
     WheelError,
@@ -40,22 +39,6 @@ class LockResult:
     ok: bool
     changed: bool = False
     reason: str = ""  # uv's words when the cell cannot be resolved
-
-
-def find_uv() -> str:
-    """uv from the same environment as pinmatrix, else from PATH."""
-    candidate = Path(sys.executable).with_name("uv")
-    if candidate.is_file():
-        return str(candidate)
-    found = shutil.which("uv")
-    if found:
-        return found
-    try:
-        from uv import find_uv_bin  # noqa: PLC0415 - the uv wheel ships the binary; a uv on PATH serves without it
-
-        return find_uv_bin()
-    except Exception:  # noqa: BLE001 - any failure means: not installed
-        raise LockError("uv is not installed: pip install uv (pinmatrix resolves locks with it)") from None
 
 
 def uv_command(cell: Cell, requirements: Path, output: Path, exclude_newer: str | None, uv: str) -> list[str]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.format.config import LOCK_LABEL
+from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import Manifest, Registry
 from pinmatrix.release.debian import base_packages

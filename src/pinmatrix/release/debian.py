@@ -2,7 +2,7 @@
 image's base layers, as the registry serves them (each layer streamed, bounded by its declared size and checked
 against its digest), parsed as data into typed records.
 
-The base layers are those the image config's history names ``pinmatrix: base ...`` (``image/format/config.py``
+The base layers are those the image config's history names ``pinmatrix: base ...`` (``image/cellconfig.py``
 writes one such entry per base layer, on both build paths); they are read bottom to top, so the topmost status
 file wins and a whiteout of it removes it. Only packages whose ``Status`` says ``installed`` or ``unpacked`` (an
 extract base's packages: their files are all there, no maintainer script ran) count. The file is
@@ -25,12 +25,12 @@ from pydantic import StringConstraints, ValidationError
 
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.format.compression import LAYER_MEDIA_TYPES, Format
 from pinmatrix.imageref import ImageRef
+from pinmatrix.oci.compression import LAYER_MEDIA_TYPES, Format
 from pinmatrix.registry.client import Registry
 
 STATUS_PATH = "var/lib/dpkg/status"
-BASE_HISTORY = "pinmatrix: base "  # the created_by of every base layer (image/format/config.py, image/containerfile/base_image.py)
+BASE_HISTORY = "pinmatrix: base "  # the created_by of every base layer (image/cellconfig.py, image/containerfile/base_image.py)
 MAX_STATUS = 16 << 20  # a full desktop install's status file is about 4 MiB
 MAX_PACKAGES = 50_000  # entries in one status file
 MAX_LAYER = 16 << 30  # a base layer read to find it

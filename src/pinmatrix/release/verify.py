@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pinmatrix.image.format.config import LOCK_LABEL
+from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.imageref import ImageRef, repository_path
 from pinmatrix.registry.client import INDEX_TYPES, Registry
 from pinmatrix.release.attest import (

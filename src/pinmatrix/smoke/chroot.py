@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.oci.unpack import ImageRoot, Layout, force_remove, unpack_image
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.smoke_bundle import incell_dir
 from pinmatrix.smoke.chroot_host import (
@@ -36,7 +37,6 @@ from pinmatrix.smoke.chroot_host import (
     gpu_device_nodes,
     privilege_mode,
 )
-from pinmatrix.smoke.chroot_rootfs import ImageRoot, Layout, force_remove, unpack_image
 from pinmatrix.smoke.container import (
     IMAGE_PYTHON,
     INCELL_MOUNT,

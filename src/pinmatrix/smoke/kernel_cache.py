@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.smoke.chroot_rootfs import force_remove
+from pinmatrix.oci.unpack import force_remove
 
 CACHE_MOUNT = "/var/cache/pinmatrix"
 MODES = ("keep", "cold", "off")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PatchError, PinmatrixError
-from pinmatrix.image.datapath.patching import apply_patch, parse_patch
+from pinmatrix.image.assembly.patching import apply_patch, parse_patch
 from pinmatrix.smoke.target import SmokeTarget
 
 

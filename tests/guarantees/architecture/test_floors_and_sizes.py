@@ -104,12 +104,14 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"pinmatrix", "errors", "hashing", "atomic", "paths", "sanitize", "names", "archflag",
                "envdefaults", "datamodel", "cell", "imageref", "statuses", "sizes"}),
     frozenset({"project"}),
+    frozenset({"oci"}),
+    frozenset({"index"}),
     frozenset({"matrix"}),
     frozenset({"results"}),
     frozenset({"engine"}),
     frozenset({"registry"}),
-    frozenset({"image"}),
     frozenset({"lock"}),
+    frozenset({"image"}),
     frozenset({"archscan"}),
     frozenset({"smoke"}),
     frozenset({"report"}),
@@ -124,7 +126,7 @@ FLOORS: tuple[frozenset[str], ...] = (
 
 
 def folder_of(module: str) -> str:
-    """``pinmatrix.image.format.oci`` -> ``image``; a top-level module is its own folder."""
+    """``pinmatrix.oci.layout`` -> ``image``; a top-level module is its own folder."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -181,7 +183,7 @@ ONE_HOME = {
     "atomic_path": "pinmatrix.atomic", "atomic_write_text": "pinmatrix.atomic",
     "require_stack": "pinmatrix.project.matrix_toml", "load": "pinmatrix.matrix.selection",
     "Strict": "pinmatrix.datamodel", "friendly_message": "pinmatrix.datamodel", "key_path": "pinmatrix.datamodel",
-    "cell_env": "pinmatrix.image.format.config", "file_slug": "pinmatrix.sanitize", "locked": "pinmatrix.atomic", "cell_smoke_env": "pinmatrix.smoke.runner",
+    "cell_env": "pinmatrix.image.cellconfig", "file_slug": "pinmatrix.sanitize", "locked": "pinmatrix.atomic", "cell_smoke_env": "pinmatrix.smoke.runner",
 }
 
 
@@ -204,7 +206,7 @@ def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
     winning over the arch lists, and the cell winning over the host's environment."""
     import dataclasses
 
-    from pinmatrix.image.format.config import cell_env
+    from pinmatrix.image.cellconfig import cell_env
     from pinmatrix.matrix.selection import load
     from pinmatrix.smoke.runner import smoke_env
 

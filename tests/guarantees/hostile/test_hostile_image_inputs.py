@@ -16,9 +16,9 @@ import pytest
 from conftest import REPO
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.build import build_all
-from pinmatrix.image.format.oci import OCILayout
 from pinmatrix.image.settings import BuildSettings
 from pinmatrix.matrix.selection import load
+from pinmatrix.oci.layout import OCILayout
 
 SIX_HASHES = ("4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274",
               "ff70335d468e7eb6ec65b95b99d3a2836546063f63acc5171de367e834932a81")

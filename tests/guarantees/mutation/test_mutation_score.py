@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 TOOL = Path(__file__).resolve().parents[3] / "tools" / "mutation_score.py"
-MODULE = "pinmatrix.image.datapath.assemble"
+MODULE = "pinmatrix.image.assembly.assemble"
 
 
 def _tool(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:

@@ -15,8 +15,8 @@ import pytest
 from pep691 import serve_handler
 
 from pinmatrix.cell import IndexSpec
-from pinmatrix.image.datapath import wheels
-from pinmatrix.image.datapath.wheels import Target, WheelError, WheelFetcher, WheelFile
+from pinmatrix.index import wheel_index
+from pinmatrix.index.wheel_index import Target, WheelError, WheelFetcher, WheelFile
 from pinmatrix.project.lockfile import parse_lock
 
 TARGET = Target("3.13", "x86_64-manylinux_2_28")
@@ -126,7 +126,7 @@ def test_a_wheel_shorter_than_its_declared_size_is_refused_cached_or_not(index: 
 
 
 def test_a_download_without_a_size_is_bounded(index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wheels, "MAX_WHEEL", len(BODY) - 1)
+    monkeypatch.setattr(wheel_index, "MAX_WHEEL", len(BODY) - 1)
     _serve("tiny-1.0-py3-none-any.whl", size=True)  # not a size: ignored, the default bound applies
     fetcher, wheel = _choose(index, tmp_path / "cache")
     assert wheel.size is None
@@ -135,7 +135,7 @@ def test_a_download_without_a_size_is_bounded(index: str, tmp_path: Path, monkey
 
 
 def test_a_page_larger_than_its_bound_is_refused(index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wheels, "MAX_PAGE", 100)
+    monkeypatch.setattr(wheel_index, "MAX_PAGE", 100)
     _serve("tiny-1.0-py3-none-any.whl")
     _Hostile.pages["/simple/tiny/"] += b" " * 100
     with pytest.raises(WheelError, match=r"the page of tiny is larger than 0 MiB"):

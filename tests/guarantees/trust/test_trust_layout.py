@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from pinmatrix.image.datapath.assemble import LayerCache
-from pinmatrix.image.format.layer import LayerWriter
-from pinmatrix.image.format.oci import OCILayout, remove_dead_temporaries
+from pinmatrix.image.assembly.assemble import LayerCache
+from pinmatrix.oci.layer import LayerWriter
+from pinmatrix.oci.layout import OCILayout, remove_dead_temporaries
 
 
 def _damage(path: Path) -> None:
@@ -135,7 +135,7 @@ def test_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path: Pa
 
 def test_a_killed_build_leaves_nothing_once_the_layout_is_opened_again(tmp_path: Path) -> None:
     blobs = tmp_path / "oci" / "blobs" / "sha256"
-    code = ("import sys, time; from pathlib import Path; from pinmatrix.image.format.layer import LayerWriter\n"
+    code = ("import sys, time; from pathlib import Path; from pinmatrix.oci.layer import LayerWriter\n"
             f"w = LayerWriter(Path({str(blobs)!r}), epoch=0)\n"
             "w.add_bytes('opt/x', b'x' * 100000); w._file.flush(); print('writing', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

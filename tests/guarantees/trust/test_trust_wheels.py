@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from helpers import unpacked_size
 
-from pinmatrix.image.datapath import install
-from pinmatrix.image.datapath.install import InstallError, VenvLayout, install_wheel, unpack_budget
-from pinmatrix.image.format.layer import LayerWriter
+from pinmatrix.index import install
+from pinmatrix.index.install import InstallError, VenvLayout, install_wheel, unpack_budget
+from pinmatrix.oci.layer import LayerWriter
 
 LAYOUT = VenvLayout("3.13")
 SITE = "opt/venv/lib/python3.13/site-packages"

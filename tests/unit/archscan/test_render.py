@@ -26,8 +26,8 @@ from pinmatrix.archscan.layers import aot_layer
 from pinmatrix.archscan.render import fold_rows, render_scan_markdown
 from pinmatrix.archscan.scan import own_packages, scan_cell, scan_document
 from pinmatrix.cell import KnownIssue
-from pinmatrix.image.format.layer import LayerWriter
-from pinmatrix.image.format.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
+from pinmatrix.oci.layer import LayerWriter
+from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
 
 KERNEL = 'extern "C" __global__ void scale(float *x) { x[threadIdx.x] *= 2.0f; }\n'
 # name -> nvcc arguments (before -o)

@@ -29,8 +29,8 @@ from pinmatrix.bundle.pack import BundleError, parse_size
 from pinmatrix.bundle.wheels import HostPackages, WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
 from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.cli import main
-from pinmatrix.image.datapath.wheels import WheelFetcher
-from pinmatrix.image.format.oci import MEDIA_TYPE_CONFIG, OCILayout
+from pinmatrix.index.wheel_index import WheelFetcher
+from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, OCILayout
 from pinmatrix.project.smoke_bundle import incell_file
 
 LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"

@@ -70,7 +70,7 @@ def test_print_says_the_bytes_each_cell_would_download(tmp_path: Path, capsys) -
         assert wheels and all(isinstance(w["download"], int) and w["download"] > 0 for w in wheels), wheels
         assert cell["download_bytes"] == sum(w["download"] for w in wheels)
     # a wheel already in the cache costs nothing: fetch one cell's wheels, then plan again
-    from pinmatrix.image.datapath.wheels import WheelFetcher, cell_target
+    from pinmatrix.index.wheel_index import WheelFetcher, cell_target
     from pinmatrix.matrix.selection import load, select
     from pinmatrix.project.lockfile import lock_path, parse_lock
 

@@ -12,8 +12,8 @@ from conftest import TEST_BASE, skip_or_fail
 from pinmatrix.engine import OCIEngine, detect_engines, get_engine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError
+from pinmatrix.image.assembly.rootfs import host_debian_mirror, rootfs_inputs
 from pinmatrix.image.containerfile.base_image import ensure_base_image
-from pinmatrix.image.datapath.rootfs import host_debian_mirror, rootfs_inputs
 
 
 def test_unknown_engine_is_one_line() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pinmatrix.image.datapath.wheels import WheelFetcher
+from pinmatrix.index.wheel_index import WheelFetcher
 from pinmatrix.lock import resolve
 from pinmatrix.lock.resolve import LockResult
 from pinmatrix.lock.settings import LockSettings

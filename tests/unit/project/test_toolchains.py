@@ -9,7 +9,7 @@ import pytest
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import MatrixError
-from pinmatrix.image.format.config import cell_env
+from pinmatrix.image.cellconfig import cell_env
 from pinmatrix.matrix.selection import load, validate_matrix
 from pinmatrix.project import toolchains as toolchain
 

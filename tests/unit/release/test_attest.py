@@ -19,7 +19,7 @@ from promotion import CPU_CELL, GPU_CELL, record
 from report_data import H200
 
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.format.config import LOCK_LABEL
+from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.registry.client import OCI_MANIFEST, Registry
 from pinmatrix.release import attest

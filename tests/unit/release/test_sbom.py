@@ -26,8 +26,8 @@ from promotion import CPU_CELL, _matrix_for, record  # noqa: F401 - the fixture
 
 from pinmatrix.cli import main
 from pinmatrix.hashing import sha256_digest
-from pinmatrix.image.format.compression import MEDIA_TYPES
 from pinmatrix.imageref import ImageRef
+from pinmatrix.oci.compression import MEDIA_TYPES
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
 from pinmatrix.release import attest, debian
 from pinmatrix.release.debian import DebianError, DebianPackage, base_layers, base_packages, parse_status

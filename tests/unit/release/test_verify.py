@@ -15,7 +15,7 @@ import pytest
 from memregistry import MemoryRegistry, serve_registry
 from promotion import CPU_CELL, record
 
-from pinmatrix.image.format.config import LOCK_LABEL
+from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_INDEX, OCI_MANIFEST, Registry
 from pinmatrix.release import attest

@@ -21,6 +21,7 @@ import pytest
 import zstandard
 
 from pinmatrix.matrix.selection import load
+from pinmatrix.oci.unpack import RootfsError, unpack_image
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.release.promote import check_policy
@@ -35,7 +36,6 @@ from pinmatrix.smoke.chroot_host import (
     gpu_device_nodes,
     privilege_mode,
 )
-from pinmatrix.smoke.chroot_rootfs import RootfsError, unpack_image
 from pinmatrix.smoke.runner import HostCell, RunOptions
 
 REPO = Path(__file__).resolve().parents[3]
@@ -249,7 +249,7 @@ def test_a_hard_link_in_one_layer_shares_the_inode(tmp_path: Path) -> None:
 
 def test_gzip_layers_without_a_gzip_binary_are_inflated_in_process(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import pinmatrix.smoke.chroot_rootfs as rootfs
+    import pinmatrix.oci.unpack as rootfs
 
     layout = tmp_path / "oci"
     blob = layer([_entry("g", data=b"gzip!" * 1000)])
@@ -272,7 +272,7 @@ def test_zstd_layers(tmp_path: Path) -> None:
 def test_zstd_layers_without_a_zstd_binary_are_inflated_in_process(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A GPU host without Debian's zstd still unpacks the zstd layers pinmatrix builds, through the same hash."""
-    import pinmatrix.smoke.chroot_rootfs as rootfs
+    import pinmatrix.oci.unpack as rootfs
 
     layout = tmp_path / "oci"
     blob = layer([_entry("z", data=b"zstd!" * 1000)], "zstd")

@@ -305,11 +305,11 @@ def test_skip_or_fail_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_lock_hash_that_is_not_a_sha256_counts_as_no_hash() -> None:
-    """The builder's lock check (pinmatrix.image.datapath.lockcheck) before any layer: a package whose every hash is
+    """The builder's lock check (pinmatrix.image.assembly.lockcheck) before any layer: a package whose every hash is
     mangled (wrong length, not hex) is refused like one without hashes; the untouched lock passes."""
     import re
 
-    from pinmatrix.image.datapath.lockcheck import LockMismatch, checked_lock
+    from pinmatrix.image.assembly.lockcheck import LockMismatch, checked_lock
     from pinmatrix.matrix.expand import select_cells
     from pinmatrix.project.lockfile import lock_path
 

@@ -231,7 +231,7 @@ def _tiny_xformers_wheel(tmp_path: Path) -> Path:
     patch itself (reverse-applied new side), so the overlay test needs no network."""
     import zipfile
 
-    from pinmatrix.image.datapath.patching import parse_patch
+    from pinmatrix.image.assembly.patching import parse_patch
 
     (fp,) = parse_patch((ROOT / "patches" / "xformers-tiled-matmul-int64.patch").read_text())
     lines: list[str] = []

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from pinmatrix.cell import BaseSpec
 from pinmatrix.engine import OCIEngine
-from pinmatrix.image.datapath.rootfs import DEFAULT_SOURCE_DATE_EPOCH, debian_base, pinned_base
-from pinmatrix.image.format.config import DEFAULT_PATH, iso_time, oci_arch
-from pinmatrix.image.format.oci import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
-from pinmatrix.image.format.publish import load_into_engine
+from pinmatrix.image.assembly.rootfs import DEFAULT_SOURCE_DATE_EPOCH, debian_base, pinned_base
+from pinmatrix.image.cellconfig import DEFAULT_PATH, iso_time, oci_arch
+from pinmatrix.image.load_push import load_into_engine
+from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
 from pinmatrix.project.debian_suites import suite_of
 
 BASE_REPOSITORY = "localhost/pinmatrix-base"

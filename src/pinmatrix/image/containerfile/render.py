@@ -1,5 +1,5 @@
 """The Containerfile path, kept for cells that must compile (a source patch built against the locked sdist):
-every other cell is assembled as data by ``pinmatrix.image.datapath.assemble``.
+every other cell is assembled as data by ``pinmatrix.image.assembly.assemble``.
 
 The build context is rendered from ``images/Containerfile.j2`` and the layer plan (``images/layers.toml``):
 the lock is split into package layers, patches and the smoke harness are copied in, labels and env go last.
@@ -27,15 +27,15 @@ from pinmatrix.engine import OCIEngine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.containerfile.base_image import ensure_base_image
-from pinmatrix.image.containerfile.layerplan import plan_layers
-from pinmatrix.image.containerfile.patch_sources import resolve_patch
-from pinmatrix.image.datapath.rootfs import DEFAULT_SOURCE_DATE_EPOCH
-from pinmatrix.image.format.config import (  # noqa: F401 - nvidia_require_cuda re-used by tests
+from pinmatrix.image.assembly.rootfs import DEFAULT_SOURCE_DATE_EPOCH
+from pinmatrix.image.cellconfig import (  # noqa: F401 - nvidia_require_cuda re-used by tests
     cell_env,
     cell_labels,
     nvidia_require_cuda,
 )
+from pinmatrix.image.containerfile.base_image import ensure_base_image
+from pinmatrix.image.containerfile.layerplan import plan_layers
+from pinmatrix.image.containerfile.patch_sources import resolve_patch
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref
 from pinmatrix.imageref import ImageRef
 from pinmatrix.project.debian_suites import python_of, suite_of

@@ -1,0 +1,689 @@
+"""Assemble one cell's image as data, without running a container (the way Nix dockerTools, apko and ko do):
+
+    lock check -> base layers -> venv layer -> one layer per locked wheel -> patch layer -> smoke layer
+    -> (CA layer) -> config -> manifest, all into the OCI layout.
+
+Every layer is keyed by what it contains (a wheel's layer by the wheel's sha256, the Python and the layout
+format), so any two cells that hold the same wheel share that layer whatever else differs. The image's
+``io.pinmatrix.inputs`` is the hash of every layer key and the config: when the layout already holds the cell's
+image with the same inputs, nothing is done."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from pinmatrix.atomic import atomic_write_text
+from pinmatrix.cell import Cell, CellPatch
+from pinmatrix.engine.base import tls_for
+from pinmatrix.errors import PatchError, PinmatrixError
+from pinmatrix.hashing import sha256_bytes, sha256_file
+from pinmatrix.image.assembly import aot_plan, crossaot, merge
+from pinmatrix.image.assembly.loadcheck import check_layers, scanned_beside, summary
+from pinmatrix.image.assembly.lockcheck import checked_lock
+from pinmatrix.image.assembly.patching import apply_patch, parse_patch
+from pinmatrix.image.assembly.rootfs import BaseLayers, debian_base, debian_base_as, pinned_base
+from pinmatrix.image.cellconfig import cell_env, cell_labels, image_config, oci_arch
+from pinmatrix.image.containerfile.patch_sources import resolve_patch
+from pinmatrix.index.install import VenvLayout, install_wheel
+from pinmatrix.index.wheel_index import Target, WheelFetcher, WheelFile, cell_target, ssl_context
+from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
+from pinmatrix.oci.layer import (
+    LayerDescriptor,
+    LayerWriter,
+    open_layer,
+)
+from pinmatrix.oci.layout import (
+    MEDIA_TYPE_CONFIG,
+    MEDIA_TYPE_MANIFEST,
+    OCILayout,
+    canonical_json,
+)
+from pinmatrix.oci.scratch_unpack import RootLayers
+from pinmatrix.project.lockfile import LockEntry
+from pinmatrix.project.smoke_bundle import smoke_bundle, smoke_files
+from pinmatrix.registry.auth import find_credentials
+
+LAYOUT_FORMAT = 2  # bump when a layer's bytes for the same inputs would change (2: scripts' #!python rewritten)
+PATCH_FORMAT = 2  # a patch layer's own: 2 keeps a patched file's executable bit from its wheel
+# The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
+INSTALLER_VERSION = importlib.metadata.version("installer")
+MAX_LAYERS = 100  # like buildLayeredImage: the smallest wheels share one layer past this many
+SMOKE_DIR = "pinmatrix/smoke"
+INPUTS = "io.pinmatrix.inputs"
+
+
+class AssemblyError(PinmatrixError):
+    """A cell's image cannot be assembled; the message names the cell and the reason."""
+
+
+@dataclass(frozen=True)
+class AssemblySettings:
+    root: Path  # the project: smoke/, patches/
+    cache_dir: Path  # wheels, layer records, rootfs records
+    layout_dir: Path  # the OCI layout all images go to
+    smoke_dir: Path | None = None
+    extra_ca: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
+    ca_in_images: bool = False
+    compression: LayerCompression = DEFAULT_COMPRESSION  # every layer (a pinned base image's are kept as they are)
+    jobs: int = 4  # wheels fetched and laid out at once
+    max_layers: int = MAX_LAYERS
+    merge_below: int = 0  # wheels smaller than this many bytes share one layer (image/assembly/merge.py); 0: none
+    registry_authfile: Path | None = None
+    check_runnable: bool = True  # every ELF's interpreter and libraries resolve in the image (runnable.py)
+
+    def layout(self) -> OCILayout:
+        return OCILayout(self.layout_dir).init()
+
+
+@dataclass
+class PlannedLayer:
+    """One layer of a cell's image: what it holds, its cache key, and (once known) its descriptor."""
+
+    name: str  # "base", "venv", "wheel:torch==2.11.0", "patch:ID", "smoke", "ca"
+    key: str
+    descriptor: LayerDescriptor | None = None
+    cached: bool = False
+    seconds: float = 0.0
+    download: int | None = None  # bytes to fetch for it: a wheel not in the cache, as its index declared them
+
+
+@dataclass
+class AssembledImage:
+    cell: Cell
+    ref: str
+    digest: str = ""  # manifest digest
+    config_digest: str = ""
+    inputs: str = ""
+    cached: bool = False
+    layers: list[PlannedLayer] = field(default_factory=list)
+    seconds: float = 0.0
+    merge_by_size: list[str] = field(default_factory=list)  # the wheel layers the plan merges into one (merge.by_size)
+    merged: PlannedLayer | None = None  # the layer they make, while ``layers`` still lists them (the plan)
+
+    @property
+    def size(self) -> int:
+        return sum(layer.descriptor.size for layer in self.layers if layer.descriptor)
+
+
+def _key(*parts: object) -> str:
+    return sha256_bytes(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
+
+
+class LayerCache:
+    """layer key -> descriptor records under ``<cache>/layers``; a record counts only while its blob exists."""
+
+    def __init__(self, cache_dir: Path, layout: OCILayout) -> None:
+        self.dir = cache_dir / "layers"
+        self.layout = layout
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, key: str) -> LayerDescriptor | None:
+        path = self.dir / f"{key}.json"
+        if not path.is_file():
+            return None
+        try:
+            desc = LayerDescriptor.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError):
+            return None
+        return desc if self.layout.intact_blob(desc.digest, desc.size) else None  # re-hashed; damaged: rebuilt
+
+    def put(self, key: str, desc: LayerDescriptor, what: str) -> None:
+        atomic_write_text(self.dir / f"{key}.json", json.dumps({**desc.to_json(), "what": what}, sort_keys=True))
+
+    def lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
+class WheelChoices:
+    """Which of a lock line's hashes is the wheel for a target: remembered, so a warm build asks no index."""
+
+    def __init__(self, cache_dir: Path, fetcher: WheelFetcher) -> None:
+        self.dir = cache_dir / "wheel-choices"
+        self.fetcher = fetcher
+
+    def choose(self, entry: LockEntry, target: Target, cell: Cell) -> WheelFile:
+        key = _key("choice", entry.text, target.python, target.platform, [i.url for i in cell.indexes])
+        path = self.dir / f"{key}.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            return WheelFile(**data)
+        wheel = self.fetcher.choose(entry, target, cell.indexes)
+        atomic_write_text(path, json.dumps(wheel.__dict__, sort_keys=True))
+        return wheel
+
+
+class Assembler:
+    """Assembles cells into one OCI layout; shares the wheel cache, layer cache and layout between cells."""
+
+    def __init__(self, settings: AssemblySettings) -> None:
+        self.settings = settings
+        self.layout = settings.layout()
+        self.fetcher = WheelFetcher(settings.cache_dir / "wheels", context=ssl_context(settings.extra_ca))
+        self.choices = WheelChoices(settings.cache_dir, self.fetcher)
+        self.layers = LayerCache(settings.cache_dir, self.layout)
+        self.smoke_dir = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
+
+    # -- the parts of an image -------------------------------------------------------------------------------
+
+    def base(self, cell: Cell, log: Path, *, dry: bool = False) -> BaseLayers:
+        if cell.base.kind == "image":
+            if dry:
+                return BaseLayers((), (), cell.base.image or "", f"image:{cell.base.image}", cell.python)
+            image = cell.base.image or ""
+            host, _, rest = image.partition("/")
+            creds = find_credentials(host, rest.split("@", 1)[0]) if rest else None
+            base = pinned_base(cell.base, cell.platform, self.layout, tls_verify=tls_for(image, None),
+                               authfile=self.settings.registry_authfile or (creds.source if creds else None))
+        else:
+            base = debian_base_as(debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log,
+                                              dry=dry), self.settings.compression, self.layout, self.settings.cache_dir,
+                                  dry=dry)
+        if base.python is None:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): its base {base.name} has no /usr/bin/python3")
+        if base.python != cell.python:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): the cell wants Python {cell.python} but its base "
+                                f"{base.name} has {base.python}")
+        return base
+
+    def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int) -> None:
+        start = time.monotonic()
+        with self.layers.lock(planned.key):
+            found = self.layers.get(planned.key)
+            if found is not None:
+                planned.descriptor, planned.cached = found, True
+                return
+            writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression)
+            try:
+                build(writer)
+            except BaseException:
+                writer.abort()
+                raise
+            planned.descriptor = writer.close()
+            self.layout.written(planned.descriptor.digest, planned.descriptor.size)  # hashed as it was written
+            self.layers.put(planned.key, planned.descriptor, planned.name)
+        planned.seconds = time.monotonic() - start
+
+    def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
+        """The files an installed-tree patch changes, patched (no fuzz) in a scratch copy of just those files."""
+        resolved = resolve_patch(patch, self.settings.root, self.settings.cache_dir)
+        targets = [fp.target(1) for fp in parse_patch(resolved.path.read_text(encoding="utf-8"), patch.id)]
+        with tempfile.TemporaryDirectory(prefix="pinmatrix-patch-") as tmp, zipfile.ZipFile(wheel) as zf:
+            scratch = Path(tmp)
+            names = set(zf.namelist())
+            for rel in targets:
+                if rel in names:
+                    out = scratch / rel
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(zf.read(rel))
+                    mode = zf.getinfo(rel).external_attr >> 16  # as install.py reads it: the patched file keeps it
+                    out.chmod(0o755 if stat.S_ISREG(mode) and mode & 0o111 else 0o644)
+            before = {rel: sha256_file(scratch / rel) for rel in targets if (scratch / rel).is_file()}
+            try:
+                result = apply_patch(resolved.path, scratch, strip=1, expected_sha256=patch.sha256)
+            except PatchError as err:
+                raise AssemblyError(f"cell {cell.id} ({cell.name}): patch {patch.id} does not apply to "
+                                    f"{patch.package} {patch.version}: {err}") from None
+            if result.outcome == "already-applied":
+                raise AssemblyError(f"cell {cell.id}: patch {patch.id} is already in {patch.package} {patch.version}; "
+                                    "declare contained_in instead")
+            for rel in sorted(targets):
+                path = scratch / rel
+                dest = f"{venv.site_packages}/{rel}"
+                if path.is_file():
+                    if before.get(rel) != sha256_file(path):
+                        data = path.read_bytes()
+                        writer.add_bytes(dest, data, executable=bool(path.stat().st_mode & 0o111))
+                elif rel in before:
+                    parent, _, name = dest.rpartition("/")
+                    writer.add_bytes(f"{parent}/.wh.{name}", b"")
+
+    def _ca_layer(self, base: BaseLayers, writer: LayerWriter) -> None:
+        """The base's CA bundle with the extra certificates appended, and the certificates themselves."""
+        bundle = b""
+        for layer in base.layers:
+            with open_layer(self.layout.blob_path(layer.digest), layer.media_type) as tar:
+                for member in tar:
+                    if member.name.removeprefix("./") == "etc/ssl/certs/ca-certificates.crt" and member.isreg():
+                        handle = tar.extractfile(member)
+                        bundle = handle.read() if handle else bundle
+        extra = []
+        for path in self.settings.extra_ca:
+            extra.extend(sorted(path.glob("*.crt")) if path.is_dir() else [path])
+        for cert in extra:
+            data = cert.read_bytes()
+            writer.add_bytes(f"usr/local/share/ca-certificates/pinmatrix/{cert.name}", data)
+            bundle += (b"" if bundle.endswith(b"\n") or not bundle else b"\n") + data
+        writer.add_bytes("etc/ssl/certs/ca-certificates.crt", bundle)
+
+    def _check_disk(self, cell: Cell, missing: Sequence[WheelFile]) -> None:
+        """Refuse, before anything is written, a cell whose new layers would not fit: each missing wheel is
+        downloaded (its size) and written as a layer (about its size again, compressed)."""
+        known = [w.size for w in missing if w.size is not None]
+        need = int(2.2 * sum(known)) + (512 << 20 if missing else 0)
+        if not missing:
+            return
+        for directory in {self.settings.cache_dir, self.settings.layout_dir}:
+            directory.mkdir(parents=True, exist_ok=True)
+        free = min(shutil.disk_usage(d).free for d in (self.settings.cache_dir, self.settings.layout_dir))
+        if free < need:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): not enough disk: its {len(missing)} new layer(s) need "
+                                f"about {need / 1e9:.1f} GB free under {self.settings.cache_dir} and "
+                                f"{self.settings.layout_dir}, {free / 1e9:.1f} GB are")
+
+    @contextmanager
+    def _beside_aot(self, job: _CellJob) -> Iterator[None]:
+        """What is made while the AOT layer compiles (it leaves a core idle much of the time): the runnable check's
+        scans of the layers built so far, and the merged layer of small wheels (handed over as soon as it is
+        written). A merge that fails here is left to ``_write_image``, which makes it again and raises."""
+        with ExitStack() as stack:
+            if self.settings.check_runnable:
+                stack.enter_context(scanned_beside(self._blobs(job.descriptors()), oci_arch(job.cell.platform)[0],
+                                                   self._runnable_scans))
+            merging = threading.Thread(target=self._merge_early, args=(job,), name="pinmatrix-merge", daemon=True)
+            merging.start()
+            stack.callback(merging.join)
+            yield
+
+    def _merge_early(self, job: _CellJob) -> None:
+        try:
+            layers = _merge_small(list(job.image.layers), job.image.merge_by_size, self.settings.max_layers, self,
+                                  job.epoch)
+        except (PinmatrixError, OSError):
+            return
+        job.hand_over([p.descriptor for p in layers if p.name.startswith("wheels:") and p.descriptor])
+
+    @property
+    def _runnable_scans(self) -> Path:
+        """Where each layer's scan for the runnable check is kept, by digest (runnable.layer_scan)."""
+        return self.settings.cache_dir / "runnable"
+
+    def _check_runnable(self, cell: Cell, descriptors: Sequence[LayerDescriptor], base: BaseLayers,
+                        env: dict[str, str], on_step: Callable[[str], None]) -> None:
+        """Refuse an image whose ELF files would not start in it (runnable.py), before its manifest exists."""
+        variables = {k: v for k, _, v in (e.partition("=") for e in base.env)}
+        variables.update(env)
+        arch, _ = oci_arch(cell.platform)
+        found = check_layers(self._blobs(descriptors), arch, variables, scans=self._runnable_scans)
+        for p in found:
+            if p.optional:
+                on_step(f"runnable: {p.path} {p.what.split(' (searched ', 1)[0]}: optional, {p.optional}")
+        problems = [p for p in found if not p.optional]
+        if problems:
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): the image would not run: {summary(problems)}")
+
+    # -- one cell --------------------------------------------------------------------------------------------
+
+    def _patch_layers(self, cell: Cell, wheels: dict[str, WheelFile], epoch: int, level: str) -> list[PlannedLayer]:
+        """A layer per installed-tree patch, each patch's file checked and its wheel in the lock. They go after the
+        link and AOT layers, which do not depend on them: an image that only adds a patch to a sibling's shares every
+        layer below it (an engine reuses a layer only on the same layers below)."""
+        layers: list[PlannedLayer] = []
+        for patch in cell.patches_to_apply:
+            resolve_patch(patch, self.settings.root, self.settings.cache_dir)  # sha256 checked before any layer
+            target_wheel = wheels.get(_canonical(patch.package))
+            if target_wheel is None:
+                raise AssemblyError(f"cell {cell.id}: patch {patch.id} targets {patch.package}, which is not in the lock")
+            layers.append(PlannedLayer(f"patch:{patch.id}", _key("patch", LAYOUT_FORMAT, PATCH_FORMAT, patch.sha256,
+                                                                  target_wheel.sha256, cell.python, epoch, level)))
+        return layers
+
+    def plan(self, cell: Cell, lock_text: str, log: Path, *, dry: bool = False) -> tuple[AssembledImage, dict[str, object]]:
+        """Everything about the cell's image that needs no download: layer keys, config inputs, cache state.
+        ``dry``: make nothing, not even the base (the plan then says the base is not built yet)."""
+        lock = checked_lock(cell, lock_text, f"locks/{cell.id}.txt")
+        if any(p.kind == "source" for p in cell.patches_to_apply):
+            raise AssemblyError(f"cell {cell.id} ({cell.name}): a source patch must be compiled; "
+                                "it builds through the Containerfile path (pinmatrix build routes it there)")
+        base = self.base(cell, log, dry=dry)
+        venv = VenvLayout(cell.python)
+        target = cell_target(cell)
+        epoch = cell.base.source_date_epoch or 0
+        level = self.settings.compression.key
+        image = AssembledImage(cell=cell, ref="")
+        image.layers.append(PlannedLayer("base", base.key, base.layers[-1] if base.layers else None,
+                                         cached=bool(base.layers)))
+        image.layers.append(PlannedLayer("venv", _key("venv", LAYOUT_FORMAT, cell.python, epoch, level)))
+        wheels: dict[str, WheelFile] = {}
+        for entry in sorted(lock.entries, key=lambda e: e.name):
+            wheel = self.choices.choose(entry, target, cell)
+            wheels[entry.name] = wheel
+            fetch = None if self.fetcher.path(wheel).is_file() else (wheel.size or 0)
+            image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",
+                                             _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION, wheel.sha256, cell.python, epoch, level),
+                                             download=fetch))
+        patch_layers = self._patch_layers(cell, wheels, epoch, level)  # checked now, placed after the AOT layer
+        # The CUDA toolchain's link files and FlashInfer's modules compiled ahead of time (image/assembly/aot_plan.py).
+        aot = aot_plan.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level)
+        if aot is not None and aot.wants_cross:  # a foreign cell: its modules cross-compiled (image/assembly/crossaot.py)
+            cross = crossaot.inputs(cell, aot, lock.entries, lambda entry, t: self.choices.choose(entry, t, cell),
+                                    lambda builder: self.base(builder, log, dry=dry))
+            aot = aot_plan.plan(cell, {n: w.sha256 for n, w in wheels.items()}, base.key, epoch=epoch, level=level,
+                                cross=cross)
+        if aot is not None:
+            image.layers.append(PlannedLayer("cuda-link", aot.link_key))
+            if aot.builds:
+                image.layers.append(PlannedLayer("flashinfer-aot", aot.key))
+        image.layers.extend(patch_layers)
+        smoke = smoke_bundle(self.smoke_dir) if smoke_files(self.smoke_dir) else []
+        if smoke:
+            tree = [(name, sha256_file(p)) for name, p in smoke]
+            image.layers.append(PlannedLayer("smoke", _key("smoke", LAYOUT_FORMAT, tree, epoch, level)))
+        if self.settings.ca_in_images:
+            certs = [(p.name, sha256_file(p)) for p in self.settings.extra_ca if p.is_file()]
+            certs += [(p.name, sha256_file(p)) for d in self.settings.extra_ca if d.is_dir()
+                      for p in sorted(d.glob("*.crt"))]
+            image.layers.append(PlannedLayer("ca", _key("ca", LAYOUT_FORMAT, base.key, certs, epoch, level)))
+        for planned in image.layers[1:]:
+            found = self.layers.get(planned.key)
+            if found is not None:
+                planned.descriptor, planned.cached = found, True
+        image.merge_by_size = merge.by_size({p.name: wheels[_wheel_name(p)].size for p in image.layers
+                                             if p.name.startswith("wheel:")}, self.settings.merge_below)
+        if image.merge_by_size:
+            by_name = {p.name: p for p in image.layers}  # in the order _merge_small keys them: by layer name
+            image.merged = PlannedLayer(merge.merged_name(image.merge_by_size), _merged_key(
+                [by_name[n] for n in image.merge_by_size]))
+            found = self.layers.get(image.merged.key)
+            if found is not None:
+                image.merged.descriptor, image.merged.cached = found, True
+        lock_sha = sha256_bytes(lock_text.encode())
+        labels = cell_labels(cell, base=base.name, lock_sha=lock_sha,
+                             layers=[p.name for p in image.layers], epoch=epoch)
+        env = cell_env(cell)
+        # the small layers are merged after the plan, so the merge's format, bound and choice are inputs here (the
+        # choice only when there is one: images made before --merge-below keep their inputs)
+        merged = [image.merge_by_size] if image.merge_by_size else []
+        image.inputs = _key("image", LAYOUT_FORMAT, [p.key for p in image.layers], labels, env, list(base.env),
+                            [d.digest for d in base.layers], merge.MERGE_FORMAT, self.settings.max_layers, *merged)
+        labels[INPUTS] = image.inputs
+        context: dict[str, object] = {"base": base, "venv": venv, "wheels": wheels, "labels": labels, "env": env,
+                                      "epoch": epoch, "smoke": smoke, "aot": aot}
+        return image, context
+
+    def assemble(self, cell: Cell, lock_text: str, ref: str, log: Path,
+                 on_step: Callable[[str], None] = lambda what: None,
+                 on_blob: Callable[[LayerDescriptor], None] = lambda layer: None) -> AssembledImage:
+        """``cell``'s image in the layout under ``ref``. ``on_step`` hears each step; ``on_blob`` gets each layer
+        as soon as its blob is in the layout (``build --push`` sends it ahead: image/blobsahead.py), the
+        base's first; a cached image hands over none."""
+        start = time.monotonic()
+        on_step("plan")
+        image, ctx = self.plan(cell, lock_text, log)
+        image.ref = ref
+        stored = self.layout.image(ref)
+        if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
+            image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
+            if image.merged is not None:  # the layers as the image holds them, as a build would have left them
+                image.layers, image.merged = _spliced(image.layers, set(image.merge_by_size), image.merged), None
+            image.seconds = time.monotonic() - start
+            return image
+        job = _CellJob(cell=cell, image=image, log=log, on_step=on_step, on_blob=on_blob,
+                       base=ctx["base"], venv=ctx["venv"], wheels=ctx["wheels"],  # type: ignore[arg-type]
+                       epoch=ctx["epoch"], by_name={p.name: p for p in image.layers})  # type: ignore[arg-type]
+        job.hand_over()
+        self._check_disk(cell, [job.wheels[_wheel_name(p)] for p in image.layers
+                                if p.name.startswith("wheel:") and p.descriptor is None])
+        self._build_wheels(job)
+        self._build_patches(job)
+        job.hand_over()
+        aot: aot_plan.AotPlan | None = ctx["aot"]  # type: ignore[assignment]
+        if aot is not None:
+            self._build_aot(job, aot)
+        self._build_smoke_and_ca(job, ctx["smoke"])  # type: ignore[arg-type]
+        job.hand_over()
+        self._write_image(job, ref, ctx["env"], ctx["labels"])  # type: ignore[arg-type]
+        image.seconds = time.monotonic() - start
+        return image
+
+    # -- the steps of assemble -------------------------------------------------------------------------------
+
+    def _wheel_layer(self, job: _CellJob, planned: PlannedLayer, source: dict[str, WheelFile] | None = None) -> None:
+        """A wheel's layer (``source``: the wheels it is one of, the cell's by default), fetched and laid out."""
+        wheel = (job.wheels if source is None else source)[_wheel_name(planned)]
+
+        def build(writer: LayerWriter) -> None:
+            job.on_step(f"fetch {wheel.filename}")
+            path = self.fetcher.fetch(wheel)
+            job.on_step(f"layer {wheel.filename}")
+            install_wheel(path, writer, job.venv)
+
+        self._cached_or_build(planned, build, job.epoch)
+        if source is None:
+            job.hand_over()
+
+    def _build_wheels(self, job: _CellJob) -> None:
+        """The venv layer, then every wheel layer not yet in the cache, the largest first, ``jobs`` at once."""
+        todo = [p for p in job.image.layers if p.name.startswith("wheel:") and p.descriptor is None]
+        self._cached_or_build(job.by_name["venv"], job.venv.write_venv, job.epoch)
+        if todo:
+            with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+                for future in [pool.submit(self._wheel_layer, job, p)
+                               for p in sorted(todo, key=lambda p: -_size(job.wheels, p))]:
+                    future.result()
+
+    def _build_patches(self, job: _CellJob) -> None:
+        """One layer per installed-tree patch, made from the wheel it patches."""
+        for patch in job.cell.patches_to_apply:
+            planned = job.by_name[f"patch:{patch.id}"]
+            wheel_path = self.fetcher.fetch(job.wheels[_canonical(patch.package)])
+            job.on_step(f"patch {patch.id}")
+            self._cached_or_build(planned, partial(self._patch_layer, job.cell, patch, wheel_path, job.venv),
+                                  job.epoch)
+
+    def _build_aot(self, job: _CellJob, aot: aot_plan.AotPlan) -> None:
+        """The CUDA link layer, then FlashInfer's modules: cross-compiled for a foreign cell, else built in the
+        cell's own root."""
+        cell = job.cell
+        if aot.skip:
+            with open(job.log, "a", encoding="utf-8") as handle:
+                handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
+        self._cached_or_build(job.by_name["cuda-link"], aot_plan.link_layer_builder(
+            cell, aot, job.venv.site_packages), job.epoch)
+        job.hand_over()
+        if "flashinfer-aot" not in job.by_name:
+            return
+        if aot.cross is not None:
+            self._build_cross_aot(job, aot)
+            return
+        with open(job.log, "a", encoding="utf-8") as handle:
+            handle.write(f"flashinfer-aot: built in cell {cell.id}'s own root: {', '.join(aot.modules)} for "
+                         f"{aot.arch_list}\n")
+        wheel_layers = [p.descriptor for p in job.image.layers if p.descriptor and p.name.startswith("wheel:")]
+        in_order = [*job.base.layers, job.by_name["venv"].descriptor]
+        root = RootLayers(self._blobs(in_order), self._blobs(wheel_layers),
+                          unpacked=sum(d.unpacked for d in [*in_order, *wheel_layers] if d is not None))
+        self._cached_or_build(job.by_name["flashinfer-aot"], aot_plan.aot_layer_builder(
+            cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step,
+            beside=partial(self._beside_aot, job)), job.epoch)
+
+    def _build_cross_aot(self, job: _CellJob, aot: aot_plan.AotPlan) -> None:
+        """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/assembly/crossaot.py)."""
+        cell, epoch = job.cell, job.epoch
+        with open(job.log, "a", encoding="utf-8") as handle:
+            handle.write(crossaot.describe(cell, aot) + "\n")
+        job.on_step(crossaot.describe(cell, aot))
+
+        def builder_root() -> RootLayers:
+            """The builder root's layers: the cell's base for this builder's architecture, the venv, and
+            the builder-architecture wheels of the cell's pins that the generator imports."""
+            own = dict(crossaot.builder_wheels(aot))
+            planned = [PlannedLayer(f"wheel:{w.name}=={w.version}", _key("wheel", LAYOUT_FORMAT, INSTALLER_VERSION,
+                                                                        w.sha256, cell.python, epoch,
+                                                                        self.settings.compression.key))
+                       for w in own.values()]
+            with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+                for future in [pool.submit(self._wheel_layer, job, p, own) for p in planned]:
+                    future.result()
+            assert aot.cross is not None
+            return RootLayers(self._blobs([*aot.cross.base_layers, job.by_name["venv"].descriptor]),
+                              self._blobs([p.descriptor for p in planned]))
+
+        def cell_wheels() -> list[Path]:
+            assert aot.cross is not None and aot.cross.spec is not None
+            return [self.fetcher.fetch(job.wheels[n]) for n in aot.cross.spec.libraries_from if n in job.wheels]
+
+        with self._beside_aot(job):
+            self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
+                cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
+                job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
+
+    def _blobs(self, descriptors: Sequence[LayerDescriptor | None]) -> list[tuple[Path, str]]:
+        """The layers' blobs in the layout, with their media types, in order."""
+        return aot_plan.layer_blobs(self.layout.blob_path, [d for d in descriptors if d is not None])
+
+    def _build_smoke_and_ca(self, job: _CellJob, files: list[tuple[str, Path]]) -> None:
+        """The smoke bundle's layer, and the CA layer when the image carries the extra certificates."""
+        if "smoke" in job.by_name:
+            def smoke_layer(writer: LayerWriter) -> None:
+                for name, path in files:
+                    with open(path, "rb") as handle:
+                        writer.add_file(f"{SMOKE_DIR}/{name}", handle, path.stat().st_size)
+
+            self._cached_or_build(job.by_name["smoke"], smoke_layer, job.epoch)
+        if "ca" in job.by_name:
+            self._cached_or_build(job.by_name["ca"], lambda w: self._ca_layer(job.base, w), job.epoch)
+
+    def _write_image(self, job: _CellJob, ref: str, env: dict[str, str], labels: dict[str, str]) -> None:
+        """The small wheel layers merged past ``max_layers``, the runnable check, then the config and the
+        manifest, written to the layout under ``ref``."""
+        cell, base, image = job.cell, job.base, job.image
+        job.on_step("config")
+        image.layers = _merge_small(image.layers, image.merge_by_size, self.settings.max_layers, self, job.epoch)
+        image.merged = None
+        descriptors = job.descriptors()
+        job.hand_over()
+        if self.settings.check_runnable:
+            job.on_step("runnable")
+            self._check_runnable(cell, descriptors, base, env, job.on_step)
+        history = [f"base {base.name}"] * len(base.layers) + [p.name for p in image.layers[1:]]
+        config = image_config(platform=cell.platform, env=env, labels=labels,
+                              diff_ids=[d.diff_id for d in descriptors], history=history, epoch=job.epoch,
+                              base_env=base.env)
+        config_bytes = canonical_json(config)
+        config_digest = self.layout.put_blob(config_bytes)
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": MEDIA_TYPE_MANIFEST,
+            "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": config_digest, "size": len(config_bytes)},
+            "layers": [d.as_oci() for d in descriptors],
+        }
+        image.digest = self.layout.put_image(ref, manifest, {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id})
+        image.config_digest = config_digest
+
+
+@dataclass
+class _CellJob:
+    """One cell's image while ``Assembler.assemble`` builds it: its plan's parts, shared by the steps."""
+
+    cell: Cell
+    image: AssembledImage
+    base: BaseLayers
+    venv: VenvLayout
+    wheels: dict[str, WheelFile]
+    epoch: int
+    log: Path
+    on_step: Callable[[str], None]
+    by_name: dict[str, PlannedLayer]  # the planned layers by name, before the small wheels are merged
+    on_blob: Callable[[LayerDescriptor], None] = lambda layer: None
+    _handed: set[str] = field(default_factory=set)
+    _handing: threading.Lock = field(default_factory=threading.Lock)
+
+    def hand_over(self, extra: Sequence[LayerDescriptor] = ()) -> None:
+        """Each layer whose blob is now in the layout and not yet handed over, in the image's order, then
+        ``extra`` (the merged layer, made before the image lists it), to ``on_blob`` (layers finish in several
+        threads: one at a time here). The wheel layers the plan merges by size are not: the image holds their merged
+        layer instead."""
+        parts = [self.by_name[n].descriptor for n in self.image.merge_by_size if n in self.by_name]
+        merged = {d.digest for d in parts if d is not None}
+        with self._handing:
+            for descriptor in [*self.descriptors(), *extra]:
+                if descriptor.digest not in self._handed and descriptor.digest not in merged:
+                    self._handed.add(descriptor.digest)
+                    self.on_blob(descriptor)
+
+    def descriptors(self) -> list[LayerDescriptor]:
+        """The image's layers built so far, in order: the base's, then each planned layer's past the base."""
+        return [*self.base.layers, *(p.descriptor for p in self.image.layers[1:] if p.descriptor)]
+
+
+def _wheel_name(planned: PlannedLayer) -> str:
+    """The package of a ``wheel:NAME==VERSION`` layer."""
+    return planned.name.split(":", 1)[1].split("==", 1)[0]
+
+def _canonical(name: str) -> str:
+    return str(canonicalize_name(name))
+
+
+def _size(wheels: dict[str, WheelFile], planned: PlannedLayer) -> int:
+    return wheels[_wheel_name(planned)].size or 0
+
+
+def _merge_small(layers: list[PlannedLayer], chosen: Sequence[str], max_layers: int, assembler: Assembler,
+                 epoch: int) -> list[PlannedLayer]:
+    """The wheel layers ``chosen`` by size in the plan and, past ``max_layers``, the smallest others, replaced by one
+    layer holding all of them (image/assembly/merge.py; its key is made of theirs, so it is shared too)."""
+    wheel_layers = {p.name: p for p in layers if p.name.startswith("wheel:")}
+    names = merge.parts_to_merge(len(layers), {n: p.descriptor.size if p.descriptor else 0
+                                               for n, p in wheel_layers.items()}, chosen, max_layers)
+    if not names:
+        return layers
+    small = [wheel_layers[n] for n in names]
+    merged = PlannedLayer(merge.merged_name(names), _merged_key(small))
+    blobs = []
+    for part in small:
+        assert part.descriptor is not None
+        blobs.append((assembler.layout.blob_path(part.descriptor.digest), part.descriptor.media_type))
+    assembler._cached_or_build(merged, merge.merged_layer(blobs), epoch)
+    return _spliced(layers, set(names), merged)
+
+
+def _spliced(layers: list[PlannedLayer], parts: set[str], merged: PlannedLayer) -> list[PlannedLayer]:
+    """``layers`` with the ``parts`` taken out and ``merged`` put where the image holds it."""
+    out = [p for p in layers if p.name not in parts]
+    out.insert(merge.insert_position([p.name for p in out]), merged)
+    return out
+
+
+def _merged_key(parts: Sequence[PlannedLayer]) -> str:
+    return _key("merged", LAYOUT_FORMAT, merge.MERGE_FORMAT, [p.key for p in parts])
+
+
+def describe(images: Sequence[AssembledImage]) -> list[dict[str, object]]:
+    """The build plan / metadata as JSON-ready data; in a plan, the wheel layers merged by size are listed as the
+    ``parts`` of the layer they make."""
+    return [{
+        "cell": img.cell.id, "name": img.cell.name, "ref": img.ref, "digest": img.digest or None,
+        "config": img.config_digest or None, "inputs": img.inputs, "cached": img.cached,
+        "download_bytes": sum(p.download or 0 for p in img.layers if not p.cached),
+        "layers": _described_layers(img),
+    } for img in images]
+
+
+def _described_layers(img: AssembledImage) -> list[dict[str, object]]:
+    if img.merged is None:
+        return [_described(p) for p in img.layers]
+    parts = set(img.merge_by_size)
+    return [{**_described(p), "download": None, "parts": [_described(q) for q in img.layers if q.name in parts]}
+            if p is img.merged else _described(p) for p in _spliced(img.layers, parts, img.merged)]
+
+
+def _described(p: PlannedLayer) -> dict[str, object]:
+    return {"name": p.name, "key": p.key, "cached": p.cached, "digest": p.descriptor.digest if p.descriptor else None,
+            "size": p.descriptor.size if p.descriptor else None, "download": p.download if not p.cached else None}
