@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from certificates import ca_certificate
 
 from conftest import make_cell
 from pinmatrix.cell import IndexSpec
@@ -398,25 +399,6 @@ def test_a_long_redirect_to_another_scheme_is_quoted_bounded(index: Index, tmp_p
 
 # -- CA certificates ----------------------------------------------------------------------------------
 
-def _ca_certificate() -> str:
-    import datetime as dt
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pinmatrix test CA")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
-
-
 def _https_index(tmp_path: Path) -> tuple[Path, http.server.ThreadingHTTPServer]:
     """An index over https on 127.0.0.1 whose certificate a CA made here signed; returns (the CA file, server)."""
     import datetime as dt
@@ -495,10 +477,10 @@ def test_a_file_without_a_url_points_at_its_page(index: Index) -> None:
 def test_extra_ca_files_and_folders_are_read_and_a_bad_one_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "cas"
     folder.mkdir()
-    (folder / "a.crt").write_text(_ca_certificate())
+    (folder / "a.crt").write_text(ca_certificate())
     (folder / "ignored.pem").write_text("not a certificate")
     single = tmp_path / "one.pem"
-    single.write_text(_ca_certificate())
+    single.write_text(ca_certificate())
     before = ssl_context().cert_store_stats()["x509_ca"]
     assert ssl_context([folder]).cert_store_stats()["x509_ca"] == before + 1
     assert ssl_context([folder, single]).cert_store_stats()["x509_ca"] == before + 2

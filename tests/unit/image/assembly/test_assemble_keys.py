@@ -345,10 +345,10 @@ def test_a_smoke_folder_given_in_the_settings_is_the_one_laid_out(project: Proje
 
 
 def test_the_fetcher_trusts_the_extra_certificates(project: Project, tmp_path: Path) -> None:
-    from test_wheels import _ca_certificate
+    from certificates import ca_certificate
 
     cert = tmp_path / "private.crt"
-    cert.write_text(_ca_certificate())
+    cert.write_text(ca_certificate())
     assembler = Assembler(dataclasses.replace(project.settings, extra_ca=(cert,)))
     trusted = assembler.fetcher.context.get_ca_certs(binary_form=True)
     assert ssl.PEM_cert_to_DER_cert(cert.read_text()) in trusted  # an index behind this CA is reachable
