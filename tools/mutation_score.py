@@ -30,7 +30,7 @@ def equivalents(path: Path) -> set[str]:
 
 
 def module_of(name: str) -> str:
-    """``pinmatrix.image.datapath.assemble`` of ``pinmatrix.image.datapath.assemble.xǁAssemblerǁplan__mutmut_5``."""
+    """``pinmatrix.image.assembly.assemble`` of ``pinmatrix.image.assembly.assemble.xǁAssemblerǁplan__mutmut_5``."""
     return name.rsplit("__mutmut_", 1)[0].rpartition(".")[0]
 
 
