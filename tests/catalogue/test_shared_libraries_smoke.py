@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, skip_or_fail
 
 sys.path.insert(0, str(REPO / "smoke"))
-sys.path.insert(1, str(REPO / "src" / "pinmatrix" / "incell"))  # the runtime smokes import
+sys.path.insert(1, str(REPO / "src" / "pinmatrix" / "shipped"))  # the runtime smokes import
 from shared_libraries import elf_dynamic  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def test_the_smoke_passes_or_names_the_missing_library(tmp_path: Path, keep: boo
     files = ["fakeext/_ext.so"] + (["fakeext/libbar.so"] if keep else [])
     (info / "RECORD").write_text("".join(f"{f},,\n" for f in files) + "fakeext-1.0.dist-info/RECORD,,\n")
     result = tmp_path / "result.json"
-    runtime = REPO / "src" / "pinmatrix" / "incell"  # what the runner puts on PYTHONPATH after the site
+    runtime = REPO / "src" / "pinmatrix" / "shipped"  # what the runner puts on PYTHONPATH after the site
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(runtime)]), "PINMATRIX_SMOKE_RESULT": str(result),
            "PINMATRIX_CELL": json.dumps({"id": "t", "requirements": ["fakeext==1.0"]})}
     subprocess.run([sys.executable, str(REPO / "smoke" / "shared_libraries.py"), "shared-libraries"], env=env,

@@ -25,14 +25,14 @@ from pinmatrix.smoke.runner import HostCell, RunOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "smoke"
-INCELL = ROOT / "src" / "pinmatrix" / "incell"
-sys.path[:0] = [str(INCELL), str(SMOKE)]
+SHIPPED = ROOT / "src" / "pinmatrix" / "shipped"
+sys.path[:0] = [str(SHIPPED), str(SMOKE)]
 try:
     import _smokelib
     import vllm_engine as ve
     import vllm_moe as vm
 finally:
-    sys.path.remove(str(INCELL))
+    sys.path.remove(str(SHIPPED))
     sys.path.remove(str(SMOKE))
 
 # Lines as vLLM 0.20.0 writes them from its engine core process (format: vllm/logger.py _FORMAT, the process
@@ -193,7 +193,7 @@ def test_prepare_engine_env_forces_spawn() -> None:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SMOKE), str(INCELL)])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SMOKE), str(SHIPPED)])}
 
 
 @pytest.mark.parametrize("module", ["vllm_generate.py", "vllm_moe.py"])

@@ -24,7 +24,7 @@ from oci_layout import cell_labels, push_cell_image
 
 from conftest import REPO, require_binaries
 from pinmatrix.matrix.selection import load
-from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle
+from pinmatrix.project.smoke_bundle import shipped_file, smoke_bundle
 from pinmatrix.registry.local import Endpoint, listening
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
@@ -108,7 +108,7 @@ def _pod_run(project: Project) -> list[str]:
         for name, path in smoke_bundle(project.root / "smoke"):
             (pod_smoke / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, pod_smoke / name)
-        ran = subprocess.run([sys.executable, str(incell_file("pod_runner.py")), "--out", str(out),
+        ran = subprocess.run([sys.executable, str(shipped_file("pod_runner.py")), "--out", str(out),
                               "--smoke-dir", str(pod_smoke), "--cell-id", cell,
                               "host.py:host-probe:120"], capture_output=True, text=True, timeout=300, check=False)
         assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -1,5 +1,5 @@
 """The bundle manifest (``manifest.json``) as a typed model: what pinmatrix writes and reads back. The host side
-checks the same fields by hand with the standard library (``pinmatrix/incell/unbundle.py``); a test keeps the two
+checks the same fields by hand with the standard library (``pinmatrix/shipped/unbundle.py``); a test keeps the two
 in step."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.bundle.model import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCRIPT_NAME, BundleManifest, Part, part_name
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import CHUNK
-from pinmatrix.project.smoke_bundle import incell_file
+from pinmatrix.project.smoke_bundle import shipped_file
 
 Say = Callable[[str], None]
 MAX_PARTS = 20000
@@ -79,7 +79,7 @@ def publish(manifest: BundleManifest, parts_folder: Path, out: Path, extra: dict
         raise BundleError(f"{out}: the manifest would be {len(body)} bytes (at most {MAX_MANIFEST_BYTES})")
     for name, data in extra.items():
         atomic_write_bytes(parts_folder / name, data)
-    shutil.copyfile(incell_file(SCRIPT_NAME), parts_folder / SCRIPT_NAME)
+    shutil.copyfile(shipped_file(SCRIPT_NAME), parts_folder / SCRIPT_NAME)
     atomic_write_bytes(parts_folder / MANIFEST_NAME, body)
     old = None
     if out.exists():

@@ -21,7 +21,7 @@ from pinmatrix.ci.pools import NodePool, load_pools, pool_fits, pools_for
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.project.catalogue import load_catalogue
-from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle
+from pinmatrix.project.smoke_bundle import shipped_file, smoke_bundle
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
 from pinmatrix.smoke.classify import classify
 from pinmatrix.smoke.known import apply_known_issues
@@ -58,7 +58,7 @@ def _dns(text: str, limit: int = 63) -> str:
 
 def smoke_configmap(smoke_dir: Path, namespace: str) -> dict[str, Any]:
     files = {name: path.read_text() for name, path in smoke_bundle(smoke_dir) if name.endswith(".py") and "/" not in name}
-    files[RUNNER_NAME] = incell_file("pod_runner.py").read_text()
+    files[RUNNER_NAME] = shipped_file("pod_runner.py").read_text()
     size = sum(len(v.encode()) for v in files.values())
     if size > CONFIGMAP_LIMIT:
         raise PinmatrixError(f"{smoke_dir}: the smoke catalogue is {size} bytes, over a ConfigMap's 1 MiB")

@@ -1,5 +1,5 @@
 """What of the smokes travels into a cell: the catalogue's files (``smoke/``) and the in-cell runtime they
-import (``_smokelib.py``, ``_oracles.py``), which ships with pinmatrix as package data in ``pinmatrix/incell/``
+import (``_smokelib.py``, ``_oracles.py``), which ships with pinmatrix as package data in ``pinmatrix/shipped/``
 (standard library only; see its README). Images, Containerfile contexts and k8s ConfigMaps carry both side by
 side; host and container runs put the runtime on ``PYTHONPATH``."""
 
@@ -13,17 +13,17 @@ from pinmatrix.project.catalogue import SmokeError
 SMOKE_RUNTIME = ("_smokelib.py", "_oracles.py")
 
 
-def incell_dir() -> Path:
+def shipped_dir() -> Path:
     """The shipped in-cell runtime folder (package data: a real folder in every install pinmatrix supports)."""
-    folder = Path(str(resources.files("pinmatrix").joinpath("incell")))
+    folder = Path(str(resources.files("pinmatrix").joinpath("shipped")))
     if not (folder / "_smokelib.py").is_file():
         raise SmokeError(f"{folder}: the in-cell runtime is missing from this pinmatrix install")
     return folder
 
 
-def incell_file(name: str) -> Path:
+def shipped_file(name: str) -> Path:
     """One file of the in-cell runtime: ``apply_patches.py``, ``pod_runner.py``, ``_smokelib.py``."""
-    return incell_dir() / name
+    return shipped_dir() / name
 
 
 def smoke_files(smoke_dir: Path) -> list[Path]:
@@ -37,7 +37,7 @@ def smoke_files(smoke_dir: Path) -> list[Path]:
 def smoke_bundle(smoke_dir: Path) -> list[tuple[str, Path]]:
     """(name inside the cell's smoke folder, file) for the catalogue and the runtime, sorted by name. A
     catalogue file named like a runtime file is refused: which one the smokes import would depend on order."""
-    runtime = incell_dir()
+    runtime = shipped_dir()
     bundle = {p.relative_to(smoke_dir).as_posix(): p for p in smoke_files(smoke_dir)}
     for name in SMOKE_RUNTIME:
         if name in bundle:

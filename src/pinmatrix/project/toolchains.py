@@ -64,7 +64,7 @@ class ToolchainSpec(Strict):
 
 
 class AotSpec(Strict):
-    """The FlashInfer modules a smoke loads, compiled ahead of time (names known to incell/flashinfer_aot.py)."""
+    """The FlashInfer modules a smoke loads, compiled ahead of time (names known to shipped/flashinfer_aot.py)."""
 
     smoke: str
     modules: tuple[str, ...]

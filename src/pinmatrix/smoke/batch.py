@@ -41,7 +41,7 @@ from pinmatrix.smoke.runner import (
 )
 from pinmatrix.smoke.target import SmokeTarget
 
-BATCH_ENV = "PINMATRIX_BATCH_PLAN"  # the same names as the in-cell runtime's (incell/_smokelib.py)
+BATCH_ENV = "PINMATRIX_BATCH_PLAN"  # the same names as the in-cell runtime's (shipped/_smokelib.py)
 BATCH_ARG = "--batch"
 START_SLACK_S = 60  # the interpreter's start, on top of the smokes' own timeouts
 CONTINUES = ("pass", "skip")

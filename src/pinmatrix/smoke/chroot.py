@@ -28,7 +28,7 @@ from typing import Any
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.oci.unpack import ImageRoot, Layout, force_remove, unpack_image
 from pinmatrix.project.catalogue import Smoke
-from pinmatrix.project.smoke_bundle import incell_dir
+from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.smoke.chroot_host import (
     ChrootRefused,
     DriverFiles,
@@ -39,8 +39,8 @@ from pinmatrix.smoke.chroot_host import (
 )
 from pinmatrix.smoke.container import (
     IMAGE_PYTHON,
-    INCELL_MOUNT,
     OUT_MOUNT,
+    SHIPPED_MOUNT,
     SMOKE_MOUNT,
     archscan_binds,
     image_smoke_env,
@@ -153,7 +153,7 @@ class ChrootSmokes:
             env.update(self.cache.environment(env))
         env.update({k: v for k, v in passed.items() if k.startswith("PINMATRIX_")})
         env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = ":".join(filter(None, [INCELL_MOUNT, self.image.env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = ":".join(filter(None, [SHIPPED_MOUNT, self.image.env.get("PYTHONPATH")]))
         if self.driver.libraries:
             env["LD_LIBRARY_PATH"] = ":".join(filter(None, [f"{DRIVER_DIR}/lib", self.image.env.get("LD_LIBRARY_PATH")]))
         if self.driver.binaries:
@@ -163,7 +163,7 @@ class ChrootSmokes:
     def spec(self, argv: list[str], env: dict[str, str], work: Path, scratch: Path,
              extra_binds: list[tuple[Path, str]]) -> dict[str, Any]:
         binds = [{"source": str(self.smoke_dir), "target": SMOKE_MOUNT, "readonly": True},
-                 {"source": str(incell_dir().resolve()), "target": INCELL_MOUNT, "readonly": True},
+                 {"source": str(shipped_dir().resolve()), "target": SHIPPED_MOUNT, "readonly": True},
                  {"source": str(work), "target": OUT_MOUNT, "readonly": False}]
         binds += [{"source": str(s), "target": t, "readonly": True} for s, t in extra_binds]
         if self.cache is not None:

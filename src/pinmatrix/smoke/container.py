@@ -12,7 +12,7 @@ from pinmatrix.engine import OCIEngine, host_has_gpus
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.project.catalogue import Smoke
-from pinmatrix.project.smoke_bundle import incell_dir
+from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.registry.client import Registry
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
@@ -20,7 +20,7 @@ from pinmatrix.smoke.runner import ProcessResult, run_process
 from pinmatrix.smoke.target import SmokeTarget
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
-INCELL_MOUNT = "/opt/pinmatrix-incell"
+SHIPPED_MOUNT = "/opt/pinmatrix-shipped"
 OUT_MOUNT = "/pinmatrix-out"
 LIB_MOUNT = "/opt/pinmatrix-lib"  # the pinmatrix package, for the arch-coverage smoke
 TOOL_MOUNT = "/opt/pinmatrix-cuda"  # cuobjdump from its wheel
@@ -50,7 +50,7 @@ class ContainerSmokes:
         work = result_path.parent.resolve()
         name = f"pinmatrix-smoke-{secrets.token_hex(4)}"
         args = ["run", "--rm", "--name", name, "--network=none",
-                "-v", f"{self.smoke_dir}:{SMOKE_MOUNT}:ro", "-v", f"{incell_dir()}:{INCELL_MOUNT}:ro",
+                "-v", f"{self.smoke_dir}:{SMOKE_MOUNT}:ro", "-v", f"{shipped_dir()}:{SHIPPED_MOUNT}:ro",
                 "-v", f"{work}:{OUT_MOUNT}"]
         if self.gpus:
             args += self.engine.gpu_args()
@@ -97,7 +97,7 @@ def image_smoke_env(env: dict[str, str], result_name: str) -> dict[str, str]:
     passed["PINMATRIX_SMOKE_RESULT"] = f"{OUT_MOUNT}/{result_name}"
     passed.pop("PINMATRIX_OVERLAY", None)
     passed["PYTHONUNBUFFERED"] = "1"
-    passed["PYTHONPATH"] = INCELL_MOUNT  # _smokelib and _oracles, shipped with pinmatrix
+    passed["PYTHONPATH"] = SHIPPED_MOUNT  # _smokelib and _oracles, shipped with pinmatrix
     return passed
 
 

@@ -19,7 +19,7 @@ Triton keeps the configuration its autotuner chose only when asked (``TRITON_CAC
 first in a cold one) reuses the choice for the same kernel, configurations and key instead of benchmarking every
 configuration on the GPU again. Triton keeps nothing for a kernel whose configurations have a ``pre_hook``
 (xformers' tiled matmul: ~50 s of autotuning in the h200 suite, results/h200/autotune); for those the in-cell
-runtime keeps the chosen configuration's index in ``$PINMATRIX_AUTOTUNE_DIR`` (``incell/_smokelib.py``), so the
+runtime keeps the chosen configuration's index in ``$PINMATRIX_AUTOTUNE_DIR`` (``shipped/_smokelib.py``), so the
 live configuration, pre_hook and all, is reused. The choice only picks which of the kernel's configurations runs;
 each computes the same product, and the oracles check the output either way.
 
@@ -43,7 +43,7 @@ CACHE_VARIABLES = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "VLLM_CACHE_ROOT": "vllm",
     "CUDA_CACHE_PATH": "nv",
-    "PINMATRIX_AUTOTUNE_DIR": "autotune",  # incell/_smokelib.py: autotune choices Triton does not keep
+    "PINMATRIX_AUTOTUNE_DIR": "autotune",  # shipped/_smokelib.py: autotune choices Triton does not keep
 }
 # Switches set with the folders (where the cell or the image does not set them).
 CACHE_SWITCHES = {"TRITON_CACHE_AUTOTUNING": "1"}

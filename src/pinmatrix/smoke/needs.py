@@ -1,6 +1,6 @@
 """A smoke's GPU needs as the runner judges them from its host probe, before any process starts.
 
-The smoke judges the same needs again inside the cell (``incell/_smokelib.unmet_need``: the in-cell runtime is
+The smoke judges the same needs again inside the cell (``shipped/_smokelib.unmet_need``: the in-cell runtime is
 standard library only and imports nothing of pinmatrix, so the rule is written there as well);
 tests/unit/smoke/test_needs.py holds both to the same answers over a grid of needs and GPUs."""
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from pinmatrix.archscan.smokeenv import smoke_env_vars
 from pinmatrix.matrix.keyword import compile_keyword
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, select
-from pinmatrix.project.smoke_bundle import incell_dir
+from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
 from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.classify import Outcome, classify
@@ -145,7 +145,7 @@ def smoke_env(cell: SmokeTarget, result_path: Path, overlay: Overlay | None,
         env.setdefault(key, value)
     # the in-cell runtime (_smokelib, _oracles) after the smoke's own folder; an overlay's patched site first
     paths = [str(overlay.site)] if overlay is not None else []
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, str(incell_dir()), os.environ.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*paths, str(shipped_dir()), os.environ.get("PYTHONPATH")]))
     if overlay is not None:
         env["PINMATRIX_OVERLAY"] = str(overlay.site)
     return env

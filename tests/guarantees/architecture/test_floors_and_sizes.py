@@ -13,14 +13,14 @@ SRC = ROOT / "src"
 PACKAGE = SRC / "pinmatrix"
 
 
-INCELL = PACKAGE / "incell"
+SHIPPED = PACKAGE / "shipped"
 
 
 def _modules() -> dict[str, Path]:
     """The package's modules; the in-cell runtime is package data, not part of the import graph."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
-        if INCELL in path.parents:
+        if SHIPPED in path.parents:
             continue
         name = ".".join(path.relative_to(SRC).with_suffix("").parts)
         found[name.removesuffix(".__init__")] = path
@@ -224,12 +224,12 @@ def test_one_cell_environment_everywhere(monkeypatch) -> None:  # noqa: ANN001
 
 
 def test_in_cell_runtime_is_one_standard_library_folder() -> None:
-    """Everything that runs in a cell's Python without pinmatrix is in src/pinmatrix/incell, imports only the
+    """Everything that runs in a cell's Python without pinmatrix is in src/pinmatrix/shipped, imports only the
     standard library and its neighbours at module level (numpy/torch only inside functions), and is shipped as
     package data."""
-    names = sorted(p.name for p in INCELL.glob("*.py"))
+    names = sorted(p.name for p in SHIPPED.glob("*.py"))
     assert names == ["_oracles.py", "_smokelib.py", "apply_patches.py", "flashinfer_aot.py", "pod_runner.py", "unbundle.py"]
-    for path in INCELL.glob("*.py"):
+    for path in SHIPPED.glob("*.py"):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             imported: list[str] = []
             if isinstance(node, ast.Import):
@@ -240,9 +240,9 @@ def test_in_cell_runtime_is_one_standard_library_folder() -> None:
                 assert name in sys.stdlib_module_names or name in {"_smokelib", "_oracles"}, (path.name, name)
     for module, path in _modules().items():
         text = path.read_text(encoding="utf-8")
-        assert not re.search(r"^\s*(from|import) (_smokelib|_oracles|pinmatrix\.incell)\b", text, re.M), module
+        assert not re.search(r"^\s*(from|import) (_smokelib|_oracles|pinmatrix\.shipped)\b", text, re.M), module
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"incell/*.py"' in pyproject
+    assert '"shipped/*.py"' in pyproject
     assert not (ROOT / "smoke" / "_smokelib.py").exists() and not (ROOT / "images" / "apply_patches.py").exists()
 
 

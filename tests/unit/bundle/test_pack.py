@@ -31,7 +31,7 @@ from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.cli import main
 from pinmatrix.index.wheel_index import WheelFetcher
 from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, OCILayout
-from pinmatrix.project.smoke_bundle import incell_file
+from pinmatrix.project.smoke_bundle import shipped_file
 
 LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 
@@ -41,7 +41,7 @@ def quiet(_: str) -> None:
 
 
 def unbundle_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("unbundle_under_test", incell_file("unbundle.py"))
+    spec = importlib.util.spec_from_file_location("unbundle_under_test", shipped_file("unbundle.py"))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -182,7 +182,7 @@ def test_the_unpack_step_needs_no_third_party_package(project: Project, tmp_path
     proc = host_python(str(tmp_path / "b" / "unbundle.py"), "b", "--check", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("wheels bundle checked: 4 file(s)")
-    source = incell_file("unbundle.py").read_text()
+    source = shipped_file("unbundle.py").read_text()
     assert "pinmatrix" not in "".join(line for line in source.splitlines() if line.startswith(("import", "from")))
 
 

@@ -188,13 +188,13 @@ def test_durations_are_the_smokes_own_within_the_process() -> None:
 
 
 def test_the_names_match_the_in_cell_runtime() -> None:
-    from pinmatrix.incell import _smokelib
+    from pinmatrix.shipped import _smokelib
 
     assert (_smokelib.BATCH_ENV, _smokelib.BATCH_ARG) == (batch_module.BATCH_ENV, batch_module.BATCH_ARG)
 
 
 def test_a_batch_spec_naming_a_path_is_refused(tmp_path: Path) -> None:
-    from pinmatrix.incell import _smokelib
+    from pinmatrix.shipped import _smokelib
 
     good = {"module": "acts.py", "name": "one", "result": ".one.result.json", "log": "one.log", "timeout_s": 5}
     assert _smokelib._batch_entries(json.dumps({"smokes": [good]})) == [good]

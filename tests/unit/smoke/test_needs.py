@@ -1,5 +1,5 @@
 """A smoke's GPU needs: decided by the runner from its host probe before any process starts where the probe can
-tell (smoke/needs.py), and again inside the smoke (incell/_smokelib.py, standard library only): both the same."""
+tell (smoke/needs.py), and again inside the smoke (shipped/_smokelib.py, standard library only): both the same."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.project.catalogue import load_catalogue
-from pinmatrix.project.smoke_bundle import incell_dir
+from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.cellrun import run_cell
 from pinmatrix.smoke.needs import no_native_fp4, unmet_need
@@ -59,8 +59,8 @@ def test_unmet_need(needs: dict[str, object], count: int, cap: str, reason: str 
     assert unmet_need(needs, count, cap) == reason
 
 
-def _incell() -> object:
-    spec = importlib.util.spec_from_file_location("_smokelib_under_test", incell_dir() / "_smokelib.py")
+def _shipped() -> object:
+    spec = importlib.util.spec_from_file_location("_smokelib_under_test", shipped_dir() / "_smokelib.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -69,14 +69,14 @@ def _incell() -> object:
 
 
 def test_the_runner_and_the_smoke_judge_every_need_alike() -> None:
-    incell = _incell()
+    shipped = _shipped()
     needs_grid: list[dict[str, object]] = [{}, {"gpus": 2}, {"min_capability": "9.0"}, {"min_capability": "12.1"}, {"max_capability": "9.0"},
                   {"native_fp4": True}, {"memory_gib": 80}, {"gpus": 2, "native_fp4": True, "min_capability": "10.0"}]
     checked = 0
     for needs, count, cap, memory in itertools.product(needs_grid, (0, 1, 2, 8), ("8.0", "8.9", "9.0", "10.0",
                                                                                     "10.3", "12.0", "12.1"),
                                                        (None, 40.0, 141.0)):
-        assert unmet_need(needs, count, cap, memory) == incell.unmet_need(needs, count, cap, memory), (  # type: ignore[attr-defined]
+        assert unmet_need(needs, count, cap, memory) == shipped.unmet_need(needs, count, cap, memory), (  # type: ignore[attr-defined]
             needs, count, cap, memory)
         checked += 1
     assert checked == 8 * 4 * 7 * 3

@@ -24,7 +24,7 @@ import pytest
 
 from pinmatrix.cell import KnownIssue
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, SmokeError, load_catalogue
-from pinmatrix.project.smoke_bundle import incell_dir
+from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke import cellrun, runner
 from pinmatrix.smoke.cellrun import run_cell, run_cells
@@ -145,7 +145,7 @@ def test_the_smokes_environment(tmp_path: Path, catalogue: Path, monkeypatch: py
     assert env["PINMATRIX_SMOKE_RESULT"] == str(result) and env["PYTHONUNBUFFERED"] == "1"
     assert env["PINMATRIX_CELL"] == cell_smoke_env(cell)["PINMATRIX_CELL"]
     assert env["PINMATRIX_LIB"] == "/the/users/own"  # arch-scan's variables only where not set
-    assert env["PYTHONPATH"] == os.pathsep.join([str(incell_dir()), "/host/path"])
+    assert env["PYTHONPATH"] == os.pathsep.join([str(shipped_dir()), "/host/path"])
     assert "PINMATRIX_OVERLAY" not in env
 
 
@@ -156,7 +156,7 @@ def test_a_probes_parameters_and_an_overlay_reach_the_smoke(tmp_path: Path, cata
     overlay = Overlay(tmp_path / "site")
     env = smoke_env(HostCell(), tmp_path / "r.json", overlay, {"b": 2, "a": 1.5})
     assert env["PINMATRIX_PARAMS"] == '{"a": 1.5, "b": 2}'
-    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "site"), str(incell_dir())])
+    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "site"), str(shipped_dir())])
     assert env["PINMATRIX_OVERLAY"] == str(tmp_path / "site")
     assert env["PINMATRIX_LIB"]  # set when the host has none
     assert "PINMATRIX_PARAMS" not in smoke_env(HostCell(), tmp_path / "r.json", None, {})

@@ -8,7 +8,7 @@ Two layers, both keyed by what they are made of, so cells that agree share them:
   ``libcuda.so`` (SONAME ``libcuda.so.1``, no code: the driver's own is found at run time). Without it neither
   nvcc nor FlashInfer's JIT can link anything in the image.
 - ``flashinfer-aot``: the modules the cell's smokes load (``data/toolchains.toml`` ``[[aot]]``), built for the
-  cell's ``FLASHINFER_CUDA_ARCH_LIST`` by FlashInfer's own generator (``incell/flashinfer_aot.py``) in the cell's own
+  cell's ``FLASHINFER_CUDA_ARCH_LIST`` by FlashInfer's own generator (``shipped/flashinfer_aot.py``) in the cell's own
   root filesystem (its base, venv and wheel layers unpacked into a scratch folder and entered with chroot in a
   mount namespace of its own: no GPU, no network), and placed at ``<site-packages>/flashinfer/data/aot/<name>/
   <name>.so``: FlashInfer's AOT folder, which ``JitSpec.is_aot`` checks before it compiles anything.
@@ -54,7 +54,7 @@ AOT_FORMAT = 2  # bump when the layers' bytes for the same inputs would change (
 NVCC_STABLE_NAMES = "--objdir-as-tempdir"
 AOT_FOLDER = "flashinfer/data/aot"  # under site-packages: flashinfer.jit.env.FLASHINFER_AOT_DIR
 MANIFEST = "pinmatrix-aot.json"  # what was built, in the AOT folder
-BUILDER = "incell/flashinfer_aot.py"
+BUILDER = "shipped/flashinfer_aot.py"
 SCRATCH = "tmp/pinmatrix-aot"  # inside the scratch root
 # Link-time names FlashInfer's ninja files ask for, and the versioned files the wheels hold (in <home>/lib).
 LINK_LIBRARIES = ("libcudart.so", "libcublas.so", "libcublasLt.so")
@@ -281,7 +281,7 @@ def add_link_files(root: Path, link: Sequence[tuple[str, str | bytes]]) -> None:
 
 def generate(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None, out_name: str = "out",
              extra_env: Mapping[str, str] | None = None, ninja_only: bool = False) -> dict[str, object]:
-    """incell/flashinfer_aot.py in ``root`` with the cell's environment (plus ``extra_env``); its manifest."""
+    """shipped/flashinfer_aot.py in ``root`` with the cell's environment (plus ``extra_env``); its manifest."""
     scratch = root / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "flashinfer_aot.py").write_bytes(builder_source())
@@ -318,7 +318,7 @@ def module_name(cell: Cell, item: Mapping[str, object]) -> str:
 
 def run_generator(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None,
                   out_name: str = "out") -> AotBuild:
-    """incell/flashinfer_aot.py in ``root`` with the cell's environment; the built modules, from ``out_name``."""
+    """shipped/flashinfer_aot.py in ``root`` with the cell's environment; the built modules, from ``out_name``."""
     start = time.monotonic()
     manifest = generate(cell, aot, root, log, jobs=jobs, out_name=out_name)
     out = root / SCRATCH / out_name

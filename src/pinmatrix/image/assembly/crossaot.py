@@ -10,7 +10,7 @@ foreign cell whose architecture ``data/toolchains.toml`` ``[[cross]]`` declares:
   version, so the wheels are the cell's pins, not a second resolve;
 - a CUDA_HOME in that root whose ``bin``, ``include`` and ``nvvm`` are the builder's nvcc wheels (relative links) and
   whose ``lib64`` holds the cell's own link libraries (``libraries_from``) and the cell's ``libcuda.so`` stub;
-- the generator (incell/flashinfer_aot.py ``--ninja-only``) in that root, with CC/CXX = the cross compiler's name;
+- the generator (shipped/flashinfer_aot.py ``--ninja-only``) in that root, with CC/CXX = the cross compiler's name;
 - ninja on this builder (``nice -n 10``) on each ninja file with the root's absolute paths moved under the root, so
   nvcc (an x86_64 program of the wheels) and the cross compiler run here; each module must be an ELF of the cell's
   architecture.

@@ -41,7 +41,7 @@ from pinmatrix.imageref import ImageRef
 from pinmatrix.project.debian_suites import python_of, suite_of
 from pinmatrix.project.layer_plan import load_layer_specs
 from pinmatrix.project.lockfile import ParsedLock, parse_lock
-from pinmatrix.project.smoke_bundle import incell_file, smoke_bundle, smoke_files
+from pinmatrix.project.smoke_bundle import shipped_file, smoke_bundle, smoke_files
 from pinmatrix.registry.client import Registry
 
 IMAGES_DIR = Path("images")
@@ -277,7 +277,7 @@ def _write_patches(cell: Cell, lock: ParsedLock, settings: BuildSettings, contex
     if plan_entries:
         _write(context / "patches" / "plan.json",
                (json.dumps({"patches": plan_entries}, indent=1, sort_keys=True) + "\n").encode(), epoch)
-        _write(context / "patches" / PATCH_HELPER, incell_file(PATCH_HELPER).read_bytes(), epoch)
+        _write(context / "patches" / PATCH_HELPER, shipped_file(PATCH_HELPER).read_bytes(), epoch)
     return plan_entries
 
 

@@ -235,7 +235,7 @@ def test_the_arch_coverage_smoke_reads_the_aot_folder(tmp_path: Path, monkeypatc
     module.parent.mkdir(parents=True)
     module.write_bytes(b"\x7fELF")
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.syspath_prepend(str(REPO / "src" / "pinmatrix" / "incell"))
+    monkeypatch.syspath_prepend(str(REPO / "src" / "pinmatrix" / "shipped"))
     monkeypatch.delenv("PINMATRIX_ARCH_BINARIES", raising=False)
     monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "no-cache"))
     spec = importlib.util.spec_from_file_location("pinmatrix_test_host_smoke", REPO / "smoke" / "host.py")

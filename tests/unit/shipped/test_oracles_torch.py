@@ -1,4 +1,4 @@
-"""The smoke oracles' torch path (src/pinmatrix/incell/_oracles.py), which the smokes take on the GPU's own tensors,
+"""The smoke oracles' torch path (src/pinmatrix/shipped/_oracles.py), which the smokes take on the GPU's own tensors,
 on the CPU without torch: a stand-in ``torch`` (a numpy array subclass whose type lives in module ``torch``, with
 the torch methods the oracles call: double, clone, long, sum(dim=), detach().cpu().tolist(), view(-1), and
 torch.tensor/torch.stack with their dtype and device) must give exactly what the numpy path gives, keep the

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-INCELL = ROOT / "src" / "pinmatrix" / "incell"
+SHIPPED = ROOT / "src" / "pinmatrix" / "shipped"
 
 FAKE_TRITON = {
     "triton/__init__.py": "",
@@ -60,7 +60,7 @@ class Autotuner:
 
 PROBE = '''
 import json, os, sys
-sys.path[:0] = [os.environ["FAKE_TRITON"], os.environ["INCELL"]]
+sys.path[:0] = [os.environ["FAKE_TRITON"], os.environ["SHIPPED"]]
 import _smokelib
 _smokelib.keep_autotune_choices(os.environ.get("PINMATRIX_AUTOTUNE_DIR"))
 from triton.runtime import autotuner  # imported after the keeper was installed, as a smoke would
@@ -84,7 +84,7 @@ def fake_triton(tmp_path: Path) -> Path:
 
 
 def probe(fake_triton: Path, cache: Path | None, **env: str) -> dict[str, object]:
-    full = {**os.environ, "FAKE_TRITON": str(fake_triton), "INCELL": str(INCELL), **env}
+    full = {**os.environ, "FAKE_TRITON": str(fake_triton), "SHIPPED": str(SHIPPED), **env}
     full.pop("PINMATRIX_AUTOTUNE_DIR", None)
     if cache is not None:
         full["PINMATRIX_AUTOTUNE_DIR"] = str(cache)
@@ -139,7 +139,7 @@ def test_a_bad_choice_file_is_a_miss_never_an_error(fake_triton: Path, tmp_path:
 
 def test_an_autotuner_imported_before_the_keeper_is_patched_too(fake_triton: Path, tmp_path: Path) -> None:
     code = PROBE.replace("import _smokelib\n", "import _smokelib\nimport triton.runtime.autotuner\n")
-    env = {**os.environ, "FAKE_TRITON": str(fake_triton), "INCELL": str(INCELL),
+    env = {**os.environ, "FAKE_TRITON": str(fake_triton), "SHIPPED": str(SHIPPED),
            "PINMATRIX_AUTOTUNE_DIR": str(tmp_path / "a")}
     for expected in (1, 0):
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

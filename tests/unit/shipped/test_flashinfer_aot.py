@@ -1,4 +1,4 @@
-"""incell/flashinfer_aot.py, the generator run in a cell's root at build time, against a stand-in FlashInfer with
+"""shipped/flashinfer_aot.py, the generator run in a cell's root at build time, against a stand-in FlashInfer with
 the interface it uses (JitSpec.build / write_ninja / name / jit_library_path, the module generators, the
 compilation context). The real FlashInfer 0.6.8.post1: the h200 and gb10 cells' builds (docs/images.md)."""
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-GENERATOR = ROOT / "src" / "pinmatrix" / "incell" / "flashinfer_aot.py"
+GENERATOR = ROOT / "src" / "pinmatrix" / "shipped" / "flashinfer_aot.py"
 
 SPEC = '''
 import os, subprocess, sys, time

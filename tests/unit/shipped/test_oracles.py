@@ -1,4 +1,4 @@
-"""The smoke oracles (src/pinmatrix/incell/_oracles.py) on the CPU with numpy: per-tile and per-row checks pass a correctly
+"""The smoke oracles (src/pinmatrix/shipped/_oracles.py) on the CPU with numpy: per-tile and per-row checks pass a correctly
 rounded GEMM and fail every injected fault (a zeroed tile, a zeroed row, a skipped K block, two swapped NVFP4
 block scales) that a whole-matrix norm lets through; the exact e2m1/e4m3 decoders and the 128x4 scale layout;
 timing comparisons with a margin; the leak verdict; greedy tokens against reference logits; and that every
@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-INCELL = ROOT / "src" / "pinmatrix" / "incell"
-sys.path.insert(0, str(INCELL))
+SHIPPED = ROOT / "src" / "pinmatrix" / "shipped"
+sys.path.insert(0, str(SHIPPED))
 try:
     import _smokelib
 
     # by its package name (the smokes load it as a plain module): mutation testing only reaches it that way
-    from pinmatrix.incell import _oracles as o
+    from pinmatrix.shipped import _oracles as o
 finally:
-    sys.path.remove(str(INCELL))
+    sys.path.remove(str(SHIPPED))
 
 RNG = np.random.default_rng(20261130)
 BF16 = o.tile_bound("bfloat16")

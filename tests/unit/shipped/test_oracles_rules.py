@@ -1,4 +1,4 @@
-"""The smoke oracles (src/pinmatrix/incell/_oracles.py) at their edges, on numpy: a fault's messages, the bounds of
+"""The smoke oracles (src/pinmatrix/shipped/_oracles.py) at their edges, on numpy: a fault's messages, the bounds of
 zero_k_block and zero_tile (a block or tile that just fits, one just outside, in 3-D inputs), which two block
 scales are swapped, the 128x4 layout past four block tiles, the tolerance's own boundary, timings under a second,
 the leak message's sizes and a greedy token 0."""
