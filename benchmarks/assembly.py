@@ -47,7 +47,7 @@ from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.assembly.rootfs import debian_base
 from pinmatrix.image.blobsahead import BlobsAhead
 from pinmatrix.image.load_push import load_into_engine, push
-from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import image_ref
 from pinmatrix.index.wheel_index import DEFAULT_INDEX
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix

@@ -19,7 +19,7 @@ from pinmatrix.engine.services import podman_config
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.image.assembly.rootfs import debian_base
 from pinmatrix.image.load_push import load_into_engine
-from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import image_ref
 from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.oci.compression import LayerCompression

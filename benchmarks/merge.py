@@ -23,7 +23,7 @@ from pinmatrix.engine.services import start_registry
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.image.assembly.rootfs import debian_base
 from pinmatrix.image.load_push import push
-from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import image_ref
 from pinmatrix.oci.compression import LayerCompression
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.sizes import parse_size

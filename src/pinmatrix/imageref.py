@@ -1,16 +1,19 @@
 """Image references and registry hosts, defined once: parsing ``registry/repository[:tag][@sha256:...]``,
-digest and tag syntax, and which hosts are this machine's loopback (plain HTTP, no TLS)."""
+digest and tag syntax, which hosts are this machine's loopback (plain HTTP, no TLS), and the naming rule of a
+cell's image (``<registry>/<stack>:<cell id>``)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 _REPOSITORY_RE = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*")
+DEFAULT_REPOSITORY = "localhost/pinmatrix"  # where a cell's image is named when no registry is configured
 
 
 class RegistryError(PinmatrixError):
@@ -48,6 +51,11 @@ def is_loopback(host: str) -> bool:
 def tls_verify_for(host: str, tls_verify: bool | None = None) -> bool:
     """Whether to verify TLS for ``host``: as given, else off only for loopback hosts."""
     return (not is_loopback(host)) if tls_verify is None else tls_verify
+
+
+def image_ref(cell: Cell, registry: str | None) -> str:
+    """The image reference of a cell: the tag is the cell id (a content address)."""
+    return f"{(registry or DEFAULT_REPOSITORY).rstrip('/')}/{cell.stack}:{cell.id}"
 
 
 def repository_path(name: str) -> str:

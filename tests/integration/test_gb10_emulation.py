@@ -15,7 +15,8 @@ from conftest import engine_for, make_cell
 from pinmatrix.cell import BaseSpec
 from pinmatrix.image.build import build_all
 from pinmatrix.image.load_push import load_into_engine
-from pinmatrix.image.settings import BuildSettings, image_ref
+from pinmatrix.image.settings import BuildSettings
+from pinmatrix.imageref import image_ref
 from pinmatrix.lock.resolve import lock_cell
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import image_ref
 from pinmatrix.names import shown, text_problem
 
 # GitHub Actions: "A matrix can generate a maximum of 256 jobs per workflow run."

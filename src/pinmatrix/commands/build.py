@@ -25,7 +25,8 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assembly.assemble import describe
 from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.build import CellBuilder, build_all
-from pinmatrix.image.settings import BuildSettings, CellBuildResult, image_ref, needs_containerfile
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, needs_containerfile
+from pinmatrix.imageref import image_ref
 from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import load

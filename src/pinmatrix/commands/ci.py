@@ -20,8 +20,7 @@ from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, subm
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.settings import image_ref
-from pinmatrix.imageref import ImageRef, RegistryError
+from pinmatrix.imageref import ImageRef, RegistryError, image_ref
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.catalogue import find_smoke_dir
 from pinmatrix.registry.client import Registry

@@ -16,8 +16,8 @@ from pinmatrix.image.assembly.assemble import Assembler
 from pinmatrix.image.blobsahead import BlobsAhead
 from pinmatrix.image.containerfile.render import build_cell as containerfile_build
 from pinmatrix.image.load_push import load_into_engine, push
-from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref, needs_containerfile
-from pinmatrix.imageref import ImageRef
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, needs_containerfile
+from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.index.wheel_index import IndexUnreachable
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry

@@ -1,6 +1,6 @@
-"""What a build of cells is asked to do (``BuildSettings``), what it reports per cell (``CellBuildResult``),
-and a cell's image reference: shared by the assembler path (``build``) and the Containerfile path
-(``containerfile``), which therefore do not import each other."""
+"""What a build of cells is asked to do (``BuildSettings``) and what it reports per cell (``CellBuildResult``):
+shared by the assembler path (``build``) and the Containerfile path (``containerfile``), which therefore do not
+import each other."""
 
 from __future__ import annotations
 
@@ -15,15 +15,10 @@ from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assembly.assemble import AssembledImage, AssemblySettings
 from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
+from pinmatrix.imageref import image_ref
 from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
 
 Status = Literal["built", "cached", "failed"]
-DEFAULT_REPOSITORY = "localhost/pinmatrix"
-
-
-def image_ref(cell: Cell, registry: str | None) -> str:
-    """The image reference of a cell: the tag is the cell id (a content address)."""
-    return f"{(registry or DEFAULT_REPOSITORY).rstrip('/')}/{cell.stack}:{cell.id}"
 
 
 @dataclass(frozen=True)

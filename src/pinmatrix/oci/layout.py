@@ -8,7 +8,11 @@ manifest digest a registry serves is the one computed here.
 A blob is trusted only while its bytes hash to its name: a cached blob is re-hashed before it is reused
 (``intact_blob``, once per process), and a damaged one is removed so that it is built again (a fresh file, so a
 hard link it shared with another layout is not written through). Temporary files that a killed build left in
-the blob folder (their writer's pid is gone) are removed when the layout is opened."""
+the blob folder (their writer's pid is gone) are removed when the layout is opened.
+
+This is the one reader of a layout, too: ``index.json`` and every JSON blob (manifest, index, config) are read
+bounded (``MAX_DOCUMENT``), a document blob only once its bytes hash to its name, never through a symlink
+(``read_document``, ``checked_blob``); the image manifest a build writes is made here (``put_manifest``)."""
 
 from __future__ import annotations
 
@@ -39,8 +43,7 @@ CONTAINERD_NAME = "io.containerd.image.name"  # what `docker load` reads to tag 
 # ".NAME.PID.HEX.tmp", a download's ".NAME.PID.part".
 _TEMPORARY = re.compile(r"^\.(?:layer-(\d+)-[0-9a-f]+\.tmp|.+\.(\d+)\.[0-9a-f]+\.tmp|.+\.(\d+)\.part)$")
 _CHUNK = 1 << 20
-
-
+MAX_DOCUMENT = 4 << 20  # index.json, a manifest, a config: a few kB each
 
 
 def remove_dead_temporaries(directory: Path) -> list[Path]:
@@ -64,6 +67,14 @@ def remove_dead_temporaries(directory: Path) -> list[Path]:
 
 class LayoutError(PinmatrixError):
     """The OCI layout is missing a blob or an image, or cannot be read."""
+
+
+def checked_digest(digest: object, what: str) -> str:
+    """``digest`` when it is ``sha256:`` and 64 lowercase hex digits; else one line naming ``what`` holds it."""
+    if not isinstance(digest, str) or not digest.startswith("sha256:") or len(digest) != 71 \
+            or any(c not in "0123456789abcdef" for c in digest[7:]):
+        raise LayoutError(f"{what}: not a sha256 digest: {str(digest)[:80]!r}")
+    return digest
 
 
 def canonical_json(value: Any) -> bytes:

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.image.settings import image_ref
-from pinmatrix.imageref import ImageRef
+from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.matrix.expand import Expansion
 from pinmatrix.paths import SIGNING_KEY
 from pinmatrix.project.known_good import read_known_good

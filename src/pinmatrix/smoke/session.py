@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from pinmatrix.engine import get_engine
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.settings import image_ref
+from pinmatrix.imageref import image_ref
 from pinmatrix.project.catalogue import Smoke, find_smoke_dir
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord

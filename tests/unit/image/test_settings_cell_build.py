@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.image.settings import BuildSettings, cell_build, image_ref
+from pinmatrix.image.settings import BuildSettings, cell_build
+from pinmatrix.imageref import image_ref
 from pinmatrix.matrix.selection import load
 
 REPO = Path(__file__).resolve().parents[3]

@@ -36,8 +36,8 @@ from pinmatrix.image.cellconfig import (  # noqa: F401 - nvidia_require_cuda re-
 from pinmatrix.image.containerfile.base_image import ensure_base_image
 from pinmatrix.image.containerfile.layerplan import plan_layers
 from pinmatrix.image.containerfile.patch_sources import resolve_patch
-from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, image_ref
-from pinmatrix.imageref import ImageRef
+from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build
+from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.project.debian_suites import python_of, suite_of
 from pinmatrix.project.layer_plan import load_layer_specs
 from pinmatrix.project.lockfile import ParsedLock, parse_lock

@@ -21,7 +21,8 @@ from pinmatrix.errors import MatrixError
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.image.assembly.lockcheck import LockMismatch, checked_lock
 from pinmatrix.image.build import build_all
-from pinmatrix.image.settings import BuildSettings, image_ref
+from pinmatrix.image.settings import BuildSettings
+from pinmatrix.imageref import image_ref
 from pinmatrix.index.wheel_index import Target, WheelError, WheelFetcher
 from pinmatrix.lock.resolve import lock_cell
 from pinmatrix.matrix.expand import select_cells
