@@ -24,7 +24,7 @@ import os
 import re
 import tarfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 from pinmatrix.atomic import atomic_write_bytes, process_alive
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import oci_digest, sha256_bytes
+from pinmatrix.oci.layer import LayerDescriptor
 
 MEDIA_TYPE_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_TYPE_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -169,6 +170,35 @@ class OCILayout:
         except FileNotFoundError:
             raise LayoutError(f"{self.root}: blob {digest} is missing") from None
 
+    def has_index(self) -> bool:
+        """Whether the folder holds an ``index.json``: a layout someone wrote (``init`` makes one)."""
+        return (self.root / "index.json").is_file()
+
+    def checked_blob(self, digest: str) -> Path:
+        """The file of blob ``digest``: a regular file, never a symlink (that could lead out of the layout). Its
+        bytes are the reader's to check (``read_document`` does, an unpacker as it reads)."""
+        path = self.blob_path(checked_digest(digest, str(self.root)))
+        if path.is_symlink() or not path.is_file():
+            raise LayoutError(f"{self.root}: blob {digest} is missing")
+        return path
+
+    def read_document(self, digest: str, what: str = "blob") -> dict[str, Any]:
+        """The JSON object blob ``digest`` (a manifest, an index, a config: ``what``), read at most
+        ``MAX_DOCUMENT`` bytes and parsed only once those bytes hash to ``digest``."""
+        with open(self.checked_blob(digest), "rb") as handle:
+            data = handle.read(MAX_DOCUMENT + 1)
+        if len(data) > MAX_DOCUMENT:
+            raise LayoutError(f"{self.root}: {what} {digest} is larger than {MAX_DOCUMENT} bytes")
+        if oci_digest(sha256_bytes(data)) != digest:
+            raise LayoutError(f"{self.root}: {what} {digest} does not match its digest (tampered or damaged)")
+        try:
+            value = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise LayoutError(f"{self.root}: {what} {digest} is not JSON ({err})") from None
+        if not isinstance(value, dict):
+            raise LayoutError(f"{self.root}: {what} {digest} is not a JSON object")
+        return value
+
     @contextmanager
     def _index_lock(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -184,12 +214,47 @@ class OCILayout:
         if not path.exists():
             return self._empty_index()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
+            with open(path, "rb") as handle:
+                raw = handle.read(MAX_DOCUMENT + 1)
+            if len(raw) > MAX_DOCUMENT:
+                raise ValueError(f"larger than {MAX_DOCUMENT} bytes")
+            data = json.loads(raw)
+        except (OSError, ValueError) as err:  # a JSON or UTF-8 decoding error is a ValueError
             raise LayoutError(f"{path}: not a readable OCI index ({err})") from None
         if not isinstance(data, dict) or not isinstance(data.get("manifests"), list):
             raise LayoutError(f"{path}: not an OCI image index")
         return data
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The manifest descriptors ``index.json`` lists (those that are JSON objects), in its order."""
+        return [m for m in self._read_index()["manifests"] if isinstance(m, dict)]
+
+    def entry(self, digest: str) -> dict[str, Any] | None:
+        """The first descriptor ``index.json`` lists for the manifest ``digest``; None when it lists none."""
+        return next((m for m in self.entries() if m.get("digest") == digest), None)
+
+    def find(self, ref_or_digest: str) -> str | None:
+        """The manifest digest that ``index.json`` names ``ref_or_digest`` (its reference name annotation), or that
+        digest itself when the index lists it; None when neither."""
+        for entry in self.entries():
+            found = entry.get("annotations")
+            annotations: dict[str, Any] = found if isinstance(found, dict) else {}
+            if entry.get("digest") == ref_or_digest or annotations.get(REF_NAME) == ref_or_digest:
+                return checked_digest(entry.get("digest"), f"{self.root / 'index.json'}")
+        return None
+
+    def put_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Store the image config ``config``; its descriptor, for ``put_manifest``."""
+        body = canonical_json(config)
+        return {"mediaType": MEDIA_TYPE_CONFIG, "digest": self.put_blob(body), "size": len(body)}
+
+    def put_manifest(self, ref: str, config: dict[str, Any], layers: Sequence[LayerDescriptor],
+                     annotations: dict[str, str] | None = None) -> str:
+        """The image manifest of the config descriptor ``config`` and ``layers`` (bottom first), stored and named
+        ``ref``; its digest."""
+        manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST, "config": config,
+                    "layers": [layer.as_oci() for layer in layers]}
+        return self.put_image(ref, manifest, annotations)
 
     def put_image(self, ref: str, manifest: dict[str, Any], annotations: dict[str, str] | None = None) -> str:
         """Store ``manifest`` and name it ``ref`` (replacing what had that name); return the manifest digest."""
@@ -209,7 +274,7 @@ class OCILayout:
 
     def images(self) -> list[StoredImage]:
         out = []
-        for entry in self._read_index()["manifests"]:
+        for entry in self.entries():
             annotations = dict(entry.get("annotations", {}))
             ref = annotations.get(REF_NAME)
             if not ref or not self.has_blob(entry["digest"]):

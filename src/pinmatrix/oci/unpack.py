@@ -1,9 +1,10 @@
 """An image's root filesystem, unpacked from an OCI layout by manifest digest into a folder of its own
 (``<roots>/<hex>/rootfs``), for the chroot runtime.
 
-- Every blob is read through its sha256: the manifest and config before they are parsed, each layer as it is
-  unpacked; the root is renamed into place only once every layer's digest and size matched, so a tampered blob
-  leaves nothing behind (the work happens in ``<roots>/.tmp-<hex>-*``, then one rename).
+- Every blob is read through its sha256: the manifest and config before they are parsed (the layout's one
+  checked reader, ``OCILayout.read_document``), each layer as it is unpacked; the root is renamed into place
+  only once every layer's digest and size matched, so a tampered blob leaves nothing behind (the work happens
+  in ``<roots>/.tmp-<hex>-*``, then one rename).
 - Layers are plain, gzip or zstd tars (inflated by a ``pigz``/``gzip``/``zstd`` process beside this one, or
   in this process where there is no binary), applied in order with the OCI
   whiteouts: ``.wh.NAME`` removes NAME of the layers below, ``.wh..wh..opq`` empties its directory of them.
@@ -36,10 +37,9 @@ from typing import IO, Any, BinaryIO, cast
 import zstandard
 
 from pinmatrix.atomic import atomic_write_text, locked
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.oci.compression import Format, layer_format
+from pinmatrix.oci.layout import LayoutError, OCILayout, checked_digest
 
-MAX_JSON_BYTES = 4 << 20  # index, manifest, config: a few kB each
 MAX_LAYERS = 512
 MAX_MEMBER_NAME = 4096
 CHUNK = 1 << 20
@@ -51,10 +51,9 @@ MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
                   "application/vnd.docker.distribution.manifest.v2+json")
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
-REF_NAME = "org.opencontainers.image.ref.name"
 
 
-class RootfsError(PinmatrixError):
+class RootfsError(LayoutError):
     """The image cannot be unpacked: a blob is missing or does not match its digest, or a layer is unsafe."""
 
 
@@ -98,70 +97,38 @@ class ImageRoot:
 
 
 def _check_digest(digest: object, what: str) -> str:
-    if not isinstance(digest, str) or not digest.startswith("sha256:") or len(digest) != 71 \
-            or any(c not in "0123456789abcdef" for c in digest[7:]):
-        raise RootfsError(f"{what}: not a sha256 digest: {str(digest)[:80]!r}")
-    return digest
+    with _refused():
+        return checked_digest(digest, what)
 
 
-class Layout:
-    """An OCI image layout read for unpacking: every blob checked against its digest."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        if not (root / "index.json").is_file():
-            raise RootfsError(f"{root}: not an OCI image layout (no index.json)")
-
-    def blob(self, digest: str) -> Path:
-        path = self.root / "blobs" / "sha256" / _check_digest(digest, str(self.root))[7:]
-        if not path.is_file() or path.is_symlink():
-            raise RootfsError(f"{self.root}: blob {digest} is missing")
-        return path
-
-    def read_json(self, digest: str, what: str) -> dict[str, Any]:
-        path = self.blob(digest)
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_JSON_BYTES + 1)
-        if len(data) > MAX_JSON_BYTES:
-            raise RootfsError(f"{self.root}: {what} {digest} is larger than {MAX_JSON_BYTES} bytes")
-        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-            raise RootfsError(f"{self.root}: {what} {digest} does not match its digest (tampered or damaged)")
-        try:
-            value = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise RootfsError(f"{self.root}: {what} {digest} is not JSON ({err})") from None
-        if not isinstance(value, dict):
-            raise RootfsError(f"{self.root}: {what} {digest} is not a JSON object")
-        return value
-
-    def index(self) -> list[dict[str, Any]]:
-        path = self.root / "index.json"
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise RootfsError(f"{path}: larger than {MAX_JSON_BYTES} bytes")
-        try:
-            data = json.loads(path.read_bytes())
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise RootfsError(f"{path}: not JSON ({err})") from None
-        manifests = data.get("manifests") if isinstance(data, dict) else None
-        if not isinstance(manifests, list):
-            raise RootfsError(f"{path}: not an OCI image index (no manifests list)")
-        return [m for m in manifests if isinstance(m, dict)]
-
-    def find(self, ref_or_digest: str) -> str | None:
-        """The manifest digest that ``index.json`` names ``ref_or_digest`` (a reference name annotation), or that
-        digest itself when the index lists it; None when neither."""
-        for entry in self.index():
-            digest = entry.get("digest")
-            found = entry.get("annotations")
-            annotations: dict[str, Any] = found if isinstance(found, dict) else {}
-            if digest == ref_or_digest or annotations.get(REF_NAME) == ref_or_digest:
-                return _check_digest(digest, f"{self.root}/index.json")
-        return None
+@contextmanager
+def _refused() -> Iterator[None]:
+    """A layout read's LayoutError raised as this unpacker's RootfsError, with the same line."""
+    try:
+        yield
+    except RootfsError:
+        raise
+    except LayoutError as err:
+        raise RootfsError(str(err)) from None
 
 
-def _layers_of(layout: Layout, digest: str) -> tuple[dict[str, Any], list[tuple[str, int, Format]]]:
+def _layout(layout_dir: Path) -> OCILayout:
+    layout = OCILayout(layout_dir)
+    if not layout.has_index():
+        raise RootfsError(f"{layout_dir}: not an OCI image layout (no index.json)")
+    return layout
+
+
+def image_digest(layout_dir: Path, ref_or_digest: str) -> str | None:
+    """The manifest digest that the layout's index names ``ref_or_digest`` (a reference name annotation), or that
+    digest itself when the index lists it; None when neither."""
+    with _refused():
+        return _layout(layout_dir).find(ref_or_digest)
+
+
+def _layers_of(layout: OCILayout, digest: str) -> tuple[dict[str, Any], list[tuple[str, int, Format]]]:
     """The image config and (digest, size, compression) of each layer, bottom first."""
-    manifest = layout.read_json(digest, "manifest")
+    manifest = layout.read_document(digest, "manifest")
     media = manifest.get("mediaType")
     if media in INDEX_TYPES or "manifests" in manifest:
         raise RootfsError(f"{layout.root}: {digest} is an image index: name one platform's manifest digest")
@@ -173,7 +140,7 @@ def _layers_of(layout: Layout, digest: str) -> tuple[dict[str, Any], list[tuple[
         raise RootfsError(f"{layout.root}: manifest {digest} has no config or layers")
     if len(layers) > MAX_LAYERS:
         raise RootfsError(f"{layout.root}: manifest {digest} has {len(layers)} layers (at most {MAX_LAYERS})")
-    config = layout.read_json(_check_digest(config_desc.get("digest"), f"manifest {digest} config"), "config")
+    config = layout.read_document(_check_digest(config_desc.get("digest"), f"manifest {digest} config"), "config")
     out = []
     for n, layer in enumerate(layers):
         if not isinstance(layer, dict):
@@ -447,10 +414,11 @@ def root_dir(roots: Path, digest: str) -> Path:
 
 def unpack_image(layout_dir: Path, digest: str, roots: Path, *, echo: Any = None) -> ImageRoot:
     """The image ``digest`` of ``layout_dir`` unpacked under ``roots/<hex>/rootfs`` (made once, then reused)."""
-    layout = Layout(layout_dir)
+    layout = _layout(layout_dir)
     _check_digest(digest, "image")
-    config, layers = _layers_of(layout, digest)
-    blobs = [(layout.blob(d), d, size, comp) for d, size, comp in layers]  # all present before any work
+    with _refused():
+        config, layers = _layers_of(layout, digest)
+        blobs = [(layout.checked_blob(d), d, size, comp) for d, size, comp in layers]  # all present before any work
     final = root_dir(roots, digest)
     roots.mkdir(parents=True, exist_ok=True)
     as_root = os.geteuid() == 0

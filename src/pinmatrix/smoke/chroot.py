@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.oci.unpack import ImageRoot, Layout, force_remove, unpack_image
+from pinmatrix.oci.unpack import ImageRoot, force_remove, image_digest, unpack_image
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.smoke.chroot_host import (
@@ -47,7 +47,8 @@ from pinmatrix.smoke.container import (
 )
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
-from pinmatrix.smoke.runner import ProcessResult, run_process
+from pinmatrix.smoke.runner import ProcessResult, RunOptions, run_process
+from pinmatrix.smoke.runtimes import CellSetup
 from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "chroot"
@@ -120,7 +121,9 @@ def image_interpreter(root: Path) -> str:
 
 
 class ChrootSmokes:
-    """``options.container`` for the runner: one smoke in the image's root (the ContainerSmokes interface)."""
+    """The chroot runtime for one image (``smoke.runtimes.SmokeRuntime``): each smoke in the image's root."""
+
+    name = RUNTIME
 
     def __init__(self, image: ImageRoot, smoke_dir: Path, *, driver: DriverFiles, devices: Sequence[Path],
                  mode: str, scratch_root: Path, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
@@ -210,8 +213,11 @@ class ChrootSmokes:
         finally:
             force_remove(scratch)
 
-    def __call__(self, cell: SmokeTarget, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
-                 timeout: float) -> ProcessResult:
+    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+        return CellSetup()  # the image is the cell's environment, unpacked and entered once by prepare()
+
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+              result_path: Path, timeout: float, work: Path) -> ProcessResult:
         passed = image_smoke_env(env, result_path.name)
         extra = archscan_binds(passed)
         argv = [self.python, "-X", "faulthandler", "-u", f"{SMOKE_MOUNT}/{smoke.module.name}", smoke.name]
@@ -238,7 +244,7 @@ class ChrootSmokes:
 
 def find_image(layout_dir: Path, ref_or_digest: str) -> str | None:
     """The manifest digest the layout's index names ``ref_or_digest`` (a reference or the digest itself)."""
-    return Layout(layout_dir).find(ref_or_digest)
+    return image_digest(layout_dir, ref_or_digest)
 
 
 def prepare(layout_dir: Path, digest: str, roots: Path, smoke_dir: Path, *, smokes: Sequence[Smoke],
