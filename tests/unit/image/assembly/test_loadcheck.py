@@ -146,7 +146,7 @@ def test_driver_libraries_are_host_provided_and_optional_plugins_do_not_fail(tmp
 def test_the_rules_file_is_checked(tmp_path: Path) -> None:
     from pinmatrix.image.assembly.loadcheck import RunnableError
 
-    with pytest.raises(RunnableError, match=r"loadcheck.toml: loader: required key is missing"):
+    with pytest.raises(RunnableError, match=r"runnable.toml: loader: required key is missing"):
         parse_rules("[host_provided]\nsource = 'x'\nlibraries = []\n[optional]\nsource = 'y'\n")
 
 
