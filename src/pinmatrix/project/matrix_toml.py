@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import re
-import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pinmatrix import names
 from pinmatrix.archflag import ArchFlag, split_flags
-from pinmatrix.datamodel import Strict, friendly_message, key_path
+from pinmatrix.datamodel import Strict, key_path
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.names import (
     EnvValue,
@@ -26,7 +25,8 @@ from pinmatrix.names import (
     SmokeSelector,
     shown,
 )
-from pinmatrix.project.tomlpos import TomlLocator, nesting_problem
+from pinmatrix.project.document import Where, document_text, load_document
+from pinmatrix.project.tomlpos import TomlLocator
 
 DEFAULT_MATRIX = Path("matrix.toml")
 _GPU = re.compile(r"^sm_(\d+)(\d)$")
@@ -347,25 +347,10 @@ class Matrix:
 
 
 MAX_MATRIX_BYTES = 2 * 1024 * 1024  # a matrix is a few kB; this bounds what parsing may cost
-MAX_NESTING = 32  # arrays and inline tables inside each other; the shipped matrix needs 4
 FREE_TEXT_KEYS = frozenset({"description", "note"})  # the only values that may hold newlines and tabs
 
 
-def _decode(path: Path, raw: bytes) -> str:
-    """UTF-8 text; a UTF-8 byte-order mark is accepted and dropped, anything else that is not UTF-8 is named."""
-    if len(raw) > MAX_MATRIX_BYTES:
-        raise MatrixError([f"{path}: {len(raw)} bytes is more than a matrix may have ({MAX_MATRIX_BYTES} bytes)"])
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise MatrixError([f"{path}: starts with a UTF-16 byte-order mark: save it as UTF-8"])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise MatrixError([f"{path.name}:{line}: not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"]) from None
-    return text.removeprefix("\ufeff")
-
-
-def _text_problems(data: Any, name: str, locator: TomlLocator) -> list[str]:
+def _text_problems(data: Any, where: Where) -> list[str]:
     """Every key and string value holding a control, bidi or invisible character (newlines and tabs only in
     free text), as located lines. Runs before the schema, so no such text reaches any other check."""
     problems: list[str] = []
@@ -376,7 +361,7 @@ def _text_problems(data: Any, name: str, locator: TomlLocator) -> list[str]:
             for key, item in value.items():
                 bad = names.text_problem(key)
                 if bad:
-                    problems.append(f"{name}:{locator.line_of((*path, key))}: {key_path((*path, key))}: key {bad}")
+                    problems.append(f"{where((*path, key))}: key {bad}")
                     continue
                 stack.append(((*path, key), item))
         elif isinstance(value, list):
@@ -385,7 +370,7 @@ def _text_problems(data: Any, name: str, locator: TomlLocator) -> list[str]:
             free = bool(path) and path[-1] in FREE_TEXT_KEYS
             bad = names.text_problem(value, newlines=free)
             if bad:
-                problems.append(f"{name}:{locator.line_of(path)}: {key_path(path)}: {shown(value)} {bad}")
+                problems.append(f"{where(path)}: {shown(value)} {bad}")
     return sorted(problems, key=lambda line: int(line.split(":")[1]))
 
 
@@ -394,41 +379,14 @@ def load_matrix(path: Path | None = None, text: str | None = None) -> Matrix:
     (a matrix read from stdin), ``path`` only names it in messages and its folder is the project root.
 
     Before TOML parsing: at most MAX_MATRIX_BYTES, UTF-8 (a byte-order mark is accepted), arrays and inline
-    tables nested at most MAX_NESTING deep. Before the schema: no control, bidi or invisible character in
-    any key or value (names.py has the grammar the schema then applies)."""
+    tables nested at most ``document.MAX_NESTING`` deep. Before the schema: no control, bidi or invisible
+    character in any key or value (names.py has the grammar the schema then applies)."""
     path = Path(path) if path is not None else DEFAULT_MATRIX
-    name = path.name
-    try:
-        text = _decode(path, path.read_bytes() if text is None else text.encode("utf-8", "surrogatepass"))
-    except FileNotFoundError:
-        raise MatrixError([f"{path}: no such file (pass the matrix path, or run where matrix.toml is)"]) from None
-    except OSError as exc:
-        raise MatrixError([f"{path}: cannot read: {exc}"]) from None
-    deep = nesting_problem(text, MAX_NESTING)
-    if deep is not None:
-        raise MatrixError([f"{name}:{deep}: arrays and inline tables nest more than {MAX_NESTING} deep"])
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = m.group(1) if m else str(len(text.splitlines()))  # "(at end of document)" of a text that has one
-        detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise MatrixError([f"{name}:{line}: syntax error: {detail}"]) from None
-    locator = TomlLocator(text)
-    unsafe = _text_problems(data, name, locator)
-    if unsafe:
-        raise MatrixError(unsafe)
-    try:
-        doc = MatrixDoc.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if p != "[key]")  # a bad dict key is located at the key
-            problems.append(f"{name}:{locator.line_of(loc)}: {key_path(loc)}: {friendly_message(err, MatrixDoc)}")
-        raise MatrixError(problems) from None
+    text = document_text(path, what="a matrix", content=text, name=path.name, problems=MatrixError,
+                         max_bytes=MAX_MATRIX_BYTES, hint="pass the matrix path, or run where matrix.toml is")
+    doc = load_document(path, MatrixDoc, what="a matrix", content=text, name=path.name, problems=MatrixError,
+                        max_bytes=MAX_MATRIX_BYTES, screen=_text_problems)
     return Matrix(doc, path, text)
-
-
 
 
 Stack.model_rebuild()  # Stack.base refers to Base, defined after it
