@@ -1,20 +1,21 @@
 """compat.toml: the typed model of the compatibility tables (each table names its source) and the loader that
-turns a malformed file into one line ``compat.toml: key.path: message``. The rules that read it: compat.py."""
+turns a malformed file into one line ``compat.toml:LINE: key.path: message``. The rules that read it: compat.py."""
 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from pinmatrix import names
-from pinmatrix.datamodel import Strict, friendly_message, key_path
+from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import OneLine, VersionText
+from pinmatrix.project.document import load_document
 
 COMPAT_FILE = "compat.toml"
 _GPU = re.compile(r"sm_\d\d+")  # as the matrix's gpu axis writes it
@@ -121,22 +122,14 @@ class CompatDoc(Strict):
 def parse_compat(data: Mapping[str, Any], name: str = COMPAT_FILE) -> CompatDoc:
     """Parsed TOML -> CompatDoc; CompatError with one line ``NAME: key.path: message`` for the first problem
     (an unknown key first: a misspelt key is also a missing one)."""
-    try:
-        return CompatDoc.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        loc = tuple(p for p in err["loc"] if p != "[key]")  # a bad key is named by the key itself
-        raise CompatError(f"{name}: {key_path(loc)}: {friendly_message(err, CompatDoc)}") from None
+    return load_document(Path(name), CompatDoc, what="a compatibility table", content=data, name=name,
+                         error=CompatError)
 
 
 def load_compat(text: str, name: str = COMPAT_FILE) -> CompatDoc:
-    """compat.toml's text -> CompatDoc; a syntax error is one line too."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise CompatError(f"{name}: syntax error: {exc}") from None
-    return parse_compat(data, name)
+    """compat.toml's text -> CompatDoc; CompatError with one line ``NAME:LINE: key.path: message``."""
+    return load_document(Path(name), CompatDoc, what="a compatibility table", content=text, name=name,
+                         error=CompatError)
 
 
 # A table left out of rules built in memory (CompatRules(dict), as tests do): it knows no version. A family

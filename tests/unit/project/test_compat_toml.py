@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from data_files import edited, one_line
+from data_files import edited, line_of, one_line, without_line
 
 from pinmatrix.matrix.compat import CompatError, CompatRules
 from pinmatrix.project.compat_toml import CompatDoc, TorchSeries, VllmRule
@@ -68,7 +68,19 @@ def test_the_shipped_compat_rules_load_through_the_model() -> None:
 def test_a_malformed_compat_file_is_one_line_naming_the_key(old: str, new: str, line: str) -> None:
     with pytest.raises(CompatError) as err:
         CompatRules.from_toml(edited(COMPAT_TEXT, old, new))
-    assert one_line(err) == line
+    assert without_line(one_line(err), "compat.toml") == line
+
+
+def test_a_compat_problem_names_the_line_of_its_key() -> None:
+    text = edited(COMPAT_TEXT, 'family_min_cuda = "12.9"', 'family_min_cud = "12.9"')
+    with pytest.raises(CompatError) as err:
+        CompatRules.from_toml(text)
+    assert one_line(err).startswith(f"compat.toml:{line_of(text, 'family_min_cud = ')}: arch.family_min_cud: ")
+    text = edited(COMPAT_TEXT, 'triton = "3.2.0"\n', "")  # a missing key: the line of its table
+    with pytest.raises(CompatError) as err:
+        CompatRules.from_toml(text)
+    header = line_of(text, '[torch.series."2.6"]')
+    assert one_line(err).startswith(f"compat.toml:{header}: torch.series.2.6.triton: required key is missing")
 
 
 def test_compat_missing_table_and_source_and_syntax() -> None:
@@ -76,16 +88,17 @@ def test_compat_missing_table_and_source_and_syntax() -> None:
     without = COMPAT_TEXT[:cut] + COMPAT_TEXT[COMPAT_TEXT.index("[vllm]"):]
     with pytest.raises(CompatError) as err:
         CompatRules.from_toml(without)
-    assert one_line(err) == "compat.toml: xformers: required key is missing"
+    assert one_line(err) == "compat.toml:1: xformers: required key is missing"  # a missing table: the file's top
     with pytest.raises(CompatError) as err:
         CompatRules.from_toml(edited(COMPAT_TEXT, 'source = "PyTorch RELEASE.md', 'sources = "PyTorch RELEASE.md'))
-    assert one_line(err) == "compat.toml: torch.sources: unknown key (did you mean 'source'?)"
+    assert without_line(one_line(err), "compat.toml") == (
+        "compat.toml: torch.sources: unknown key (did you mean 'source'?)")
     with pytest.raises(CompatError) as err:
         CompatRules.from_toml("[torch\n", name="mine.toml")
-    assert one_line(err).startswith("mine.toml: syntax error: ")
+    assert one_line(err).startswith("mine.toml:1: syntax error: ")
     with pytest.raises(CompatError) as err:  # the file's own name in a model error too
         CompatRules.from_toml(without, name="mine.toml")
-    assert one_line(err) == "mine.toml: xformers: required key is missing"
+    assert one_line(err) == "mine.toml:1: xformers: required key is missing"
 
 
 def test_compat_rules_built_in_memory_go_through_the_same_model() -> None:
