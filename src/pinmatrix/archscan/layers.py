@@ -6,7 +6,6 @@ is cached by the layer's digest."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 import time
@@ -17,12 +16,13 @@ from typing import Any
 from pinmatrix.archscan.binary import BinaryTargets, read_binary
 from pinmatrix.archscan.wheels import scan_cache_file, write_scan_cache
 from pinmatrix.oci.layer import open_layer
+from pinmatrix.oci.layout import OCILayout
+from pinmatrix.oci.manifest import layer_descriptors
 
 AOT_HISTORY = "pinmatrix: flashinfer-aot"
 AOT_FOLDER = "flashinfer/data/aot/"
 AOT_MANIFEST = "pinmatrix-aot.json"
 MAX_JSON = 4 << 20
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass
@@ -43,34 +43,28 @@ class LayerScan:
 
 
 def _blob(layout: Path, digest: str) -> Path:
-    if not _DIGEST.fullmatch(digest):
-        raise ValueError(f"{layout}: not a sha256 digest: {digest[:80]!r}")
-    return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
-
-
-def _json(path: Path) -> Any:
-    if path.stat().st_size > MAX_JSON:
-        raise ValueError(f"{path}: larger than {MAX_JSON} bytes")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return OCILayout(layout).checked_blob(digest)
 
 
 def aot_layer(layout: Path, cell_id: str) -> tuple[str, str, str] | None:
     """(image manifest digest, layer digest, media type) of the newest image of ``cell_id`` in the layout that has
-    an AOT layer; None when the layout holds no such image."""
-    index = layout / "index.json"
-    if not index.is_file():
+    an AOT layer; None when the layout holds no such image. Manifest and config are read through the layout's
+    checked reader (bounded, matched against their digests)."""
+    oci = OCILayout(layout)
+    if not oci.has_index():
         return None
     found: tuple[str, str, str] | None = None
-    for entry in _json(index).get("manifests", []):
+    for entry in oci.entries():
         if (entry.get("annotations") or {}).get("io.pinmatrix.cell.id") != cell_id:
             continue
-        manifest = _json(_blob(layout, entry["digest"]))
-        config = _json(_blob(layout, manifest["config"]["digest"]))
-        history = [h.get("created_by", "") for h in config.get("history", [])]
-        layers = manifest.get("layers", [])
+        digest = str(entry.get("digest"))
+        manifest = oci.read_document(digest, "manifest")
+        config = oci.read_document(str((manifest.get("config") or {}).get("digest")), "config")
+        history = [h.get("created_by", "") for h in config.get("history") or [] if isinstance(h, dict)]
+        layers = layer_descriptors(manifest)
         if AOT_HISTORY in history and len(history) == len(layers):
             layer = layers[history.index(AOT_HISTORY)]
-            found = (entry["digest"], layer["digest"], layer["mediaType"])
+            found = (digest, str(layer.get("digest")), str(layer.get("mediaType")))
     return found
 
 

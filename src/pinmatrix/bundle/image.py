@@ -1,10 +1,9 @@
 """An image as a bundle: the blobs of one manifest (or index) digest in an OCI layout (as ``pinmatrix build
---engine none`` writes it), each checked against its digest, less the blobs the host lists as present, packed
-into parts."""
+--engine none`` writes it; its documents read through oci/layout.py's checked reader), each checked against its
+digest, less the blobs the host lists as present, packed into parts."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -15,13 +14,11 @@ from pinmatrix import __version__
 from pinmatrix.bundle.model import BlobItem, BundledImage, BundleManifest
 from pinmatrix.bundle.pack import BundleError, Say, check_out, publish, staging_folder, write_parts
 from pinmatrix.hashing import oci_digest, sha256_file
-from pinmatrix.oci.layout import MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST, REF_NAME, LayoutError, OCILayout
+from pinmatrix.oci.layout import MEDIA_TYPE_MANIFEST, REF_NAME, LayoutError, OCILayout
+from pinmatrix.oci.manifest import INDEX_TYPES, MANIFEST_TYPES, child_descriptors
 
 MAX_HOST_HAS = 16 << 20
-MAX_DOCUMENT = 4 << 20
 MAX_BLOBS = 20000
-INDEX_TYPES = (MEDIA_TYPE_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
-MANIFEST_TYPES = (MEDIA_TYPE_MANIFEST, "application/vnd.docker.distribution.manifest.v2+json")
 _DIGEST = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
 _CELL_LABEL = "io.pinmatrix.cell.id"
 
@@ -48,26 +45,10 @@ def read_host_has(path: Path) -> set[str]:
     return found
 
 
-def _document(layout: OCILayout, digest: str) -> dict[str, Any]:
-    path = layout.blob_path(digest)
-    if path.stat().st_size > MAX_DOCUMENT:
-        raise BundleError(f"{layout.root}: {digest} is larger than {MAX_DOCUMENT} bytes: not an image manifest")
-    try:
-        doc = json.loads(layout.read_blob(digest))
-    except ValueError:
-        raise BundleError(f"{layout.root}: {digest} is not JSON: not an image manifest or index") from None
-    if not isinstance(doc, dict):
-        raise BundleError(f"{layout.root}: {digest} is not an image manifest or index")
-    return doc
-
-
 def _children(doc: dict[str, Any], digest: str) -> list[tuple[str, str, int]]:
     """(digest, media type, size) of the descriptors a manifest or index names."""
-    descriptors = [doc["config"]] if isinstance(doc.get("config"), dict) else []
-    for key in ("layers", "manifests"):
-        descriptors += doc.get(key) or []
     out = []
-    for d in descriptors:
+    for d in child_descriptors(doc):
         if not (isinstance(d, dict) and isinstance(d.get("digest"), str) and isinstance(d.get("size"), int)
                 and isinstance(d.get("mediaType"), str)):
             raise BundleError(f"{digest}: a descriptor without digest, size and mediaType")
@@ -80,11 +61,11 @@ def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tupl
     once), and the cell id its config names."""
     if not _DIGEST.match(digest) or not digest.startswith("sha256:"):
         raise BundleError(f"--digest {digest!r}: expected sha256:<64 hex digits>")
-    entry = next((m for m in layout._read_index()["manifests"] if m.get("digest") == digest), None)
+    entry = layout.entry(digest)
     if not layout.has_blob(digest):
         raise BundleError(f"{layout.root}: no blob {digest} (the image's manifest digest, as `pinmatrix build "
                           "--json` prints it)")
-    doc = _document(layout, digest)
+    doc = layout.read_document(digest, "image manifest or index")
     media_type = str((entry or {}).get("mediaType") or doc.get("mediaType") or MEDIA_TYPE_MANIFEST)
     ref = ((entry or {}).get("annotations") or {}).get(REF_NAME)
     image = BundledImage(digest=digest, media_type=media_type, size=layout.blob_path(digest).stat().st_size,
@@ -96,7 +77,7 @@ def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tupl
         current, kind = todo.pop(0)
         if kind not in INDEX_TYPES + MANIFEST_TYPES:
             continue
-        doc = _document(layout, current)
+        doc = layout.read_document(current, "image manifest or index")
         for child, child_type, size in _children(doc, current):
             if child in {b[0] for b in blobs}:
                 continue
@@ -105,7 +86,7 @@ def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tupl
             blobs.append((child, child_type, size))
             todo.append((child, child_type))
             if child_type.endswith("config.v1+json") and layout.has_blob(child) and cell_id is None:
-                labels = (_document(layout, child).get("config") or {}).get("Labels") or {}
+                labels = (layout.read_document(child, "config").get("config") or {}).get("Labels") or {}
                 found = labels.get(_CELL_LABEL)
                 cell_id = found if isinstance(found, str) and re.fullmatch(r"[0-9a-f]{12}", found) else None
     return image, blobs, cell_id

@@ -39,6 +39,7 @@ import zstandard
 from pinmatrix.atomic import atomic_write_text, locked
 from pinmatrix.oci.compression import Format, layer_format
 from pinmatrix.oci.layout import LayoutError, OCILayout, checked_digest
+from pinmatrix.oci.manifest import MANIFEST_TYPES, is_index
 
 MAX_LAYERS = 512
 MAX_MEMBER_NAME = 4096
@@ -47,10 +48,6 @@ COMPLETE = "unpacked.json"
 ROOTFS = "rootfs"
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")
 
 
 class RootfsError(LayoutError):
@@ -130,7 +127,7 @@ def _layers_of(layout: OCILayout, digest: str) -> tuple[dict[str, Any], list[tup
     """The image config and (digest, size, compression) of each layer, bottom first."""
     manifest = layout.read_document(digest, "manifest")
     media = manifest.get("mediaType")
-    if media in INDEX_TYPES or "manifests" in manifest:
+    if is_index(manifest):
         raise RootfsError(f"{layout.root}: {digest} is an image index: name one platform's manifest digest")
     if media is not None and media not in MANIFEST_TYPES:
         raise RootfsError(f"{layout.root}: manifest {digest} has media type {str(media)[:80]!r}, not an image manifest")
