@@ -78,6 +78,18 @@ def _skip_string(text: str, i: int, line: int) -> tuple[int, int]:
     return n, line
 
 
+def _indexed(parts: list[str], aot_counts: dict[tuple[str, ...], int]) -> tuple[str | int, ...]:
+    """A header's path with the index of each array of tables it is in (or is): ``[toolchain.cuda]`` after the
+    second ``[[toolchain]]`` is ``("toolchain", 1, "cuda")``."""
+    out: list[str | int] = []
+    for i, part in enumerate(parts):
+        out.append(part)
+        seen = aot_counts.get(tuple(parts[: i + 1]))
+        if seen:
+            out.append(seen - 1)
+    return tuple(out)
+
+
 class TomlLocator:
     def __init__(self, text: str) -> None:
         self._entries: list[tuple[tuple[str | int, ...], int]] = []
@@ -93,12 +105,8 @@ class TomlLocator:
             if header:
                 parts = _split(header.group(2))
                 if header.group(1) == "[[":
-                    key = tuple(parts)
-                    index = aot_counts.get(key, 0)
-                    aot_counts[key] = index + 1
-                    table = (*parts, index)
-                else:
-                    table = tuple(parts)
+                    aot_counts[tuple(parts)] = aot_counts.get(tuple(parts), 0) + 1
+                table = _indexed(parts, aot_counts)
                 self._entries.append((table, lineno))
                 continue
             assign = _ASSIGN.match(line)

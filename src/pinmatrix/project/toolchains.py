@@ -6,18 +6,19 @@ the image's environment gets ``CUDA_HOME`` (the wheels' tree in the venv) and it
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from pinmatrix.datamodel import Strict, friendly_message, key_path
+from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import check_requirement_text
 from pinmatrix.project.catalogue import matches
+from pinmatrix.project.document import load_document
 
 DATA_FILE = "data/toolchains.toml"
 
@@ -140,13 +141,9 @@ class Toolchain:
 
 
 def parse(text: str, where: str = DATA_FILE) -> ToolchainDoc:
-    try:
-        return ToolchainDoc.model_validate(tomllib.loads(text))
-    except tomllib.TOMLDecodeError as exc:
-        raise ToolchainError(f"{where}: {exc}") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ToolchainError(f"{where}: {key_path(tuple(err['loc']))}: {friendly_message(err, ToolchainDoc)}") from None
+    """data/toolchains.toml's text -> ToolchainDoc; ToolchainError, one line ``WHERE:LINE: key: message``."""
+    return load_document(Path(where), ToolchainDoc, what="a toolchain table", content=text, name=where,
+                         error=ToolchainError)
 
 
 @cache

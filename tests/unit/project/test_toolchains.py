@@ -128,7 +128,9 @@ def test_a_bad_toolchain_file_is_one_line_naming_the_key(bad: str, words: str) -
     with pytest.raises(toolchain.ToolchainError) as err:
         toolchain.parse(text, "t.toml")
     message = str(err.value)
-    assert message.startswith("t.toml: ") and "\n" not in message and words in message and key in message
+    line = text[:text.index(f"{key} = ")].count("\n") + 1  # the line of the bad key, in its [[toolchain]] table
+    assert message.startswith(f"t.toml:{line}: toolchain.0.cuda.13.0.{key}: ") and "\n" not in message
+    assert words in message
 
 
 def test_the_shipped_file_parses_and_names_its_source() -> None:
