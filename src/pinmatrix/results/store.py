@@ -11,10 +11,7 @@ schema) before this process first writes to it; an empty or foreign file is name
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import sqlite3
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -24,146 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.hashing import sha256_bytes
+from pinmatrix.hostprobe import HostFingerprint as HostFingerprint  # where the results' host record lives
+from pinmatrix.paths import RESULTS_FILE
 from pinmatrix.results import storefile
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.statuses import STATUSES
 
-DEFAULT_PATH = Path(".pinmatrix/results.sqlite")
+DEFAULT_PATH = RESULTS_FILE
 SCHEMA_VERSION = 1
 
 
 def _say_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class HostFingerprint:
-    """The GPU host a result was measured on. ``id`` hashes what changes kernel behaviour (GPU model,
-    driver, compute capability, GPU count), not the hostname: two identical machines share an id."""
-
-    id: str
-    hostname: str
-    gpu_name: str | None
-    gpu_count: int
-    driver: str | None
-    capability: str | None
-    cuda_driver_api: str | None
-
-    @staticmethod
-    def compute_id(gpu_name: str | None, driver: str | None, capability: str | None, gpu_count: int) -> str:
-        blob = json.dumps([gpu_name, driver, capability, int(gpu_count)], separators=(",", ":"))
-        return sha256_bytes(blob.encode())[:12]
-
-    @classmethod
-    def make(
-        cls,
-        *,
-        hostname: str | None = None,
-        gpu_name: str | None = None,
-        gpu_count: int = 0,
-        driver: str | None = None,
-        capability: str | None = None,
-        cuda_driver_api: str | None = None,
-    ) -> HostFingerprint:
-        return cls(
-            id=cls.compute_id(gpu_name, driver, capability, gpu_count),
-            hostname=hostname or socket.gethostname(),
-            gpu_name=gpu_name,
-            gpu_count=gpu_count,
-            driver=driver,
-            capability=capability,
-            cuda_driver_api=cuda_driver_api,
-        )
-
-    @classmethod
-    def detect(cls) -> HostFingerprint:
-        """Read the host through ``nvidia-smi`` (no CUDA library needed); a host without one is
-        ``cpu-only`` with ``gpu_count == 0``."""
-        info = _nvidia_smi_query()
-        if not info:
-            return cls.make()
-        names = sorted({g["name"] for g in info})
-        caps = sorted({g["capability"] for g in info if g["capability"]})
-        return cls.make(
-            gpu_name=" + ".join(names),
-            gpu_count=len(info),
-            driver=info[0]["driver"],
-            capability=",".join(caps) or None,
-            cuda_driver_api=_nvidia_smi_cuda_version(),
-        )
-
-    @property
-    def is_cpu_only(self) -> bool:
-        return self.gpu_count == 0
-
-    def label(self) -> str:
-        if self.is_cpu_only:
-            return f"{self.hostname} (cpu-only)"
-        return f"{self.gpu_count}x {self.gpu_name} sm_{(self.capability or '?').replace('.', '')} driver {self.driver}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> HostFingerprint:
-        return cls(
-            id=str(data["id"]),
-            hostname=str(data.get("hostname") or ""),
-            gpu_name=data.get("gpu_name"),
-            gpu_count=int(data.get("gpu_count") or 0),
-            driver=data.get("driver"),
-            capability=data.get("capability"),
-            cuda_driver_api=data.get("cuda_driver_api"),
-        )
-
-
-def _nvidia_smi_query() -> list[dict[str, str]]:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
-        return []
-    return parse_gpu_query(out.stdout)
-
-
-def parse_gpu_query(text: str) -> list[dict[str, str]]:
-    """Rows of ``nvidia-smi --query-gpu=name,driver_version,compute_cap[,...] --format=csv,noheader``: one dict
-    per GPU with name, driver and capability ('' where nvidia-smi prints N/A). Lines that are not such rows
-    (warnings, blank lines) are ignored."""
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3 and parts[0]:
-            cap = parts[2] if parts[2] and "N/A" not in parts[2] else ""
-            gpus.append({"name": parts[0], "driver": parts[1], "capability": cap})
-    return gpus
-
-
-def parse_cuda_version(text: str) -> str | None:
-    """The 'CUDA Version: 13.0' of plain ``nvidia-smi`` output's banner (what the driver supports)."""
-    marker = "CUDA Version:"
-    if marker in text:
-        return text.split(marker, 1)[1].split()[0].strip("|").strip() or None
-    return None
-
-
-def _nvidia_smi_cuda_version() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe], capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_cuda_version(out)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def test_no_import_cycles() -> None:
 # pipeline steps in the order data flows through them; the commands and the CLI on top.
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"pinmatrix", "errors", "hashing", "atomic", "paths", "sanitize", "names", "archflag",
-               "envdefaults", "datamodel", "cell", "imageref", "statuses", "sizes"}),
+               "envdefaults", "datamodel", "cell", "imageref", "statuses", "sizes", "hostprobe"}),
     frozenset({"project"}),
     frozenset({"oci"}),
     frozenset({"index"}),
@@ -118,6 +118,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"release"}),
     frozenset({"bisect"}),
     frozenset({"bundle"}),
+    frozenset({"doctor"}),
     frozenset({"ci"}),
     frozenset({"cli"}),
     frozenset({"commands"}),

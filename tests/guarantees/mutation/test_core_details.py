@@ -170,11 +170,11 @@ def test_nvidia_smi_that_fails_is_no_gpu_but_its_banner_still_counts(tmp_path: P
 
 
 def test_a_banner_without_a_version_and_a_query_without_capability() -> None:
-    from pinmatrix.results.store import parse_cuda_version, parse_gpu_query
+    from pinmatrix.hostprobe import DriverVersion, Gpu, parse_cuda_version, parse_gpu_query
 
     assert parse_cuda_version("| NVIDIA-SMI 580 Driver Version: 580 CUDA Version: |\n") is None
     assert parse_cuda_version("CUDA Version: 12.8|") == "12.8"
-    assert parse_gpu_query("A, 1, \nB, 2\n,3,4\n") == [{"name": "A", "driver": "1", "capability": ""}]
+    assert parse_gpu_query("A, 1, \nB, 2\n,3,4\n") == [Gpu("A", DriverVersion.parse("1"), None)]
     assert re.fullmatch(r"[0-9a-f]{12}", HostFingerprint.compute_id(None, None, None, 0))
 
 

@@ -1,13 +1,10 @@
 """Rules of the core that a wrong edit could break without another test noticing: known issues'
 ``without_patches``, an exclude naming a labelled value, the fail-without-a-class rule of classification,
 every row of signatures.toml, the `smoke` command's exit status, ``--exclude-newer`` and hashes in the lock
-command, and nvidia-smi parsing on output recorded on the H200."""
+command (nvidia-smi parsing: tests/unit/test_hostprobe.py)."""
 
 from __future__ import annotations
 
-import os
-import stat
-import sys
 import tomllib
 from pathlib import Path
 
@@ -18,12 +15,10 @@ from pinmatrix.cli import main
 from pinmatrix.lock.resolve import lock_cell, uv_command
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.signatures import SIGNATURES_PATH, default_signatures
-from pinmatrix.results.store import HostFingerprint, parse_cuda_version, parse_gpu_query
 from pinmatrix.smoke.classify import classify, scan
 from pinmatrix.smoke.known import apply_known_issues
 
 ROOT = Path(__file__).resolve().parents[3]
-SMI = Path(__file__).resolve().parents[2] / "data" / "nvidia-smi"
 
 # ------------------------------------------------------------------------------------------ known issues
 
@@ -231,51 +226,6 @@ def test_exclude_newer_resolves_as_the_index_stood(tmp_path: Path) -> None:
     assert old.ok and new.ok, (old.reason, new.reason)
     assert "six==1.16.0" in old.path.read_text() and "six==1.17.0" in new.path.read_text()
     assert "--hash=sha256:" in old.path.read_text()
-
-
-# ----------------------------------------------------------------------------------------- nvidia-smi
-
-
-def test_gpu_query_parsing_on_recorded_h200_output() -> None:
-    one = (SMI / "h200-query.csv").read_text()  # recorded by results/h200/oracles/run.sh
-    assert parse_gpu_query(one) == [{"name": "NVIDIA H200", "driver": "580.159.04", "capability": "9.0"}]
-    two = (SMI / "h200-x2-query.csv").read_text()  # two GPUs, with memory.total (results/h200/x2/log.txt)
-    assert parse_gpu_query(two) == [{"name": "NVIDIA H200", "driver": "580.159.04", "capability": "9.0"}] * 2
-    assert parse_gpu_query("NVIDIA GB10, 580.142, [N/A]\n\n") == [
-        {"name": "NVIDIA GB10", "driver": "580.142", "capability": ""}]
-    assert parse_gpu_query("No devices were found\n") == []
-
-
-def test_cuda_version_from_the_recorded_banner() -> None:
-    banner = (SMI / "h200-banner.txt").read_text()
-    assert parse_cuda_version(banner) == "13.0"
-    assert parse_cuda_version("NVIDIA-SMI has failed because it couldn't communicate with the driver") is None
-
-
-def test_host_fingerprint_from_a_replayed_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """HostFingerprint.detect() runs nvidia-smi: here a script on PATH that prints the H200's recorded output
-    for the same arguments, so the subprocess call, the argument list and the parsing all run."""
-    exe = tmp_path / "bin" / "nvidia-smi"
-    exe.parent.mkdir()
-    exe.write_text(
-        f"#!{sys.executable}\n"
-        "import sys\n"
-        f"data = {str(SMI)!r}\n"
-        "args = sys.argv[1:]\n"
-        "if args == ['--query-gpu=name,driver_version,compute_cap', '--format=csv,noheader']:\n"
-        "    sys.stdout.write(open(data + '/h200-query.csv').read())\n"
-        "elif not args:\n"
-        "    sys.stdout.write(open(data + '/h200-banner.txt').read())\n"
-        "else:\n"
-        "    sys.exit('unexpected arguments: ' + repr(args))\n")
-    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
-    host = HostFingerprint.detect()
-    assert (host.gpu_name, host.gpu_count, host.driver, host.capability, host.cuda_driver_api) == (
-        "NVIDIA H200", 1, "580.159.04", "9.0", "13.0")
-    assert host.label() == "1x NVIDIA H200 sm_90 driver 580.159.04"
-    # the id the H200 results were recorded under (results/h200/README.md: host 054435737e54)
-    assert host.id == HostFingerprint.compute_id("NVIDIA H200", "580.159.04", "9.0", 1) == "054435737e54"
 
 
 # ------------------------------------------------------------------------------------------- CI skips
