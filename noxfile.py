@@ -11,10 +11,7 @@ import sys
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
-# Plain `nox` runs the front door, build-matrix. nox's JSON listing only shows *selected* sessions, so
-# when listing, select none by default and `nox -l --json` lists every session for CI job generation.
-if not {"-l", "--list", "--list-sessions", "--json"} & set(sys.argv):
-    nox.options.sessions = ["build-matrix"]
+# Plain `nox` runs the front door, build-matrix, the only session without `default=False`.
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = None  # the interpreter nox runs under (>= 3.11)
@@ -27,12 +24,13 @@ WORKFLOW_LINT_CONFIG = "docs/workflows/actionlint.yaml"  # the self-hosted runne
 
 def _install(session: nox.Session) -> None:
     """pinmatrix's dependencies exactly as requirements/dev.lock pins them (hashes checked), then pinmatrix
-    itself without resolving anything again. Regenerate the lock with `./dev lock-deps`."""
+    itself without resolving anything again, built by the lock's setuptools (no build isolation: nothing is
+    fetched, so a session whose environment exists runs offline). Regenerate the lock with `./dev lock-deps`."""
     session.install("--require-hashes", "-r", DEV_LOCK)
-    session.install("--no-deps", "-e", ".")
+    session.install("--no-deps", "--no-build-isolation", "-e", ".")
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def cells(session: nox.Session) -> None:
     """Expand matrix.toml into cells (pass `-- --json`, `--stack S`, `-k EXPR`, `--pruned`)."""
     _install(session)
@@ -40,7 +38,7 @@ def cells(session: nox.Session) -> None:
     session.run("pinmatrix", "cells", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def lock(session: nox.Session) -> None:
     """Lock every cell (or `-- --stack S`) with uv into locks/<cell-id>.txt with hashes."""
     _install(session)
@@ -58,7 +56,7 @@ def build_matrix(session: nox.Session) -> None:
     session.run("pinmatrix", "build", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def smoke(session: nox.Session) -> None:
     """Run the smoke kernels on this host and record them: `-- --stack S --cell ID -k EXPR --runtime host|docker|podman`.
 
@@ -69,7 +67,7 @@ def smoke(session: nox.Session) -> None:
     session.run("pinmatrix", "smoke", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def bisect(session: nox.Session) -> None:
     """Find where a smoke's verdict changes: `-- param SMOKE --param M [--cell ID --wheels DIR]` (the smallest failing
     value of a declared parameter) or `-- version SMOKE --stack S --axis A --range SPEC [--runtime venv|podman|docker]`
@@ -80,7 +78,7 @@ def bisect(session: nox.Session) -> None:
                 success_codes=[0, 1])
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def report(session: nox.Session) -> None:
     """Write index.html, summary.md, junit.xml and report.json from the results store (`-- --stack S`).
 
@@ -89,7 +87,7 @@ def report(session: nox.Session) -> None:
     session.run("pinmatrix", "report", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def promote(session: nox.Session) -> None:
     """Promote by digest the cells whose results meet their stack's policy (`-- --stack S [--dry-run]`).
 
@@ -98,14 +96,14 @@ def promote(session: nox.Session) -> None:
     session.run("pinmatrix", "promote", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest arguments after `--`)."""
     _install(session)
     session.run("pytest", *(session.posargs or ["-q"]))
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def lint(session: nox.Session) -> None:
     """ruff over the code and tests; mypy over the package, the core with --strict's flags (declared in
     pyproject.toml's [[tool.mypy.overrides]]); the example workflow (docs/workflows/pinmatrix.yml) through
@@ -118,14 +116,14 @@ def lint(session: nox.Session) -> None:
     session.run("zizmor", "--offline", "--no-progress", *WORKFLOWS)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def benchmarks(session: nox.Session) -> None:
     """Run the benchmarks under benchmarks/ and print their figures."""
     _install(session)
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def mutation(session: nox.Session) -> None:
     """Mutation testing of the core with mutmut: matrix/expansion, compat, lock, classification, known issues,
     promotion, pull and results, and the trust modules (signing, registry auth, boundaries, the builder's lock
@@ -140,3 +138,8 @@ def mutation(session: nox.Session) -> None:
     session.install("mutmut>=3.8.1,<3.9")
     session.run("mutmut", "run", *(session.posargs or ["--max-children", "1"]))
     session.run("python", "tools/mutation_score.py", "--min", "90")
+
+
+# `nox -l --json` lists the selected sessions only; CI job generation wants every one of them.
+if "--json" in sys.argv:
+    nox.options.sessions = list(nox.registry.get())
