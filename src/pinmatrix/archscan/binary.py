@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -28,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from pinmatrix.archflag import arch_rules
 
@@ -35,6 +37,13 @@ FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 # A container header: the magic, a 2-byte version, a header size of 16 (searched for in C, not per magic).
 _CONTAINER = re.compile(re.escape(FATBIN_MAGIC) + rb"..\x10\x00", re.DOTALL)
 MAX_BINARY_BYTES = 4 << 30  # larger files are named, not read (the largest CUDA libraries are ~1.5 GB)
+# An archive member (a wheel's .so, a layer's file) is extracted only while it stays near what it declares: at
+# most MAX_INFLATION times its compressed size once above INFLATION_FLOOR (real libraries deflate 1-5x; a
+# 510 KB member declaring 512 MiB is 1000x), never past its declared size, and at most MAX_EXTRACTED_BYTES
+# from one archive in total.
+MAX_INFLATION = 100
+INFLATION_FLOOR = 16 << 20
+MAX_EXTRACTED_BYTES = 24 << 30
 MAX_CONTAINERS = 65536  # fatbin containers read from one file
 SCAN_SECONDS = 60.0  # the header parser's time for one file
 _ARCHS = range(10, 1000)  # sm_10 ... sm_999: an entry naming another number is a malformed header
@@ -186,6 +195,19 @@ def _cubin_number(data: bytes | mmap.mmap) -> int | None:
     return (flags >> 8) & 0xFF if abi >= 8 else flags & 0xFF
 
 
+def _cubin_malformed(data: bytes | mmap.mmap, number: int) -> str | None:
+    """Why a bare cubin's header is malformed (its number is no real architecture, or its section table lies
+    outside the file: a header cut short), or None."""
+    if number not in _ARCHS:
+        return f"malformed cubin header: e_flags name sm_{number}, no real architecture; not counted as a target"
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    if shentsize < 64 or shnum == 0 or shoff + shnum * shentsize > len(data):
+        return (f"malformed cubin header: its {shnum} section header(s) at offset {shoff} lie outside its "
+                f"{len(data)} bytes (a header cut short); not counted as a target")
+    return None
+
+
 _TKINFO_ARCH = re.compile(rb"-arch[ =](sm_\d+[af]?)(?![0-9a-z])")
 
 
@@ -211,6 +233,56 @@ def _cubin_note_target(data: bytes | mmap.mmap) -> str | None:
     except struct.error:
         return None
     return None
+
+
+# --- extraction from an archive ------------------------------------------------------------------------------
+@dataclass
+class Extraction:
+    """The bytes one archive (a wheel, a layer) may still extract; ``refusal`` says why a member is not taken."""
+
+    limit: int = field(default_factory=lambda: MAX_EXTRACTED_BYTES)
+    extracted: int = 0
+
+    def refusal(self, declared: int, compressed: int | None) -> str | None:
+        """Why a member declaring ``declared`` bytes from ``compressed`` (None: unknown) is not extracted."""
+        if declared > MAX_BINARY_BYTES:
+            return f"not read: {declared} bytes, more than the {MAX_BINARY_BYTES} a binary may have"
+        if compressed is not None and declared > INFLATION_FLOOR and declared > MAX_INFLATION * max(compressed, 1):
+            return (f"not extracted: it declares {declared} bytes from {compressed} compressed, more than "
+                    f"{MAX_INFLATION} times its size")
+        if self.extracted + declared > self.limit:
+            return (f"not extracted: {declared} more bytes would pass the {self.limit} one archive may extract "
+                    f"({self.extracted} so far)")
+        return None
+
+    def copy(self, src: BinaryIO, dst: Path, declared: int) -> str | None:
+        """Copy at most ``declared`` bytes of ``src`` into ``dst``; why not, when it holds more (the copy is
+        removed) or cannot be read."""
+        try:
+            with open(dst, "wb") as out:
+                shutil.copyfileobj(_Capped(src, declared + 1), out, 1 << 20)
+                written = out.tell()
+        except Exception as exc:  # noqa: BLE001 - zipfile.BadZipFile, zlib.error, tarfile's: named, never a crash
+            dst.unlink(missing_ok=True)
+            return f"not extracted: {type(exc).__name__}: {str(exc)[:200]}"
+        self.extracted += min(written, declared)
+        if written > declared:
+            dst.unlink(missing_ok=True)
+            return f"not extracted: it holds more than the {declared} bytes it declares"
+        return None
+
+
+class _Capped:
+    """A reader that gives at most ``left`` bytes of ``src``."""
+
+    def __init__(self, src: BinaryIO, left: int) -> None:
+        self._src, self._left = src, left
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._src.read(n) if n else b""
+        self._left -= len(data)
+        return data
 
 
 # --- cuobjdump ------------------------------------------------------------------------------------------------
@@ -314,6 +386,9 @@ def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
             return BinaryTargets(name, size, [], TOOL_HEADER, exact=False, grouped=False, notes=refused)
         cubin = _cubin_number(data) if not found else None
         containers = [entries for _, _, entries in found]
+        malformed = _cubin_malformed(data, cubin) if cubin is not None else None
+        if malformed is not None:
+            return BinaryTargets(name, size, [], TOOL_HEADER, exact=False, grouped=False, notes=[malformed])
         if cubin is not None:
             noted = _cubin_note_target(data)
             if noted is not None and _number(noted) == ("sass", cubin):

@@ -6,14 +6,21 @@ is cached by the layer's digest."""
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.archscan.binary import BinaryTargets, read_binary
+from pinmatrix.archscan.binary import (
+    INFLATION_FLOOR,
+    MAX_EXTRACTED_BYTES,
+    MAX_INFLATION,
+    TOOL_HEADER,
+    BinaryTargets,
+    Extraction,
+    read_binary,
+)
 from pinmatrix.archscan.wheels import scan_cache_file, write_scan_cache
 from pinmatrix.oci.layer import open_layer
 from pinmatrix.oci.layout import OCILayout
@@ -77,7 +84,10 @@ def scan_aot_layer(layout: Path, digest: str, media_type: str, cuobjdump: str | 
     t0 = time.monotonic()
     binaries: list[BinaryTargets] = []
     manifest: dict[str, Any] = {}
-    with open_layer(_blob(layout, digest), media_type) as tar, tempfile.TemporaryDirectory(prefix="pinmatrix-layer-") as tmp:
+    blob = _blob(layout, digest)
+    # a layer's members are extracted up to MAX_INFLATION times the compressed layer, and MAX_EXTRACTED_BYTES
+    extraction = Extraction(min(MAX_EXTRACTED_BYTES, max(INFLATION_FLOOR, MAX_INFLATION * blob.stat().st_size)))
+    with open_layer(blob, media_type) as tar, tempfile.TemporaryDirectory(prefix="pinmatrix-layer-") as tmp:
         for member in tar:
             name = member.name.removeprefix("./")
             at = name.find(AOT_FOLDER)
@@ -93,8 +103,11 @@ def scan_aot_layer(layout: Path, digest: str, media_type: str, cuobjdump: str | 
             if not rel.endswith(".so"):
                 continue
             scratch = Path(tmp) / "member"
-            with open(scratch, "wb") as dst:
-                shutil.copyfileobj(handle, dst, 1 << 20)
+            why = extraction.refusal(member.size, None) or extraction.copy(handle, scratch, member.size)
+            if why is not None:
+                binaries.append(BinaryTargets(rel, member.size, [], TOOL_HEADER, exact=False, grouped=False,
+                                              notes=[why]))
+                continue
             found = read_binary(scratch, cuobjdump, label=rel)
             if found is not None:
                 binaries.append(found)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tempfile
 import time
 import zipfile
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.archscan.binary import MAX_BINARY_BYTES, TOOL_HEADER, BinaryTargets, read_binary
+from pinmatrix.archscan.binary import TOOL_HEADER, BinaryTargets, Extraction, read_binary
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.hashing import sha256_bytes, sha256_file
 
@@ -53,19 +52,21 @@ def scan_wheel(path: Path, cuobjdump: str | None, tool_label: str, cache: Path |
     t0 = time.monotonic()
     binaries: list[BinaryTargets] = []
     candidates = 0
+    extraction = Extraction()
     with zipfile.ZipFile(path) as zf, tempfile.TemporaryDirectory(prefix="pinmatrix-wheel-") as tmp:
         for info in zf.infolist():
             if info.is_dir() or not _CANDIDATE.search(info.filename) or info.file_size < 64:
                 continue
             candidates += 1
-            if info.file_size > MAX_BINARY_BYTES:  # named, not extracted: the reader would not read it either
-                binaries.append(BinaryTargets(info.filename, info.file_size, [], TOOL_HEADER, exact=False, grouped=False,
-                                              notes=[f"not read: {info.file_size} bytes, more than the "
-                                                     f"{MAX_BINARY_BYTES} a binary may have"]))
-                continue
             scratch = Path(tmp) / "member"
-            with zf.open(info) as src, open(scratch, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+            why = extraction.refusal(info.file_size, info.compress_size)
+            if why is None:
+                with zf.open(info) as src:
+                    why = extraction.copy(src, scratch, info.file_size)
+            if why is not None:  # named, not extracted (or its cut copy removed)
+                binaries.append(BinaryTargets(info.filename, info.file_size, [], TOOL_HEADER, exact=False,
+                                              grouped=False, notes=[why]))
+                continue
             found = read_binary(scratch, cuobjdump, label=info.filename)
             if found is not None:
                 binaries.append(found)

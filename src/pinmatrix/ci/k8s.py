@@ -20,6 +20,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.ci.pools import NodePool, load_pools, pool_fits, pools_for
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.names import check_name
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.smoke_bundle import shipped_file, smoke_bundle
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
@@ -92,7 +93,12 @@ def smoke_specs(cell: Cell, smoke_dir: Path) -> tuple[list[str], int]:
 def k8s_manifests(cells: Sequence[Cell], pools: Sequence[NodePool], images: dict[str, str], *, smoke_dir: Path,
                   namespace: str = "default", results_claim: str = "pinmatrix-results", run_id: str = "run",
                   deadline_s: int = 6 * 3600) -> Emitted:
-    """``images`` maps cell id -> image reference by digest (name@sha256:...); cells without one are skipped."""
+    """``images`` maps cell id -> image reference by digest (name@sha256:...); cells without one are skipped.
+    ``run_id`` is a name (names.py): it becomes a results folder and a Job name, never a path."""
+    try:
+        check_name(run_id, "--run-id")
+    except ValueError as err:
+        raise PinmatrixError(f"ci k8s: {err}") from None
     out = Emitted()
     cm = smoke_configmap(smoke_dir, namespace)
     for cell in cells:

@@ -96,8 +96,111 @@ def test_a_wheel_member_above_the_bound_is_named_not_extracted(tmp_path: Path,
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("bomb/libhuge.so", b"\0" * (8 << 20))  # 8 MiB of zeros: a few KiB compressed
         zf.writestr("bomb/libok.so", b"\0" * 64 + container(90))
-    monkeypatch.setattr(wheels, "MAX_BINARY_BYTES", 1 << 20)
+    monkeypatch.setattr(binary, "MAX_BINARY_BYTES", 1 << 20)
     scan = wheels.scan_wheel(wheel, None, "header")
     by_path = {b.path: b for b in scan.binaries}
     assert by_path["bomb/libhuge.so"].notes == [f"not read: {8 << 20} bytes, more than the {1 << 20} a binary may have"]
     assert by_path["bomb/libok.so"].groups == [("sm_90",)]
+
+
+def _zip_bomb(wheel: Path, mib: int) -> None:
+    """A wheel whose one .so member is ``mib`` MiB of zeros, deflated to about a thousandth of that."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf, \
+            zf.open("bomb/libbomb.so", "w", force_zip64=True) as out:
+        chunk = b"\0" * (1 << 20)
+        for _ in range(mib):
+            out.write(chunk)
+
+
+def test_a_512_mib_member_deflated_to_510_kb_is_named_not_extracted(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from pinmatrix.archscan import wheels
+
+    wheel = tmp_path / "bomb-1.0-py3-none-any.whl"
+    _zip_bomb(wheel, 512)
+    assert wheel.stat().st_size < 600_000
+    copies: list[int] = []
+    monkeypatch.setattr(binary.Extraction, "copy", lambda self, src, dst, declared: copies.append(declared))
+    scan = wheels.scan_wheel(wheel, None, "header")
+    assert copies == []
+    (bomb,) = scan.binaries
+    assert bomb.path == "bomb/libbomb.so" and bomb.groups == []
+    assert bomb.notes[0].startswith(f"not extracted: it declares {512 << 20} bytes from ")
+    assert bomb.notes[0].endswith(" compressed, more than 100 times its size")
+
+
+def _declare(wheel: Path, name: str, size: int) -> None:
+    """Rewrite the sizes a zip declares for member ``name`` (local and central headers) to ``size``."""
+    import struct
+
+    data = bytearray(wheel.read_bytes())
+    for sig, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        pos = data.find(sig)
+        while pos >= 0:
+            name_at = pos + (30 if sig == b"PK\x03\x04" else 46)
+            if data[name_at:name_at + len(name)] == name.encode():
+                struct.pack_into("<I", data, pos + at, size)
+            pos = data.find(sig, pos + 4)
+    wheel.write_bytes(bytes(data))
+
+
+def test_a_member_holding_more_than_it_declares_is_cut_at_its_declared_size_and_named(tmp_path: Path) -> None:
+    import zipfile
+
+    from pinmatrix.archscan import wheels
+
+    wheel = tmp_path / "liar-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("liar/libliar.so", b"\0" * 64 + container(90) * 64)
+        zf.writestr("liar/libok.so", b"\0" * 64 + container(90))
+    _declare(wheel, "liar/libliar.so", 128)
+    scan = wheels.scan_wheel(wheel, None, "header")
+    by_path = {b.path: b for b in scan.binaries}
+    assert by_path["liar/libliar.so"].groups == []
+    assert by_path["liar/libliar.so"].notes[0].startswith("not extracted: BadZipFile: Bad CRC-32")
+    assert by_path["liar/libok.so"].groups == [("sm_90",)]
+
+
+def test_an_archive_extracts_at_most_its_total_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    from pinmatrix.archscan import wheels
+
+    one = b"\0" * 64 + container(90)
+    wheel = tmp_path / "many-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        for i in range(3):
+            zf.writestr(f"many/lib{i}.so", one)
+    monkeypatch.setattr(binary, "MAX_EXTRACTED_BYTES", 2 * len(one))
+    by_path = {b.path: b for b in wheels.scan_wheel(wheel, None, "header").binaries}
+    assert by_path["many/lib0.so"].groups == by_path["many/lib1.so"].groups == [("sm_90",)]
+    assert by_path["many/lib2.so"].notes == [f"not extracted: {len(one)} more bytes would pass the {2 * len(one)} "
+                                             f"one archive may extract ({2 * len(one)} so far)"]
+
+
+def test_a_layers_member_is_extracted_up_to_its_bound(tmp_path: Path) -> None:
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+
+    from pinmatrix.archscan.layers import AOT_FOLDER, scan_aot_layer
+
+    ok = b"\0" * 64 + container(90)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, body in (("ok.so", ok), ("bomb.so", b"\0" * (20 << 20))):
+            info = tarfile.TarInfo(f"{AOT_FOLDER}{name}")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    blob = gzip.compress(raw.getvalue(), 1)
+    digest = hashlib.sha256(blob).hexdigest()
+    (tmp_path / "blobs" / "sha256").mkdir(parents=True)
+    (tmp_path / "blobs" / "sha256" / digest).write_bytes(blob)
+    scan = scan_aot_layer(tmp_path, f"sha256:{digest}", "application/vnd.oci.image.layer.v1.tar+gzip", None, "h")
+    by_path = {b.path: b for b in scan.binaries}
+    assert by_path["ok.so"].groups == [("sm_90",)]
+    assert by_path["bomb.so"].notes == [f"not extracted: {20 << 20} more bytes would pass the {16 << 20} one "
+                                        f"archive may extract ({len(ok)} so far)"]

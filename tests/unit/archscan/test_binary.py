@@ -320,6 +320,26 @@ def test_what_is_not_a_64_bit_cuda_elf_has_no_cubin_number() -> None:
     assert _cubin_number(elf(cls=1, flags=100 << 8)) is None  # 32-bit
 
 
+def test_a_cubin_whose_header_is_cut_short_is_malformed_not_a_target(tmp_path: Path) -> None:
+    good = cubin(100)
+    cut = read_binary(write(tmp_path, good[:64] + b"\0" * 8, "cut.cubin"), None)
+    assert cut is not None and cut.groups == [] and cut.targets == []
+    assert cut.notes == [f"malformed cubin header: its {struct.unpack_from('<H', good, 0x3C)[0]} section header(s) at "
+                         f"offset {struct.unpack_from('<Q', good, 0x28)[0]} lie outside its 72 bytes (a header cut "
+                         "short); not counted as a target"]
+    exact = read_binary(write(tmp_path, good, "whole.cubin"), None)
+    assert exact is not None and exact.groups == [("sm_100",)]
+
+
+@pytest.mark.parametrize("sm", [0, 9])
+def test_a_cubin_naming_no_real_architecture_is_malformed(tmp_path: Path, sm: int) -> None:
+    found = read_binary(write(tmp_path, cubin(sm), "x.cubin"), None)
+    assert found is not None and found.groups == []
+    assert found.notes == [f"malformed cubin header: e_flags name sm_{sm}, no real architecture; not counted as "
+                           "a target"]
+    assert read_binary(write(tmp_path, cubin(10), "ten.cubin"), None).groups == [("sm_10",)]  # type: ignore[union-attr]
+
+
 def test_a_cubins_note_names_its_exact_target() -> None:
     assert _cubin_note_target(cubin(100, note=b"-arch sm_100f -m 64")) == "sm_100f"
     assert _cubin_note_target(cubin(90, note=b"ptxas -O3 -arch=sm_90a")) == "sm_90a"
@@ -928,9 +948,12 @@ def test_a_cuobjdump_left_running_once_its_answer_is_read_is_killed(tmp_path: Pa
 
 
 def test_the_smallest_file_read_is_a_bare_cubins_elf_header(tmp_path: Path) -> None:
-    header = cubin(100)[:64]
+    header = cubin(100)[:64]  # read, and named: its section table is cut off
     path = write(tmp_path, header, "k.cubin")
-    assert read_binary(path, None) == BinaryTargets(str(path), 64, [("sm_100",)], TOOL_HEADER, False, notes=[FALLBACK])
+    found = read_binary(path, None)
+    assert found is not None and found.size == 64 and found.groups == []
+    assert found.notes[0].startswith("malformed cubin header: ")
+    assert read_binary(write(tmp_path, header[:63], "short.cubin"), None) is None
 
 
 def test_a_file_above_the_bound_is_a_whole_result_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

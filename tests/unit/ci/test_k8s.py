@@ -173,6 +173,15 @@ def test_schema_validation_catches_broken_manifests(expansion, pools) -> None:
     assert "backoffLimit" in problems[2]
 
 
+@pytest.mark.parametrize("run_id", ["../../etc", "a/b", "-rf", "", "r" * 81, "r\u202e9"])
+def test_a_run_id_is_a_name_never_a_path(expansion, pools, run_id: str) -> None:
+    cells = cells_of(expansion, "h200")[:1]
+    with pytest.raises(PinmatrixError, match=r"^ci k8s: --run-id ") as err:
+        k8s_manifests(cells, pools, fake_images(cells), smoke_dir=SMOKE_DIR, run_id=run_id)
+    assert "\n" not in str(err.value)
+    assert k8s_manifests(cells, pools, fake_images(cells), smoke_dir=SMOKE_DIR, run_id="20261204-1650").jobs
+
+
 def test_pools_file_errors(tmp_path: Path) -> None:
     path = tmp_path / "pools.toml"
     path.write_text('[[pool]]\nname = "h200"\ngpu_product = "NVIDIA H200"\ndriver = "580"\ncapability = "9.0"\n')
