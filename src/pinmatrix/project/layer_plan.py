@@ -4,16 +4,17 @@ distributions each one roots; one strict model. ``image/containerfile/layerplan`
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import field_validator, model_validator
+from pydantic_core import ErrorDetails
 
-from pinmatrix.datamodel import Strict, friendly_message
+from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import check_package_name, shown
+from pinmatrix.project.document import load_document
 
 _LAYER_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -73,18 +74,11 @@ class LayerPlanDoc(Strict):
 
 
 def load_layer_specs(path: Path) -> list[LayerSpec]:
-    """The layer plan of ``path``; LayerPlanError, one line naming the file and the key, if malformed."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LayerPlanError(f"{path}: the layer plan is missing") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise LayerPlanError(f"{path}: {err}") from None
-    try:
-        return LayerPlanDoc.model_validate(data).layer
-    except ValidationError as exc:
-        errors = exc.errors()
-        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a misspelt key first
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
-        message = friendly_message(first, LayerPlanDoc)
-        raise LayerPlanError(f"{path}: {where}: {message}" if where else f"{path}: {message}") from None
+    """The layer plan of ``path``; LayerPlanError, one line naming the file, line and key, if malformed."""
+    return load_document(path, LayerPlanDoc, what="a layer plan", error=LayerPlanError,
+                         key=_layer_key).layer
+
+
+def _layer_key(err: ErrorDetails) -> str:
+    """``layer[4].roots[0]``: indices in brackets; a problem of the whole plan names no key."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")

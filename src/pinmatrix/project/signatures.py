@@ -4,17 +4,17 @@ order. The table pinmatrix ships is ``SIGNATURES_PATH``; ``smoke/classify`` matc
 from __future__ import annotations
 
 import re
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from pinmatrix.datamodel import Strict, friendly_message
+from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import Name, OneLine, shown
+from pinmatrix.project.document import load_document
 
 SIGNATURES_PATH = Path(__file__).parent.parent / "data" / "signatures.toml"  # the table pinmatrix ships
 _BAD_REGEX = "bad_regex"  # the error type of a pattern that is no regular expression
@@ -55,32 +55,21 @@ class SignatureTable(Strict):
 
 
 def load_signatures(path: Path = SIGNATURES_PATH) -> tuple[Signature, ...]:
-    """The signature table of ``path``; SignatureError, one line naming the file, row and key, if malformed."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise SignatureError(f"{path}: cannot read log signatures: {err}") from None
-    try:
-        return tuple(SignatureTable.model_validate(data).signature)
-    except ValidationError as exc:
-        errors = exc.errors()
-        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])  # a misspelt key first
-        raise SignatureError(f"{path}: {_signature_problem(first)}") from None
+    """The signature table of ``path``; SignatureError, one line naming the file, line, row and key, if malformed."""
+    return tuple(load_document(path, SignatureTable, what="a signature table", error=SignatureError,
+                               key=_signature_key).signature)
 
 
-def _signature_problem(err: ErrorDetails) -> str:
-    """``signature #2: 'pattern': required key is missing``; a bad regex: ``signature #1: <re's words> in
-    pattern '...'``."""
+def _signature_key(err: ErrorDetails) -> str:
+    """``signature #2: 'pattern'``; a bad regex names its row only (its words quote the pattern)."""
     loc = tuple(err["loc"])
     if len(loc) >= 2 and isinstance(loc[1], int):
         where, keys = [f"signature #{loc[1] + 1}"], loc[2:]
     else:
         where, keys = [str(p) for p in loc[:1]], loc[1:]
-    if err["type"] == _BAD_REGEX:
-        return ": ".join([*where, err["msg"]])
-    if keys:
+    if keys and err["type"] != _BAD_REGEX:
         where.append(repr(".".join(str(k) for k in keys)))
-    return ": ".join([*where, friendly_message(err, SignatureTable)])
+    return ": ".join(where)
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from data_files import edited, one_line
+from data_files import edited, line_of, one_line, without_line
 
 from pinmatrix.project.layer_plan import LayerPlanError, LayerSpec, load_layer_specs
 
@@ -42,7 +42,20 @@ def test_a_malformed_layer_plan_is_one_line_naming_the_key(tmp_path: Path, old: 
     path.write_text(edited(LAYERS_TEXT, old, new), encoding="utf-8")
     with pytest.raises(LayerPlanError) as err:
         load_layer_specs(path)
-    assert one_line(err) == f"{path}: {where}"
+    assert without_line(one_line(err), str(path)) == f"{path}: {where}"
+
+
+def test_a_layer_plan_problem_names_the_line_of_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "layers.toml"
+    text = edited(LAYERS_TEXT, 'roots = ["vllm"]', "roots = [3]")
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(LayerPlanError) as err:
+        load_layer_specs(path)
+    assert one_line(err) == f"{path}:{line_of(text, 'roots = [3]')}: layer[4].roots[0]: Input should be a valid string"
+    path.unlink()
+    with pytest.raises(LayerPlanError) as err:
+        load_layer_specs(path)
+    assert one_line(err) == f"{path}: no such file"
 
 
 def test_a_layer_plan_without_layers(tmp_path: Path) -> None:
@@ -50,8 +63,8 @@ def test_a_layer_plan_without_layers(tmp_path: Path) -> None:
     path.write_text("# nothing\n")
     with pytest.raises(LayerPlanError) as err:
         load_layer_specs(path)
-    assert one_line(err) == f"{path}: layer: required key is missing"
+    assert one_line(err) == f"{path}:1: layer: required key is missing"
     path.write_text("layer = []\n")
     with pytest.raises(LayerPlanError) as err:
         load_layer_specs(path)
-    assert one_line(err) == f"{path}: layer: needs at least one [[layer]] table"
+    assert one_line(err) == f"{path}:1: layer: needs at least one [[layer]] table"

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from data_files import edited, one_line
+from data_files import edited, line_of, one_line, without_line
 
 from pinmatrix.project.signatures import SIGNATURES_PATH, Signature, SignatureError, load_signatures
 
@@ -49,7 +49,17 @@ def test_a_malformed_signature_file_is_one_line_naming_the_row_and_key(
     path.write_text(edited(SIGNATURES_TEXT, old, new), encoding="utf-8")
     with pytest.raises(SignatureError) as err:
         load_signatures(path)
-    assert one_line(err) == f"{path}: {where}"
+    assert without_line(one_line(err), str(path)) == f"{path}: {where}"
+
+
+def test_a_signature_problem_names_the_line_of_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "signatures.toml"
+    text = edited(SIGNATURES_TEXT, 'status = "degraded"', 'status = "degrade"')
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SignatureError) as err:
+        load_signatures(path)
+    line = line_of(text, 'status = "degrade"')
+    assert one_line(err) == f"{path}:{line}: signature #8: 'status': Input should be 'degraded'"
 
 
 def test_a_signature_row_that_is_not_a_table_is_named_by_its_number(tmp_path: Path) -> None:
@@ -57,4 +67,4 @@ def test_a_signature_row_that_is_not_a_table_is_named_by_its_number(tmp_path: Pa
     path.write_text('signature = [{class = "crash", pattern = "Segfault"}, "not a table"]\n', encoding="utf-8")
     with pytest.raises(SignatureError) as err:
         load_signatures(path)
-    assert one_line(err).startswith(f"{path}: signature #2: Input should be a valid dictionary")
+    assert one_line(err).startswith(f"{path}:1: signature #2: Input should be a valid dictionary")

@@ -82,7 +82,7 @@ def test_layers_most_shared_first_and_roots_claim_their_packages() -> None:
 def test_layer_plan_errors_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "layers.toml"
     bad.write_text('[[layer]]\nname = "torch"\nroots = ["torch"]\n')
-    with pytest.raises(LayerPlanError, match=r"layers.toml: one layer must have roots = \[\"\*\"\]"):
+    with pytest.raises(LayerPlanError, match=r"layers.toml:1: one layer must have roots = \[\"\*\"\]"):
         load_layer_specs(bad)
     bad.write_text('[[layer]]\nname = "Bad Name"\nroots = ["*"]\n')
     with pytest.raises(LayerPlanError, match=r"layer\[0\].name"):
