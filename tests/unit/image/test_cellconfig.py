@@ -8,7 +8,7 @@ from pathlib import Path
 from pinmatrix.image.cellconfig import cell_env, image_config
 from pinmatrix.matrix.selection import load
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_an_env_variant_in_another_order_gives_the_same_config() -> None:
