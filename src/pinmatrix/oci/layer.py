@@ -26,6 +26,7 @@ from pinmatrix.oci.compression import (
     DEFAULT_COMPRESSION,
     MEDIA_TYPES,
     Compressor,
+    Format,
     LayerCompression,
     layer_format,
 )
@@ -64,38 +65,56 @@ class LayerDescriptor:
 
 
 def open_layer(path: Path, media_type: str) -> tarfile.TarFile:
-    """A layer blob opened for reading its entries in order (gzip, zstd or plain tar, by media type)."""
-    compressed = layer_format(media_type)
-    if compressed == "gzip":
-        return _LayerTar.open(path, mode="r|gz")
-    if compressed == "zstd":
-        raw = open(path, "rb")  # noqa: SIM115 - closed with the tar (_ZstdTar.close)
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        tar = _ZstdTar.open(fileobj=cast(BinaryIO, reader), mode="r|")
-        tar.owned = reader
+    """A layer blob opened for reading its entries in order (gzip, zstd or plain tar, by media type); closing the
+    tar closes the blob."""
+    raw = open(path, "rb")  # noqa: SIM115 - closed with the tar (_LayerTar.close)
+    try:
+        tar = open_layer_stream(cast(BinaryIO, raw), layer_format(media_type) or "none")
+    except BaseException:
+        raw.close()
+        raise
+    tar.owned = (*tar.owned, raw)
+    return tar
+
+
+def open_layer_stream(stream: BinaryIO, compression: Format) -> _LayerTar:
+    """A layer's tar read in order from ``stream`` (a blob as it is read: a file, a registry's answer), inflated as
+    ``compression`` says; closing the tar closes the decompressor, never ``stream``."""
+    if compression == "gzip":
+        return _LayerTar.open(fileobj=stream, mode="r|gz")
+    if compression == "zstd":
+        reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True, closefd=False)
+        try:
+            tar = _LayerTar.open(fileobj=cast(BinaryIO, reader), mode="r|")
+        except BaseException:
+            reader.close()
+            raise
+        tar.owned = (reader,)
         return tar
-    return _LayerTar.open(path, mode="r|")
+    return _LayerTar.open(fileobj=stream, mode="r|")
+
+
+def open_plain_tar(path: Path) -> tarfile.TarFile:
+    """A plain tar file another tool wrote (mmdebstrap's root filesystem), opened to read its entries."""
+    return _LayerTar.open(path, mode="r:")
 
 
 class _LayerTar(tarfile.TarFile):
-    """A layer's tar, whose members are copied out ``_BUF`` bytes at a time (tarfile's default is 16 KiB)."""
+    """A layer's tar, whose members are copied out ``_BUF`` bytes at a time (tarfile's default is 16 KiB), and
+    which closes what it reads through (``owned``: a decompressor, the blob file) when it is closed."""
+
+    owned: tuple[IO[bytes], ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("copybufsize", _BUF)
         super().__init__(*args, **kwargs)
 
-
-class _ZstdTar(_LayerTar):
-    """A tar read through a zstd decompressor it owns: closing the tar closes the decompressor and the file."""
-
-    owned: IO[bytes] | None = None
-
     def close(self) -> None:
         try:
             super().close()
         finally:
-            if self.owned is not None:
-                self.owned.close()
+            for handle in self.owned:
+                handle.close()
 
 
 class _CompressingSink(io.RawIOBase):

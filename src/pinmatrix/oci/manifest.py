@@ -26,8 +26,10 @@ def _listed(doc: dict[str, Any], key: str) -> list[Any]:
 
 
 def layer_descriptors(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The layer descriptors of an image manifest, bottom first; entries that are not JSON objects are left out."""
-    return [d for d in _listed(manifest, "layers") if isinstance(d, dict)]
+    """The layer descriptors of an image manifest, bottom first: none when ``layers`` is no list, and entries
+    that are not JSON objects left out."""
+    layers = manifest.get("layers")
+    return [d for d in layers if isinstance(d, dict)] if isinstance(layers, list) else []
 
 
 def is_index(doc: dict[str, Any]) -> bool:

@@ -28,6 +28,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.imageref import ImageRef, RegistryError
+from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.registry.client import Manifest, Registry
 from pinmatrix.release.debian import base_packages
 from pinmatrix.release.requires import cached_requires
@@ -293,7 +294,7 @@ def attachments(registry: Registry, image: ImageRef) -> list[Attachment]:
         doc = manifest.json
         subject = (doc.get("subject") or {}).get("digest")
         predicate = str((doc.get("annotations") or {}).get(PREDICATE_ANNOTATION, ""))
-        for layer in doc.get("layers", []):
+        for layer in layer_descriptors(doc):
             if layer.get("mediaType") not in EVIDENCE_TYPES:
                 continue
             content = registry.get_blob(image.repository, layer["digest"], max_bytes=MAX_EVIDENCE_BYTES)

@@ -17,7 +17,7 @@ import re
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, BinaryIO, cast
+from typing import Annotated, Any, BinaryIO
 
 import zstandard
 from packageurl import PackageURL
@@ -27,6 +27,8 @@ from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.oci.compression import LAYER_MEDIA_TYPES, Format
+from pinmatrix.oci.layer import open_layer_stream
+from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.registry.client import Registry
 
 STATUS_PATH = "var/lib/dpkg/status"
@@ -131,23 +133,13 @@ class _Bounded:
         return chunk
 
 
-def _tar_of(stream: BinaryIO, fmt: Format) -> tarfile.TarFile:
-    """The layer's tar read as a stream from ``stream``, inflated as ``fmt`` says (``stream`` is left open)."""
-    if fmt == "gzip":
-        return tarfile.open(fileobj=stream, mode="r|gz")
-    if fmt == "zstd":
-        inflated = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True, closefd=False)
-        return tarfile.open(fileobj=cast(BinaryIO, inflated), mode="r|")
-    return tarfile.open(fileobj=stream, mode="r|")
-
-
 def status_in_layer(stream: BinaryIO, fmt: Format, where: str) -> tuple[str | None, bool]:
     """(the status file's text if this layer has one, whether the layer removes it: a whiteout of the file or an
     opaque ``var/lib/dpkg``). ``fmt``: the layer's compression (gzip, zstd or none)."""
     text: str | None = None
     removed = False
     try:
-        with _tar_of(stream, fmt) as tar:
+        with open_layer_stream(stream, fmt) as tar:
             for member in tar:
                 name = member.name.removeprefix("./").removeprefix("/")
                 if name in ("var/lib/dpkg/.wh.status", "var/lib/dpkg/.wh..wh..opq"):
@@ -184,7 +176,7 @@ def base_packages(registry: Registry, image: ImageRef) -> BasePackages:
     if "config" not in doc:
         return BasePackages((), f"{where} is an index, not one image: no Debian packages listed")
     config = registry.image_config(image.repository, image.digest)
-    layers = [d for d in doc.get("layers", []) if isinstance(d, dict)]
+    layers = layer_descriptors(doc)
     base = base_layers(config, layers)
     if not base:
         return BasePackages((), f"{where}: its history names no base layer: no Debian packages listed")

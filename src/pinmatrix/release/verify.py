@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.imageref import ImageRef, repository_path
+from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.registry.client import INDEX_TYPES, Registry
 from pinmatrix.release.attest import (
     DSSE_MEDIA_TYPE,
@@ -237,9 +238,7 @@ def _single_image(registry: Registry, ref: ImageRef, out: Verification,
     if manifest.media_type in INDEX_TYPES or "config" not in manifest.json:
         out.problems.append(f"{ref} is an image index, not one image: pinmatrix promotes single images")
         return None
-    layers = manifest.json.get("layers")
-    out.layer_media_types = [str(layer.get("mediaType", "")) for layer in layers if isinstance(layer, dict)] \
-        if isinstance(layers, list) else []
+    out.layer_media_types = [str(layer.get("mediaType", "")) for layer in layer_descriptors(manifest.json)]
     return digest, registry.config_labels(ref.repository, manifest.json)
 
 

@@ -28,8 +28,9 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.cellconfig import oci_arch
 from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
-from pinmatrix.oci.layer import LayerDescriptor, LayerWriter, open_layer, recompress
+from pinmatrix.oci.layer import LayerDescriptor, LayerWriter, open_layer, open_plain_tar, recompress
 from pinmatrix.oci.layout import OCILayout
+from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.project.debian_suites import DEBIAN_ARCHIVE_SUITES, python_of, suite_of
 
 DEFAULT_SOURCE_DATE_EPOCH = 1_735_689_600
@@ -182,7 +183,7 @@ def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int, *,
     names: set[str] = set()
     certs: dict[str, bytes] = {}
     try:
-        with tarfile.open(tar_path, "r:") as src:
+        with open_plain_tar(tar_path) as src:
             for member in src:
                 name = member.name.removeprefix("./").rstrip("/")
                 if name in HOST_STATE or (name.startswith("dev/") and not member.isdir()):
@@ -336,7 +337,7 @@ def pinned_base(spec: BaseSpec, platform: str, layout: OCILayout, *, authfile: P
         assert stored is not None
     config = layout.config(stored)
     layers = tuple(LayerDescriptor(digest=d["digest"], size=int(d["size"]), diff_id=diff, media_type=d["mediaType"])
-                   for d, diff in zip(stored.manifest["layers"], config["rootfs"]["diff_ids"], strict=True))
+                   for d, diff in zip(layer_descriptors(stored.manifest), config["rootfs"]["diff_ids"], strict=True))
     python = _python_in_layers(layout, layers)
     return BaseLayers(layers, tuple((config.get("config") or {}).get("Env") or ()), image, f"image:{stored.digest}",
                       python)
