@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from pinmatrix import __version__
 from pinmatrix.errors import MatrixError, PinmatrixError
+from pinmatrix.paths import STATE_DIR
 from pinmatrix.sanitize import terminal_text  # errors may quote smoke output or imported rows
 
 # The pipeline, in order: each step with its commands and their one-line help (the same words each command
@@ -43,7 +44,7 @@ PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("keygen", "make an ed25519 key pair for signing promotion evidence (PREFIX.key, PREFIX.pub)"))),
     ("ci: jobs per cell, the local registry, the engine's environment; shell completion", (
         ("ci", "emit CI jobs (GitHub Actions matrix, Kubernetes Jobs, Slurm arrays) and collect their results"),
-        ("registry", "start, stop or show the embedded registry (Debian's docker-registry, data in .pinmatrix/)"),
+        ("registry", f"start, stop or show the embedded registry (Debian's docker-registry, data in {STATE_DIR}/)"),
         ("engine-env", 'print the podman environment pinmatrix uses, for eval "$(pinmatrix engine-env)"'),
         ("completion", "print a shell completion script (bash, zsh, tcsh) for every command and option"))),
 )

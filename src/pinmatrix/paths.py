@@ -1,6 +1,7 @@
 """Where pinmatrix keeps things by default, defined once: the project root, its private state folder
-(``.pinmatrix/``), the promotion record and the signing key pair. Every command's default reads these names,
-so ``./dev``, the README and ``--help`` agree on one place for each."""
+(``.pinmatrix/``) and each folder and file inside it (caches, logs, the OCI layout, the results store, the
+embedded registry, the signing key pair), and the promotion record. Every default in the package and every
+``--help`` text names these; no other module spells the state folder (tests/unit/test_paths.py checks it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,28 @@ STATE_DIR = Path(".pinmatrix")
 KNOWN_GOOD_FILE = Path("known-good.toml")
 """Relative to the project root (next to matrix.toml): the promotion record `promote` writes and `pull` reads.
 A project that promotes to a shared registry commits it."""
+CACHE_DIR = STATE_DIR / "cache"
+"""The builder's cache: wheels, layer records, base root filesystems, Containerfile contexts."""
+LOGS_DIR = STATE_DIR / "logs"
+"""Per-run smoke and probe logs (``RUN_ID/CELL/SMOKE.log``)."""
+BUILD_LOGS_DIR = LOGS_DIR / "build"
+OCI_DIR = STATE_DIR / "oci"
+"""The OCI image layout ``build --engine none`` writes and the chroot runtime, arch-scan and bundle read."""
+ROOTS_DIR = STATE_DIR / "roots"
+"""Where the chroot runtime unpacks images."""
+OVERLAY_DIR = STATE_DIR / "overlay"
+"""Where a cell's overlay venv is made on the host."""
+KERNEL_CACHE_DIR = STATE_DIR / "kernel-cache"
+"""The kernel cache mounted into each smoke (Triton, FlashInfer, TorchInductor), per image digest."""
+RESULTS_FILE = STATE_DIR / "results.sqlite"
+REPORT_DIR = STATE_DIR / "report"
+REGISTRY_DIR = STATE_DIR / "registry"
+"""The embedded registry: its config and pidfile, its blobs in ``data/``."""
+SLURM_DIR = STATE_DIR / "slurm"
+BISECT_DIR = STATE_DIR / "bisect"
+"""Bisect locks, venvs and build logs."""
+PODMAN_DIR = STATE_DIR / "podman"
+"""The project's own containers-storage configuration, when the user and the system have none."""
 KEY_PREFIX = STATE_DIR / "keys" / "signing"
 """`pinmatrix keygen` writes KEY_PREFIX.key (private, mode 0600) and KEY_PREFIX.pub beside it."""
 SIGNING_KEY = KEY_PREFIX.with_suffix(".key")

@@ -4,6 +4,7 @@ options checked when the command line is read, before any setup; engine hints in
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -109,3 +110,40 @@ def test_readme_and_dev_name_the_defaults() -> None:
         assert "pinmatrix.pub" not in text and ".pinmatrix/known-good.toml" not in text
     assert str(paths.PUBLIC_KEY) in readme and str(paths.KNOWN_GOOD_FILE) in readme
     assert f"key={paths.KEY_PREFIX}" in dev and f"known_good={paths.KNOWN_GOOD_FILE}" in dev
+
+
+PACKAGE = ROOT / "src" / "pinmatrix"
+# ".pinmatrix" as a folder name: not a label (io.pinmatrix.cell.id), an attribute (settings.pinmatrix), a
+# staging name (.pinmatrix.1234) or a stamp file (.pinmatrix-lock-sha256).
+STATE_SPELLING = re.compile(r"(?<![\w.])\.pinmatrix(?![\w.-])")
+
+
+def state_folder_spellings(package: Path) -> list[str]:
+    """``module:line`` of each line of the package, paths.py aside, that spells the state folder itself."""
+    return [f"{path.relative_to(package)}:{number}" for path in sorted(package.rglob("*.py"))
+            if path != package / "paths.py"
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if STATE_SPELLING.search(line)]
+
+
+def test_the_spelling_check_finds_a_second_spelling(tmp_path: Path) -> None:
+    (tmp_path / "paths.py").write_text('STATE_DIR = Path(".pinmatrix")\n')
+    (tmp_path / "step").mkdir()
+    (tmp_path / "step" / "a.py").write_text('LABEL = "io.pinmatrix.cell.id"\nSTAMP = ".pinmatrix-lock-sha256"\n'
+                                            'x = settings.pinmatrix\nstaging = f".pinmatrix.{pid}"\n'
+                                            'cache = root / ".pinmatrix" / "cache"\n')
+    (tmp_path / "step" / "b.py").write_text('"""Logs go to .pinmatrix/logs by default."""\n')
+    assert state_folder_spellings(tmp_path) == ["step/a.py:5", "step/b.py:1"]
+
+
+def test_only_paths_py_spells_the_state_folder() -> None:
+    """Every default under the state folder is named in pinmatrix/paths.py and imported from there: code,
+    --help texts, comments and docstrings alike."""
+    assert state_folder_spellings(PACKAGE) == []
+
+
+def test_every_default_folder_lies_in_the_state_folder() -> None:
+    named = {name: value for name, value in vars(paths).items() if name.endswith(("_DIR", "_FILE", "_KEY"))}
+    inside = {name for name, value in named.items() if isinstance(value, Path) and paths.STATE_DIR in value.parents}
+    assert set(named) - inside == {"STATE_DIR", "MATRIX_FILE", "KNOWN_GOOD_FILE"}
+    assert len({str(v) for v in named.values()}) == len(named)  # no two names for one place

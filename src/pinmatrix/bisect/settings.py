@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pinmatrix.bisect.probe import Prober
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.paths import LOGS_DIR
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore
 from pinmatrix.smoke.runner import RunOptions, new_run_id
@@ -18,7 +19,7 @@ from pinmatrix.smoke.runner import RunOptions, new_run_id
 @dataclass(frozen=True)
 class ProbeSettings:
     results: Path = DEFAULT_PATH  # the results store every probe is recorded in (and found again from)
-    logs_dir: Path = Path(".pinmatrix/logs")
+    logs_dir: Path = LOGS_DIR
     smoke_dir: Path | None = None
     timeout_s: float | None = None  # caps each probe's own timeout
     python: str = sys.executable  # the interpreter of the host runtime's probes

@@ -13,6 +13,7 @@ from pinmatrix.archscan.scan import scan_cell, scan_document, scan_tool
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
+from pinmatrix.paths import CACHE_DIR, OCI_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,11 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="use only the fatbin header parser (no suffixes; for comparison)")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="the build's cache: wheels `pinmatrix build` already fetched are read from it, not "
-                        "downloaded again (default: .pinmatrix/cache next to the matrix)")
+                        f"downloaded again (default: {CACHE_DIR} next to the matrix)")
     p.add_argument("--layout", type=Path, default=None,
                    help="the OCI layout of the cells' images: a cell's image adds its flashinfer-aot layer (the "
                         "FlashInfer modules compiled at build time for its arch list) as a row (default: "
-                        ".pinmatrix/oci next to the matrix)")
+                        f"{OCI_DIR} next to the matrix)")
     p.set_defaults(func=run)
 
 
@@ -73,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     for i, cell in enumerate(cells, 1):
         log(f"[{i}/{len(cells)}] {cell.id} {cell.name}")
         scans.append(scan_cell(cell, Path(matrix.root), matrix.settings.exclude_newer, tool=tool, tool_label=label,
-                               log=log, build_cache=args.cache_dir or Path(matrix.root) / ".pinmatrix" / "cache",
-                               layout=args.layout or Path(matrix.root) / ".pinmatrix" / "oci"))
+                               log=log, build_cache=args.cache_dir or Path(matrix.root) / CACHE_DIR,
+                               layout=args.layout or Path(matrix.root) / OCI_DIR))
     command = "pinmatrix arch-scan " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["arch-scan"] else sys.argv[1:])
     doc = scan_document(scans, label, command)
     markdown = render_scan_markdown(doc)

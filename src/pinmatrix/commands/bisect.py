@@ -28,6 +28,7 @@ from pinmatrix.commands._common import examples
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load, select
+from pinmatrix.paths import BISECT_DIR, CACHE_DIR, LOGS_DIR, OVERLAY_DIR
 from pinmatrix.project.catalogue import find_smoke_dir, load_catalogue
 from pinmatrix.project.matrix_toml import require_stack
 from pinmatrix.results.store import DEFAULT_PATH, write_json_atomic
@@ -51,7 +52,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the probes (host runtime)")
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
-    p.add_argument("--logs", type=Path, default=Path(".pinmatrix/logs"), metavar="DIR", help="probe logs")
+    p.add_argument("--logs", type=Path, default=LOGS_DIR, metavar="DIR", help="probe logs")
     p.add_argument("--smoke-dir", type=Path, metavar="DIR", help="the smoke catalogue (default: ./smoke)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="print the result as JSON on stdout (progress goes to stderr), or write it to FILE")
@@ -88,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pp.add_argument("--cell", metavar="ID", help="a matrix cell (id or name): its overlay, patches and known "
                     "issues apply; default: this environment as the cell 'host'")
     pp.add_argument("--wheels", type=Path, metavar="DIR", help="host runtime: extra wheels for the cell's overlay")
-    pp.add_argument("--overlay", type=Path, default=Path(".pinmatrix/overlay"), metavar="DIR",
-                    help="where the cell's overlay is made (default: .pinmatrix/overlay)")
+    pp.add_argument("--overlay", type=Path, default=OVERLAY_DIR, metavar="DIR",
+                    help=f"where the cell's overlay is made (default: {OVERLAY_DIR})")
     pp.set_defaults(func=run_param)
     pv = sub.add_parser("version", help="search an ordered axis of a stack for the first cell whose verdict changes",
                         description="Probe SMOKE on cells of STACK that differ only in AXIS (releases of a "
@@ -112,9 +113,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pv.add_argument("--venv-python", metavar="PY", help="venv runtime: the interpreter uv makes each venv from "
                     "(a version or a path; default: the cell's Python, which must be installed here)")
     pv.add_argument("--work", type=Path, metavar="DIR",
-                    help="bisect locks, venvs and build logs (default: .pinmatrix/bisect next to the matrix)")
+                    help=f"bisect locks, venvs and build logs (default: {BISECT_DIR} next to the matrix)")
     pv.add_argument("--cache-dir", type=Path, metavar="DIR",
-                    help="image builds: base rootfs and context cache (default: .pinmatrix/cache next to the matrix)")
+                    help=f"image builds: base rootfs and context cache (default: {CACHE_DIR} next to the matrix)")
     pv.set_defaults(func=run_version)
 
 
@@ -296,7 +297,7 @@ def _version_values(args: argparse.Namespace, matrix: Any, stack: Any, echo: Any
 def _version_runtime(args: argparse.Namespace, settings: ProbeSettings, matrix: Any, echo: Any) -> Any:
     """Where each probed version runs: a venv per value, or an image per value built with an engine."""
     root = matrix.root.resolve()
-    work = (args.work or root / ".pinmatrix" / "bisect").resolve()
+    work = (args.work or root / BISECT_DIR).resolve()
     options = settings.run_options(root)
     if args.runtime == "venv":
         return VenvRuntime(options, project_root=root, work_root=work,
@@ -306,7 +307,7 @@ def _version_runtime(args: argparse.Namespace, settings: ProbeSettings, matrix: 
         raise PinmatrixError(f"--runtime {args.runtime}: no such engine")
     return ImageRuntime(options, engine=engine, project_root=root, work_root=work,
                         exclude_newer=matrix.settings.exclude_newer,
-                        cache_dir=(args.cache_dir or root / ".pinmatrix" / "cache"),
+                        cache_dir=(args.cache_dir or root / CACHE_DIR),
                         smoke_dir=find_smoke_dir(args.smoke_dir),
                         ca_certificates=tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists()),
                         ca_in_images=bool(getattr(matrix.settings, "ca_certificates_in_images", False)),

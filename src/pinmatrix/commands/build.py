@@ -31,6 +31,7 @@ from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import load
 from pinmatrix.oci.compression import LayerCompression, choose, for_consumer, requested
+from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, OCI_DIR
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 from pinmatrix.sizes import parse_size
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(or a base image pinned by digest), one layer per locked wheel (fetched for the cell's platform and "
             "Python, checked against the lock's sha256, installed without running package code), installed-tree "
             "patches, the smoke harness, and a config written as data. Images go to an OCI layout "
-            "(.pinmatrix/oci), then into the engine's store and, with --push, to the registry with the same "
+            f"({OCI_DIR}), then into the engine's store and, with --push, to the registry with the same "
             "digest. A cell whose image already has the same inputs is not rebuilt, so an interrupted run "
             "resumes. Cells with a source patch are compiled through images/Containerfile.j2 with the engine. "
             "One failed cell does not stop the others; the exit code is 1 when any cell failed."
@@ -88,10 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "manifest digest, layers, status and log")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--cache-dir", type=Path, default=None,
-                   help="wheels, layer records, rootfs (default: .pinmatrix/cache next to the matrix)")
-    p.add_argument("--layout", type=Path, default=None, help="the OCI layout (default: .pinmatrix/oci)")
+                   help=f"wheels, layer records, rootfs (default: {CACHE_DIR} next to the matrix)")
+    p.add_argument("--layout", type=Path, default=None, help=f"the OCI layout (default: {OCI_DIR})")
     p.add_argument("--logs-dir", type=Path, default=None,
-                   help="per-cell build logs (default: .pinmatrix/logs/build next to the matrix)")
+                   help=f"per-cell build logs (default: {BUILD_LOGS_DIR} next to the matrix)")
     p.set_defaults(func=run, registry_need=pushing)
 
 
@@ -110,11 +111,11 @@ def _ensure_locks(cells: list[Cell], settings: LockSettings, console: Console) -
 
 def settings_for(args: argparse.Namespace, matrix_root: Path, registry: str | None, ca: list[str],
                  ca_in_images: bool) -> BuildSettings:
-    cache = args.cache_dir or matrix_root / ".pinmatrix" / "cache"
+    cache = args.cache_dir or matrix_root / CACHE_DIR
     return BuildSettings(
-        root=matrix_root, cache_dir=cache, logs_dir=args.logs_dir or matrix_root / ".pinmatrix" / "logs" / "build",
+        root=matrix_root, cache_dir=cache, logs_dir=args.logs_dir or matrix_root / BUILD_LOGS_DIR,
         registry=registry, ca_certificates=tuple(Path(p) for p in ca), ca_in_images=ca_in_images,
-        push=args.push, layout_dir=args.layout or matrix_root / ".pinmatrix" / "oci",
+        push=args.push, layout_dir=args.layout or matrix_root / OCI_DIR,
         merge_below=parse_size(args.merge_below, "--merge-below", minimum=0),
     )
 

@@ -14,6 +14,7 @@ from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_prob
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.index.wheel_index import WheelFetcher, ssl_context
 from pinmatrix.matrix.selection import load, select
+from pinmatrix.paths import CACHE_DIR, OCI_DIR
 from pinmatrix.project.lockfile import lock_path
 
 WHEELS_EXAMPLES = """\
@@ -23,11 +24,11 @@ Examples:
   # on the host (Python >= 3.11, nothing installed):
   python3 -I .ship/cell/unbundle.py .ship/cell --out wheels/ && pinmatrix smoke --cell 3e1eebcc7b75 --wheels wheels/
 """
-IMAGE_EXAMPLES = """\
+IMAGE_EXAMPLES = f"""\
 Examples:
-  pinmatrix bundle image --layout .pinmatrix/oci --digest sha256:... --part-size 60MiB --out .ship/plain
+  pinmatrix bundle image --layout {OCI_DIR} --digest sha256:... --part-size 60MiB --out .ship/plain
   ls oci/blobs/sha256 > have.txt    # on the host, after the first image
-  pinmatrix bundle image --layout .pinmatrix/oci --digest sha256:... --host-has have.txt --part-size 60MiB \\
+  pinmatrix bundle image --layout {OCI_DIR} --digest sha256:... --host-has have.txt --part-size 60MiB \\
       --out .ship/int64
   python3 -I .ship/int64/unbundle.py .ship/int64 --out oci/ --have oci/   # on the host
 """
@@ -41,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(every file's size and sha256, every part's), and unbundle.py, which checks and unpacks it "
                     "there with the standard library alone (python3 -I unbundle.py DIR --out DEST).",
         epilog="Examples:\n  pinmatrix bundle wheels --cell ID --python 3.12 --part-size 56MB --out .ship/cell\n"
-               "  pinmatrix bundle image --layout .pinmatrix/oci --digest sha256:... --part-size 60MiB --out .ship/img\n",
+               f"  pinmatrix bundle image --layout {OCI_DIR} --digest sha256:... --part-size 60MiB --out .ship/img\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     kinds = p.add_subparsers(dest="bundle_command", metavar="KIND", required=True)
@@ -70,13 +71,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--exclude", action="append", default=[], metavar="NAME",
                    help="leave out this distribution (fnmatch pattern on the name, e.g. 'nvidia-*'; repeatable)")
     w.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="the builder's cache (default: .pinmatrix/cache next to the matrix)")
+                   help=f"the builder's cache (default: {CACHE_DIR} next to the matrix)")
     _common(w)
     w.set_defaults(func=run_wheels)
     i = kinds.add_parser(
         "image", help="the blobs of one image (manifest or index digest) from an OCI layout",
         description="The blobs of the image with manifest (or index) --digest in the OCI layout (what `pinmatrix "
-                    "build --engine none` writes to .pinmatrix/oci), each checked against its digest, less the "
+                    f"build --engine none` writes to {OCI_DIR}), each checked against its digest, less the "
                     "blobs --host-has lists (one digest a line, or `ls blobs/sha256` output). On the host, "
                     "unbundle.py checks every blob before it writes the layout, taking the blobs left out from "
                     "--have LAYOUT (or DEST itself), and names the image in DEST/index.json.",
@@ -138,7 +139,7 @@ def run_wheels(args: argparse.Namespace) -> int:
         raise PinmatrixError(f"{lock}: cannot read the lock: {err}") from None
     host = (read_pip_list(args.host_packages) if args.host_packages
             else read_host_probe(args.host_probe) if args.host_probe else None)
-    cache = args.cache_dir or root / ".pinmatrix" / "cache"
+    cache = args.cache_dir or root / CACHE_DIR
     fetcher = WheelFetcher(cache / "wheels", context=ssl_context([Path(p) for p in matrix.settings.ca_certificates]))
     request = WheelsRequest(cell=cell, lock_text=lock_text, lock_source=str(lock.relative_to(root)),
                             python=args.python, platform=args.platform, host=host, exclude=tuple(args.exclude), part_size=part_size,

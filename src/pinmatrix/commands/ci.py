@@ -22,6 +22,7 @@ from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef, RegistryError, image_ref
 from pinmatrix.matrix.selection import load
+from pinmatrix.paths import SLURM_DIR
 from pinmatrix.project.catalogue import find_smoke_dir
 from pinmatrix.registry.client import Registry
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
@@ -108,7 +109,7 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
         epilog="Examples:\n"
                "  pinmatrix ci slurm --stack h200 --pools pools.toml --runtime podman\n"
                "  pinmatrix ci slurm --stack demo --wheels wheels/ --print\n"
-               "  pinmatrix ci slurm-collect .pinmatrix/slurm/20261201-140000 --wait --json results.json\n"
+               f"  pinmatrix ci slurm-collect {SLURM_DIR}/20261201-140000 --wait --json results.json\n"
                "  pinmatrix results --import results.json")
     add_matrix_argument(s)
     add_selection_arguments(s)
@@ -118,9 +119,9 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
     s.add_argument("--wheels", type=Path, metavar="DIR",
                    help="host runtime: the cells' wheels (DIR/<cell id>/ when it exists, else DIR)")
     s.add_argument("--registry", metavar="PREFIX", help="image runtimes: registry prefix (default: [matrix].registry)")
-    s.add_argument("--out", type=Path, default=Path(".pinmatrix/slurm"), metavar="DIR",
+    s.add_argument("--out", type=Path, default=SLURM_DIR, metavar="DIR",
                    help="submissions go to DIR/<submission id>/ on a filesystem the nodes share (default: "
-                        ".pinmatrix/slurm)")
+                        f"{SLURM_DIR})")
     s.add_argument("--submission-id", metavar="ID", help="names the submission (default: UTC timestamp)")
     s.add_argument("--cpu-partition", metavar="NAME", help="partition of CPU-only cells (default: the cluster's)")
     s.add_argument("--cpus-per-task", type=int, default=2, metavar="N", help="CPUs per task (default 2)")
@@ -148,7 +149,7 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
                     "task ended (slurm-timeout, slurm-cancelled, slurm-preempted, slurm-node-fail, "
                     "slurm-task-failed, ...). Tasks still pending or running are listed and left for later.",
         epilog="Examples:\n"
-               "  pinmatrix ci slurm-collect .pinmatrix/slurm/20261201-140000 --wait\n"
+               f"  pinmatrix ci slurm-collect {SLURM_DIR}/20261201-140000 --wait\n"
                "  pinmatrix ci slurm-collect DIR --json results.json && pinmatrix results --import results.json")
     c.add_argument("paths", nargs="+", type=Path, metavar="DIR", help="submission directories (submission.json)")
     c.add_argument("--wait", action="store_true", help="first wait until no task is pending or running")

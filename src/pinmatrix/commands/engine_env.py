@@ -8,14 +8,14 @@ import shlex
 
 from pinmatrix.commands._common import examples
 from pinmatrix.engine.services import project_podman_env
-from pinmatrix.paths import state_dir
+from pinmatrix.paths import PODMAN_DIR, state_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "engine-env", help="print the podman environment pinmatrix uses, for eval \"$(pinmatrix engine-env)\"",
         description="pinmatrix runs podman and buildah with the project's own containers configuration "
-                    "(.pinmatrix/podman: storage.conf with the storage driver this kernel allows, containers.conf "
+                    f"({PODMAN_DIR}: storage.conf with the storage driver this kernel allows, containers.conf "
                     "with runc, cgroupfs and the ulimits this host permits) unless CONTAINERS_STORAGE_CONF is set "
                     "or /etc/containers/storage.conf exists. This prints the same variables as `export` lines, so "
                     "a plain `podman run` in your shell sees the images pinmatrix built and pulled (as `eval "

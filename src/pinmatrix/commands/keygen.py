@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from pinmatrix.commands._common import examples
-from pinmatrix.paths import KEY_PREFIX, project_root
+from pinmatrix.paths import KEY_PREFIX, SIGNING_KEY, project_root
 from pinmatrix.release.signing import generate_keypair
 
 
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "PINMATRIX_TRUSTED_KEYS). Keep the private key out of the repository. The default pair, in the "
                     f"project's {KEY_PREFIX.parent}/, is the one promote signs with and pull and verify trust when "
                     "no key is named.",
-        **examples("pinmatrix keygen                      # .pinmatrix/keys/signing.key and .pub",
+        **examples(f"pinmatrix keygen                      # {SIGNING_KEY} and .pub",
                    "pinmatrix keygen --out ci/pinmatrix   # ci/pinmatrix.key and ci/pinmatrix.pub",
                    "PINMATRIX_KEY_PASSWORD=... pinmatrix keygen --out release   # the private key encrypted"),
     )

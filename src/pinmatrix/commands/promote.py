@@ -13,7 +13,7 @@ from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.matrix.selection import load, select
-from pinmatrix.paths import KNOWN_GOOD_FILE, SIGNING_KEY
+from pinmatrix.paths import CACHE_DIR, KNOWN_GOOD_FILE, SIGNING_KEY
 from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 from pinmatrix.release.promote import PromotionRefused
 from pinmatrix.release.promote_cells import PromoteSettings, PromotionOutcome, promote_cells
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Refuses, with every reason, when the policy is not met or the cell's tag no longer names the "
                     "tested digest. Exit status: 0 promoted (or already promoted), 1 refused, 2 bad input.",
         **examples("pinmatrix promote --stack demo --dry-run --json   # what would be promoted; each refusal's reason",
-                   "pinmatrix promote --stack demo                     # signs with .pinmatrix/keys/signing.key",
+                   f"pinmatrix promote --stack demo                     # signs with {SIGNING_KEY}",
                    "PINMATRIX_SIGNING_KEY=ci.key pinmatrix promote --cell 0123456789ab --json"),
     )
     add_matrix_argument(p)
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"key (default: PINMATRIX_SIGNING_KEY, else the project's {SIGNING_KEY} when `pinmatrix keygen` "
                    "made it). Unsigned evidence is never accepted by `pinmatrix pull` or `verify`")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
-                   help="the build's cache (default: .pinmatrix/cache next to the matrix): the SBOM's dependency "
+                   help=f"the build's cache (default: {CACHE_DIR} next to the matrix): the SBOM's dependency "
                    "graph reads each locked wheel's Requires-Dist from DIR/wheels")
     p.add_argument("--json", action="store_true",
                    help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, signed_by, steps, "
@@ -117,5 +117,5 @@ def _settings(args: argparse.Namespace) -> PromoteSettings:
         known_good=args.known_good or (matrix.root / KNOWN_GOOD_FILE),
         store=ResultsStore(args.results) if args.results.exists() else None,
         signer=load_signer(key_path) if key_path is not None else None,
-        cache_dir=(args.cache_dir or matrix.root / ".pinmatrix" / "cache") / "wheels",
+        cache_dir=(args.cache_dir or matrix.root / CACHE_DIR) / "wheels",
         catalogue=_catalogue(matrix.root), force=args.force, dry_run=args.dry_run)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.paths import REGISTRY_DIR, STATE_DIR
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry import local as lr
 
@@ -21,12 +22,12 @@ ACTION_EXAMPLES = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "registry", help="start, stop or show the embedded registry (Debian's docker-registry, data in .pinmatrix/)",
+        "registry", help=f"start, stop or show the embedded registry (Debian's docker-registry, data in {STATE_DIR}/)",
         description="When matrix.registry is on this machine's loopback (127.0.0.1:PORT or localhost:PORT), "
                     "commands that push, smoke a pushed image, promote or pull start Debian's docker-registry "
-                    "there themselves if nothing listens, with its data in .pinmatrix/registry/data next to the "
+                    f"there themselves if nothing listens, with its data in {REGISTRY_DIR}/data next to the "
                     "matrix, and stop it when they end. `registry start` keeps one running in the background "
-                    "instead (pid in .pinmatrix/registry/registry.json) until `registry stop`.",
+                    f"instead (pid in {REGISTRY_DIR}/registry.json) until `registry stop`.",
         **examples("pinmatrix registry start     # keep the embedded registry running",
                    "pinmatrix registry status --json",
                    "pinmatrix registry stop"),

@@ -12,6 +12,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_limit_argument, examples, read_input
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
+from pinmatrix.paths import LOGS_DIR, REPORT_DIR
 from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.project.policy import policy_for
@@ -31,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "value, a pivot of two axes, a diff of two cells, smoke details with metrics and log "
                     "excerpts), summary.md (for a CI job summary), junit.xml (one test case per cell x smoke) "
                     "and report.json.",
-        **examples("pinmatrix report                           # .pinmatrix/report/: index.html, summary.md, junit.xml, report.json",
+        **examples(f"pinmatrix report                           # {REPORT_DIR}/: index.html, summary.md, junit.xml, report.json",
                    "pinmatrix report --stack demo -f md --fail-on fail",
                    "pinmatrix report --from-json results.json --screenshot report.png"),
     )
@@ -46,12 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logs", type=Path, action="append", default=[], metavar="DIR",
                    help="a folder of smoke logs (as `pinmatrix smoke --logs DIR` writes them: DIR/RUN/CELL/SMOKE.log); "
                         "repeatable. A log is read into the report only from under DIR/RUN/ of its own run, for DIR "
-                        "one of these, ./.pinmatrix/logs, or logs/ beside the store or a --from-json file")
+                        f"one of these, ./{LOGS_DIR}, or logs/ beside the store or a --from-json file")
     p.add_argument("--arch-scan", type=Path, action="append", default=[], metavar="FILE",
                    help="add the cells x packages table of a `pinmatrix arch-scan --out DIR` run (DIR/arch-scan.json) "
                         "to every format; repeatable")
-    p.add_argument("--out", "-o", type=Path, default=Path(".pinmatrix/report"), metavar="DIR",
-                   help="output directory (default: .pinmatrix/report)")
+    p.add_argument("--out", "-o", type=Path, default=REPORT_DIR, metavar="DIR",
+                   help=f"output directory (default: {REPORT_DIR})")
     p.add_argument("--format", "-f", dest="formats", action="append", choices=FORMATS, default=None,
                    help="write only this format (repeatable; default: all of html, md, junit, json)")
     p.add_argument("--stack", "-s", metavar="S", action="append", help="only stack S (repeatable)")
@@ -85,9 +86,9 @@ def _read_json_rows(path: Path) -> list[SmokeRecord]:
 
 
 def log_roots(args: argparse.Namespace) -> list[Path]:
-    """The folders whose RUN_ID/ subfolders a report may read logs from: --logs, ./.pinmatrix/logs (the
+    """The folders whose RUN_ID/ subfolders a report may read logs from: --logs, ./``LOGS_DIR`` (the
     default of `pinmatrix smoke --logs`), and logs/ beside the store and beside each --from-json file."""
-    roots = [*args.logs, Path.cwd() / ".pinmatrix" / "logs", args.results.parent / "logs"]
+    roots = [*args.logs, Path.cwd() / LOGS_DIR, args.results.parent / "logs"]
     roots += [p.parent / "logs" for p in args.from_json]
     return list(dict.fromkeys(r.resolve() for r in roots))
 

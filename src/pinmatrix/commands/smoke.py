@@ -13,6 +13,7 @@ from pinmatrix.commands._common import add_limit_argument, examples, existing_di
 from pinmatrix.commands._registry import smoking_images
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load, select
+from pinmatrix.paths import KERNEL_CACHE_DIR, LOGS_DIR, OCI_DIR, OVERLAY_DIR, ROOTS_DIR
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
@@ -58,21 +59,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--image", metavar="REF", help="image to run (docker/podman; default: the cell's image "
                    "reference in the matrix registry; chroot: a reference or manifest digest in --layout)")
     p.add_argument("--layout", type=Path, metavar="DIR", default=None,
-                   help="chroot: the OCI image layout holding the cells' images (default: .pinmatrix/oci next to "
+                   help=f"chroot: the OCI image layout holding the cells' images (default: {OCI_DIR} next to "
                    "the matrix, where `pinmatrix build` writes them)")
     p.add_argument("--roots", type=Path, metavar="DIR", default=None,
                    help="chroot: where images are unpacked, one root per manifest digest, reused (default: "
-                   ".pinmatrix/roots next to the matrix)")
+                   f"{ROOTS_DIR} next to the matrix)")
     p.add_argument("--kernel-cache", choices=("keep", "cold", "off"), default=None,
                    help="image runtimes: a folder per image digest (under --roots for chroot, else "
-                   ".pinmatrix/kernel-cache) mounted into each smoke for Triton's, FlashInfer's, TorchInductor's, "
+                   f"{KERNEL_CACHE_DIR}) mounted into each smoke for Triton's, FlashInfer's, TorchInductor's, "
                    "vLLM's and the driver's compile caches: keep (default) keeps it across smokes and runs, cold "
                    "empties it before the image's first smoke, off mounts none")
     p.add_argument("--wheels", type=existing_dir, metavar="DIR",
                    help="host runtime: the cells' extra wheels, installed into a per-cell overlay on PYTHONPATH")
-    p.add_argument("--overlay", type=Path, metavar="DIR", default=Path(".pinmatrix/overlay"),
+    p.add_argument("--overlay", type=Path, metavar="DIR", default=OVERLAY_DIR,
                    help="host runtime: where per-cell overlays (wheels + installed-tree patches) are made "
-                   "(default: .pinmatrix/overlay)")
+                   f"(default: {OVERLAY_DIR})")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs the smokes (host runtime)")
     p.add_argument("--rerun", action="store_true", help="run smokes already recorded for this cell and host")
     p.add_argument("--no-batch", dest="batch", action="store_false",
@@ -82,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, metavar="S", help="cap every smoke's timeout at S seconds")
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
-    p.add_argument("--logs", type=Path, default=Path(".pinmatrix/logs"), metavar="DIR", help="log directory")
+    p.add_argument("--logs", type=Path, default=LOGS_DIR, metavar="DIR", help="log directory")
     p.add_argument("--log-cap", type=float, default=8.0, metavar="MIB",
                    help="keep at most MIB MiB of each smoke's log: the first and the last half, with a line "
                         "saying how much was left out between them (default 8)")

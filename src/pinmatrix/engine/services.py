@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pinmatrix.atomic import locked
 from pinmatrix.errors import EngineError
+from pinmatrix.paths import PODMAN_DIR, STATE_DIR
 
 PODMAN_ULIMITS = '["nofile=20000:20000", "nproc=32768:32768"]'
 
@@ -142,7 +143,7 @@ def project_podman_env(state: Path, environ: Mapping[str, str] | None = None) ->
         return {}
     if shutil.which("podman", path=environ.get("PATH")) is None:
         return {}  # the engine reports podman missing in its own words
-    directory = (state / "podman").resolve()
+    directory = (state / PODMAN_DIR.relative_to(STATE_DIR)).resolve()
     storage, containers = directory / "storage.conf", directory / "containers.conf"
     with locked(directory / ".config.lock"):  # a second process waits for the first one's probe
         if storage.is_file() and containers.is_file() and PODMAN_ULIMITS in containers.read_text():

@@ -17,6 +17,7 @@ from pinmatrix.image.assembly.assemble import AssembledImage, AssemblySettings
 from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.imageref import image_ref
 from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
+from pinmatrix.paths import CACHE_DIR, LOGS_DIR
 
 Status = Literal["built", "cached", "failed"]
 
@@ -24,8 +25,8 @@ Status = Literal["built", "cached", "failed"]
 @dataclass(frozen=True)
 class BuildSettings:
     root: Path = Path(".")  # the project: smoke/, patches/, locks/, images/ (Containerfile path)
-    cache_dir: Path = Path(".pinmatrix/cache")
-    logs_dir: Path = Path(".pinmatrix/logs")
+    cache_dir: Path = CACHE_DIR
+    logs_dir: Path = LOGS_DIR
     registry: str | None = None  # "127.0.0.1:5000/pinmatrix": image refs are <registry>/<stack>:<cell id>
     ca_certificates: tuple[Path, ...] = ()  # trusted for downloads; in images only with ca_in_images
     ca_in_images: bool = False

@@ -1,11 +1,12 @@
 """The embedded default registry: when the matrix names a loopback registry (``127.0.0.1:PORT/...`` or
 ``localhost:PORT/...``) and nothing listens there, pinmatrix serves one itself with Debian's docker-registry,
-its config in ``.pinmatrix/registry/`` and its blobs in ``.pinmatrix/registry/data`` next to the matrix.
+its config in the state folder's ``registry/`` (``paths.REGISTRY_DIR``) and its blobs in ``registry/data``
+next to the matrix.
 
 Two ways to have one, as with a compose service:
 - per command (automatic): a command that talks to the registry (build --push, smoke in an image, promote,
   pull, ci k8s) starts it when nothing listens and stops it when the last such command ends;
-- managed: ``pinmatrix registry start`` keeps one in the background (a pidfile in ``.pinmatrix/registry/``)
+- managed: ``pinmatrix registry start`` keeps one in the background (a pidfile in that ``registry/``)
   until ``pinmatrix registry stop``; commands then find it listening and leave it alone.
 
 Concurrent commands share an automatic registry: each holds a shared flock on ``users.lock`` while it runs
@@ -32,8 +33,8 @@ from pinmatrix.atomic import atomic_write_text, locked
 from pinmatrix.engine.services import Service, start_registry
 from pinmatrix.errors import EngineError
 from pinmatrix.imageref import host_name, is_loopback
+from pinmatrix.paths import REGISTRY_DIR
 
-REGISTRY_DIR = Path(".pinmatrix") / "registry"
 PIDFILE = "registry.json"
 Mode = Literal["auto", "managed"]
 
@@ -111,7 +112,7 @@ def _write_state(root: Path, state: State | None) -> None:
 
 
 def start(root: Path, endpoint: Endpoint, mode: Mode) -> State:
-    """Start docker-registry on ``endpoint`` with its data under ``root``/.pinmatrix/registry/data."""
+    """Start docker-registry on ``endpoint`` with its data under ``root``/``REGISTRY_DIR``/data."""
     directory = registry_dir(root).resolve()
     try:
         service = start_registry(directory, endpoint.port, host=endpoint.host, exact=True)

@@ -45,7 +45,7 @@ def log_file(log_path: str | None, run_id: str, roots: Sequence[Path]) -> Path |
     """The file of a record's log, only if it lies under ``ROOT/RUN_ID/`` for one of the report's log roots
     (the run's own log folder), after every symlink and '..' is resolved; else None.
 
-    A record says where its log was (``/x/.pinmatrix/logs/RUN/CELL/SMOKE.log``); the same tail is also
+    A record says where its log was (``/x/<state folder>/logs/RUN/CELL/SMOKE.log``); the same tail is also
     looked for under each root, for logs copied elsewhere (results/h200/logs/RUN/...). A path that names
     anything else (/etc/passwd, ../../secret, a symlink out of the root) is never opened."""
 

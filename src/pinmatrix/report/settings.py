@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.paths import REPORT_DIR
 from pinmatrix.report.archscan import arch_scan_tables, load_arch_scans
 from pinmatrix.report.browser import screenshot_file
 from pinmatrix.report.model import SEVERITY, CellRow, Report, build_report
@@ -19,7 +20,7 @@ from pinmatrix.statuses import FORMATS
 
 @dataclass(frozen=True)
 class ReportSettings:
-    out: Path = Path(".pinmatrix/report")
+    out: Path = REPORT_DIR
     formats: tuple[str, ...] = tuple(FORMATS)
     title: str = "pinmatrix report"
     cells: Sequence[Cell] = ()  # the matrix's cells (none: cells are named by id)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from pinmatrix.paths import OVERLAY_DIR
 from pinmatrix.project.catalogue import Smoke, load_catalogue
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import file_slug, terminal_text
@@ -71,7 +71,7 @@ def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, opt
     if not todo:
         return out
     if options.runtime == "host" and (options.wheels_dir or cell.patches):
-        overlay_root = options.overlay_dir or Path(".pinmatrix/overlay")
+        overlay_root = options.overlay_dir or OVERLAY_DIR
         out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
                                     repo_root=options.repo_root, python=options.python, log=echo)
     work = (options.logs_dir / run_id / file_slug(cell.id)).resolve()  # smokes run with cwd=work

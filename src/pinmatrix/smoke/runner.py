@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from pinmatrix.archscan.smokeenv import smoke_env_vars
 from pinmatrix.matrix.keyword import compile_keyword
+from pinmatrix.paths import LOGS_DIR
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, select
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
@@ -88,7 +89,7 @@ class RunOptions:
     rerun: bool = False
     timeout_s: float | None = None  # caps every smoke's own timeout
     python: str = sys.executable
-    logs_dir: Path = Path(".pinmatrix/logs")
+    logs_dir: Path = LOGS_DIR
     overlay_dir: Path | None = None  # where per-cell overlays are made (host runtime)
     wheels_dir: Path | None = None  # the cells' extra wheels
     repo_root: Path = Path(".")

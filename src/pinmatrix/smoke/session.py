@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from pinmatrix.engine import get_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import image_ref
+from pinmatrix.paths import KERNEL_CACHE_DIR, OCI_DIR, ROOTS_DIR
 from pinmatrix.project.catalogue import Smoke, find_smoke_dir
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
@@ -36,8 +37,8 @@ class SmokeSettings:
     smoke_dir: Path | None = None  # --smoke-dir; None: the project's smoke/ (project.catalogue.find_smoke_dir)
     keyword: str | None = None
     image: str | None = None  # --image: one reference for every cell
-    layout: Path | None = None  # the chroot runtime's OCI layout (default .pinmatrix/oci)
-    roots: Path | None = None  # where the chroot runtime unpacks images (default .pinmatrix/roots)
+    layout: Path | None = None  # the chroot runtime's OCI layout (default paths.OCI_DIR)
+    roots: Path | None = None  # where the chroot runtime unpacks images (default paths.ROOTS_DIR)
 
 
 @dataclass
@@ -111,7 +112,7 @@ def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str |
     if user not in ("", "root", "0", "0:0", "root:root"):
         echo(f"  kernel cache off: the image runs as {user!r}, not root")
         return None, image_env
-    cache = prepare_cache(root / ".pinmatrix" / "kernel-cache", digest, mode or "keep")
+    cache = prepare_cache(root / KERNEL_CACHE_DIR, digest, mode or "keep")
     if cache is not None:
         echo(f"  kernel cache {cache.folder}{' (emptied)' if mode == 'cold' else ''}")
     return cache, image_env
@@ -121,7 +122,7 @@ class ImageSource(Protocol):
     """Where each cell's image is found and how a smoke then runs in it: an engine's store (its containers) or
     an OCI layout (its image unpacked, the chroot runtime)."""
 
-    where: str  # for the run's first line: "runtime podman", "runtime chroot, layout .pinmatrix/oci"
+    where: str  # for the run's first line: "runtime podman", "runtime chroot, layout <the layout>"
 
     def digest(self, ref: str) -> str | None: ...
     def absent(self, ref: str) -> tuple[str, str]: ...  # (the session's no-image line, the progress line)
@@ -180,8 +181,8 @@ class _LayoutRoots:
     def __init__(self, settings: SmokeSettings, run_id: str, echo: Echo) -> None:
         self.settings, self.run_id, self.echo = settings, run_id, echo
         options = settings.options
-        self.layout = settings.layout or options.repo_root / ".pinmatrix" / "oci"
-        self.roots = settings.roots or options.repo_root / ".pinmatrix" / "roots"
+        self.layout = settings.layout or options.repo_root / OCI_DIR
+        self.roots = settings.roots or options.repo_root / ROOTS_DIR
         self.smoke_dir = find_smoke_dir(settings.smoke_dir)
         self.where = f"runtime chroot, layout {self.layout}"
 
