@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import MatrixError
-from pinmatrix.matrix.runtime_needs import RuntimeNeedsError, default_needs, load_needs
 from pinmatrix.matrix.selection import load, validate_matrix
 
 REPO = Path(__file__).resolve().parents[3]
@@ -82,24 +81,3 @@ def test_the_shipped_triton_cells_bases_carry_the_needs() -> None:
     assert h200 and all((REPO / "locks" / f"{c.id}.txt").is_file() for c in h200)
     for cell in h200 + [c for c in expansion.cells if c.stack == "xformers-tiled-matmul"]:
         assert {"gcc", "python3-dev", "libc6-dev"} <= set(cell.base.packages)
-
-
-def test_the_shipped_rules_name_their_source() -> None:
-    (rule,) = [r for r in default_needs().needs if r.distribution == "triton"]
-    assert "build.py" in rule.source
-    assert rule.missing(["gcc", "python3.12-dev", "libc6-dev"], "3.12") == []
-    assert rule.missing(["gcc", "python3.12-dev", "libc6-dev"], "3.13") == [["python3-dev", "python3.13-dev"]]
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("needs = []", "runtime_needs.toml: needs: "),
-    ('[[needs]]\ndistribution = "triton"\nwhat = "x"\nreason = "y"\nsource = "z"\ndebian = [["Gcc"]]',
-     "runtime_needs.toml: needs.0.debian.0.0: "),
-    ('[[needs]]\ndistribution = "triton"\nwhat = "x"\nreason = "y"\nsource = "z"\ndebian = [["gcc"]]\nextra = 1',
-     "runtime_needs.toml: needs.0.extra: "),
-    ("needs = [", "runtime_needs.toml: syntax error: "),
-])
-def test_a_malformed_rules_file_is_one_line(text: str, expected: str) -> None:
-    with pytest.raises(RuntimeNeedsError) as err:
-        load_needs(text)
-    assert str(err.value).startswith(expected) and "\n" not in str(err.value)
