@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
-from pinmatrix.matrix.needs import group_needs
+from pinmatrix.matrix.beyond_index import group_needs
 from pinmatrix.matrix.selection import load
 
 

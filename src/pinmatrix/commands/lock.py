@@ -21,7 +21,7 @@ from pinmatrix.lock.resolve import (
     uv_version,
 )
 from pinmatrix.lock.settings import LockSettings
-from pinmatrix.matrix.needs import group_needs
+from pinmatrix.matrix.beyond_index import group_needs
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.lockfile import lock_path
 

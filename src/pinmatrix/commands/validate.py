@@ -7,7 +7,7 @@ import json
 
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import MatrixError
-from pinmatrix.matrix.needs import group_needs
+from pinmatrix.matrix.beyond_index import group_needs
 from pinmatrix.matrix.selection import validate_matrix
 
 

@@ -33,10 +33,10 @@ from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
 from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.classify import Outcome, classify
+from pinmatrix.smoke.gpu_needs import unmet_need
 from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
-from pinmatrix.smoke.needs import unmet_need
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.target import SmokeTarget
 

@@ -1,5 +1,5 @@
 """A smoke's GPU needs: decided by the runner from its host probe before any process starts where the probe can
-tell (smoke/needs.py), and again inside the smoke (shipped/_smokelib.py, standard library only): both the same."""
+tell (smoke/gpu_needs.py), and again inside the smoke (shipped/_smokelib.py, standard library only): both the same."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.cellrun import run_cell
-from pinmatrix.smoke.needs import no_native_fp4, unmet_need
+from pinmatrix.smoke.gpu_needs import no_native_fp4, unmet_need
 from pinmatrix.smoke.runner import HostCell, RunOptions
 
 MODULE = '''

@@ -2,7 +2,7 @@
 
 The smoke judges the same needs again inside the cell (``shipped/_smokelib.unmet_need``: the in-cell runtime is
 standard library only and imports nothing of pinmatrix, so the rule is written there as well);
-tests/unit/smoke/test_needs.py holds both to the same answers over a grid of needs and GPUs."""
+tests/unit/smoke/test_gpu_needs.py holds both to the same answers over a grid of needs and GPUs."""
 
 from __future__ import annotations
 
