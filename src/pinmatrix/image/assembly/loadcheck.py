@@ -3,7 +3,8 @@ image's layers are read in order into one file tree (whiteouts applied, symlinks
 built for the image's architecture must find its interpreter (``PT_INTERP``) and each library it needs
 (``DT_NEEDED``) inside that tree, searched the way the dynamic loader does: ``DT_RPATH`` (when there is no
 ``DT_RUNPATH``) with ``$ORIGIN`` honoured, the config's ``LD_LIBRARY_PATH``, ``DT_RUNPATH``, the ld.so.cache
-directories (when the image has a cache) and the system directories (``data/runnable.toml``). A library
+directories (when the image has a cache) and the system directories (``data/runnable.toml``, its model in
+``project/runnable_rules``). A library
 found by none of them but shipped elsewhere in the image under that name counts as found: the loader reuses
 an already loaded library of that soname (torch loads its CUDA libraries before the extensions that need
 them). The GPU driver's libraries (libcuda.so.1, ...) come from the host at run time: an allow-list with the
@@ -19,25 +20,18 @@ import shutil
 import tarfile
 import tempfile
 import threading
-import tomllib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import IO, Protocol
 
-from pydantic import Field, ValidationError
-
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.datamodel import Strict, friendly_message, key_path
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assembly.elf import MACHINES, ElfError, ElfInfo, is_elf, read_elf
-from pinmatrix.names import OneLine
 from pinmatrix.oci.layer import open_layer
+from pinmatrix.project.runnable_rules import RunnableRules, default_rules
 
-RULES_FILE = "runnable.toml"
 PREFIX = 64 << 20  # bytes of an ELF file kept while its layer streams past (its headers and string table)
 MAX_CONF = 64 << 10  # bytes of one ld.so.conf file read
 MAX_LINKS = 40  # symlinks followed for one path (the kernel's limit)
@@ -48,60 +42,6 @@ Op = tuple[str, str, "str | bytes | ElfInfo"]  # (what, path, its link target, t
 
 class RunnableError(PinmatrixError):
     """The image holds ELF files that cannot start in it (each named, with what it lacks)."""
-
-
-class HostLibrary(Strict):
-    name: OneLine
-    reason: OneLine
-
-
-class LoaderTable(Strict):
-    source: OneLine
-    system_dirs: dict[str, list[OneLine]] = Field(min_length=1)
-
-
-class HostProvidedTable(Strict):
-    source: OneLine
-    libraries: list[HostLibrary]
-
-
-class OptionalFile(Strict):
-    glob: OneLine  # the file's path in the image, no leading '/' (fnmatch)
-    reason: OneLine
-
-
-class OptionalTable(Strict):
-    source: OneLine
-    files: list[OptionalFile] = Field(default_factory=list)
-
-
-class RunnableRules(Strict):
-    """data/runnable.toml."""
-
-    loader: LoaderTable
-    host_provided: HostProvidedTable
-    optional: OptionalTable
-
-    def host_library(self, name: str) -> HostLibrary | None:
-        return next((lib for lib in self.host_provided.libraries if lib.name == name), None)
-
-    def optional_file(self, path: str) -> OptionalFile | None:
-        return next((f for f in self.optional.files if fnmatch.fnmatchcase(path, f.glob)), None)
-
-
-def parse_rules(text: str, name: str = RULES_FILE) -> RunnableRules:
-    try:
-        return RunnableRules.model_validate(tomllib.loads(text))
-    except tomllib.TOMLDecodeError as exc:
-        raise RunnableError(f"{name}: syntax error: {exc}") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise RunnableError(f"{name}: {key_path(tuple(err['loc']))}: {friendly_message(err, RunnableRules)}") from None
-
-
-@cache
-def default_rules() -> RunnableRules:
-    return parse_rules(resources.files("pinmatrix").joinpath(f"data/{RULES_FILE}").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)

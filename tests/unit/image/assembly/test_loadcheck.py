@@ -19,7 +19,7 @@ from helpers import read_elf_bytes
 from conftest import require_binaries
 from pinmatrix.cell import BaseSpec
 from pinmatrix.image.assembly.elf import ElfError
-from pinmatrix.image.assembly.loadcheck import check_layers, parse_rules, summary
+from pinmatrix.image.assembly.loadcheck import check_layers, summary
 from pinmatrix.image.assembly.rootfs import CA_BUNDLE, EXTRACT_PACKAGES, extract_data, rootfs_inputs
 from pinmatrix.oci.layer import MEDIA_TYPE_TAR
 
@@ -141,13 +141,6 @@ def test_driver_libraries_are_host_provided_and_optional_plugins_do_not_fail(tmp
     assert [(p.path, p.what.split(" (", 1)[0], bool(p.optional)) for p in problems] == [
         (f"/{site}/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3",
          "needs libmlx5.so.1, which is nowhere in the image", True)]
-
-
-def test_the_rules_file_is_checked(tmp_path: Path) -> None:
-    from pinmatrix.image.assembly.loadcheck import RunnableError
-
-    with pytest.raises(RunnableError, match=r"runnable.toml: loader: required key is missing"):
-        parse_rules("[host_provided]\nsource = 'x'\nlibraries = []\n[optional]\nsource = 'y'\n")
 
 
 def test_an_extract_base_gets_what_programs_need_to_start() -> None:
