@@ -24,6 +24,7 @@ import email.utils
 import hashlib
 import json
 import os
+import random
 import re
 import time
 import urllib.error
@@ -68,6 +69,11 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRIES = 4  # asked again at most this many times, waiting BACKOFF * 2**n (or what Retry-After says)
 BACKOFF = 0.5
 MAX_RETRY_WAIT = 30.0  # the longest one wait; a Retry-After beyond it ends the request
+# The referrers index (tag schema) is written, read back after a settle time, and merged again when another
+# writer's write dropped ours: at most so many times (see RegistryClient._update_referrers_tag).
+REFERRERS_ATTEMPTS = 5
+REFERRERS_MIN_SETTLE = 0.05
+REFERRERS_MAX_SETTLE = 2.0
 
 
 def retry_delay(header: str | None, attempt: int) -> float | None:
@@ -670,26 +676,46 @@ class Registry:
                 except RegistryError:
                     kept.add(digest)  # deletes disabled (405) or not allowed: it stays a referrer
             return kept
-        tag = referrers_tag(subject_digest)
-        current = self.get_manifest(repository, tag)
-        manifests = list(current.json.get("manifests") or []) if current else []
-        left = [m for m in manifests if m.get("digest") not in digests]
-        if len(left) != len(manifests):
-            body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": left},
-                              sort_keys=True, separators=(",", ":")).encode()
-            self.put_manifest(repository, tag, Manifest(body=body, media_type=OCI_INDEX, digest=sha256_digest(body)))
+        self._update_referrers_tag(repository, subject_digest, None, digests)
         return set()
 
     def _add_to_referrers_tag(self, repository: str, subject_digest: str, descriptor: dict[str, Any]) -> None:
+        self._update_referrers_tag(repository, subject_digest, descriptor, set())
+
+    def _update_referrers_tag(self, repository: str, subject_digest: str, add: dict[str, Any] | None,
+                              remove: set[str]) -> None:
+        """Write the referrers index of ``subject_digest`` (tag schema) with ``add`` in it and ``remove`` out of it,
+        safe against a concurrent writer: the index is read, merged and written, then read back after a settle
+        time (four times the read-merge-write round, jittered); an index that lost ``add`` or holds a removed
+        entry again (another writer's write based on what it read before ours) is merged and written again, up to
+        ``REFERRERS_ATTEMPTS`` times. Without conditional writes in the distribution API this holds while a
+        writer's own read-to-write round is shorter than the settle time."""
         tag = referrers_tag(subject_digest)
+        for _attempt in range(REFERRERS_ATTEMPTS):
+            started = time.monotonic()
+            current = self._referrers_listed(repository, tag)
+            if _referrers_hold(current, add, remove):
+                return
+            merged = [m for m in current if m.get("digest") not in remove]
+            merged += [add] if add is not None and not any(m.get("digest") == add["digest"] for m in merged) else []
+            body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": merged},
+                              sort_keys=True, separators=(",", ":")).encode()
+            self.put_manifest(repository, tag, Manifest(body=body, media_type=OCI_INDEX, digest=sha256_digest(body)))
+            settle = min(REFERRERS_MAX_SETTLE, max(REFERRERS_MIN_SETTLE, 4 * (time.monotonic() - started)))
+            time.sleep(settle * (1 + random.random()))
+            if _referrers_hold(self._referrers_listed(repository, tag), add, remove):
+                return
+        raise RegistryError(f"{self.host}/{repository}:{tag}: the referrers index lost this write "
+                            f"{REFERRERS_ATTEMPTS} times (other writers at the same time); run the command again")
+
+    def _referrers_listed(self, repository: str, tag: str) -> list[dict[str, Any]]:
         current = self.get_manifest(repository, tag)
-        manifests = list(current.json.get("manifests") or []) if current else []
-        if any(m.get("digest") == descriptor["digest"] for m in manifests):
-            return
-        manifests.append(descriptor)
-        body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
-                          sort_keys=True, separators=(",", ":")).encode()
-        self.put_manifest(repository, tag, Manifest(body=body, media_type=OCI_INDEX, digest=sha256_digest(body)))
+        return list(current.json.get("manifests") or []) if current else []
+
+
+def _referrers_hold(manifests: list[dict[str, Any]], add: dict[str, Any] | None, remove: set[str]) -> bool:
+    listed = {m.get("digest") for m in manifests}
+    return (add is None or add["digest"] in listed) and not (listed & remove)
 
 
 def _labels(config: dict[str, Any]) -> dict[str, str]:
