@@ -10,7 +10,9 @@
   whiteouts: ``.wh.NAME`` removes NAME of the layers below, ``.wh..wh..opq`` empties its directory of them.
 - Modes, times and (when run as root) owners are the layers'. Links are created, never followed: a member whose
   path is absolute, holds ``..`` or passes through a symlink, and a hard link to anything outside the root or not
-  yet in it, is refused with one line naming the layer digest and the member. Device nodes are made only as root.
+  yet in it, is refused with one line naming the layer digest and the member. Setuid and setgid bits are dropped,
+  and device nodes and FIFOs are not made (an image's /dev is the runtime's; one line counts what was left out), so
+  no unpacked root holds a setuid-root program or a node of the host's disk or memory, whoever unpacked it.
 - A root that is present and complete (``unpacked.json`` names the same manifest) is reused.
 """
 
@@ -250,6 +252,7 @@ class _Layer:
         self.as_root = as_root
         self.created: set[str] = set()  # paths this layer made: its whiteouts do not hide them
         self.dirs: list[tuple[Path, tarfile.TarInfo]] = []  # their modes and times are set at the end
+        self.left_out = 0  # device nodes and FIFOs, never made
 
     def refuse(self, member: str, why: str) -> RootfsError:
         return RootfsError(f"layer {self.digest}: member {member[:200]!r}: {why}; refused")
@@ -352,13 +355,9 @@ class _Layer:
             with os.fdopen(fd, "wb") as out:
                 if source is not None:
                     shutil.copyfileobj(source, out, CHUNK)
-        elif info.ischr() or info.isblk():
-            if not self.as_root:
-                return  # only root makes device nodes; an image's /dev is the runtime's anyway
-            kind = stat.S_IFCHR if info.ischr() else stat.S_IFBLK
-            os.mknod(path, kind | 0o600, os.makedev(info.devmajor, info.devminor))
-        elif info.isfifo():
-            os.mkfifo(path, 0o600)
+        elif info.ischr() or info.isblk() or info.isfifo():
+            self.left_out += 1  # a node of the host's disk or memory must never exist on the host's file system
+            return
         else:
             raise self.refuse(info.name, f"an entry of tar type {info.type!r} this runtime does not make")
         self.attributes(path, info)
@@ -367,7 +366,7 @@ class _Layer:
         if self.as_root:
             os.lchown(path, info.uid, info.gid)
         if not info.issym():  # the entry was just made here: a file, folder, node or fifo, never a link
-            os.chmod(path, stat.S_IMODE(info.mode))
+            os.chmod(path, stat.S_IMODE(info.mode) & ~(stat.S_ISUID | stat.S_ISGID))
         try:
             os.utime(path, (info.mtime, info.mtime), follow_symlinks=False)
         except OSError as err:  # a time out of range for the filesystem: the content is what matters
@@ -379,9 +378,10 @@ class _Layer:
             self.attributes(path, info)
 
 
-def apply_layer(root: Path, blob: Path, digest: str, size: int, compression: str, *, as_root: bool) -> None:
+def apply_layer(root: Path, blob: Path, digest: str, size: int, compression: str, *, as_root: bool) -> int:
     """Apply one layer to ``root``; RootfsError when the blob does not match ``digest``/``size`` (checked over
-    every byte, the tail past the tar's end included) or a member is unsafe."""
+    every byte, the tail past the tar's end included) or a member is unsafe. Returns how many device nodes and
+    FIFOs it held (not made)."""
     raw = _Verified(blob, digest, size)
     layer = _Layer(root, digest, as_root)
     try:
@@ -400,6 +400,7 @@ def apply_layer(root: Path, blob: Path, digest: str, size: int, compression: str
         layer.finish()
     finally:
         raw.close()
+    return layer.left_out
 
 
 # ------------------------------------------------------------------------------------------------ the root
@@ -432,10 +433,13 @@ def unpack_image(layout_dir: Path, digest: str, roots: Path, *, echo: Any = None
         rootfs.mkdir(parents=True)
         os.chmod(rootfs, 0o755)
         try:
+            left_out = 0
             for n, (blob, layer_digest, size, comp) in enumerate(blobs, 1):
                 if echo is not None:
                     echo(f"  unpack layer {n}/{len(blobs)} {layer_digest[:19]} ({size} bytes, {comp})")
-                apply_layer(rootfs, blob, layer_digest, size, comp, as_root=as_root)
+                left_out += apply_layer(rootfs, blob, layer_digest, size, comp, as_root=as_root)
+            if left_out and echo is not None:
+                echo(f"  {left_out} device node(s) and FIFO(s) in the layers not made (the runtime gives /dev)")
             record = {"manifest": digest, "layers": [d for _, d, _, _ in blobs], "owners": as_root}
             atomic_write_text(work / COMPLETE, json.dumps(record, indent=1, sort_keys=True) + "\n")
             os.rename(work, final)

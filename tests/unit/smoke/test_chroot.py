@@ -234,7 +234,7 @@ def test_whiteouts_opaque_dirs_links_modes_and_owners(tmp_path: Path) -> None:
     tool = os.lstat(root / "tool")
     if os.geteuid() == 0:
         assert (tool.st_uid, tool.st_gid) == (1234, 4321)
-        assert stat.S_IMODE(tool.st_mode) == 0o4755  # setuid kept: set after the owner
+        assert stat.S_IMODE(tool.st_mode) == 0o755  # the setuid bit dropped (oci/unpack.py)
     assert tool.st_mtime == 1735689600
     again = unpack_image(layout, digest, tmp_path / "roots")
     assert again.reused and again.path == root
@@ -374,8 +374,7 @@ def looking_glass(demo: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
 
 def _run(runtime: ChrootSmokes, smokes: Path, tmp: Path) -> Any:
     store = ResultsStore(tmp / "r.sqlite")
-    options = RunOptions(smoke_dir=smokes, logs_dir=tmp / "logs", runtime="chroot", image_digest=runtime.image.digest,
-                         container=runtime)
+    options = RunOptions(smoke_dir=smokes, logs_dir=tmp / "logs", runtime=runtime, image_digest=runtime.image.digest)
     host = {"PMTEST_HOST_PATH": str(REPO / "matrix.toml"),  # passed only if the runtime leaked host variables
             "CUDA_HOME": "/host/cuda", "CUDA_VISIBLE_DEVICES": "0"}  # the image's CUDA_HOME wins, the other passes
     saved = {k: os.environ.get(k) for k in host}
@@ -623,8 +622,8 @@ def _cache_run(demo: dict[str, Any], digest: str, smokes: Path, tmp: Path, mode:
     runtime = prepare(demo["layout"], digest, demo["roots"], smokes, smokes=load_catalogue(smokes),
                       gpu_required=False, log_dir=tmp / f"probe-{mode}", echo=lambda _line: None,
                       driver=DriverFiles(), dev=tmp / "no-dev", kernel_cache=mode)
-    options = RunOptions(smoke_dir=smokes, logs_dir=tmp / f"logs-{mode}", runtime="chroot", rerun=True,
-                         image_digest=digest, container=runtime, kernel_cache=mode)
+    options = RunOptions(smoke_dir=smokes, logs_dir=tmp / f"logs-{mode}", runtime=runtime, rerun=True,
+                         image_digest=digest, kernel_cache=mode)
     run = run_cell(HostCell(), load_catalogue(smokes), ResultsStore(tmp / f"{mode}.sqlite"), options,
                    host=HostFingerprint.make(hostname="t"), run_id=f"t-{mode}", echo=lambda _line: None)
     records = {r.smoke: r for r in run.records}
