@@ -3,18 +3,17 @@ against one model when read (``pull``, ``promote``, the embedded registry), appe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import tomlkit
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.datamodel import Strict, friendly_message, key_path
-from pinmatrix.errors import PinmatrixError
+from pinmatrix.datamodel import Strict
+from pinmatrix.project.document import load_document
 
-REQUIRED_KEYS = ("stack", "cell_id", "digest", "reference", "promoted_at")
+MAX_KNOWN_GOOD_BYTES = 64 << 20  # a promotion with its evidence is about a kilobyte
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
@@ -69,32 +68,19 @@ def _clean(value: Any) -> Any:
     return value
 
 
+class KnownGoodDoc(Strict):
+    """known-good.toml: its ``[[promoted]]`` tables, oldest first (none: nothing is promoted yet)."""
+
+    promoted: list[KnownGoodEntry] = []
+
+
 def read_known_good(path: Path) -> list[dict[str, Any]]:
+    """The promotions recorded in ``path``, oldest first, each as the keys its table gives; none when there is no
+    file. A malformed one is one located line (``FILE:LINE: promoted.0.digest: message``)."""
     if not path.exists():
         return []
-    try:
-        doc = tomlkit.parse(path.read_text())
-    except Exception as err:  # tomlkit raises several parse error types
-        raise PinmatrixError(f"{path}: not valid TOML: {err}") from None
-    entries = doc.get("promoted", [])
-    if not isinstance(entries, list):
-        raise PinmatrixError(f"{path}: promoted: expected an array of tables")
-    out = []
-    for i, entry in enumerate(entries):
-        data = json.loads(json.dumps(entry))  # tomlkit items -> plain values
-        if not isinstance(data, dict):
-            raise PinmatrixError(f"{path}: promoted[{i}]: expected a table")
-        for key in REQUIRED_KEYS:
-            if key not in data:
-                raise PinmatrixError(f"{path}: promoted[{i}] lacks {key!r}")
-        try:
-            KnownGoodEntry.model_validate(data)
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = key_path(("promoted", i, *first["loc"]))
-            raise PinmatrixError(f"{path}: {where}: {friendly_message(first, KnownGoodEntry)}") from None
-        out.append(data)
-    return out
+    doc = load_document(path, KnownGoodDoc, what="a promotion record", max_bytes=MAX_KNOWN_GOOD_BYTES)
+    return [entry.model_dump(exclude_unset=True) for entry in doc.promoted]
 
 
 def record_promotion(path: Path, entry: dict[str, Any]) -> None:

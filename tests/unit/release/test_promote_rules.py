@@ -16,6 +16,7 @@ from helpers import fetch_statements
 from promotion import push_image  # noqa: F401 - the fixture
 from report_data import H200, make_cell
 
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.policy import PromotionPolicy
@@ -246,11 +247,15 @@ def test_known_good_file_round_trip_header_and_errors(tmp_path: Path) -> None:
         bad = tmp_path / f"bad-{key}.toml"
         record_promotion(bad, {k: v for k, v in entry.items() if k != key})
         record_promotion(bad, entry)
-        with pytest.raises(Exception, match=rf"^{bad}: promoted\[0\] lacks '{key}'$"):
+        line = bad.read_text().splitlines().index("[[promoted]]") + 1  # the first entry's table
+        with pytest.raises(PinmatrixError, match=rf"^{bad}:{line}: promoted\.0\.{key}: required key is missing$"):
             read_known_good(bad)
     broken = tmp_path / "broken.toml"
     broken.write_text("[[promoted]\n")
-    with pytest.raises(Exception, match=rf"^{broken}: not valid TOML: "):
+    with pytest.raises(PinmatrixError, match=rf"^{broken}:1: syntax error: "):
+        read_known_good(broken)
+    broken.write_text('[[promoted]]\nstack = "s"\ncell_id = "c"\ndigest = "sha256:1"\n')
+    with pytest.raises(PinmatrixError, match=rf"^{broken}:4: promoted\.0\.digest: String should match pattern"):
         read_known_good(broken)
 
 
