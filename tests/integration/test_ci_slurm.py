@@ -428,7 +428,7 @@ def test_one_pools_file_for_k8s_and_slurm(tmp_path: Path) -> None:
         path.write_text(POOLS.replace('partition = "gpu"', bad, 1))
         with pytest.raises(PinmatrixError) as err:
             load_pools(path)
-        assert str(err.value).startswith(f"{path}: {key}: "), err.value
+        assert re.match(rf"{re.escape(str(path))}:\d+: {re.escape(key)}: ", str(err.value)), err.value
     path.write_text(POOLS + "\n[slurm]\nx = 1\n")
     with pytest.raises(PinmatrixError, match="slurm: unknown key"):
         load_pools(path)

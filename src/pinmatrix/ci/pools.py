@@ -23,17 +23,17 @@ gres_type = "h200"              # --gres=gpu:h200:N instead of --gres=gpu:N
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from pinmatrix.cell import Cell
-from pinmatrix.datamodel import Strict, friendly_message
-from pinmatrix.errors import PinmatrixError
+from pinmatrix.datamodel import Strict
 from pinmatrix.names import Name
+from pinmatrix.project.document import load_document
 from pinmatrix.release.hostmatch import HostFacts, Requirements, host_matches_gpu, host_meets, version_tuple
 
 MAX_POOLS_BYTES = 256 * 1024  # a pools file is a few tables; anything larger is not one
@@ -77,40 +77,32 @@ class NodePool(Strict):
         return (f"sm_{self.capability.replace('.', '')}", f"nvidia-driver-{self.driver}")
 
 
+class PoolsDoc(Strict):
+    """A node pool file: one or more ``[[pool]]`` tables, each name once."""
+
+    pool: list[NodePool] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PoolsDoc:
+        names = [p.name for p in self.pool]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup:
+            raise ValueError(f"pool name {dup!r} appears twice")
+        return self
+
+
+def _pool_key(err: ErrorDetails) -> str:
+    """``pool[0].slurm.features.0``: the pool by its index, then its key."""
+    loc = tuple(err["loc"])
+    if len(loc) >= 2 and loc[0] == "pool" and isinstance(loc[1], int):
+        return f"pool[{loc[1]}]" + "".join(f".{p}" for p in loc[2:])
+    return ".".join(str(p) for p in loc)
+
+
 def load_pools(path: Path) -> list[NodePool]:
-    try:
-        raw_bytes = path.read_bytes()
-    except FileNotFoundError:
-        raise PinmatrixError(f"{path}: no such node pool file") from None
-    except OSError as err:
-        raise PinmatrixError(f"{path}: cannot read the node pool file: {err.strerror}") from None
-    if len(raw_bytes) > MAX_POOLS_BYTES:
-        raise PinmatrixError(f"{path}: {len(raw_bytes)} bytes, more than a node pool file's {MAX_POOLS_BYTES}")
-    try:
-        data = tomllib.loads(raw_bytes.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise PinmatrixError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise PinmatrixError(f"{path}: not valid TOML: {err}") from None
-    pools = data.get("pool")
-    if not isinstance(pools, list) or not pools:
-        raise PinmatrixError(f"{path}: expected one or more [[pool]] tables")
-    extra = sorted(set(data) - {"pool"})
-    if extra:
-        raise PinmatrixError(f"{path}: {extra[0]}: unknown key (a node pool file holds [[pool]] tables only)")
-    out = []
-    for i, raw in enumerate(pools):
-        try:
-            out.append(NodePool.model_validate(raw))
-        except ValidationError as err:
-            first = err.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
-            raise PinmatrixError(f"{path}: pool[{i}].{key}: {friendly_message(first, NodePool)}") from None
-    names = [p.name for p in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup:
-        raise PinmatrixError(f"{path}: pool name {dup!r} appears twice")
-    return out
+    """The pools of a node pool file; one located line (``FILE:LINE: pool[0].driver: message``) if malformed."""
+    return load_document(path, PoolsDoc, what="a node pool file", max_bytes=MAX_POOLS_BYTES, key=_pool_key,
+                         hint="the node pool file").pool
 
 
 def pool_fits(cell: Cell, pool: NodePool) -> tuple[bool, str]:

@@ -182,16 +182,6 @@ def test_a_run_id_is_a_name_never_a_path(expansion, pools, run_id: str) -> None:
     assert k8s_manifests(cells, pools, fake_images(cells), smoke_dir=SMOKE_DIR, run_id="20261204-1650").jobs
 
 
-def test_pools_file_errors(tmp_path: Path) -> None:
-    path = tmp_path / "pools.toml"
-    path.write_text('[[pool]]\nname = "h200"\ngpu_product = "NVIDIA H200"\ndriver = "580"\ncapability = "9.0"\n')
-    with pytest.raises(PinmatrixError, match=r"pool\[0\]\.gpu_product"):
-        load_pools(path)
-    path.write_text("")
-    with pytest.raises(PinmatrixError, match=r"\[\[pool\]\]"):
-        load_pools(path)
-
-
 def test_k8s_command_resolves_images_by_digest(oci_registry: str, tmp_path: Path, capsys,  # noqa: F811
                                                monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
