@@ -1,4 +1,5 @@
-"""A cell image's configuration as data: environment, labels and the OCI image config document.
+"""What a cell puts in its image's config: its environment and its labels (the config document itself is
+oci/config.py's, which knows no cell).
 
 Nothing here becomes an instruction or a shell word: values from the matrix are JSON strings in the config,
 which engines hand to processes as environment entries and to users as labels."""
@@ -6,26 +7,15 @@ which engines hand to processes as environment entries and to users as labels.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.oci.config import DEFAULT_PATH, iso_time
 from pinmatrix.project.toolchains import for_cell as cell_toolchains
 
 LOCK_LABEL = "io.pinmatrix.lock.sha256"  # the sha256 of the lock an image was built from
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 VENV_PATH = "/opt/venv"
-
-
-def iso_time(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def oci_arch(platform: str) -> tuple[str, str | None]:
-    """(architecture, variant) of a uv platform such as ``aarch64-manylinux_2_28``."""
-    machine = platform.split("-", 1)[0]
-    return {"x86_64": ("amd64", None), "aarch64": ("arm64", "v8")}.get(machine, (machine, None))
+CELL_CMD = (f"{VENV_PATH}/bin/python",)  # what a cell's image runs when given no command
 
 
 def nvidia_require_cuda(cell: Cell) -> str | None:
@@ -96,29 +86,3 @@ def cell_labels(cell: Cell, *, base: str, lock_sha: str, layers: Sequence[str], 
     if require:
         labels["io.pinmatrix.nvidia_require_cuda"] = require
     return labels
-
-
-def image_config(*, platform: str, env: dict[str, str], labels: dict[str, str], diff_ids: Sequence[str],
-                 history: Sequence[str], epoch: int, base_env: Sequence[str] = ()) -> dict[str, Any]:
-    """The OCI image config: architecture from the cell's platform, fixed creation time, env and labels as
-    data, one history entry per layer naming what made it."""
-    arch, variant = oci_arch(platform)
-    created = iso_time(epoch)
-    merged = {k: v for k, _, v in (e.partition("=") for e in base_env)}
-    merged.update(env)
-    config: dict[str, Any] = {
-        "architecture": arch,
-        "os": "linux",
-        "created": created,
-        "config": {
-            "Env": [f"{k}={v}" for k, v in merged.items()],
-            "Labels": dict(sorted(labels.items())),
-            "Cmd": [f"{VENV_PATH}/bin/python"],
-            "WorkingDir": "/",
-        },
-        "rootfs": {"type": "layers", "diff_ids": list(diff_ids)},
-        "history": [{"created": created, "created_by": f"pinmatrix: {what}"} for what in history],
-    }
-    if variant:
-        config["variant"] = variant
-    return config

@@ -2,7 +2,7 @@
 image's base layers, as the registry serves them (each layer streamed, bounded by its declared size and checked
 against its digest), parsed as data into typed records.
 
-The base layers are those the image config's history names ``pinmatrix: base ...`` (``image/cellconfig.py``
+The base layers are those the image config's history names ``pinmatrix: base ...`` (``oci/config.py``
 writes one such entry per base layer, on both build paths); they are read bottom to top, so the topmost status
 file wins and a whiteout of it removes it. Only packages whose ``Status`` says ``installed`` or ``unpacked`` (an
 extract base's packages: their files are all there, no maintainer script ran) count. The file is
@@ -32,7 +32,7 @@ from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.registry.client import Registry
 
 STATUS_PATH = "var/lib/dpkg/status"
-BASE_HISTORY = "pinmatrix: base "  # the created_by of every base layer (image/cellconfig.py, image/containerfile/base_image.py)
+BASE_HISTORY = "pinmatrix: base "  # the created_by of every base layer (oci/config.py, image/containerfile/base_image.py)
 MAX_STATUS = 16 << 20  # a full desktop install's status file is about 4 MiB
 MAX_PACKAGES = 50_000  # entries in one status file
 MAX_LAYER = 16 << 30  # a base layer read to find it

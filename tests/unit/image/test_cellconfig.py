@@ -1,12 +1,13 @@
-"""image/format/config: the image config is a function of the cell, not of how matrix.toml happened to order it."""
+"""image/cellconfig: a cell's image config is a function of the cell, not of how matrix.toml happened to order it."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from pinmatrix.image.cellconfig import cell_env, image_config
+from pinmatrix.image.cellconfig import CELL_CMD, cell_env
 from pinmatrix.matrix.selection import load
+from pinmatrix.oci.config import image_config
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -18,7 +19,8 @@ def test_an_env_variant_in_another_order_gives_the_same_config() -> None:
     one = dataclasses.replace(cell, env={"B_FLAG": "1", "A_FLAG": "0", "C_FLAG": "2"})
     other = dataclasses.replace(cell, env={"C_FLAG": "2", "A_FLAG": "0", "B_FLAG": "1"})
     assert list(cell_env(one).items()) == list(cell_env(other).items())
-    configs = [image_config(platform=c.platform, env=cell_env(c), labels={}, diff_ids=(), history=(), epoch=0)
+    configs = [image_config(platform=c.platform, env=cell_env(c), labels={}, diff_ids=(), history=(), epoch=0,
+                            cmd=CELL_CMD)
                for c in (one, other)]
     assert configs[0] == configs[1]
     env = configs[0]["config"]["Env"]

@@ -37,22 +37,18 @@ from pinmatrix.image.assembly.loadcheck import check_layers, scanned_beside, sum
 from pinmatrix.image.assembly.lockcheck import checked_lock
 from pinmatrix.image.assembly.patching import apply_patch, parse_patch
 from pinmatrix.image.assembly.rootfs import BaseLayers, debian_base, debian_base_as, pinned_base
-from pinmatrix.image.cellconfig import cell_env, cell_labels, image_config, oci_arch
+from pinmatrix.image.cellconfig import CELL_CMD, cell_env, cell_labels
 from pinmatrix.image.containerfile.patch_sources import resolve_patch
 from pinmatrix.index.install import VenvLayout, install_wheel
 from pinmatrix.index.wheel_index import Target, WheelFetcher, WheelFile, cell_target, ssl_context
 from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
+from pinmatrix.oci.config import image_config, oci_arch
 from pinmatrix.oci.layer import (
     LayerDescriptor,
     LayerWriter,
     open_layer,
 )
-from pinmatrix.oci.layout import (
-    MEDIA_TYPE_CONFIG,
-    MEDIA_TYPE_MANIFEST,
-    OCILayout,
-    canonical_json,
-)
+from pinmatrix.oci.layout import OCILayout
 from pinmatrix.oci.scratch_unpack import RootLayers
 from pinmatrix.project.lockfile import LockEntry
 from pinmatrix.project.smoke_bundle import smoke_bundle, smoke_files
@@ -575,17 +571,11 @@ class Assembler:
         history = [f"base {base.name}"] * len(base.layers) + [p.name for p in image.layers[1:]]
         config = image_config(platform=cell.platform, env=env, labels=labels,
                               diff_ids=[d.diff_id for d in descriptors], history=history, epoch=job.epoch,
-                              base_env=base.env)
-        config_bytes = canonical_json(config)
-        config_digest = self.layout.put_blob(config_bytes)
-        manifest = {
-            "schemaVersion": 2,
-            "mediaType": MEDIA_TYPE_MANIFEST,
-            "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": config_digest, "size": len(config_bytes)},
-            "layers": [d.as_oci() for d in descriptors],
-        }
-        image.digest = self.layout.put_image(ref, manifest, {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id})
-        image.config_digest = config_digest
+                              cmd=CELL_CMD, base_env=base.env)
+        config_descriptor = self.layout.put_config(config)
+        image.digest = self.layout.put_manifest(ref, config_descriptor, descriptors,
+                                                {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id})
+        image.config_digest = config_descriptor["digest"]
 
 
 @dataclass

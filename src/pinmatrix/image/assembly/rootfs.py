@@ -26,8 +26,8 @@ from pinmatrix.atomic import atomic_path, atomic_write_text, locked
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
-from pinmatrix.image.cellconfig import oci_arch
 from pinmatrix.oci.compression import DEFAULT_COMPRESSION, LayerCompression
+from pinmatrix.oci.config import oci_arch
 from pinmatrix.oci.layer import LayerDescriptor, LayerWriter, open_layer, open_plain_tar, recompress
 from pinmatrix.oci.layout import OCILayout
 from pinmatrix.oci.manifest import layer_descriptors

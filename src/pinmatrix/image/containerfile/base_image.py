@@ -11,9 +11,9 @@ from pathlib import Path
 from pinmatrix.cell import BaseSpec
 from pinmatrix.engine import OCIEngine
 from pinmatrix.image.assembly.rootfs import DEFAULT_SOURCE_DATE_EPOCH, debian_base, pinned_base
-from pinmatrix.image.cellconfig import DEFAULT_PATH, iso_time, oci_arch
 from pinmatrix.image.load_push import load_into_engine
-from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
+from pinmatrix.oci.config import DEFAULT_PATH, iso_time, oci_arch
+from pinmatrix.oci.layout import OCILayout
 from pinmatrix.project.debian_suites import suite_of
 
 BASE_REPOSITORY = "localhost/pinmatrix-base"
@@ -47,12 +47,8 @@ def ensure_base_image(spec: BaseSpec, engine: OCIEngine, cache_dir: Path, *,
     }
     if variant:
         config["variant"] = variant
-    body = canonical_json(config)
-    manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST,
-                "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": layout.put_blob(body), "size": len(body)},
-                "layers": [layer.as_oci() for layer in base.layers]}
     ref = f"{BASE_REPOSITORY}:{base.key[:16]}"
-    layout.put_image(ref, manifest)
+    layout.put_manifest(ref, layout.put_config(config), base.layers)
     stored = layout.image(ref)
     assert stored is not None
     load_into_engine(layout, stored, engine)
