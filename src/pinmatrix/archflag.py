@@ -24,7 +24,6 @@ _CAPABILITY_DOTTED = re.compile(r"(\d+)\.(\d+)")
 _CAPABILITY_SM = re.compile(r"(?:sm_|compute_)?(\d+)(\d)[af]?", re.IGNORECASE)
 _SEPARATORS = re.compile(r"[\s;,]+")
 
-Suffix = Literal["", "a", "f"]
 Run = Literal["native", "jit"]
 
 

@@ -302,7 +302,6 @@ def check_registry(value: str) -> str:
 # ------------------------------------------------------------------------------- pydantic field types
 Name = Annotated[str, AfterValidator(check_name)]
 SmokeSelector = Annotated[str, AfterValidator(check_smoke_selector)]
-EnvName = Annotated[str, AfterValidator(check_env_name)]
 EnvValue = Annotated[str, AfterValidator(check_env_value)]
 PackageName = Annotated[str, AfterValidator(check_package_name)]
 VersionText = Annotated[str, AfterValidator(check_version)]

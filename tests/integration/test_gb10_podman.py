@@ -22,7 +22,8 @@ from conftest import engine_for, make_cell
 from pinmatrix.cell import BaseSpec, IndexSpec
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.image.load_push import PublishError, load_cause, load_into_engine
-from pinmatrix.oci.layer import MEDIA_TYPE_GZIP, open_layer
+from pinmatrix.oci.compression import MEDIA_TYPES
+from pinmatrix.oci.layer import open_layer
 from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600, packages=("python3",))
@@ -119,7 +120,7 @@ def test_a_refused_load_shows_podmans_cause(tmp_path: Path, request: pytest.Fixt
     config_digest = layout.put_blob(config)
     manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST,
                 "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": config_digest, "size": len(config)},
-                "layers": [{"mediaType": MEDIA_TYPE_GZIP, "digest": digest, "size": size}]}
+                "layers": [{"mediaType": MEDIA_TYPES["gzip"], "digest": digest, "size": size}]}
     layout.put_image("localhost/pinmatrix/repeats:1", manifest)
     stored = layout.image("localhost/pinmatrix/repeats:1")
     assert stored is not None

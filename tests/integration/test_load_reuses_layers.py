@@ -14,7 +14,7 @@ import pytest
 
 from conftest import engine_for
 from pinmatrix.image.load_push import load_cause, load_into_engine
-from pinmatrix.oci.layer import MEDIA_TYPE_GZIP
+from pinmatrix.oci.compression import MEDIA_TYPES
 from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, StoredImage, canonical_json
 
 pytestmark = [pytest.mark.podman]
@@ -38,7 +38,7 @@ def _image(layout: OCILayout, ref: str, layers: list[tuple[str, str, int]]) -> S
                              "rootfs": {"type": "layers", "diff_ids": [diff_id for _, diff_id, _ in layers]}})
     manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST,
                 "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": layout.put_blob(config), "size": len(config)},
-                "layers": [{"mediaType": MEDIA_TYPE_GZIP, "digest": digest, "size": size}
+                "layers": [{"mediaType": MEDIA_TYPES["gzip"], "digest": digest, "size": size}
                            for digest, _, size in layers]}
     layout.put_image(ref, manifest)
     stored = layout.image(ref)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pinmatrix.results.store import HostFingerprint, SmokeRecord
+import sqlite3
+from contextlib import closing
+
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 HOST = HostFingerprint.make(hostname="h200-a", gpu_name="NVIDIA H200", gpu_count=1, driver="580.159.04",
                             capability="9.0", cuda_driver_api="13.0")
@@ -15,3 +18,9 @@ def rec(smoke: str = "torch-gemm", *, cell: str = "aaaaaaaaaaaa", run: str = "r1
                 known_issue=None, image_digest=None)
     base.update(kw)
     return SmokeRecord(**base)
+
+
+def run_ids(store: ResultsStore) -> list[str]:
+    """The store's run ids in the order their first result was recorded."""
+    with closing(sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)) as conn:
+        return [r[0] for r in conn.execute("SELECT run_id FROM results GROUP BY run_id ORDER BY MIN(seq)")]

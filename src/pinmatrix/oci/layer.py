@@ -24,15 +24,12 @@ from zlib_ng import gzip_ng
 from pinmatrix.hashing import oci_digest
 from pinmatrix.oci.compression import (
     DEFAULT_COMPRESSION,
-    MEDIA_TYPES,
     Compressor,
     Format,
     LayerCompression,
     layer_format,
 )
 
-MEDIA_TYPE_GZIP = MEDIA_TYPES["gzip"]
-MEDIA_TYPE_TAR = MEDIA_TYPES["none"]
 _BUF = 1 << 20
 
 

@@ -21,9 +21,7 @@ one line (RegistryError), never a traceback.
 from __future__ import annotations
 
 import email.utils
-import hashlib
 import json
-import os
 import random
 import re
 import time
@@ -34,7 +32,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -50,7 +47,7 @@ from pinmatrix.registry.auth import (
     parse_challenge,
     token_hosts,
 )
-from pinmatrix.registry.blobs import CHUNK, Body, VerifyingReader
+from pinmatrix.registry.blobs import Body, VerifyingReader
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -501,20 +498,6 @@ class Registry:
                     raise RegistryError(f"{self.host}/{repository}: blob {digest} is larger than {max_bytes} bytes")
         return b"".join(parts)
 
-    def download_blob(self, repository: str, digest: str, dest: Path) -> int:
-        """Stream a blob into ``dest`` (replaced only once its digest checked out). Returns its size."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
-        try:
-            with self.open_blob(repository, digest) as reader, open(tmp, "wb") as out:
-                for chunk in iter(reader.read, b""):
-                    out.write(chunk)
-                size = reader.read_bytes
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return size
-
     def _upload(self, repository: str, digest: str, body: Body, *, mount_from: str | None = None) -> None:
         """Start an upload session (or a cross-repository mount) and finish it with one PUT of ``body``."""
         query = (f"?mount={urllib.parse.quote(digest)}&from={urllib.parse.quote(mount_from)}" if mount_from else "")
@@ -531,19 +514,6 @@ class Registry:
         if not self.has_blob(repository, digest):
             self._upload(repository, digest, data)
         return digest
-
-    def push_blob_file(self, repository: str, path: Path) -> str:
-        """Upload a file as a blob, streamed (hashed first in 1 MiB chunks, then sent as it is read)."""
-        digest = hashlib.sha256()
-        size = 0
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(CHUNK), b""):
-                digest.update(chunk)
-                size += len(chunk)
-        name = "sha256:" + digest.hexdigest()
-        if not self.has_blob(repository, name):
-            self._upload(repository, name, lambda: (open(path, "rb"), size))
-        return name
 
     def push_blob_as(self, repository: str, digest: str, body: Callable[[], tuple[BinaryIO, int]]) -> bool:
         """Upload a blob whose digest is already known (a layout's blob is named by it), without hashing it

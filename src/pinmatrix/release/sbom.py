@@ -38,7 +38,6 @@ from pinmatrix.release.debian import DebianPackage
 from pinmatrix.release.requires import requires_graph, target_environment
 
 CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"
-CYCLONEDX_SPEC = "1.6"
 _NAMESPACE = uuid.UUID("6f0e3c7a-2b1d-4e8f-9a51-7c3d2e1b0a94")  # pinmatrix's uuid5 namespace for serial numbers
 
 

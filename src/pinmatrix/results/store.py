@@ -383,17 +383,7 @@ class ResultsStore:
 
         return bool(self._retry(read))
 
-    def run_ids(self) -> list[str]:
-        def read() -> list[str]:
-            with self._read() as conn:
-                return [r[0] for r in conn.execute("SELECT run_id FROM results GROUP BY run_id ORDER BY MIN(seq)")]
-
-        return list(self._retry(read))
-
     # -- exchange ----------------------------------------------------------------------------------
-    def export_json(self, **filters: Any) -> list[dict[str, Any]]:
-        return [rec.to_dict() for rec in self.query(**filters)]
-
     def import_json(self, rows: list[dict[str, Any]]) -> int:
         """Import exported rows (e.g. results/h200/*.json); returns how many were written."""
         if not isinstance(rows, list):

@@ -306,17 +306,60 @@ def _top_level_names(path: Path) -> list[str]:
 
 
 def names_used(paths: list[Path]) -> set[str]:
-    """Every name a module refers to: names, attributes, and the original name of what it imports under an alias."""
+    """Every name a module reads: names and attributes loaded (an assignment, a deletion or a definition is
+    no use), and the original name of what it imports under an alias. A template (``*.j2``) uses every word in
+    it: Jinja reads attributes by name."""
     used: set[str] = set()
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Name):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix != ".py":
+            used |= set(re.findall(r"[A-Za-z_]\w*", text))
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 used.add(node.id)
-            elif isinstance(node, ast.Attribute):
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 used.add(node.attr)
             elif isinstance(node, ast.alias) and node.asname:
                 used.add(node.name.rpartition(".")[2])
     return used
+
+
+# Classes whose public methods someone else calls: the base class (as written) and who calls them.
+CALLED_BY_FRAMEWORK = {
+    "Protocol": "an interface: its members are what the implementations provide",
+    "InstallerWheel": "pypa installer's wheel source: installer.install reads it",
+    "WheelDestination": "pypa installer's destination: installer.install writes through it",
+    "io.RawIOBase": "the io module's raw stream: io.BufferedReader calls readinto, readable, seekable",
+    "argparse.Action": "argparse calls it while it reads the command line",
+    "ast.NodeVisitor": "ast.NodeVisitor.visit dispatches to visit_<node>",
+}
+# Decorators whose methods a framework calls: pydantic runs validators and serializers itself.
+CALLED_BY_DECORATOR = ("validator", "serializer")
+
+
+def public_methods(path: Path) -> list[str]:
+    """``Class.method`` of each public method of the module's classes that pinmatrix itself must call: dunders,
+    framework hooks (CALLED_BY_FRAMEWORK, CALLED_BY_DECORATOR) and private methods aside."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ClassDef) or {ast.unparse(b) for b in node.bases} & set(CALLED_BY_FRAMEWORK):
+            continue
+        for item in node.body:
+            if (isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith("_")
+                    and not any(word in ast.unparse(d) for d in item.decorator_list for word in CALLED_BY_DECORATOR)):
+                found.append(f"{node.name}.{item.name}")
+    return found
+
+
+def unused_definitions(modules: dict[str, Path], users: list[Path]) -> list[str]:
+    """Top-level functions, classes and constants, and public methods, that no user reads."""
+    used = names_used(users)
+    unused = [f"{module}.{name}" for module, path in modules.items() for name in _top_level_names(path)
+              if name not in used]
+    unused += [f"{module}.{method}" for module, path in modules.items() for method in public_methods(path)
+               if method.rpartition(".")[2] not in used]
+    return unused
 
 
 def test_the_unused_check_sees_an_alias_and_misses_nothing(tmp_path: Path) -> None:
@@ -326,15 +369,36 @@ def test_the_unused_check_sees_an_alias_and_misses_nothing(tmp_path: Path) -> No
     assert "unused_helper" not in names_used([user])
 
 
+def test_the_unused_check_counts_only_reads(tmp_path: Path) -> None:
+    """An assigned-but-never-read constant, a public method nobody calls and a name only stored or deleted
+    are caught; a dunder, a Protocol member, a pydantic validator, a framework hook and a name a template reads
+    are not."""
+    module = tmp_path / "mod.py"
+    module.write_text(
+        "DEAD = 1\nLIVE = 2\nDEAD_TOO = 3\n"
+        "class Store:\n    def __init__(self): self.x = LIVE\n    def called(self): pass\n"
+        "    def never(self): pass\n    @field_validator('x')\n    def check_x(cls, v): return v\n"
+        "    def shown(self): pass\n"
+        "class Runtime(Protocol):\n    def start(self): ...\n"
+        "class Reader(io.RawIOBase):\n    def readinto(self, b): return 0\n")
+    user = tmp_path / "user.py"
+    user.write_text("from mod import Store, Runtime, Reader\nDEAD = 5\nDEAD_TOO += 1\ndel DEAD_TOO\n"
+                    "Store().called()\nRuntime, Reader\n")
+    template = tmp_path / "page.html.j2"
+    template.write_text("{{ store.shown() }}")
+    assert unused_definitions({"mod": module}, [module, user]) == ["mod.DEAD", "mod.DEAD_TOO", "mod.Store.never",
+                                                                   "mod.Store.shown"]
+    assert unused_definitions({"mod": module}, [module, user, template]) == ["mod.DEAD", "mod.DEAD_TOO",
+                                                                             "mod.Store.never"]
+
+
 def test_no_definition_is_unused_outside_the_tests() -> None:
-    """Each top-level function, class and constant of the package is used by the package itself, the
-    benchmarks, tools/ or noxfile.py; a piece only the tests use lives in tests/."""
-    users = [*SRC.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "tools").rglob("*.py"),
-             ROOT / "noxfile.py"]
-    used = names_used(users)
-    unused = [f"{module}.{name}" for module, path in _modules().items() for name in _top_level_names(path)
-              if name not in used]
-    assert unused == []
+    """Each top-level function, class and constant of the package, and each public method, is read by the
+    package itself (its templates included), the benchmarks, tools/ or noxfile.py; a piece only the tests use
+    lives in tests/."""
+    users = [*SRC.rglob("*.py"), *PACKAGE.rglob("*.j2"), *(ROOT / "benchmarks").rglob("*.py"),
+             *(ROOT / "tools").rglob("*.py"), ROOT / "noxfile.py"]
+    assert unused_definitions(_modules(), users) == []
 
 
 TEST_FOLDERS = {"unit", "integration", "guarantees", "catalogue", "support", "data"}

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from store_data import run_ids
 
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.project.signatures import load_signatures
@@ -136,7 +137,7 @@ def test_import_counts_rows_and_run_ids_keep_first_seen_order(tmp_path: Path) ->
             (("r9", "a"), ("r2", "a"), ("r9", "b"), ("r5", "a"))]
     assert store.import_json(rows) == 4
     assert store.import_json([]) == 0
-    assert store.run_ids() == ["r9", "r2", "r5"]
+    assert run_ids(store) == ["r9", "r2", "r5"]
     for bad in ({"rows": rows}, "r9", None):
         with pytest.raises(ResultsError, match="^results import: expected a JSON list of result rows$"):
             store.import_json(bad)  # type: ignore[arg-type]

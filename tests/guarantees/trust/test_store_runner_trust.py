@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from store_data import run_ids
 
 from pinmatrix.results import storefile
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
@@ -96,7 +97,7 @@ def test_reader_returns_within_a_second_while_a_writer_holds_a_transaction(holde
     assert [r.smoke for r in rows] == ["before"]  # the last committed state, not the writer's
     t0 = time.monotonic()
     assert ResultsStore(path).has_result("c1", HOST.id, "before")
-    assert ResultsStore(path).run_ids() == ["r1"]
+    assert run_ids(ResultsStore(path)) == ["r1"]
     assert time.monotonic() - t0 < 1.0
 
 

@@ -17,8 +17,6 @@ import pytest
 
 from pinmatrix.oci.compression import DEFAULT_COMPRESSION, MEDIA_TYPES, LayerCompression
 from pinmatrix.oci.layer import (
-    MEDIA_TYPE_GZIP,
-    MEDIA_TYPE_TAR,
     LayerDescriptor,
     LayerWriter,
     open_layer,
@@ -51,8 +49,8 @@ def _write(blobs: Path, *, epoch: int = EPOCH, level: int | None = DEFAULT_COMPR
 # -- the descriptor -------------------------------------------------------------------------------------
 
 def test_a_descriptor_is_written_as_oci_with_sorted_annotations_only_when_given() -> None:
-    desc = LayerDescriptor("sha256:" + "a" * 64, 10, "sha256:" + "b" * 64, MEDIA_TYPE_GZIP, entries=3, unpacked=2048)
-    assert desc.as_oci() == {"mediaType": MEDIA_TYPE_GZIP, "digest": "sha256:" + "a" * 64, "size": 10}
+    desc = LayerDescriptor("sha256:" + "a" * 64, 10, "sha256:" + "b" * 64, MEDIA_TYPES["gzip"], entries=3, unpacked=2048)
+    assert desc.as_oci() == {"mediaType": MEDIA_TYPES["gzip"], "digest": "sha256:" + "a" * 64, "size": 10}
     assert desc.as_oci({}) == desc.as_oci()
     annotated = desc.as_oci({"z": "1", "a": "2"})
     assert list(annotated["annotations"]) == ["a", "z"]  # type: ignore[call-overload]
@@ -60,13 +58,13 @@ def test_a_descriptor_is_written_as_oci_with_sorted_annotations_only_when_given(
 
 
 def test_a_descriptor_record_reads_back_the_same_and_old_records_count_zero_entries() -> None:
-    desc = LayerDescriptor("sha256:" + "a" * 64, 10, "sha256:" + "b" * 64, MEDIA_TYPE_TAR, entries=3, unpacked=2048)
+    desc = LayerDescriptor("sha256:" + "a" * 64, 10, "sha256:" + "b" * 64, MEDIA_TYPES["none"], entries=3, unpacked=2048)
     record = desc.to_json()
-    assert record == {"digest": desc.digest, "size": 10, "diff_id": desc.diff_id, "media_type": MEDIA_TYPE_TAR,
+    assert record == {"digest": desc.digest, "size": 10, "diff_id": desc.diff_id, "media_type": MEDIA_TYPES["none"],
                       "entries": 3, "unpacked": 2048}
     assert LayerDescriptor.from_json(record) == desc
     old = {k: v for k, v in record.items() if k not in ("entries", "unpacked")}
-    assert LayerDescriptor.from_json(old) == LayerDescriptor(desc.digest, 10, desc.diff_id, MEDIA_TYPE_TAR, 0, 0)
+    assert LayerDescriptor.from_json(old) == LayerDescriptor(desc.digest, 10, desc.diff_id, MEDIA_TYPES["none"], 0, 0)
     as_text = {k: str(v) for k, v in record.items()}  # a record written with strings still gives numbers
     assert LayerDescriptor.from_json(as_text) == desc  # type: ignore[arg-type]
 
@@ -91,7 +89,7 @@ def test_digest_and_diff_id_are_the_sha256_of_the_blob_and_of_its_tar(tmp_path: 
     tar = zlib.decompress(blob, 31)
     assert desc.digest == "sha256:" + hashlib.sha256(blob).hexdigest()
     assert desc.diff_id == "sha256:" + hashlib.sha256(tar).hexdigest()
-    assert (desc.size, desc.unpacked, desc.media_type) == (len(blob), len(tar), MEDIA_TYPE_GZIP)
+    assert (desc.size, desc.unpacked, desc.media_type) == (len(blob), len(tar), MEDIA_TYPES["gzip"])
     assert len(tar) % tarfile.RECORDSIZE == 0  # the tar ends on a record, as tarfile pads a file it writes
     names = [m.name for m in _members(tmp_path / desc.digest[7:], desc.media_type)]
     assert names == ["opt", "opt/venv", "opt/venv/bin", "opt/venv/bin/tool", "opt/venv/lib", "opt/venv/lib/mod.py",
@@ -120,10 +118,10 @@ def test_the_gzip_member_has_mtime_zero_no_name_and_the_level_asked_for(tmp_path
 def test_a_layer_without_compression_is_the_tar_itself(tmp_path: Path) -> None:
     desc = _write(tmp_path, level=None)
     blob = _blob(tmp_path, desc)
-    assert desc.media_type == MEDIA_TYPE_TAR and desc.digest == desc.diff_id and desc.size == desc.unpacked == len(blob)
+    assert desc.media_type == MEDIA_TYPES["none"] and desc.digest == desc.diff_id and desc.size == desc.unpacked == len(blob)
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as tar:
         assert tar.getnames()[-1] == "opt/venv/include"
-    assert [m.name for m in _members(tmp_path / desc.digest[7:], MEDIA_TYPE_TAR)][-1] == "opt/venv/include"
+    assert [m.name for m in _members(tmp_path / desc.digest[7:], MEDIA_TYPES["none"])][-1] == "opt/venv/include"
 
 
 def test_a_zstd_layer_is_one_zstd_stream_of_the_same_tar_read_back_by_open_layer(tmp_path: Path) -> None:

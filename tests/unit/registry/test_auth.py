@@ -28,6 +28,7 @@ from auth_registries import (
 )
 from evidence import promote_signed
 from helpers import skopeo_copy
+from registry_blobs import download_blob, push_blob_file
 
 from conftest import require_binaries
 from pinmatrix.cli import main
@@ -263,9 +264,9 @@ def test_blobs_stream_through_an_authenticated_registry(htpasswd_registry: str, 
     size = blob.stat().st_size
     tracemalloc.start()
     try:
-        digest = reg.push_blob_file("stream/src", blob)
+        digest = push_blob_file(reg, "stream/src", blob)
         assert reg.has_blob("stream/src", digest)
-        assert reg.download_blob("stream/src", digest, tmp_path / "down.bin") == size
+        assert download_blob(reg, "stream/src", digest, tmp_path / "down.bin") == size
         # a copy the registry does not mount (the fallback of mount_blob), streamed from GET into PUT
         reg._upload("stream/copy", digest, reg._blob_source("stream/src", digest))
         reg.mount_blob("stream/mounted", digest, "stream/src")

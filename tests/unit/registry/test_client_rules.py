@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from memregistry import MemoryRegistry, digest_of, serve_registry
 from pep691 import serve_handler
+from registry_blobs import download_blob, push_blob_file
 from test_client import _image
 
 from pinmatrix.imageref import ImageRef, RegistryError
-from pinmatrix.registry import client as client_module
 from pinmatrix.registry.auth import AuthError, Credentials
 from pinmatrix.registry.client import MANIFEST_TYPES, MAX_MANIFEST, OCI_INDEX, OCI_MANIFEST, Manifest, Registry
 
@@ -382,15 +382,15 @@ def test_a_blob_is_downloaded_into_folders_that_do_not_exist_yet(tmp_path: Path)
     with serve_registry() as reg:
         digest = reg.add_blob("r", b"data")
         dest = tmp_path / "a" / "b" / "c" / "blob"
-        assert _mem(reg).download_blob("r", digest, dest) == 4 and dest.read_bytes() == b"data"
+        assert download_blob(_mem(reg), "r", digest, dest) == 4 and dest.read_bytes() == b"data"
 
 
 def test_a_large_file_is_pushed_whole_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "CHUNK", 1000)
+    monkeypatch.setattr("pinmatrix.registry.blobs.CHUNK", 1000)
     path = tmp_path / "f"
     path.write_bytes(bytes(range(256)) * 20)  # 5120 bytes: six chunks
     with serve_registry() as reg:
-        name = _mem(reg).push_blob_file("r", path)
+        name = push_blob_file(_mem(reg), "r", path)
         assert name == digest_of(path.read_bytes()) and reg.blobs[name] == path.read_bytes()
 
 

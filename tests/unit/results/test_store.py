@@ -60,7 +60,7 @@ def test_export_import_round_trip(tmp_path: Path) -> None:
     a = ResultsStore(tmp_path / "a.sqlite")
     a.record(rec(environment={"driver": "580.159.04", "versions": {"torch": "2.11.0"}}, image_digest="sha256:" + "0" * 64))
     a.record(rec("flashinfer-nvfp4-gemm", status="skip", reason="NVFP4 unsupported on sm_90"))
-    rows = json.loads(json.dumps(a.export_json()))
+    rows = json.loads(json.dumps([r.to_dict() for r in a.query()]))
     b = ResultsStore(tmp_path / "b.sqlite")
     assert b.import_json(rows) == 2
     assert b.query() == a.query()

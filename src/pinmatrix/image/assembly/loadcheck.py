@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assembly.elf import MACHINES, ElfError, ElfInfo, is_elf, read_elf
 from pinmatrix.oci.layer import open_layer
 from pinmatrix.project.runnable_rules import RunnableRules, default_rules
@@ -38,10 +37,6 @@ MAX_LINKS = 40  # symlinks followed for one path (the kernel's limit)
 MAX_SHOWN = 400  # ELF paths named in one error line group
 SCAN_FORMAT = 1  # what a kept layer scan holds (layer_scan); another format is read again
 Op = tuple[str, str, "str | bytes | ElfInfo"]  # (what, path, its link target, text, ELF headers or error)
-
-
-class RunnableError(PinmatrixError):
-    """The image holds ELF files that cannot start in it (each named, with what it lacks)."""
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,6 @@ from pinmatrix.project.lockfile import ParsedLock, parse_lock
 from pinmatrix.project.smoke_bundle import shipped_file, smoke_bundle, smoke_files
 from pinmatrix.registry.client import Registry
 
-IMAGES_DIR = Path("images")
 CONTAINERFILE_TEMPLATE = "Containerfile.j2"
 LAYER_PLAN = "layers.toml"
 PATCH_HELPER = "apply_patches.py"

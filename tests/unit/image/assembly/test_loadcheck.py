@@ -21,7 +21,7 @@ from pinmatrix.cell import BaseSpec
 from pinmatrix.image.assembly.elf import ElfError
 from pinmatrix.image.assembly.loadcheck import check_layers, summary
 from pinmatrix.image.assembly.rootfs import CA_BUNDLE, EXTRACT_PACKAGES, extract_data, rootfs_inputs
-from pinmatrix.oci.layer import MEDIA_TYPE_TAR
+from pinmatrix.oci.compression import MEDIA_TYPES
 
 INTERP = "/lib64/ld-linux-x86-64.so.2"
 
@@ -57,7 +57,7 @@ def _layer(tmp: Path, files: dict[str, bytes], links: dict[str, str] | None = No
             info = tarfile.TarInfo(name)
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)
-    return path, MEDIA_TYPE_TAR
+    return path, MEDIA_TYPES["none"]
 
 
 def _system(tmp: Path) -> tuple[Path, str]:
@@ -310,7 +310,7 @@ def test_the_block_ends_only_when_every_scan_is_made(tmp_path: Path, monkeypatch
         return []
 
     monkeypatch.setattr(loadcheck, "layer_scan", slow_scan)
-    layers = [(tmp_path / "a", MEDIA_TYPE_TAR), (tmp_path / "b", MEDIA_TYPE_TAR)]
+    layers = [(tmp_path / "a", MEDIA_TYPES["none"]), (tmp_path / "b", MEDIA_TYPES["none"])]
     with loadcheck.scanned_beside(layers, "amd64", tmp_path / "scans"):
         pass
     assert made == [tmp_path / "a", tmp_path / "b"]
@@ -327,7 +327,7 @@ def test_a_failing_scan_is_left_to_the_check_and_the_blocks_error_stops_the_scan
     blobs.mkdir()
     broken.write_bytes(b"not a tar at all")
     good = _addressed(_layer(tmp_path, {"usr/bin/plain": elves["plain"]}), blobs)
-    with loadcheck.scanned_beside([(broken, MEDIA_TYPE_TAR), good], "amd64", scans):
+    with loadcheck.scanned_beside([(broken, MEDIA_TYPES["none"]), good], "amd64", scans):
         pass  # no error here: the broken layer is the check's to report
     assert [p.name.split("-")[0] for p in scans.glob("*.json")] == [good[0].name]  # the good one after it still kept
 
@@ -341,7 +341,7 @@ def test_a_failing_scan_is_left_to_the_check_and_the_blocks_error_stops_the_scan
 
     monkeypatch.setattr(loadcheck, "layer_scan", scan)
     with pytest.raises(ValueError, match="the step failed"), loadcheck.scanned_beside(
-            [good, (broken, MEDIA_TYPE_TAR)], "amd64", scans):
+            [good, (broken, MEDIA_TYPES["none"])], "amd64", scans):
         assert started.wait(10)
         raise ValueError("the step failed")
     assert calls == [good[0]]  # stopped before the next layer
