@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from pinmatrix.archflag import arch_rules
 
@@ -255,7 +255,7 @@ class Extraction:
                     f"({self.extracted} so far)")
         return None
 
-    def copy(self, src: BinaryIO, dst: Path, declared: int) -> str | None:
+    def copy(self, src: IO[bytes], dst: Path, declared: int) -> str | None:
         """Copy at most ``declared`` bytes of ``src`` into ``dst``; why not, when it holds more (the copy is
         removed) or cannot be read."""
         try:
@@ -275,7 +275,7 @@ class Extraction:
 class _Capped:
     """A reader that gives at most ``left`` bytes of ``src``."""
 
-    def __init__(self, src: BinaryIO, left: int) -> None:
+    def __init__(self, src: IO[bytes], left: int) -> None:
         self._src, self._left = src, left
 
     def read(self, n: int = -1) -> bytes:

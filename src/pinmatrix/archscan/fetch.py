@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from pinmatrix.archscan.tools import cache_dir
 from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_bytes, sha256_file
-from pinmatrix.lock.resolve import find_uv
+from pinmatrix.index.uv import find_uv
 from pinmatrix.project.lockfile import lock_path
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
