@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.ci.dispatch import Bound, Dispatch, DispatchJob, bind
 from pinmatrix.ci.pools import NodePool, load_pools, pool_fits, pools_for
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
@@ -76,6 +77,8 @@ def smoke_configmap(smoke_dir: Path, namespace: str) -> dict[str, Any]:
 class Emitted:
     documents: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one line per cell x pool not emitted, with the reason
+    # the dispatch record's jobs, keyed by the Job's results folder under the volume (``<run id>/<cell>-<pool>``)
+    dispatched: dict[str, DispatchJob] = field(default_factory=dict)
 
     @property
     def jobs(self) -> list[dict[str, Any]]:
@@ -112,6 +115,8 @@ def k8s_manifests(cells: Sequence[Cell], pools: Sequence[NodePool], images: dict
             gpus = min(target.gpus, max(1, gpus_needed)) if target else 0
             out.documents.append(_job(cell, target, gpus, image, specs, cm["metadata"]["name"], namespace,
                                       results_claim, run_id, deadline_s))
+            out.dispatched[f"{run_id}/{cell.id}-{target.name if target else 'cpu'}"] = DispatchJob(
+                cell_id=cell.id, image_digest=image.split("@", 1)[1], smokes=tuple(s.split(":")[1] for s in specs))
     if out.jobs:
         out.documents.insert(0, cm)
     return out
@@ -195,6 +200,30 @@ def _host_from(probe: dict[str, Any]) -> HostFingerprint:
     return HostFingerprint.make(hostname=probe.get("hostname") or "unknown", gpu_name=" + ".join(names),
                                 gpu_count=len(gpus), driver=gpus[0].get("driver"), capability=",".join(caps) or None,
                                 cuda_driver_api=probe.get("cuda_driver_api"))
+
+
+def collect_dispatched(run_dirs: Sequence[Path], cells: dict[str, Cell], record: Dispatch) -> Bound:
+    """The records of the Jobs of dispatch ``record`` (each pod folder ``<run id>/<cell>-<pool>`` bound to the
+    Job that was to write there), the dropped ones said one line per folder, and every (cell, smoke) a Job was
+    given without a kept record, as not run (a Job that wrote nothing too)."""
+    out = Bound([], None, [])
+    lines: list[str] = []
+    seen: set[str] = set()
+    for run_dir in run_dirs:
+        key = f"{run_dir.parent.name}/{run_dir.name}"
+        found = collect(run_dir, cells)
+        job = record.jobs.get(key)
+        if job is None:
+            lines.append(f"{run_dir}: no Job of dispatch {record.id} writes here: dropped {len(found)} record(s)")
+            continue
+        seen.add(key)
+        bound = bind(key, job, found)
+        out.kept += bound.kept
+        out.not_run += bound.not_run
+        lines += [bound.dropped] if bound.dropped else []
+    out.not_run += [(j.cell_id, s) for k, j in sorted(record.jobs.items()) if k not in seen for s in j.smokes]
+    out.dropped = "; ".join(lines) or None
+    return out
 
 
 def collect(run_dir: Path, cells: dict[str, Cell], *, run_id: str | None = None) -> list[SmokeRecord]:

@@ -30,6 +30,7 @@ from pydantic import Field
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
+from pinmatrix.ci.dispatch import Dispatch, DispatchJob, dispatch, write_dispatch
 from pinmatrix.ci.pools import NodePool, pools_for
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
@@ -40,6 +41,7 @@ from pinmatrix.smoke.runner import effective_timeout, plan_smokes
 
 SCHEMA = "pinmatrix-slurm-submission/1"
 MANIFEST = "submission.json"
+DISPATCH = "dispatch.json"  # the dispatch record (pinmatrix.ci.dispatch): what each task was given
 CPU_POOL = "cpu"
 MARGIN_S = {"host": 300, "podman": 900, "docker": 900}  # start-up, overlay build / image pull
 MAX_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indexes 0-1000)
@@ -296,8 +298,19 @@ def prepare(plan_: SlurmPlan, settings: ScriptSettings, submission_id: str) -> S
         for task in array.tasks:
             (Path(array.directory) / str(task.index)).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(array.script), render_script(array, settings, settings.runtime))
+    write_dispatch(slurm_dispatch(sub), Path(settings.submission_dir) / DISPATCH)
     write_submission(sub, settings.submission_dir)
     return sub
+
+
+def slurm_dispatch(sub: Submission) -> Dispatch:
+    """The dispatch record of a submission: per array task (``<array>/<index>``), its cell, digest and smokes."""
+    return dispatch("slurm", sub.id, {f"{a.name}/{t.index}": task_dispatch(t) for a in sub.arrays for t in a.tasks})
+
+
+def task_dispatch(task: TaskEntry) -> DispatchJob:
+    """What ``ci slurm`` gave one task (its line of the dispatch record)."""
+    return DispatchJob(cell_id=task.cell_id, image_digest=task.image_digest, smokes=task.smokes)
 
 
 def parse_job_id(stdout: str) -> str:

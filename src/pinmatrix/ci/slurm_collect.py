@@ -25,7 +25,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pinmatrix.ci.slurm import MANIFEST, ArrayEntry, Submission, TaskEntry
+from pinmatrix.ci.dispatch import bind, read_regular
+from pinmatrix.ci.slurm import MANIFEST, ArrayEntry, Submission, TaskEntry, task_dispatch
 from pinmatrix.datamodel import friendly_message
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
@@ -66,6 +67,7 @@ class TaskState:
 class Collected:
     records: list[SmokeRecord] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # tasks still pending or running
+    dropped: list[str] = field(default_factory=list)  # per task: records not dispatched to it, and why
     tasks: int = 0
 
 
@@ -75,14 +77,9 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def read_submission(directory: Path) -> Submission:
     path = Path(directory) / MANIFEST
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PinmatrixError(f"{directory}: no {MANIFEST} (not a `pinmatrix ci slurm` submission)") from None
-    except OSError as err:
-        raise PinmatrixError(f"{path}: cannot read: {err.strerror}") from None
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise PinmatrixError(f"{path}: {len(raw)} bytes, more than a submission manifest's {MAX_MANIFEST_BYTES}")
+    if not path.exists() and not path.is_symlink():
+        raise PinmatrixError(f"{directory}: no {MANIFEST} (not a `pinmatrix ci slurm` submission)")
+    raw = read_regular(path, MAX_MANIFEST_BYTES)
     try:
         return Submission.model_validate_json(raw)
     except ValidationError as err:
@@ -141,10 +138,16 @@ def state_from_output(text: str) -> TaskState | None:
     return TaskState(state=_DUE.get(due, "CANCELLED"), job_id=m[1], node=m[2], source="slurmstepd")
 
 
+def _read_text(path: Path, limit: int, *, tail: bool = False) -> str:
+    """A task's small file (a regular file, no link followed, never waited on), at most ``limit`` bytes: the
+    first ones, or the last with ``tail``; a larger file read from the start is refused (PinmatrixError)."""
+    return read_regular(path, limit, tail=tail).decode("utf-8", "replace")
+
+
 def _started(task_dir: Path) -> dict[str, str]:
     try:
-        text = (task_dir / "started").read_text(errors="replace")[:4096]
-    except OSError:
+        text = _read_text(task_dir / "started", 4096)
+    except PinmatrixError:
         return {}
     m = _STARTED.search(text)
     if not m:
@@ -154,8 +157,8 @@ def _started(task_dir: Path) -> dict[str, str]:
 
 def _finished(task_dir: Path) -> int | None:
     try:
-        text = (task_dir / "finished").read_text()[:32].strip()
-    except OSError:
+        text = _read_text(task_dir / "finished", 32).strip()
+    except PinmatrixError:
         return None
     return int(text) if re.fullmatch(r"\d{1,3}", text) else None
 
@@ -163,18 +166,17 @@ def _finished(task_dir: Path) -> int | None:
 def _task_records(task_dir: Path) -> list[SmokeRecord]:
     """The task's own records: its --json file when it got that far, else its store."""
     path = task_dir / "results.json"
-    if path.is_file():
-        if path.stat().st_size > MAX_RESULTS_BYTES:
-            raise PinmatrixError(f"{path}: more than {MAX_RESULTS_BYTES} bytes of results")
+    if path.exists() or path.is_symlink():
+        raw = read_regular(path, MAX_RESULTS_BYTES)
         try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
+            rows = json.loads(raw.decode("utf-8"))
             if not isinstance(rows, list):
                 raise ValueError("not a JSON list")
             return [SmokeRecord.from_dict(r) for r in rows]
         except (ValueError, ResultsError) as err:
             raise PinmatrixError(f"{path}: not the results `pinmatrix smoke --json` writes: {err}") from None
     store = task_dir / "results.sqlite"
-    if store.is_file():
+    if store.is_file() and not store.is_symlink():
         try:
             return ResultsStore(store).query()
         except ResultsError as err:
@@ -184,8 +186,8 @@ def _task_records(task_dir: Path) -> list[SmokeRecord]:
 
 def _tail(task_dir: Path, limit: int = 200) -> str:
     try:
-        text = (task_dir / "slurm.out").read_text(errors="replace")[-65536:]
-    except OSError:
+        text = _read_text(task_dir / "slurm.out", 65536, tail=True)
+    except PinmatrixError:
         return ""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return terminal_text(lines[-1])[:limit] if lines else ""
@@ -195,23 +197,29 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def collect_task(array: ArrayEntry, task: TaskEntry, states: dict[int, TaskState]) -> tuple[list[SmokeRecord], str | None]:
-    """(records, waiting line). A task still pending or running yields no record and a waiting line."""
+def collect_task(array: ArrayEntry, task: TaskEntry, states: dict[int, TaskState],
+                 dropped: list[str] | None = None) -> tuple[list[SmokeRecord], str | None]:
+    """(records, waiting line). A task still pending or running yields no record and a waiting line. Only the
+    records whose cell, image digest and smoke the task was given are kept (ci.dispatch.bind); a line for the
+    others goes to ``dropped``, and the task's smokes left without a kept record are recorded as not run."""
     task_dir = Path(array.directory) / str(task.index)
     started = _started(task_dir)
     state = states.get(task.index)
     if state is not None and state.state in ACTIVE_STATES:
         return [], f"{array.name} task {task.index} (cell {task.cell_id}): {state.state}"
     try:
-        output = (task_dir / "slurm.out").read_text(errors="replace")[-1024 * 1024:]
-    except OSError:
+        output = _read_text(task_dir / "slurm.out", 1024 * 1024, tail=True)
+    except PinmatrixError:
         output = ""
     stepd = state_from_output(output)
     if state is None:
         state = stepd
     if state is None and array.job_id is None and not started:
         return [], f"{array.name} task {task.index} (cell {task.cell_id}): not submitted"
-    records = _task_records(task_dir)
+    bound = bind(f"{array.name} task {task.index}", task_dispatch(task), _task_records(task_dir))
+    records = bound.kept
+    if bound.dropped and dropped is not None:
+        dropped.append(bound.dropped)
     array_job = started.get("array_job_id") or array.job_id or "?"
     node = started.get("node") or (state.node if state else None) or (stepd.node if stepd else None)
     job_id = started.get("job_id") or (state.job_id if state else None)
@@ -263,7 +271,7 @@ def collect(directory: Path, run: Runner = _run) -> Collected:
         states = scheduler_states(array.job_id, run) if array.job_id else {}
         for task in array.tasks:
             out.tasks += 1
-            records, waiting = collect_task(array, task, states)
+            records, waiting = collect_task(array, task, states, out.dropped)
             out.records.extend(records)
             if waiting:
                 out.waiting.append(waiting)

@@ -13,6 +13,7 @@ import yaml
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.ci import k8s, slurm_collect
+from pinmatrix.ci.dispatch import dispatch, read_dispatch, write_dispatch
 from pinmatrix.ci.github import github_matrix
 from pinmatrix.ci.k8s import k8s_manifests, validate
 from pinmatrix.ci.pools import load_pools
@@ -73,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--format", choices=["yaml", "json"], default="yaml")
     k.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     k.add_argument("--output", "-o", type=Path, metavar="FILE", help="write here instead of stdout")
+    k.add_argument("--dispatch", type=Path, metavar="FILE",
+                   help="write the dispatch record (each Job's cell, image digest and smokes) here "
+                        "(default: FILE.dispatch.json beside --output); `ci collect --dispatch` binds results to it")
     k.add_argument("--kube-version", default="1.37.0", help="Kubernetes version to validate against (default 1.37.0)")
     k.add_argument("--no-validate", action="store_true", help="skip schema validation")
     k.set_defaults(func=run_k8s, registry_need=pushing)
@@ -92,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"record into this results store (default: {DEFAULT_PATH} unless --json is given)")
     c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="print the records as JSON on stdout (the summary goes to stderr), or write them to FILE")
+    c.add_argument("--dispatch", type=Path, metavar="FILE",
+                   help="the dispatch record `ci k8s` wrote: keep only records whose cell, digest and smoke the Job "
+                        "was given; what a Job was given and did not record is said as not run")
     c.set_defaults(func=run_collect)
 
 
@@ -210,6 +217,10 @@ def run_k8s(args: argparse.Namespace) -> int:
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": emitted.documents}, indent=2, sort_keys=True)
     else:
         text = yaml.safe_dump_all(emitted.documents, sort_keys=False, width=120)
+    record_path = args.dispatch or (args.output.with_name(args.output.name + ".dispatch.json") if args.output else None)
+    if record_path is not None:
+        write_dispatch(dispatch("k8s", run_id, emitted.dispatched), record_path)
+        print(f"wrote the dispatch record {record_path} (collect with --dispatch {record_path})", file=sys.stderr)
     if args.output:
         atomic_write_text(args.output, text + ("\n" if not text.endswith("\n") else ""))
         print(f"wrote {len(emitted.jobs)} Job(s) and 1 ConfigMap to {args.output}", file=sys.stderr)
@@ -229,7 +240,15 @@ def run_collect(args: argparse.Namespace) -> int:
         dirs += sorted(p.parent for p in ([path / "run.json"] if (path / "run.json").is_file() else path.rglob("run.json")))
     if not dirs:
         raise PinmatrixError(f"no run.json under {', '.join(str(p) for p in args.paths)}")
-    records = [r for d in dirs for r in k8s.collect(d, cells)]
+    if args.dispatch:
+        bound = k8s.collect_dispatched(dirs, cells, read_dispatch(args.dispatch))
+        records = bound.kept
+        for line in ([f"dropped: {bound.dropped}"] if bound.dropped else []) + _not_run(bound.not_run):
+            print(line, file=sys.stderr)
+    else:
+        records = [r for d in dirs for r in k8s.collect(d, cells)]
+        print("ci collect: no --dispatch record: results are not checked against what each Job was given",
+              file=sys.stderr)
     if args.json == "-":
         print(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
     elif args.json:
@@ -244,6 +263,14 @@ def run_collect(args: argparse.Namespace) -> int:
           + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"),
           file=sys.stderr if args.json == "-" else sys.stdout)
     return 0
+
+
+def _not_run(pairs: list[tuple[str, str]]) -> list[str]:
+    """One line per cell: the smokes it was dispatched and has no kept result for."""
+    by_cell: dict[str, list[str]] = {}
+    for cell, smoke in pairs:
+        by_cell.setdefault(cell, []).append(smoke)
+    return [f"not run: cell {c}: {len(s)} smoke(s): {', '.join(s)}" for c, s in sorted(by_cell.items())]
 
 
 def run_slurm(args: argparse.Namespace) -> int:
@@ -303,6 +330,7 @@ def run_slurm_collect(args: argparse.Namespace) -> int:
 
     records = []
     waiting: list[str] = []
+    dropped: list[str] = []
     tasks = 0
     for path in args.paths:
         if args.wait:
@@ -310,6 +338,7 @@ def run_slurm_collect(args: argparse.Namespace) -> int:
         got = slurm_collect.collect(path)
         records += got.records
         waiting += got.waiting
+        dropped += got.dropped
         tasks += got.tasks
     if args.json == "-":
         print(json.dumps([r.to_dict() for r in records], indent=2, sort_keys=True))
@@ -319,6 +348,8 @@ def run_slurm_collect(args: argparse.Namespace) -> int:
         ResultsStore(args.results or DEFAULT_PATH).record_many(records)
     for line in waiting:
         print(f"not finished: {line}", file=sys.stderr)
+    for line in dropped:
+        print(f"dropped: {line}", file=sys.stderr)
     counts: dict[str, int] = {}
     for r in records:
         key = r.status + (f" [{r.failure_class}]" if r.failure_class and r.failure_class.startswith("slurm-") else "")
