@@ -12,7 +12,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from pinmatrix.archflag import ArchFlag, arch_rules
+from pinmatrix.archflag import ArchFlag
 from pinmatrix.archscan import verdict as V
 from pinmatrix.archscan.binary import BinaryTargets
 from pinmatrix.archscan.fetch import cell_pins, fetch_wheels
@@ -20,6 +20,7 @@ from pinmatrix.archscan.layers import aot_layer, scan_aot_layer
 from pinmatrix.archscan.tools import cache_dir, cuobjdump, cuobjdump_version
 from pinmatrix.archscan.wheels import WheelScan, scan_wheel
 from pinmatrix.cell import AXIS_DISTRIBUTION, NON_PACKAGE_AXES, Cell
+from pinmatrix.project.arch_rules import shipped_arch_rules
 
 SCHEMA = "pinmatrix-arch-scan/1"
 STACK_PACKAGES: tuple[str, ...] = ("torch", "triton", "xformers", "flashinfer-python", "vllm", "flashinfer-aot")
@@ -90,10 +91,10 @@ def _cell_packages(cell: Cell) -> dict[str, str]:
 def own_packages(cell: Cell, names: list[str] | None = None) -> list[str]:
     """The stack's own packages among ``names`` (default: the cell's pins): its pinned packages but the prebuilt
     bases (torch, triton) and the companions that hold its kernels (``[own_packages]`` in data/arch_rules.toml)."""
-    rules = arch_rules().get("own_packages", {})
-    not_own = {canonicalize_name(n) for n in rules.get("not_own", [])}
+    rules = shipped_arch_rules().own_packages
+    not_own = {canonicalize_name(n) for n in rules.not_own}
     own = [n for n in _cell_packages(cell) if n not in not_own]
-    own += [canonicalize_name(n) for n in rules.get("also", []) if canonicalize_name(n) not in own]
+    own += [canonicalize_name(n) for n in rules.also if canonicalize_name(n) not in own]
     return [n for n in own if names is None or n in names]
 
 
@@ -127,20 +128,20 @@ def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]],
     filed = {k.id for k in cell.known_issues}
     own = own_packages(cell, list(scans))
     out: list[dict[str, Any]] = []
-    for rule in arch_rules().get("evidence", []):
-        if rule["gpu"] != gpu:
+    for rule in shipped_arch_rules().evidence:
+        if rule.gpu != gpu:
             continue
-        fp4, native = set(rule["fp4_targets"]), rule["native_target"]
+        fp4, native = set(rule.fp4_targets), rule.native_target
         found: list[str] = []
         carriers: list[str] = []
         for package in own:
             bins = scans[package]
-            if package == AOT_PACKAGE and "aot_fp4_modules" in rule:
-                bins = aot_fp4_binaries(bins, aot_modules or {}, list(rule["aot_fp4_modules"]))
+            if package == AOT_PACKAGE and rule.aot_fp4_modules is not None:
+                bins = aot_fp4_binaries(bins, aot_modules or {}, list(rule.aot_fp4_modules))
             lacking, carrying = _fp4_groups(bins, fp4, native)
             found += [f"{package}: {line}" for line in lacking]
             carriers += [f"{package}: {line}" for line in carrying]
-        is_filed = rule["known_issue"] in filed
+        is_filed = rule.known_issue in filed
         if found:
             status = "confirmed" if is_filed else "flagged"
         elif is_filed:
@@ -149,17 +150,17 @@ def _evidence(cell: Cell, gpu: str, scans: dict[str, list[BinaryTargets]],
             continue
         also = (f"; {native} is carried by " + "; ".join(carriers)) if carriers else f"; no own package carries {native}"
         if status == "confirmed":
-            words = f"confirmed from the stack's own FP4 kernels: {rule['mechanism']}{also}"
+            words = f"confirmed from the stack's own FP4 kernels: {rule.mechanism}{also}"
         elif status == "flagged":
-            words = (f"flagged: the cell is not filed under {rule['known_issue']} (its arch flags "
+            words = (f"flagged: the cell is not filed under {rule.known_issue} (its arch flags "
                      f"{' '.join(cell.arch_flags) or 'none'}), but its own packages show the mechanism: "
-                     f"{rule['mechanism']}{also}")
+                     f"{rule.mechanism}{also}")
         else:
             words = (f"filed against this cell, but no FP4 kernel group of its own packages ({', '.join(own) or 'none read'}) "
                      f"lacks {native}" + (f"; {'; '.join(carriers)}" if carriers else ""))
-        out.append({"known_issue": rule["known_issue"], "status": status, "message": words, "evidence": found,
+        out.append({"known_issue": rule.known_issue, "status": status, "message": words, "evidence": found,
                     "native_target_present": bool(carriers), "carriers": carriers, "packages": own,
-                    "source": rule["source"]})
+                    "source": rule.source})
     return out
 
 
@@ -206,7 +207,7 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
     wheels = fetch_wheels(pins, cache, log=log, build_cache=build_cache)
     gpu = cell.pins.get("gpu")
     cap = V.parse_gpu(gpu) if gpu else None
-    jit_words = arch_rules().get("jit_packages", {})
+    jit_words = shipped_arch_rules().jit_packages
     packages: list[PackageScan] = []
     scans: dict[str, list[BinaryTargets]] = {}
     verdicts: dict[str, list[V.BinaryVerdict]] = {}
@@ -229,7 +230,7 @@ def scan_cell(cell: Cell, root: Path, exclude_newer: str | None, *, tool: str | 
             if not scan.binaries:  # e.g. the default index's aarch64 torch: a CPU build
                 verdict = V.MISSING
         if name in jit_words and not scan.binaries:
-            notes.append(str(jit_words[name]))
+            notes.append(jit_words[name])
         summary = _package_summary(bins, verdict) if cap else f"{len(scan.binaries)} CUDA binaries"
         if verdict == V.MISSING:
             summary = (f"the cell's own {name} was not fetched; the default index's {w.path.name} holds no CUDA "
