@@ -37,10 +37,12 @@ PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("results: the store and the report", (
         ("results", "query recorded smoke results (table or --json)"),
         ("report", "write the HTML report, a Markdown summary, JUnit XML and JSON from the results store"))),
-    ("release: promote by digest, verify, pull", (
+    ("release: promote by digest, verify, pull; check a host", (
         ("promote", "promote cells whose results meet the stack's policy: copy by digest, attest, tag known-good"),
         ("verify", "check an image's signed evidence: signature, subject digest, repository, cell labels"),
         ("pull", "pull the newest known-good image whose requirements this host meets, by digest"),
+        ("doctor", "check this GPU host: GPUs, driver, the known issues that hit it, a sandbox's prerequisites, "
+                   "the promoted images that fit"),
         ("keygen", "make an ed25519 key pair for signing promotion evidence (PREFIX.key, PREFIX.pub)"))),
     ("ci: jobs per cell, the local registry, the engine's environment; shell completion", (
         ("ci", "emit CI jobs (GitHub Actions matrix, Kubernetes Jobs, Slurm arrays) and collect their results"),

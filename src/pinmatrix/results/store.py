@@ -383,6 +383,17 @@ class ResultsStore:
 
         return bool(self._retry(read))
 
+    def hosts(self) -> list[HostFingerprint]:
+        """Every host a result was recorded on (its driver, capability, GPUs), by id."""
+        def read() -> list[HostFingerprint]:
+            with self._read() as conn:
+                return [HostFingerprint(id=r[0], hostname=r[1], gpu_name=r[2], gpu_count=int(r[3] or 0), driver=r[4],
+                                        capability=r[5], cuda_driver_api=r[6])
+                        for r in conn.execute("SELECT id, hostname, gpu_name, gpu_count, driver, capability, "
+                                              "cuda_driver_api FROM hosts ORDER BY id")]
+
+        return list(self._retry(read))
+
     # -- exchange ----------------------------------------------------------------------------------
     def import_json(self, rows: list[dict[str, Any]]) -> int:
         """Import exported rows (e.g. results/h200/*.json); returns how many were written."""
