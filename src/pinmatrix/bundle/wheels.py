@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, RootModel
 
 from pinmatrix import __version__
 from pinmatrix.bundle.model import LOCK_NAME, BundleManifest, LeftOut, WheelItem
@@ -23,6 +23,7 @@ from pinmatrix.datamodel import Strict
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.image.assembly.assemble import WheelChoices
 from pinmatrix.index.wheel_index import Target, WheelError, WheelFetcher
+from pinmatrix.project.document import KeyText, dotted_key, load_document
 from pinmatrix.project.lockfile import LockEntry, parse_lock
 
 MAX_HOST_FILE = 16 << 20
@@ -53,42 +54,27 @@ class HostPackages:
     source: str
 
 
-def _read_bounded(path: Path, what: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_HOST_FILE + 1)
-    except OSError as err:
-        raise BundleError(f"{path}: cannot read {what}: {err.strerror}") from None
-    if len(raw) > MAX_HOST_FILE:
-        raise BundleError(f"{path}: larger than {MAX_HOST_FILE} bytes: not {what}")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BundleError(f"{path}: not UTF-8: not {what}") from None
+class PipList(RootModel[list[PipListEntry]]):
+    """``pip list --format json``: its rows."""
 
 
-def _first_problem(err: ValidationError) -> str:
-    first = err.errors()[0]
-    return f"{'.'.join(map(str, first['loc'])) or '(top)'}: {first['msg']}"
+def _not_a(what: str) -> KeyText:
+    """An error's key after what the file is not: ``not a host probe: dists.x``."""
+    return lambda err: f"not {what}: {dotted_key(err) or '(top)'}"
 
 
 def read_pip_list(path: Path) -> HostPackages:
     """A host's ``pip list --format json`` output."""
-    text = _read_bounded(path, "a pip list --format json output")
-    try:
-        rows = TypeAdapter(list[PipListEntry]).validate_json(text)
-    except ValidationError as err:
-        raise BundleError(f"{path}: not a pip list --format json output: {_first_problem(err)}") from None
+    what = "a pip list --format json output"
+    rows = load_document(path, PipList, what=what, form="json", max_bytes=MAX_HOST_FILE, error=BundleError,
+                         key=_not_a(what)).root
     return HostPackages({canonicalize_name(r.name): r.version for r in rows}, None, f"{path.name} (pip list)")
 
 
 def read_host_probe(path: Path) -> HostPackages:
     """A recorded host probe: ``{"python": "3.12.3", "dists": {name: version}}``."""
-    text = _read_bounded(path, "a host probe")
-    try:
-        probe = HostProbe.model_validate_json(text)
-    except ValidationError as err:
-        raise BundleError(f"{path}: not a host probe: {_first_problem(err)}") from None
+    probe = load_document(path, HostProbe, what="a host probe", form="json", max_bytes=MAX_HOST_FILE,
+                          error=BundleError, key=_not_a("a host probe"))
     m = _PYTHON.match(probe.python)
     return HostPackages({canonicalize_name(k): v for k, v in probe.dists.items()},
                         f"{m.group(1)}.{m.group(2)}" if m else None, f"{path.name} (host probe)")
