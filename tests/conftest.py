@@ -1,4 +1,6 @@
-"""Shared fixtures: private container services (dockerd, podman/buildah storage, docker-registry) started by
+"""Shared fixtures: each test away from the checkout's own state (its own working directory, a stand-in for the
+checkout without ``.pinmatrix/`` and ``known-good.toml``, and no ``PINMATRIX_*`` setting of the caller's shell:
+tests/support/checkout_state.py), private container services (dockerd, podman/buildah storage, docker-registry) started by
 the tests themselves and stopped by PID, a shared cache for the base root filesystem, and a Cell factory.
 
 A missing binary skips the tests that need it with the reason, except in CI (CI=true), where it fails them:
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from checkout_state import foreign_settings, stand_in_root
 from helpers import start_dockerd
 from promotion import oci_registry  # noqa: F401 - the fixture, for every test folder
 
@@ -22,6 +25,17 @@ from pinmatrix.errors import EngineError
 from pinmatrix.registry.client import Registry
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def away_from_checkout_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test runs in a stand-in root of its own (the checkout's inputs linked in, none of its state) with no
+    PINMATRIX_* setting of the shell that started pytest: what ./dev left in the checkout cannot reach a test."""
+    root = stand_in_root(REPO, tmp_path_factory.mktemp("checkout"))
+    monkeypatch.chdir(root)
+    for name in foreign_settings(os.environ):
+        monkeypatch.delenv(name)
+    return root
 
 
 def ci_enabled(value: str | None = None) -> bool:

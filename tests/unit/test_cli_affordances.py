@@ -86,7 +86,7 @@ def test_every_command_has_examples() -> None:
 def _run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PINMATRIX_")}
     return subprocess.run([sys.executable, "-m", "pinmatrix", *argv], capture_output=True, text=True,
-                          env={**clean, **env}, cwd=ROOT, timeout=120)
+                          env={**clean, **env}, timeout=120)
 
 
 def test_options_from_the_environment() -> None:

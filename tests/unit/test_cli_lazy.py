@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from conftest import REPO
 from pinmatrix.cli import COMMAND_HELP, build_parser, commands_for
 
 
@@ -24,7 +23,7 @@ def _loaded(*argv: str, env: dict[str, str] | None = None) -> tuple[set[str], st
             "    pass\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pinmatrix.commands.'))), file=sys.stderr)")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PINMATRIX_")}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**clean, **(env or {})}, check=False)
     return set(json.loads(proc.stderr.strip().splitlines()[-1])), proc.stdout
 
@@ -58,7 +57,7 @@ def test_the_listing_uses_each_commands_own_help() -> None:
 
 
 def test_an_unknown_command_is_argparses_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "pinmatrix", "bulid"], capture_output=True, text=True, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "pinmatrix", "bulid"], capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 2 and "invalid choice: 'bulid'" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -35,9 +35,9 @@ def test_a_host_run_records_and_reports_its_differences(tmp_path: Path) -> None:
     cell = "eabeea643274"  # demo[six=1.16.0,idna=3.7]
     run = [sys.executable, "-m", "pinmatrix"]
     subprocess.run([*run, "smoke", str(REPO / "matrix.toml"), "--stack", "demo", "--cell", cell, "--runtime", "host",
-                    "--results", str(store), "--logs", str(tmp_path / "logs")], cwd=REPO, capture_output=True,
+                    "--results", str(store), "--logs", str(tmp_path / "logs")], capture_output=True,
                    text=True, timeout=300)
-    rows = json.loads(subprocess.run([*run, "results", "--results", str(store), "--json"], cwd=REPO,
+    rows = json.loads(subprocess.run([*run, "results", "--results", str(store), "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     assert rows
     for row in rows:
@@ -45,7 +45,7 @@ def test_a_host_run_records_and_reports_its_differences(tmp_path: Path) -> None:
         assert diff["cell_python"] == "3.13" and diff["python_differs"] is (not sys.version.startswith("3.13."))
         assert {p["package"] for p in diff["packages"]} <= {"six", "idna"}
     subprocess.run([*run, "report", str(REPO / "matrix.toml"), "--results", str(store), "--logs",
-                    str(tmp_path / "logs"), "--out", str(out), "--stack", "demo"], cwd=REPO, check=True,
+                    str(tmp_path / "logs"), "--out", str(out), "--stack", "demo"], check=True,
                    capture_output=True, text=True, timeout=300)
     html = (out / "index.html").read_text()
     assert "not the cell&#39;s environment" in html or "not the cell's environment" in html

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-
 
 def _script(shell: str) -> str:
     proc = subprocess.run([sys.executable, "-m", "pinmatrix", "completion", shell], capture_output=True, text=True,
-                          cwd=REPO, timeout=120, check=False)
+                          timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -54,5 +52,5 @@ def test_other_shells_get_a_script_naming_every_command(shell: str) -> None:
 
 def test_an_unknown_shell_is_one_line() -> None:
     proc = subprocess.run([sys.executable, "-m", "pinmatrix", "completion", "fish"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120, check=False)
+                          timeout=120, check=False)
     assert proc.returncode == 2 and "invalid choice: 'fish'" in proc.stderr and "Traceback" not in proc.stderr

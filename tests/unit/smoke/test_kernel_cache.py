@@ -88,7 +88,7 @@ def test_the_variables_point_into_the_mount_unless_already_set() -> None:
 
 
 def test_the_host_runtime_refuses_the_option_in_one_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "pinmatrix", "smoke", "--kernel-cache", "cold"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "pinmatrix", "smoke", "--kernel-cache", "cold"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith(
