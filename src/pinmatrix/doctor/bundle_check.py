@@ -20,8 +20,7 @@ from pinmatrix.bundle.model import MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleMani
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hostprobe import HostFingerprint
-from pinmatrix.release.hostmatch import HostFacts, Requirements, host_meets
-from pinmatrix.release.pull import requirements_of
+from pinmatrix.release.hostmatch import HostFacts, Requirements, host_meets, requirements_of
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 

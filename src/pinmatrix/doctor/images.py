@@ -11,7 +11,7 @@ from typing import Any
 from pinmatrix.hostprobe import HostFingerprint
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.release.driver_evidence import DriverCoverage, coverage, hosts_by_id
-from pinmatrix.release.pull import judge
+from pinmatrix.release.hostmatch import judge
 from pinmatrix.results.store import ResultsStore
 
 

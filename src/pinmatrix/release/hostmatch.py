@@ -1,6 +1,8 @@
 """Does a cell's image run on a given host? Driver floor and GPU architecture coverage, with a reason.
 
-Used by ``pinmatrix pull`` (pick the newest known-good cell this host can run), ``pinmatrix ci k8s``
+``judge``: every known-good cell's newest promotion with its verdict for a host, newest first.
+
+Used by ``pinmatrix pull`` (pick the newest known-good cell this host can run), ``pinmatrix doctor``, ``pinmatrix ci k8s``
 (which node pools a cell can be scheduled on) and ``pinmatrix promote`` (which hosts count for a gpu).
 
 Architecture rules (CUDA fat binaries, see the CUDA C programming guide "binary compatibility"):
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pinmatrix.archflag import ArchFlag, parse_capability, parse_flags
+from pinmatrix.hostprobe import HostFingerprint
 
 
 def arch_covers(flags: tuple[str, ...] | list[str], compute_capability: str | None,
@@ -106,3 +110,44 @@ def host_matches_gpu(gpu: str, host_capability: str | None, host_gpu_name: str |
         caps = [parse_capability(c) for c in (host_capability or "").split(",")]
         return cap in caps
     return bool(host_gpu_name) and gpu.lower() in (host_gpu_name or "").lower()
+
+
+@dataclass(frozen=True)
+class PullCandidate:
+    entry: dict[str, Any]
+    ok: bool
+    reasons: list[str]
+
+    @property
+    def label(self) -> str:
+        e = self.entry
+        return f"{e['cell_id']} {e.get('cell_name', '')} (promoted {e['promoted_at']})".replace("  ", " ")
+
+
+def requirements_of(entry: dict[str, Any]) -> Requirements:
+    return Requirements(
+        gpu_required=bool(entry.get("gpu_required", True)),
+        min_driver=entry.get("min_driver"),
+        compute_capability=entry.get("compute_capability"),
+        arch_flags=tuple(entry.get("arch_flags") or ()),
+    )
+
+
+def host_facts(host: HostFingerprint) -> HostFacts:
+    return HostFacts(driver=host.driver, capability=host.capability, gpu_count=host.gpu_count)
+
+
+def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | None = None) -> list[PullCandidate]:
+    """Newest first, one verdict per cell (a cell promoted twice counts once, by its newest entry)."""
+    chosen = [e for e in entries if stack is None or e["stack"] == stack]
+    ordered = sorted(enumerate(chosen), key=lambda ie: (ie[1]["promoted_at"], ie[0]), reverse=True)
+    seen: set[str] = set()
+    verdicts: list[PullCandidate] = []
+    facts = host_facts(host)
+    for _, entry in ordered:
+        if entry["cell_id"] in seen:
+            continue
+        seen.add(entry["cell_id"])
+        ok, reasons = host_meets(requirements_of(entry), facts)
+        verdicts.append(PullCandidate(entry, ok, reasons))
+    return verdicts

@@ -13,57 +13,16 @@ digest, repository and cell.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import Registry
-from pinmatrix.release.hostmatch import HostFacts, Requirements, host_meets
+from pinmatrix.release.hostmatch import PullCandidate as PullCandidate  # judged here before; pull's names for them
+from pinmatrix.release.hostmatch import judge as judge
+from pinmatrix.release.hostmatch import requirements_of as requirements_of
 from pinmatrix.release.signing import TrustedKey
 from pinmatrix.release.verify import Verification, verify_image
-from pinmatrix.results.store import HostFingerprint
-
-
-@dataclass(frozen=True)
-class PullCandidate:
-    entry: dict[str, Any]
-    ok: bool
-    reasons: list[str]
-
-    @property
-    def label(self) -> str:
-        e = self.entry
-        return f"{e['cell_id']} {e.get('cell_name', '')} (promoted {e['promoted_at']})".replace("  ", " ")
-
-
-def requirements_of(entry: dict[str, Any]) -> Requirements:
-    return Requirements(
-        gpu_required=bool(entry.get("gpu_required", True)),
-        min_driver=entry.get("min_driver"),
-        compute_capability=entry.get("compute_capability"),
-        arch_flags=tuple(entry.get("arch_flags") or ()),
-    )
-
-
-def host_facts(host: HostFingerprint) -> HostFacts:
-    return HostFacts(driver=host.driver, capability=host.capability, gpu_count=host.gpu_count)
-
-
-def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | None = None) -> list[PullCandidate]:
-    """Newest first, one verdict per cell (a cell promoted twice counts once, by its newest entry)."""
-    chosen = [e for e in entries if stack is None or e["stack"] == stack]
-    ordered = sorted(enumerate(chosen), key=lambda ie: (ie[1]["promoted_at"], ie[0]), reverse=True)
-    seen: set[str] = set()
-    verdicts: list[PullCandidate] = []
-    facts = host_facts(host)
-    for _, entry in ordered:
-        if entry["cell_id"] in seen:
-            continue
-        seen.add(entry["cell_id"])
-        ok, reasons = host_meets(requirements_of(entry), facts)
-        verdicts.append(PullCandidate(entry, ok, reasons))
-    return verdicts
 
 
 def reference_of(entry: dict[str, Any]) -> ImageRef:
