@@ -491,7 +491,8 @@ def test_matrix_text_never_becomes_an_option_or_a_shell_word(shipped, tmp_path: 
     script = render_script(array, settings, "host")
     smoke_line = next(ln for ln in script.splitlines() if " smoke " in ln)
     words = shlex.split(smoke_line)
-    assert words[words.index("-k") + 1] == "host-probe or x';id;`id`'"  # one quoted shell word
+    assert words[words.index("--smoke") + 1] == "host-probe or x';id;`id`'"  # one quoted shell word
+    assert "-k" not in words  # smoke's -k chooses cells; --smoke the smokes
     sbatch = [ln for ln in script.splitlines() if ln.startswith("#SBATCH")]
     assert all(re.fullmatch(r"#SBATCH --[a-z-]+(=[A-Za-z0-9._+/%&:-]+)?", ln) for ln in sbatch), sbatch
     for cell in demo:  # names (brackets, commas, '=') stay out of the script; ids go in

@@ -121,7 +121,7 @@ JSON_COMMANDS = [
     ("cells", ["cells", "--stack", "demo", "--json"], {0}),
     ("lock", lambda p: ["lock", "-k", next(iter(p.cells)), "--json"], {0}),
     ("build-print", ["build", "--stack", "demo", "--print"], {0}),
-    ("smoke", ["smoke", "-k", "host-probe", "--json"], {0}),
+    ("smoke", ["smoke", "--smoke", "host-probe", "--json"], {0}),
     ("bisect", ["bisect", "param", "cpu-threshold", "--param", "n", "--timeout", "5", "--max-probes", "2", "--json"],
      {0, 1}),
     ("results", ["results", "--stack", "demo", "--json"], {0}),

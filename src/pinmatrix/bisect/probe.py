@@ -28,7 +28,7 @@ class CannotProbe(Exception):
 
 @dataclass(frozen=True)
 class PointEnv:
-    """How to run the smoke at a point: the runner's options (interpreter, container, image digest) and the
+    """How to run the smoke at a point: the runner's options (interpreter, runtime, image digest) and the
     host runtime's overlay, if any."""
 
     options: RunOptions

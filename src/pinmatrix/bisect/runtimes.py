@@ -30,7 +30,7 @@ from pinmatrix.project.lockfile import lock_path
 from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.container import ContainerSmokes, image_digest
 from pinmatrix.smoke.overlay import build_overlay
-from pinmatrix.smoke.runner import RunOptions
+from pinmatrix.smoke.runner import HostProcesses, RunOptions
 from pinmatrix.smoke.target import SmokeTarget
 
 Echo = Callable[[str], None]
@@ -118,7 +118,7 @@ class VenvRuntime:
             if inst.returncode != 0:
                 raise CannotProbe(f"does not install: {_last(inst.stderr)}")
             stamp.write_text(want + "\n")
-        env = PointEnv(replace(self.options, python=str(python), runtime="venv"))
+        env = PointEnv(replace(self.options, python=str(python), runtime=HostProcesses(name="venv")))
         self._made[cell.id] = env
         return env
 
@@ -155,8 +155,8 @@ class ImageRuntime:
         digest = image_digest(self.engine, result.ref) or result.digest
         if digest is None:
             raise CannotProbe(f"built {result.ref}, but the {self.engine.name} store does not have it")
-        env = PointEnv(replace(self.options, runtime=self.engine.name, image_digest=digest,
-                               container=ContainerSmokes(self.engine, result.ref, self.smoke_dir)))
+        env = PointEnv(replace(self.options, image_digest=digest,
+                               runtime=ContainerSmokes(self.engine, result.ref, self.smoke_dir)))
         self._made[cell.id] = env
         return env
 

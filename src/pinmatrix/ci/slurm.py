@@ -111,7 +111,7 @@ class ScriptSettings:
     cpus_per_task: int = 2
     cpu_partition: str | None = None
     time_limit_min: int | None = None  # instead of the smokes' own sum (a partition's MaxTime, tests)
-    keyword: str | None = None  # pinmatrix smoke -k
+    keyword: str | None = None  # pinmatrix smoke --smoke: the smokes whose names match
 
 
 def checked_name(value: str, what: str) -> str:
@@ -276,8 +276,8 @@ def render_script(array: ArrayEntry, settings: ScriptSettings, runtime: Runtime)
     if settings.keyword:
         problem = text_problem(settings.keyword)
         if problem:
-            raise PinmatrixError(f"ci slurm: -k {shown(settings.keyword)} {problem}")
-        smoke += ["-k", q(settings.keyword)]
+            raise PinmatrixError(f"ci slurm: --smokes {shown(settings.keyword)} {problem}")
+        smoke += ["--smoke", q(settings.keyword)]
     smoke += ["--results", '"$TASK/results.sqlite"', "--logs", '"$TASK/logs"', "--json", '"$TASK/results.json"']
     lines += [" ".join(smoke), "rc=$?", 'printf \'%s\\n\' "$rc" > "$TASK/finished"', 'exit "$rc"']
     return "\n".join(lines) + "\n"

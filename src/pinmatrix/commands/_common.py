@@ -11,7 +11,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.expand import Expansion
 from pinmatrix.matrix.overrides import with_overrides
-from pinmatrix.matrix.selection import STDIN, select
+from pinmatrix.matrix.selection import STDIN, choose_cells
 from pinmatrix.project.matrix_toml import Matrix
 
 
@@ -57,13 +57,20 @@ def add_limit_argument(parser: argparse.ArgumentParser) -> None:
                              "(default: [matrix].max_combinations, else 100000)")
 
 
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+def add_selection_arguments(parser: argparse.ArgumentParser, *, one_off: bool = True, cell: str = "id or name",
+                            keyword: str = "name or id") -> None:
+    """--stack, --cell and -k, as every command that chooses cells has them (``selected`` for the matrix's);
+    ``one_off``: and --set, for the commands that can make a cell the matrix does not list; ``cell`` and
+    ``keyword``: what --cell takes and -k matches where a command reads records, not the matrix."""
     parser.add_argument("--stack", "-s", metavar="S", help="only the cells of stack S")
+    parser.add_argument("--cell", "-c", action="append", default=[], metavar="ID",
+                        help=f"only this cell, by its {cell} (repeatable)")
     parser.add_argument("-k", dest="keyword", metavar="EXPR",
-                        help="only cells whose name or id matches EXPR, pytest-style: 'xformers and not int64'")
-    parser.add_argument("--set", dest="set", action="append", default=[], metavar="AXIS=VALUE",
-                        help="a one-off cell: narrow --stack's AXIS to VALUE (one of its values, or a new version of "
-                        "a package axis) without editing the matrix; repeatable. Rules still apply")
+                        help=f"only cells whose {keyword} matches EXPR, pytest-style: 'xformers and not int64'")
+    if one_off:
+        parser.add_argument("--set", dest="set", action="append", default=[], metavar="AXIS=VALUE",
+                            help="a one-off cell: narrow --stack's AXIS to VALUE (one of its values, or a new version "
+                            "of a package axis) without editing the matrix; repeatable. Rules still apply")
 
 
 def read_input(path: Path, what: str = "file") -> str:
@@ -79,9 +86,9 @@ def read_input(path: Path, what: str = "file") -> str:
 
 
 def selected(matrix: Matrix, expansion: Expansion, args: argparse.Namespace) -> list[Cell]:
-    """The cells --stack and -k choose (with --set AXIS=VALUE: the one-off cells of --stack that it makes)."""
+    """The cells --stack, --cell and -k choose (with --set AXIS=VALUE: among the one-off cells of --stack that it
+    makes); a selection that matches no cell is one line (``matrix.selection.choose_cells``)."""
     sets = getattr(args, "set", None) or []
     if sets:
-
-        matrix, expansion = with_overrides(matrix, getattr(args, "stack", None), sets)
-    return select(matrix, expansion, stack=getattr(args, "stack", None), keyword=getattr(args, "keyword", None))
+        matrix, expansion = with_overrides(matrix, args.stack, sets)
+    return choose_cells(matrix, expansion, stack=args.stack, cells=args.cell, keyword=args.keyword)

@@ -36,7 +36,7 @@ def pushing(args: argparse.Namespace) -> Need:
 
 def smoking_images(args: argparse.Namespace) -> Need:
     """``smoke`` in an engine's container asks the registry which digest a cell's tag was pushed as."""
-    if getattr(args, "runtime", "host") in ("docker", "podman") and (args.cell or args.stack):
+    if getattr(args, "runtime", "host") in ("docker", "podman") and (args.cell or args.stack or args.keyword):
         return matrix_registry(args, getattr(args, "image", None))
     return None
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from pinmatrix.archscan.render import render_scan_markdown
 from pinmatrix.archscan.scan import scan_cell, scan_document, scan_tool
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
 from pinmatrix.paths import CACHE_DIR, OCI_DIR
 
@@ -36,7 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
-    p.add_argument("--cell", action="append", default=[], metavar="ID", help="only this cell (repeatable)")
     p.add_argument("--json", action="store_true", help="print the JSON document (pinmatrix-arch-scan/1) on stdout")
     p.add_argument("--out", "-o", type=Path, metavar="DIR",
                    help="also write DIR/arch-scan.json and DIR/arch-scan.md")
@@ -56,15 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
-    if args.cell:
-        known = {c.id for c in cells}
-        unknown = [c for c in args.cell if c not in known]
-        if unknown:
-            raise PinmatrixError(f"{matrix.path.name}: no selected cell with id {', '.join(unknown)} "
-                                 "(see `pinmatrix cells`)")
-        cells = [c for c in cells if c.id in args.cell]
-    if not cells:
-        raise PinmatrixError(f"{matrix.path.name}: no cell selected")
     tool, label = scan_tool(not args.no_cuobjdump)
 
     def log(msg: str) -> None:

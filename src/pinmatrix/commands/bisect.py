@@ -27,7 +27,7 @@ from pinmatrix.bisect.versions import (
 from pinmatrix.commands._common import examples
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.selection import load, select
+from pinmatrix.matrix.selection import choose_cells, load
 from pinmatrix.paths import BISECT_DIR, CACHE_DIR, LOGS_DIR, OVERLAY_DIR
 from pinmatrix.project.catalogue import find_smoke_dir, load_catalogue
 from pinmatrix.project.matrix_toml import require_stack
@@ -184,11 +184,9 @@ def _param_cell(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
     matrix, expansion = load(args.matrix)
-    cells = select(matrix, expansion, stack=args.stack)
-    hit = [c for c in cells if args.cell in (c.id, c.name)]
+    hit = choose_cells(matrix, expansion, stack=args.stack, cells=[args.cell])
     if len(hit) != 1:
-        raise PinmatrixError(f"{args.matrix}: {'no' if not hit else 'more than one'} cell with id or name "
-                             f"{args.cell!r}" + (f" in stack {args.stack!r}" if args.stack else ""))
+        raise PinmatrixError(f"{args.matrix}: more than one cell with id or name {args.cell!r}")
     return hit[0], matrix
 
 

@@ -148,8 +148,6 @@ def _print_plan(cells: list[Cell], settings: BuildSettings, lock_problems: dict[
 def run(args: argparse.Namespace) -> int:
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
-    if not cells:
-        raise PinmatrixError("no cell matches the selection (--stack / -k)")
     if args.jobs < 1:
         raise PinmatrixError("--jobs must be at least 1")
     wanted = requested(args.compression)  # a bad --compression is refused before any lock or build

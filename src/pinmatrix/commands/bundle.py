@@ -13,7 +13,7 @@ from pinmatrix.bundle.pack import parse_size
 from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.index.wheel_index import WheelFetcher, ssl_context
-from pinmatrix.matrix.selection import load, select
+from pinmatrix.matrix.selection import choose_cells, load
 from pinmatrix.paths import CACHE_DIR, OCI_DIR
 from pinmatrix.project.lockfile import lock_path
 
@@ -124,11 +124,7 @@ def run_wheels(args: argparse.Namespace) -> int:
 
     part_size = parse_size(args.part_size)
     matrix, expansion = load(args.matrix)
-    cells = [c for c in select(matrix, expansion, stack=args.stack) if args.cell in (c.id, c.name)]
-    if not cells:
-        raise PinmatrixError(f"{args.matrix}: no cell with id or name {args.cell!r}"
-                             + (f" in stack {args.stack!r}" if args.stack else ""))
-    cell = cells[0]
+    cell = choose_cells(matrix, expansion, stack=args.stack, cells=[args.cell])[0]
     root = Path(matrix.root)
     lock = lock_path(cell, root)
     try:

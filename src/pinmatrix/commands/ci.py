@@ -139,7 +139,7 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
     s.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR",
                    help="the smoke catalogue (default: smoke/ beside the matrix, else ./smoke)")
     s.add_argument("--smokes", dest="smoke_keyword", metavar="EXPR",
-                   help="only smokes whose name matches EXPR (passed to `pinmatrix smoke -k`)")
+                   help="only smokes whose name matches EXPR (passed to `pinmatrix smoke --smoke`)")
     s.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the store whose results a rerun skips (default: {DEFAULT_PATH})")
     s.add_argument("--rerun", action="store_true", help="submit every cell x pool, recorded or not")

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(console, len(cells), args.check)
     results = lock_cells(cells, LockSettings.of(matrix, jobs=args.jobs, write=not args.check), on_done=progress.report)
     root, owner = Path(matrix.root), matrix.path.name
-    full = args.stack is None and args.keyword is None
+    full = args.stack is None and args.keyword is None and not args.cell
     if args.check:
         return _check_outcome(args, results, root, owner, full, {c.id for c in expansion.cells}, console,
                               progress.state_of)

@@ -8,11 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-from pinmatrix.commands._common import add_matrix_argument, examples, existing_file
+from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, existing_file, selected
 from pinmatrix.commands._registry import pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
-from pinmatrix.matrix.selection import load, select
+from pinmatrix.matrix.selection import load
 from pinmatrix.paths import CACHE_DIR, KNOWN_GOOD_FILE, SIGNING_KEY
 from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalogue
 from pinmatrix.release.promote import PromotionRefused
@@ -35,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "PINMATRIX_SIGNING_KEY=ci.key pinmatrix promote --cell 0123456789ab --json"),
     )
     add_matrix_argument(p)
-    p.add_argument("--cell", "-c", action="append", default=[], metavar="ID", help="promote this cell (repeatable)")
-    p.add_argument("--stack", "-s", metavar="S", help="consider every cell of stack S")
-    p.add_argument("-k", dest="keyword", metavar="EXPR", help="consider cells whose name or id matches EXPR")
+    add_selection_arguments(p, one_off=False)
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
     p.add_argument("--known-good", type=Path, default=None, metavar="PATH",
@@ -100,15 +98,7 @@ def _settings(args: argparse.Namespace) -> PromoteSettings:
     matrix, expansion = load(args.matrix)
     if not (args.cell or args.stack or args.keyword):
         raise PinmatrixError("promote: name the cells: --cell ID, --stack S or -k EXPR")
-    cells = select(matrix, expansion, stack=args.stack, keyword=args.keyword)
-    if args.cell:
-        by_id = {c.id: c for c in expansion.cells}
-        missing = [c for c in args.cell if c not in by_id]
-        if missing:
-            raise PinmatrixError(f"{matrix.path.name}: no cell with id {missing[0]!r} (see `pinmatrix cells`)")
-        cells = [c for c in cells if c.id in args.cell] if (args.stack or args.keyword) else [by_id[c] for c in args.cell]
-    if not cells:
-        raise PinmatrixError("promote: no cell matches the selection")
+    cells = selected(matrix, expansion, args)
     prefix = (args.registry or matrix.settings.registry).rstrip("/")
     ImageRef.parse(prefix + "/x")  # validates the prefix: one clear line when malformed
     key_path = signing_key_path(args.signing_key, matrix.root / SIGNING_KEY)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pinmatrix.commands._common import examples, existing_file, read_input
+from pinmatrix.commands._common import add_selection_arguments, examples, existing_file, read_input
 from pinmatrix.commands._registry import known_good_registry
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
@@ -40,11 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "pinmatrix pull --cell 0123456789ab --json    # that cell's newest promotion, if this host runs it",
                    "pinmatrix pull --key ci/pinmatrix.pub         # trust this key instead of the project's own"),
     )
-    p.add_argument("--stack", "-s", metavar="S", help="only cells of stack S")
-    p.add_argument("--cell", "-c", action="append", default=[], metavar="ID",
-                   help="only this cell (its id or a unique prefix; repeatable)")
-    p.add_argument("-k", dest="keyword", metavar="EXPR",
-                   help="only cells whose name or id matches EXPR, pytest-style: 'xformers and not int64'")
+    add_selection_arguments(p, one_off=False, cell="id or a unique prefix of it")
     p.add_argument("--pin", action="append", default=[], metavar="AXIS<SPEC>",
                    help="only cells whose AXIS satisfies SPEC: a PEP 440 specifier ('torch>=2.9,<2.11') or "
                    "=VALUE for the pin as written ('xformers=0.0.35-int64'); repeatable, all must hold")
@@ -99,13 +95,14 @@ def run(args: argparse.Namespace) -> int:
     entries = _entries(args)
     host = _host(args)
     found = candidates(entries, host, _selection(args))
+    if _asked(args) and not any(not c.outside for c in found):
+        raise PinmatrixError(f"no known-good cell matches {_asked(args)} in {args.known_good}")
     chosen = choose(found)
     if args.list_only:
         return _list(found, chosen, host, args.json)
     _say_passed_over(args, host, found, chosen)
     if chosen is None:
-        asked = " and ".join(x for x in (f"stack {args.stack}" if args.stack else "",
-                                          "--cell/-k/--pin" if args.cell or args.keyword or args.pin else "") if x)
+        asked = _asked(args)
         raise PinmatrixError(f"no known-good cell{' of ' + asked if asked else ''} runs on this host "
                              f"({host.label()}): {len(found)} passed over (see `pinmatrix pull --list`)")
     registry = Registry(str(chosen.entry["reference"]).split("/", 1)[0])
@@ -126,6 +123,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(ref)
     return 0
+
+
+def _asked(args: argparse.Namespace) -> str:
+    """The selection as asked: ``stack demo and -k 'int64'``; empty for none."""
+    return " and ".join(filter(None, [f"stack {args.stack}" if args.stack else "",
+                                      f"--cell {' '.join(args.cell)}" if args.cell else "",
+                                      f"-k {args.keyword!r}" if args.keyword else "",
+                                      f"--pin {' '.join(args.pin)}" if args.pin else ""]))
 
 
 def _selection(args: argparse.Namespace) -> Selection:

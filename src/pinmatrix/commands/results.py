@@ -7,9 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from pinmatrix.commands._common import examples, read_input
+from pinmatrix.commands._common import add_selection_arguments, examples, read_input
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.results.store import DEFAULT_PATH, ResultsStore
+from pinmatrix.matrix.keyword import compile_keyword
+from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.statuses import STATUSES
@@ -27,8 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
-    p.add_argument("--cell", metavar="ID", help="only this cell id")
-    p.add_argument("--stack", "-s", metavar="S", help="only this stack")
+    add_selection_arguments(p, one_off=False, cell="id", keyword="stack or id (the store keeps no names)")
     p.add_argument("--host", metavar="ID", help="only this host fingerprint id")
     p.add_argument("--smoke", metavar="NAME", help="only this smoke")
     p.add_argument("--status", choices=STATUSES, help="only this status")
@@ -56,8 +56,13 @@ def run(args: argparse.Namespace) -> int:
                 raise PinmatrixError(f"{path}: {err}") from None
         print(f"imported {total} record(s) into {args.results}")
         return 0
-    records = store.query(cell_id=args.cell, stack=args.stack, host_id=args.host, smoke=args.smoke,
-                          status=args.status, latest_only=args.latest, run_id=args.run)
+    records = _of_cells(store.query(stack=args.stack, host_id=args.host, smoke=args.smoke, status=args.status,
+                                    latest_only=args.latest, run_id=args.run), args)
+    if not records and (args.stack or args.cell or args.keyword) and not _of_cells(store.query(stack=args.stack), args):
+        asked = " and ".join(filter(None, [f"stack {args.stack}" if args.stack else "",
+                                           f"--cell {' '.join(args.cell)}" if args.cell else "",
+                                           f"-k {args.keyword!r}" if args.keyword else ""]))
+        raise PinmatrixError(f"no recorded cell matches {asked} in {args.results}")
     if args.json:
         json.dump([r.to_dict() for r in records], sys.stdout, indent=2, sort_keys=True)
         print()
@@ -71,3 +76,10 @@ def run(args: argparse.Namespace) -> int:
         print(terminal_text(f"{r.status:8} {r.smoke:40} {r.cell_id:12} {r.host.id:12} {r.failure_class or '-':24} "
                             f"{r.duration_s:7.1f}  {reason}"))
     return 0
+
+
+def _of_cells(records: list[SmokeRecord], args: argparse.Namespace) -> list[SmokeRecord]:
+    """The records of the cells --cell names and -k matches (over the record's stack and cell id)."""
+    match = compile_keyword(args.keyword) if args.keyword else None
+    return [r for r in records if (not args.cell or r.cell_id in args.cell)
+            and (match is None or match(f"{r.stack} {r.cell_id}"))]

@@ -8,11 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pinmatrix.cell import Cell
-from pinmatrix.commands._common import add_limit_argument, examples, existing_dir
+from pinmatrix.commands._common import add_limit_argument, add_selection_arguments, examples, existing_dir, selected
 from pinmatrix.commands._registry import smoking_images
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.selection import load, select
+from pinmatrix.matrix.selection import load
 from pinmatrix.paths import KERNEL_CACHE_DIR, LOGS_DIR, OCI_DIR, OVERLAY_DIR, ROOTS_DIR
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.matrix_toml import Matrix
@@ -29,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Run each selected smoke in its own process (python -X faulthandler) with a timeout, so a device "
             "fault, a segfault or a hang fails that smoke only. Logs go to --logs/<run>/<cell>/<smoke>.log, "
-            "results to the results store. Without --cell/--stack the current environment is smoked as the "
-            "synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell, "
+            "results to the results store. --cell, --stack and -k choose cells of the matrix (-k over their names and "
+            "ids, as everywhere), --smoke the smokes by name. Without --cell/--stack/-k the current environment is "
+            "smoked as the synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell, "
             "host and image digest are skipped unless --rerun: a rebuilt or pushed image is smoked again. With "
             "--runtime docker/podman, cells whose image is not in the engine's store are listed and passed "
             "over; the others are smoked, and the exit status is 1. --runtime chroot needs no engine: the cell's "
@@ -43,14 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "pinmatrix smoke --stack demo --runtime chroot             # in each cell's image, no engine",
                    "pinmatrix smoke --cell 'h200[xformers=0.0.35-int64]' --runtime chroot --layout /data/oci "
                    "--json out.json",
-                   "pinmatrix smoke --stack h200 --runtime chroot --kernel-cache cold --rerun   # a cold-cache run"),
+                   "pinmatrix smoke --stack h200 --runtime chroot --kernel-cache cold --rerun   # a cold-cache run",
+                   "pinmatrix smoke --stack h200 -k int64 --smoke 'xformers and not fwd'   # some smokes of some cells"),
     )
     p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
-                   help="the matrix file (default: ./matrix.toml); read only with --cell/--stack")
+                   help="the matrix file (default: ./matrix.toml); read only with --cell/--stack/-k")
     add_limit_argument(p)
-    p.add_argument("--cell", action="append", metavar="ID", help="a cell id or name (repeatable)")
-    p.add_argument("--stack", "-s", metavar="S", help="every cell of stack S")
-    p.add_argument("-k", dest="keyword", metavar="EXPR",
+    add_selection_arguments(p, one_off=False)
+    p.add_argument("--smoke", dest="smokes", metavar="EXPR",
                    help="only smokes whose name matches EXPR, pytest-style: 'xformers and not fwd'")
     p.add_argument("--runtime", choices=("host", "docker", "podman", "chroot"), default="host",
                    help="host: the current Python environment (plus --wheels/patch overlay); docker/podman: "
@@ -96,23 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cells(args: argparse.Namespace) -> tuple[Sequence[SmokeTarget], Matrix | None]:
-
-    if not args.cell and not args.stack:
+    """The cells --cell, --stack and -k choose from the matrix; without any, the synthetic host cell."""
+    if not (args.cell or args.stack or args.keyword):
         return [HostCell()], None
-
-
     matrix, expansion = load(args.matrix)
-    cells = select(matrix, expansion, stack=args.stack)
-    if args.cell:
-        wanted: list[Cell] = []
-        for key in args.cell:
-            hit = [c for c in cells if key in (c.id, c.name)]
-            if not hit:
-                raise PinmatrixError(f"{args.matrix}: no cell with id or name {key!r}"
-                                     + (f" in stack {args.stack!r}" if args.stack else ""))
-            wanted.extend(c for c in hit if c not in wanted)
-        cells = wanted
-    return cells, matrix
+    return selected(matrix, expansion, args), matrix
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,21 +127,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> SmokeSettings:
-    """The run's settings from the command line (and the matrix, for --cell/--stack)."""
+    """The run's settings from the command line (and the matrix, for --cell/--stack/-k)."""
     catalogue = load_catalogue(args.smoke_dir)
     cells, matrix = _cells(args)
     if not args.list:
         _check_runtime_flags(args)
+    if args.smokes and not any(plan_smokes(cell, catalogue, args.smokes) for cell in cells):
+        raise PinmatrixError(f"no smoke matches --smoke {args.smokes!r} in the smokes of the {len(cells)} selected "
+                             "cell(s) (`pinmatrix smoke --list` names them)")
     options = RunOptions(
-        smoke_dir=args.smoke_dir, keyword=args.keyword, rerun=args.rerun, timeout_s=args.timeout,
+        smoke_dir=args.smoke_dir, keyword=args.smokes, rerun=args.rerun, timeout_s=args.timeout,
         python=args.python, logs_dir=args.logs, overlay_dir=args.overlay, wheels_dir=args.wheels,
-        repo_root=(args.matrix.resolve().parent if matrix is not None else Path.cwd()), runtime=args.runtime,
+        repo_root=(args.matrix.resolve().parent if matrix is not None else Path.cwd()),
         log_cap=int(args.log_cap * 1024 * 1024), batch=args.batch,
         kernel_cache=None if args.runtime == "host" else (args.kernel_cache or "keep"),
     )
-    return SmokeSettings(cells=cells, matrix=matrix, catalogue=catalogue, options=options, smoke_dir=args.smoke_dir,
-                         keyword=args.keyword, image=str(args.image) if args.image else None, layout=args.layout,
-                         roots=args.roots)
+    return SmokeSettings(cells=cells, matrix=matrix, catalogue=catalogue, options=options, runtime=args.runtime,
+                         smoke_dir=args.smoke_dir, keyword=args.smokes, image=str(args.image) if args.image else None,
+                         layout=args.layout, roots=args.roots)
 
 
 def _check_runtime_flags(args: argparse.Namespace) -> None:

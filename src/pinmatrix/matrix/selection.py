@@ -1,13 +1,15 @@
 """Reading matrix.toml into its cells (parse, validate, expand), and choosing some of them: by stack, by a
-pytest-style ``-k`` expression, by id prefix. Every command and test that needs the cells comes through here."""
+pytest-style ``-k`` expression, by id or name (``choose_cells``: what every command's --stack, --cell and -k mean).
+Every command and test that needs the cells comes through here."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from pinmatrix.cell import Cell
-from pinmatrix.errors import MatrixError
+from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.matrix.compat import CompatRules
 from pinmatrix.matrix.expand import Expansion, expand_cells, select_cells
 from pinmatrix.matrix.runtime_needs import check_runtime_needs
@@ -50,3 +52,27 @@ def select(matrix: Matrix, expansion: Expansion, *, stack: str | None = None, ke
     if stack is not None:
         require_stack(matrix, stack)
     return select_cells(expansion.cells, stack=stack, keyword=keyword, cell_id=cell_id)
+
+
+def choose_cells(matrix: Matrix, expansion: Expansion, *, stack: str | None = None, cells: Sequence[str] = (),
+                 keyword: str | None = None) -> list[Cell]:
+    """The cells of ``stack`` (all stacks: None) that ``cells`` name (each an id or a name; none: every cell) and
+    that match ``keyword`` (``-k``, over name and id). A name in ``cells`` that no cell has, and a selection that
+    leaves no cell, are each one line naming what was asked."""
+    pool = select(matrix, expansion, stack=stack)
+    where = f"stack {stack}" if stack is not None else matrix.path.name
+    chosen = pool
+    if cells:
+        chosen = []
+        for key in dict.fromkeys(cells):
+            hit = [c for c in pool if key in (c.id, c.name)]
+            if not hit:
+                raise PinmatrixError(f"no cell with id or name {key!r} in {where} (see `pinmatrix cells`)")
+            chosen += [c for c in hit if all(c.id != seen.id for seen in chosen)]
+    if keyword:
+        chosen = select_cells(chosen, keyword=keyword)
+    if not chosen:
+        asked = " and ".join(filter(None, [f"--cell {' '.join(cells)}" if cells else "",
+                                           f"-k {keyword!r}" if keyword else ""]))
+        raise PinmatrixError(f"no cell matches {asked} in {where}" if asked else f"no cell in {where}")
+    return chosen

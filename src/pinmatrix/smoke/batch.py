@@ -37,7 +37,6 @@ from pinmatrix.smoke.runner import (
     smoke_files,
     smoke_record,
     smoke_timeout,
-    start_smoke,
 )
 from pinmatrix.smoke.target import SmokeTarget
 
@@ -86,7 +85,7 @@ def _one_process(cell: SmokeTarget, smokes: list[Smoke], options: RunOptions, *,
     timeout = effective_timeout(min(MAX_TIMEOUT_S, sum(e["timeout_s"] for e in entries) + START_SLACK_S))
     lead = replace(smokes[0], name=BATCH_ARG)  # <first module>.py --batch
     started = now()
-    proc = start_smoke(cell, lead, options, env, log_path, result_path, timeout, work)
+    proc = options.runtime.start(cell, lead, options, env, log_path, result_path, timeout, work)
     finished = now()
     records: list[SmokeRecord] = []
     for position, (smoke, entry) in enumerate(zip(smokes, entries, strict=True), start=1):

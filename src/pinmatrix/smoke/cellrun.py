@@ -1,21 +1,18 @@
-"""A cell's smokes, run in order: each recorded smoke passed over (unless --rerun), the host runtime's overlay made,
-what the host's GPU decides recorded without a process, the rest run alone or in batches (``smoke.batch``), every
-record stored the moment it is known."""
+"""A cell's smokes, run in order: each recorded smoke passed over (unless --rerun), the cell prepared by its runtime
+(the host's overlay and lock comparison), what the host's GPU decides recorded without a process, the rest run alone
+or in batches (``smoke.batch``) by the runtime, every record stored the moment it is known."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pinmatrix.paths import OVERLAY_DIR
 from pinmatrix.project.catalogue import Smoke, load_catalogue
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import file_slug, terminal_text
 from pinmatrix.smoke.batch import run_batch
-from pinmatrix.smoke.hostdiff import differences, environment_of
-from pinmatrix.smoke.overlay import Overlay, build_overlay
+from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import (
-    HOST_CELL_ID,
     RunOptions,
     decided_by_host,
     new_run_id,
@@ -47,7 +44,7 @@ def run_cells(
     catalogue = load_catalogue(options.smoke_dir)
     host = host or HostFingerprint.detect()
     run_id = run_id or new_run_id()
-    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {options.runtime}")
+    echo(f"run {run_id} on {host.label()} (host {host.id}), runtime {options.runtime.name}")
     runs = []
     for cell in cells:
         runs.append(run_cell(cell, catalogue, store, options, host=host, run_id=run_id, echo=echo))
@@ -70,21 +67,10 @@ def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, opt
             todo.append(smoke)
     if not todo:
         return out
-    if options.runtime == "host" and (options.wheels_dir or cell.patches):
-        overlay_root = options.overlay_dir or OVERLAY_DIR
-        out.overlay = build_overlay(cell, overlay_root, wheels_dir=options.wheels_dir,
-                                    repo_root=options.repo_root, python=options.python, log=echo)
+    setup = options.runtime.prepare_cell(cell, options, echo)
+    out.overlay = setup.overlay
     work = (options.logs_dir / run_id / file_slug(cell.id)).resolve()  # smokes run with cwd=work
     work.mkdir(parents=True, exist_ok=True)
-    host_vs_lock = None
-    if options.runtime == "host" and cell.id != HOST_CELL_ID:
-        lock_file = options.repo_root / "locks" / f"{cell.id}.txt"
-        seen = environment_of(options.python, out.overlay.site if out.overlay else None)
-        host_vs_lock = differences(cell, lock_file.read_text(encoding="utf-8") if lock_file.is_file() else None, seen)
-        if not host_vs_lock["identical"]:
-            n = len(host_vs_lock["packages"])
-            echo(f"  host runtime differs from the cell: python {host_vs_lock['host_python']} (cell "
-                 f"{host_vs_lock['cell_python']}), {n} locked package(s) at another version or absent")
     for group in process_groups(todo, host, batch=options.batch):
         unmet = decided_by_host(group[0], host)
         if unmet is not None:
@@ -96,8 +82,8 @@ def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, opt
         else:
             recs = [run_one(cell, group[0], options, host=host, run_id=run_id, work=work, overlay=out.overlay)]
         for rec in recs:
-            if host_vs_lock is not None:
-                rec.environment["host_vs_lock"] = host_vs_lock
+            if setup.host_vs_lock is not None:
+                rec.environment["host_vs_lock"] = setup.host_vs_lock
             store.record(rec)
             out.records.append(rec)
             cls = f" [{rec.failure_class}]" if rec.failure_class else ""

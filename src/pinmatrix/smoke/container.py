@@ -5,7 +5,7 @@ result file. The host's GPUs are passed when it has them (the engine layer decid
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pinmatrix.engine import OCIEngine, host_has_gpus
@@ -16,7 +16,8 @@ from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.registry.client import Registry
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
-from pinmatrix.smoke.runner import ProcessResult, run_process
+from pinmatrix.smoke.runner import ProcessResult, RunOptions, run_process
+from pinmatrix.smoke.runtimes import CellSetup
 from pinmatrix.smoke.target import SmokeTarget
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
@@ -32,6 +33,8 @@ _HOST_ONLY = {"PATH", "HOME", "PYTHONPATH", "VIRTUAL_ENV", "PWD", "OLDPWD", "SHE
 
 
 class ContainerSmokes:
+    """The docker/podman runtime for one image (``smoke.runtimes.SmokeRuntime``)."""
+
     def __init__(self, engine: OCIEngine, image: str, smoke_dir: Path, *, python: str = IMAGE_PYTHON,
                  gpus: bool | None = None, kill_grace_s: float = 3.0, log_cap: int = DEFAULT_LOG_CAP,
                  cache: KernelCache | None = None, image_env: Mapping[str, str] | None = None) -> None:
@@ -45,8 +48,15 @@ class ContainerSmokes:
         self.kill_grace_s = kill_grace_s
         self.log_cap = log_cap
 
-    def __call__(self, cell: SmokeTarget, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
-                 timeout: float) -> ProcessResult:
+    @property
+    def name(self) -> str:
+        return str(self.engine.name)
+
+    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+        return CellSetup()  # the image is the cell's environment
+
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+              result_path: Path, timeout: float, work: Path) -> ProcessResult:
         work = result_path.parent.resolve()
         name = f"pinmatrix-smoke-{secrets.token_hex(4)}"
         args = ["run", "--rm", "--name", name, "--network=none",

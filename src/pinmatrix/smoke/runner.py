@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pinmatrix.archscan.smokeenv import smoke_env_vars
 from pinmatrix.matrix.keyword import compile_keyword
-from pinmatrix.paths import LOGS_DIR
+from pinmatrix.paths import LOGS_DIR, OVERLAY_DIR
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, Smoke, SmokeError, select
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
@@ -35,9 +35,11 @@ from pinmatrix.sanitize import file_slug
 from pinmatrix.smoke.classify import Outcome, classify
 from pinmatrix.smoke.gpu_needs import unmet_need
 from pinmatrix.smoke.guard import TOKEN_ENV, die_with_parent, name_group, start_guard
+from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
-from pinmatrix.smoke.overlay import Overlay
+from pinmatrix.smoke.overlay import Overlay, build_overlay
+from pinmatrix.smoke.runtimes import CellSetup, SmokeRuntime
 from pinmatrix.smoke.target import SmokeTarget
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
@@ -74,12 +76,36 @@ class HostCell:
         return dict(self.env)
 
 
-class SmokeRuntime(Protocol):
-    """Where a smoke runs instead of this host's own processes: a container of the cell's image
-    (``smoke.container.ContainerSmokes``) or its root unpacked from the layout (``smoke.chroot``)."""
+@dataclass(frozen=True)
+class HostProcesses:
+    """The host runtime: each smoke a process of ``options.python`` here, in the cell's folder; a cell gets its
+    overlay (extra wheels, installed-tree patches) and, for a matrix cell, how this environment differs from its
+    lock. Bisect's ``venv`` runtime is one of these with the venv's interpreter."""
 
-    def __call__(self, cell: SmokeTarget, smoke: Smoke, env: dict[str, str], log_path: Path, result_path: Path,
-                 timeout: float) -> ProcessResult: ...
+    name: str = "host"
+
+    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+        overlay = None
+        if options.wheels_dir or cell.patches:
+            overlay = build_overlay(cell, options.overlay_dir or OVERLAY_DIR,
+                                    wheels_dir=options.wheels_dir, repo_root=options.repo_root,
+                                    python=options.python, log=echo)
+        if cell.id == HOST_CELL_ID:
+            return CellSetup(overlay)
+        lock_file = options.repo_root / "locks" / f"{cell.id}.txt"
+        seen = environment_of(options.python, overlay.site if overlay else None)
+        host_vs_lock = differences(cell, lock_file.read_text(encoding="utf-8") if lock_file.is_file() else None, seen)
+        if not host_vs_lock["identical"]:
+            n = len(host_vs_lock["packages"])
+            echo(f"  host runtime differs from the cell: python {host_vs_lock['host_python']} (cell "
+                 f"{host_vs_lock['cell_python']}), {n} locked package(s) at another version or absent")
+        return CellSetup(overlay, host_vs_lock)
+
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+              result_path: Path, timeout: float, work: Path) -> ProcessResult:
+        argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
+        return run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s,
+                           log_cap=options.log_cap)
 
 
 @dataclass
@@ -93,9 +119,8 @@ class RunOptions:
     overlay_dir: Path | None = None  # where per-cell overlays are made (host runtime)
     wheels_dir: Path | None = None  # the cells' extra wheels
     repo_root: Path = Path(".")
-    runtime: str = "host"
+    runtime: SmokeRuntime = field(default_factory=HostProcesses)  # where each smoke runs (smoke/runtimes.py)
     image_digest: str | None = None
-    container: SmokeRuntime | None = None  # an image runtime (smoke.container, smoke.chroot); None: here
     kill_grace_s: float = 3.0
     log_cap: int = DEFAULT_LOG_CAP  # bytes of log kept per smoke (head and tail), --log-cap
     kernel_cache: str | None = None  # image runtimes: keep, cold or off (smoke/kernel_cache.py), recorded
@@ -328,16 +353,6 @@ def smoke_files(work: Path, label: str) -> tuple[Path, Path]:
     return work / f"{file_slug(label)}.log", work / f".{file_slug(label)}.result.json"
 
 
-def start_smoke(cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
-                result_path: Path, timeout: float, work: Path) -> ProcessResult:
-    """``smoke.module`` started with the argument ``smoke.name``: in the image runtime, else here."""
-    if options.container is not None:
-        return options.container(cell, smoke, env, log_path, result_path, timeout)
-    argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
-    return run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s,
-                       log_cap=options.log_cap)
-
-
 def run_one(cell: SmokeTarget, smoke: Smoke, options: RunOptions, *, host: HostFingerprint, run_id: str, work: Path,
             overlay: Overlay | None, params: dict[str, Any] | None = None) -> SmokeRecord:
     """Run ``smoke`` once; ``params`` (a bisect probe's parameter values) reach it as $PINMATRIX_PARAMS."""
@@ -346,7 +361,7 @@ def run_one(cell: SmokeTarget, smoke: Smoke, options: RunOptions, *, host: HostF
     log_path, result_path = smoke_files(work, label)
     env = smoke_env(cell, result_path, overlay, params)
     started = now()
-    proc = start_smoke(cell, smoke, options, env, log_path, result_path, timeout, work)
+    proc = options.runtime.start(cell, smoke, options, env, log_path, result_path, timeout, work)
     finished = now()
     return smoke_record(cell, smoke, options, proc, log_path, timeout, host=host, run_id=run_id, started=started,
                         finished=finished, overlay=overlay, params=params)
@@ -366,8 +381,7 @@ def smoke_record(cell: SmokeTarget, smoke: Smoke, options: RunOptions, proc: Pro
     metrics.update(outcome.metrics)
     metrics = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in metrics.items()}
     environment = dict((proc.result or {}).get("environment") or {})
-    if options.runtime != "host":  # which image runtime ran it (docker, podman, chroot)
-        environment["runtime"] = options.runtime
+    environment["runtime"] = options.runtime.name  # host, venv, docker, podman, chroot
     if options.kernel_cache is not None:
         environment["kernel_cache"] = options.kernel_cache
     if overlay is not None:

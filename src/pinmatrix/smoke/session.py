@@ -20,7 +20,7 @@ from pinmatrix.smoke.cellrun import CellRun, run_cell, run_cells
 from pinmatrix.smoke.chroot import find_image, prepare
 from pinmatrix.smoke.container import ContainerSmokes, image_digest
 from pinmatrix.smoke.kernel_cache import prepare_cache
-from pinmatrix.smoke.runner import RunOptions, plan_smokes
+from pinmatrix.smoke.runner import HostProcesses, RunOptions, plan_smokes
 from pinmatrix.smoke.target import SmokeTarget
 
 Echo = Callable[[str], None]
@@ -34,8 +34,9 @@ class SmokeSettings:
     matrix: Matrix | None  # None: the synthetic host cell, no matrix read
     catalogue: list[Smoke]
     options: RunOptions
+    runtime: str = "host"  # --runtime: host, docker, podman or chroot; run_smokes makes the runtime it names
     smoke_dir: Path | None = None  # --smoke-dir; None: the project's smoke/ (project.catalogue.find_smoke_dir)
-    keyword: str | None = None
+    keyword: str | None = None  # --smoke EXPR: the smokes whose names match
     image: str | None = None  # --image: one reference for every cell
     layout: Path | None = None  # the chroot runtime's OCI layout (default paths.OCI_DIR)
     roots: Path | None = None  # where the chroot runtime unpacks images (default paths.ROOTS_DIR)
@@ -81,11 +82,12 @@ class SmokeSession:
 
 def run_smokes(settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
                echo: Echo) -> SmokeSession:
-    """Smoke every cell where ``settings.options.runtime`` says, recording each result in ``store``."""
-    runtime = settings.options.runtime
-    if runtime == "host":
-        return SmokeSession(run_cells(settings.cells, store, settings.options, host=host, run_id=run_id, echo=echo))
-    source: ImageSource = (_LayoutRoots(settings, run_id, echo) if runtime == "chroot"
+    """Smoke every cell in the runtime ``settings.runtime`` names, chosen here once (the host's processes, or
+    each cell's image from an engine's store or an OCI layout), recording each result in ``store``."""
+    if settings.runtime == "host":
+        options = replace(settings.options, runtime=HostProcesses())
+        return SmokeSession(run_cells(settings.cells, store, options, host=host, run_id=run_id, echo=echo))
+    source: ImageSource = (_LayoutRoots(settings, run_id, echo) if settings.runtime == "chroot"
                            else _EngineImages(settings, echo))
     return _run_in(source, settings, store, host, run_id, echo)
 
@@ -96,7 +98,7 @@ def cell_image_ref(cell: SmokeTarget, settings: SmokeSettings) -> str:
     if settings.image:
         return settings.image
     if settings.matrix is None:
-        raise PinmatrixError(f"--runtime {settings.options.runtime} without --cell/--stack needs --image REF")
+        raise PinmatrixError(f"--runtime {settings.runtime} without --cell/--stack/-k needs --image REF")
 
     return image_ref(cell, settings.matrix.settings.registry)  # type: ignore[arg-type]
 
@@ -119,14 +121,14 @@ def _container_cache(engine: Any, ref: str, digest: str, root: Path, mode: str |
 
 
 class ImageSource(Protocol):
-    """Where each cell's image is found and how a smoke then runs in it: an engine's store (its containers) or
-    an OCI layout (its image unpacked, the chroot runtime)."""
+    """Where each cell's image is found and the runtime its smokes then run in: an engine's store (a container of
+    the image, ``ContainerSmokes``) or an OCI layout (the image unpacked, ``ChrootSmokes``)."""
 
     where: str  # for the run's first line: "runtime podman", "runtime chroot, layout <the layout>"
 
     def digest(self, ref: str) -> str | None: ...
     def absent(self, ref: str) -> tuple[str, str]: ...  # (the session's no-image line, the progress line)
-    def options(self, cell: SmokeTarget, ref: str, digest: str) -> RunOptions: ...
+    def options(self, cell: SmokeTarget, ref: str, digest: str) -> RunOptions: ...  # its runtime and digest
 
 
 def _run_in(source: ImageSource, settings: SmokeSettings, store: ResultsStore, host: HostFingerprint, run_id: str,
@@ -153,7 +155,7 @@ class _EngineImages:
 
     def __init__(self, settings: SmokeSettings, echo: Echo) -> None:
         self.settings, self.echo = settings, echo
-        self.runtime = settings.options.runtime
+        self.runtime = settings.runtime
         self.engine = get_engine(self.runtime)
         self.engine.ensure_running()
         self.smoke_dir = find_smoke_dir(settings.smoke_dir)
@@ -171,8 +173,8 @@ class _EngineImages:
         cache, image_env = _container_cache(self.engine, ref, digest, options.repo_root, options.kernel_cache,
                                             self.echo)
         return replace(options, image_digest=digest, kernel_cache=options.kernel_cache if cache else "off",
-                       container=ContainerSmokes(self.engine, ref, self.smoke_dir, log_cap=options.log_cap,
-                                                 cache=cache, image_env=image_env))
+                       runtime=ContainerSmokes(self.engine, ref, self.smoke_dir, log_cap=options.log_cap,
+                                               cache=cache, image_env=image_env))
 
 
 class _LayoutRoots:
@@ -202,4 +204,4 @@ class _LayoutRoots:
                           log_dir=options.logs_dir / self.run_id / "chroot" / digest[7:19],
                           kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=self.echo,
                           kernel_cache=options.kernel_cache or "keep")
-        return replace(options, image_digest=digest, container=runtime)
+        return replace(options, image_digest=digest, runtime=runtime)

@@ -392,7 +392,7 @@ def test_the_example_workflow_pastes_no_expression_into_a_shell_line() -> None:
 def test_an_empty_or_foreign_store_is_named_and_left_alone(tmp_path: Path, capsys, content: bytes, expected: str) -> None:
     path = tmp_path / "results.sqlite"
     path.write_bytes(content)
-    for argv in (["results", "--results", str(path)], ["smoke", "--results", str(path), "-k", "host-probe"]):
+    for argv in (["results", "--results", str(path)], ["smoke", "--results", str(path), "--smoke", "host-probe"]):
         assert main(argv) == 2
         assert capsys.readouterr().err.strip() == "pinmatrix: error: " + expected.format(path=path)
     assert path.read_bytes() == content

@@ -64,7 +64,7 @@ def _run(tmp_path: Path, code: str) -> ResultsStore:
     (smokes / "tiny.py").write_text(textwrap.dedent(SMOKE))
     store = ResultsStore(tmp_path / "r.sqlite")
     container = ContainerSmokes(_Engine(code), "img:1", smokes, gpus=False)  # type: ignore[arg-type]
-    opts = RunOptions(smoke_dir=smokes, logs_dir=tmp_path / "logs", container=container, runtime="podman")
+    opts = RunOptions(smoke_dir=smokes, logs_dir=tmp_path / "logs", runtime=container)
     run_cells([HostCell()], store, opts, host=HOST, echo=lambda _line: None)
     return store
 

@@ -35,7 +35,7 @@ def test_no_engine_at_all(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa:
     ("args", "message"),
     [
         (["--stack", "nope"], "unknown stack 'nope'"),
-        (["--stack", "demo", "-k", "no-such-cell-name"], "no cell matches the selection"),
+        (["--stack", "demo", "-k", "no-such-cell-name"], "no cell matches -k 'no-such-cell-name' in stack demo"),
         (["--stack", "demo", "--jobs", "0"], "--jobs must be at least 1"),
         (["--stack", "demo", "--compression", "lz4"], "layer compression 'lz4': not one of gzip, zstd, none"),
         (["--stack", "demo", "--compression", "zstd:99"], "level 99 is outside 1-19"),

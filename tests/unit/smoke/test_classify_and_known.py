@@ -198,7 +198,7 @@ def test_smoke_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture
     d = tmp_path / "smoke"
     d.mkdir()
     (d / "exits.py").write_text(EXIT_SMOKES)
-    got = main(["smoke", "--smoke-dir", str(d), "-k", keyword, "--results", str(tmp_path / "r.sqlite"),
+    got = main(["smoke", "--smoke-dir", str(d), "--smoke", keyword, "--results", str(tmp_path / "r.sqlite"),
                 "--logs", str(tmp_path / "logs")])
     assert got == rc
     assert summary in capsys.readouterr().out

@@ -214,7 +214,7 @@ def test_h200_cells_overlay_applies_the_patch_only_where_the_cell_says(tmp_path:
     """The h200 stack's two cells on a machine without GPU: the int64 cell's overlay carries the patched
     kernel, the plain cell's does not, and every smoke they name exists in the catalogue."""
     whl = _tiny_xformers_wheel(tmp_path)
-    rc = main(["smoke", str(ROOT / "matrix.toml"), "--stack", "h200", "-k", "host-probe",
+    rc = main(["smoke", str(ROOT / "matrix.toml"), "--stack", "h200", "--smoke", "host-probe",
                "--wheels", str(whl.parent), "--overlay", str(tmp_path / "ov"),
                "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs")])
     assert rc == 0
@@ -272,7 +272,7 @@ def test_relative_logs_and_results_paths(tmp_path: Path, monkeypatch: pytest.Mon
     """Defaults are relative (.pinmatrix/...); smokes run with their work dir as cwd, so paths must resolve."""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run.json"
-    assert main(["smoke", "-k", "host-probe", "--smoke-dir", str(ROOT / "smoke"), "--json", str(out)]) == 0
+    assert main(["smoke", "--smoke", "host-probe", "--smoke-dir", str(ROOT / "smoke"), "--json", str(out)]) == 0
     (row,) = json.loads(out.read_text())
     assert row["status"] == "pass", row
     assert Path(row["log_path"]).is_absolute() and Path(row["log_path"]).is_file()

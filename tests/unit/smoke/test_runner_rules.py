@@ -6,7 +6,7 @@ dies after it; the clean-up runs. Every smoke gets a finite timeout, none longer
 own failure (infra) is recorded as error / infra, never as the cell's failure; a timeout is fail / timeout;
 the record carries what the smoke measured (non-scalars as JSON), the runtime, kernel cache, overlay and
 parameters. A cell's recorded smokes are skipped unless --rerun; a smoke its host's GPU cannot run is a skip
-without a process. The image runtimes are stand-ins (a callable), so no engine is needed."""
+without a process. The runtimes are stand-ins (``Runtime``: the interface alone), so no engine is needed."""
 
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ from pinmatrix.cell import KnownIssue
 from pinmatrix.project.catalogue import DEFAULT_TIMEOUT_S, SmokeError, load_catalogue
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.results.store import HostFingerprint, ResultsStore
-from pinmatrix.smoke import cellrun, runner
+from pinmatrix.smoke import runner
 from pinmatrix.smoke.cellrun import run_cell, run_cells
 from pinmatrix.smoke.guard import TOKEN_ENV
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import (
     MAX_TIMEOUT_S,
     HostCell,
+    HostProcesses,
     ProcessResult,
     RunOptions,
     cell_payload,
@@ -46,6 +47,7 @@ from pinmatrix.smoke.runner import (
     run_process,
     smoke_env,
 )
+from pinmatrix.smoke.runtimes import CellSetup
 
 HOST = HostFingerprint.make(hostname="test", gpu_name="Fake GPU", gpu_count=1, driver="1.0", capability="9.0")
 CPU_HOST = HostFingerprint.make(hostname="cpu", gpu_name=None, gpu_count=0, driver=None, capability=None)
@@ -71,18 +73,37 @@ def catalogue(tmp_path: Path) -> Path:
 
 
 class Runtime:
-    """An image runtime as run_one calls it: each call kept, the answer a ProcessResult (and a log)."""
+    """A runtime as the runner calls it (``smoke.runtimes.SmokeRuntime``): each start kept, the answer a
+    ProcessResult (and a log); a cell needs nothing made."""
 
-    def __init__(self, answer: ProcessResult, log: str = "", result_file: dict[str, Any] | None = None) -> None:
-        self.answer, self.log, self.result_file = answer, log, result_file
+    def __init__(self, answer: ProcessResult, log: str = "", result_file: dict[str, Any] | None = None,
+                 name: str = "fake") -> None:
+        self.answer, self.log, self.result_file, self.name = answer, log, result_file, name
         self.calls: list[dict[str, Any]] = []
 
-    def __call__(self, cell: Any, smoke: Any, env: dict[str, str], log_path: Path, result_path: Path,
-                 timeout: float) -> ProcessResult:
+    def named(self, name: str) -> Runtime:
+        self.name = name
+        return self
+
+    def prepare_cell(self, cell: Any, options: RunOptions, echo: Any) -> CellSetup:
+        return CellSetup()
+
+    def start(self, cell: Any, smoke: Any, options: RunOptions, env: dict[str, str], log_path: Path,
+              result_path: Path, timeout: float, work: Path) -> ProcessResult:
         self.calls.append({"cell": cell, "smoke": smoke.name, "env": env, "log": log_path, "result": result_path,
-                           "timeout": timeout})
+                           "timeout": timeout, "work": work})
         log_path.write_text(self.log)
         return self.answer
+
+
+class HostFake(Runtime):
+    """The host runtime's cell preparation (overlay, lock comparison) with the process faked."""
+
+    def __init__(self, answer: ProcessResult) -> None:
+        super().__init__(answer, name="host")
+
+    def prepare_cell(self, cell: Any, options: RunOptions, echo: Any) -> CellSetup:
+        return HostProcesses().prepare_cell(cell, options, echo)
 
 
 def options(tmp_path: Path, catalogue: Path, **kw: Any) -> RunOptions:
@@ -296,7 +317,7 @@ def test_the_log_is_capped(tmp_path: Path) -> None:
 def test_an_image_runtime_gets_the_smokes_paths_env_and_timeout(tmp_path: Path, catalogue: Path) -> None:
     rt = Runtime(ProcessResult(0, False, {"status": "pass", "metrics": {"n": 3, "shape": [2, 3]},
                                           "environment": {"torch": "2.9"}}, 1.23456))
-    opts = options(tmp_path, catalogue, container=rt, runtime="podman", timeout_s=25, image_digest="sha256:ab",
+    opts = options(tmp_path, catalogue, runtime=rt.named("podman"), timeout_s=25, image_digest="sha256:ab",
                    kernel_cache="keep")
     cell = HostCell(env={"X": "1"})
     work = tmp_path / "w"
@@ -324,9 +345,9 @@ def test_a_probes_label_names_its_log(tmp_path: Path, catalogue: Path) -> None:
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     work = tmp_path / "w"
     work.mkdir()
-    run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt), host=HOST,
+    run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt), host=HOST,
             run_id="r", work=work, overlay=None, params={"b": 2, "a": 1})
-    run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt), host=HOST,
+    run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt), host=HOST,
             run_id="r", work=work, overlay=None)
     from pinmatrix.sanitize import file_slug
 
@@ -343,7 +364,7 @@ def test_the_smokes_timeout_capped_by_the_runs(tmp_path: Path, catalogue: Path, 
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     work = tmp_path / "w"
     work.mkdir()
-    run_one(HostCell(), smoke(catalogue, smoke_name), options(tmp_path, catalogue, container=rt, timeout_s=option),
+    run_one(HostCell(), smoke(catalogue, smoke_name), options(tmp_path, catalogue, runtime=rt, timeout_s=option),
             host=HOST, run_id="r", work=work, overlay=None)
     assert rt.calls[0]["timeout"] == timeout
 
@@ -352,7 +373,7 @@ def test_a_runtime_that_cannot_start_is_an_infrastructure_error_not_a_failure(tm
     rt = Runtime(ProcessResult(125, False, None, 0.2, infra="podman could not start the container (exit status 125)"))
     work = tmp_path / "w"
     work.mkdir()
-    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt, runtime="podman"),
+    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt.named("podman")),
                   host=HOST, run_id="r", work=work, overlay=None)
     assert (rec.status, rec.failure_class) == ("error", "infra")
     assert rec.reason == "podman could not start the container (exit status 125)"
@@ -365,7 +386,7 @@ def test_a_known_issue_cannot_turn_an_infrastructure_error_into_an_expected_fail
     work = tmp_path / "w"
     work.mkdir()
     rec = run_one(HostCell(known_issues=(issue,)), smoke(catalogue, "alpha"),
-                  options(tmp_path, catalogue, container=rt, runtime="docker"), host=HOST, run_id="r", work=work,
+                  options(tmp_path, catalogue, runtime=rt.named("docker")), host=HOST, run_id="r", work=work,
                   overlay=None)
     assert (rec.status, rec.failure_class, rec.known_issue) == ("error", "infra", None)
 
@@ -374,7 +395,7 @@ def test_a_timeout_is_a_failure_of_its_own_class(tmp_path: Path, catalogue: Path
     rt = Runtime(ProcessResult(-9, True, None, 40.0), log="Current thread 0x1 (most recent call first):\n")
     work = tmp_path / "w"
     work.mkdir()
-    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt), host=HOST,
+    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt), host=HOST,
                   run_id="r", work=work, overlay=None)
     assert (rec.status, rec.failure_class) == ("fail", "timeout") and rec.reason.startswith("timed out after 40 s")
 
@@ -384,7 +405,7 @@ def test_the_log_is_read_for_the_verdict(tmp_path: Path, catalogue: Path) -> Non
     rt = Runtime(ProcessResult(1, False, None, 1.0), log=log)
     work = tmp_path / "w"
     work.mkdir()
-    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt), host=HOST,
+    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt), host=HOST,
                   run_id="r", work=work, overlay=None)
     assert (rec.status, rec.failure_class) == ("fail", "illegal-memory-access")
 
@@ -394,41 +415,42 @@ def test_a_known_issue_turns_its_failure_into_xfail(tmp_path: Path, catalogue: P
     rt = Runtime(ProcessResult(0, False, {"status": "fail", "failure_class": "wrong-result", "reason": "off"}, 1.0))
     work = tmp_path / "w"
     work.mkdir()
-    rec = run_one(HostCell(known_issues=(issue,)), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt),
+    rec = run_one(HostCell(known_issues=(issue,)), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt),
                   host=HOST, run_id="r", work=work, overlay=None)
     assert rec.status == "xfail" and rec.known_issue == "KI-7"
 
 
-def test_the_host_runtime_records_no_runtime_and_the_overlay_it_used(tmp_path: Path, catalogue: Path) -> None:
+def test_a_record_names_its_runtime_and_the_overlay_it_used(tmp_path: Path, catalogue: Path) -> None:
     rt = Runtime(ProcessResult(0, False, {"status": "pass", "metrics": {"m": 1.5}}, 0.1))
     work = tmp_path / "w"
     work.mkdir()
     overlay = Overlay(tmp_path / "site", wheels=["w-1.whl"], patches=["p1: applied"])
-    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, container=rt), host=HOST,
+    rec = run_one(HostCell(), smoke(catalogue, "alpha"), options(tmp_path, catalogue, runtime=rt), host=HOST,
                   run_id="r", work=work, overlay=overlay)
-    assert rec.environment == {"overlay_wheels": ["w-1.whl"], "overlay_patches": ["p1: applied"]}
+    assert rec.environment == {"runtime": "fake", "overlay_wheels": ["w-1.whl"], "overlay_patches": ["p1: applied"]}
     assert rec.metrics == {"m": 1.5} and rec.params == {}
     assert rt.calls[0]["env"]["PINMATRIX_OVERLAY"] == str(tmp_path / "site")
 
 
 def test_a_smoke_without_a_log_or_result_still_gets_a_record(tmp_path: Path, catalogue: Path) -> None:
     class NoLog(Runtime):
-        def __call__(self, *args: Any) -> ProcessResult:
+        def start(self, *args: Any) -> ProcessResult:
             return self.answer
 
     work = tmp_path / "w"
     work.mkdir()
     rec = run_one(HostCell(), smoke(catalogue, "alpha"),
-                  options(tmp_path, catalogue, container=NoLog(ProcessResult(2, False, None, 0.1))), host=HOST,
+                  options(tmp_path, catalogue, runtime=NoLog(ProcessResult(2, False, None, 0.1))), host=HOST,
                   run_id="r", work=work, overlay=None)
-    assert (rec.status, rec.failure_class) == ("fail", "error") and rec.metrics == {} and rec.environment == {}
+    assert (rec.status, rec.failure_class) == ("fail", "error") and rec.metrics == {}
+    assert rec.environment == {"runtime": "fake"}
     assert rec.reason == "exited with status 2 without a result: no output"  # no log: nothing read from one
 
 
 def test_a_log_that_is_not_utf_8_is_read_not_raised(tmp_path: Path, catalogue: Path) -> None:
     class RawLog(Runtime):
-        def __call__(self, cell: Any, smoke: Any, env: dict[str, str], log_path: Path, result_path: Path,
-                     timeout: float) -> ProcessResult:
+        def start(self, cell: Any, smoke: Any, options: RunOptions, env: dict[str, str], log_path: Path,
+                  result_path: Path, timeout: float, work: Path) -> ProcessResult:
             log_path.write_bytes(b"\xff\xfe\x80 native garbage\n"
                                  b"RuntimeError: CUDA error: an illegal memory access was encountered\n")
             return self.answer
@@ -436,7 +458,7 @@ def test_a_log_that_is_not_utf_8_is_read_not_raised(tmp_path: Path, catalogue: P
     work = tmp_path / "w"
     work.mkdir()
     rec = run_one(HostCell(), smoke(catalogue, "alpha"),
-                  options(tmp_path, catalogue, container=RawLog(ProcessResult(1, False, None, 0.1))), host=HOST,
+                  options(tmp_path, catalogue, runtime=RawLog(ProcessResult(1, False, None, 0.1))), host=HOST,
                   run_id="r", work=work, overlay=None)
     assert (rec.status, rec.failure_class) == ("fail", "illegal-memory-access")
 
@@ -467,17 +489,17 @@ def test_a_recorded_smoke_is_skipped_unless_rerun(tmp_path: Path, catalogue: Pat
     lines: list[str] = []
     cell = HostCell(smokes=("alpha",))
     cat = load_catalogue(catalogue)
-    first = run_cell(cell, cat, store, options(tmp_path, catalogue, container=rt), host=HOST, run_id="r1",
+    first = run_cell(cell, cat, store, options(tmp_path, catalogue, runtime=rt), host=HOST, run_id="r1",
                      echo=lines.append)
     assert [r.smoke for r in first.records] == ["alpha"] and first.skipped_recorded == []
     assert lines == ["cell host host (the current environment): 1 smoke(s)", "  PASS      alpha 0.1s"]
     lines.clear()
-    again = run_cell(cell, cat, store, options(tmp_path, catalogue, container=rt), host=HOST, run_id="r2",
+    again = run_cell(cell, cat, store, options(tmp_path, catalogue, runtime=rt), host=HOST, run_id="r2",
                      echo=lines.append)
     assert again.records == [] and again.skipped_recorded == ["alpha"] and len(rt.calls) == 1
     assert lines[1] == ("  recorded  alpha (already recorded for this cell and host on the host environment; "
                         "--rerun runs it again)")
-    rerun = run_cell(cell, cat, store, options(tmp_path, catalogue, container=rt, rerun=True), host=HOST,
+    rerun = run_cell(cell, cat, store, options(tmp_path, catalogue, runtime=rt, rerun=True), host=HOST,
                      run_id="r3", echo=lines.append)
     assert [r.smoke for r in rerun.records] == ["alpha"] and len(rt.calls) == 2
     assert len(store.query(smoke="alpha")) == 2
@@ -489,7 +511,7 @@ def test_a_smoke_recorded_on_another_image_runs_again(tmp_path: Path, catalogue:
     cell, cat = HostCell(smokes=("alpha",)), load_catalogue(catalogue)
     lines: list[str] = []
     for digest in ("sha256:aa", "sha256:bb", "sha256:bb"):
-        run_cell(cell, cat, store, options(tmp_path, catalogue, container=rt, runtime="podman", image_digest=digest),
+        run_cell(cell, cat, store, options(tmp_path, catalogue, runtime=rt.named("podman"), image_digest=digest),
                  host=HOST, run_id=digest, echo=lines.append)
     assert len(rt.calls) == 2
     assert lines[-1].endswith("(already recorded for this cell and host on image sha256:bb; --rerun runs it again)")
@@ -499,7 +521,7 @@ def test_a_failure_is_echoed_with_its_class(tmp_path: Path, catalogue: Path) -> 
     rt = Runtime(ProcessResult(0, False, {"status": "fail", "failure_class": "wrong-result", "reason": "off by 2"}, 2.0))
     lines: list[str] = []
     run_cell(HostCell(smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
-             options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lines.append)
+             options(tmp_path, catalogue, runtime=rt), host=HOST, run_id="r", echo=lines.append)
     assert lines[-1] == "  FAIL      alpha 2.0s [wrong-result] off by 2"
 
 
@@ -507,7 +529,7 @@ def test_a_need_the_hosts_gpu_cannot_meet_is_a_skip_without_a_process(tmp_path: 
     store = ResultsStore(tmp_path / "r.sqlite")
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     out = run_cell(HostCell(smokes=("gpu-big", "gpu-any", "cpu-needs")), load_catalogue(catalogue), store,
-                   options(tmp_path, catalogue, container=rt, image_digest="sha256:cc"), host=HOST, run_id="r",
+                   options(tmp_path, catalogue, runtime=rt, image_digest="sha256:cc"), host=HOST, run_id="r",
                    echo=lambda _line: None)
     assert [c["smoke"] for c in rt.calls] == ["gpu-any", "cpu-needs"]  # not a GPU smoke: the smoke decides
     (skipped,) = [r for r in out.records if r.smoke == "gpu-big"]
@@ -541,7 +563,7 @@ def test_nothing_to_run_makes_no_folder(tmp_path: Path, catalogue: Path) -> None
 def test_the_smokes_run_in_a_folder_per_run_and_cell(tmp_path: Path, catalogue: Path) -> None:
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     run_cell(HostCell(smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
-             options(tmp_path, catalogue, container=rt, runtime="podman"), host=HOST, run_id="run7",
+             options(tmp_path, catalogue, runtime=rt.named("podman")), host=HOST, run_id="run7",
              echo=lambda _l: None)
     assert rt.calls[0]["log"] == (tmp_path / "logs" / "run7" / "host" / "alpha.log").resolve()
 
@@ -554,25 +576,26 @@ def test_an_overlay_is_built_only_for_the_host_runtime_with_wheels_or_patches(
         built.append({"root": root, **kw})
         return Overlay(tmp_path / "site", wheels=["w.whl"])
 
-    monkeypatch.setattr(cellrun, "build_overlay", build)
-    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    monkeypatch.setattr(runner, "build_overlay", build)
+    rt = HostFake(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    image = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1), name="podman")
     cat, store = load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite")
     echo = lambda _l: None  # noqa: E731
     out = run_cell(HostCell(smokes=("alpha",)), cat, store,
-                   options(tmp_path, catalogue, container=rt, wheels_dir=tmp_path / "wh", python="/py", rerun=True),
+                   options(tmp_path, catalogue, runtime=rt, wheels_dir=tmp_path / "wh", python="/py", rerun=True),
                    host=HOST, run_id="r", echo=echo)
     assert built == [{"root": tmp_path / "overlay", "wheels_dir": tmp_path / "wh", "repo_root": Path("."),
                       "python": "/py", "log": echo}]
     assert out.overlay == Overlay(tmp_path / "site", wheels=["w.whl"])
     assert out.records[0].environment["overlay_wheels"] == ["w.whl"]
     run_cell(HostCell(smokes=("alpha",), patches=("p",)), cat, store,
-             RunOptions(smoke_dir=catalogue, logs_dir=tmp_path / "logs", container=rt, rerun=True), host=HOST,
+             RunOptions(smoke_dir=catalogue, logs_dir=tmp_path / "logs", runtime=rt, rerun=True), host=HOST,
              run_id="r", echo=echo)
     assert built[-1]["root"] == Path(".pinmatrix/overlay") and built[-1]["wheels_dir"] is None
     run_cell(HostCell(smokes=("alpha",), patches=("p",)), cat, store,
-             options(tmp_path, catalogue, container=rt, runtime="podman", wheels_dir=tmp_path, rerun=True),
+             options(tmp_path, catalogue, runtime=image, wheels_dir=tmp_path, rerun=True),
              host=HOST, run_id="r", echo=echo)
-    run_cell(HostCell(smokes=("alpha",)), cat, store, options(tmp_path, catalogue, container=rt, rerun=True),
+    run_cell(HostCell(smokes=("alpha",)), cat, store, options(tmp_path, catalogue, runtime=rt, rerun=True),
              host=HOST, run_id="r", echo=echo)
     assert len(built) == 2
 
@@ -580,21 +603,21 @@ def test_an_overlay_is_built_only_for_the_host_runtime_with_wheels_or_patches(
 def test_a_matrix_cell_on_the_host_runtime_records_how_the_host_differs(tmp_path: Path, catalogue: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
-    monkeypatch.setattr(cellrun, "environment_of", lambda python, site: seen.append((python, site)) or {"py": "3"})
+    monkeypatch.setattr(runner, "environment_of", lambda python, site: seen.append((python, site)) or {"py": "3"})
 
     def differences(cell: Any, lock: str | None, env: Any) -> dict[str, Any]:
         seen.append((cell.id, lock, env))
         return {"identical": False, "packages": [{"name": "torch"}, {"name": "numpy"}], "host_python": "3.11",
                 "cell_python": "3.12"}
 
-    monkeypatch.setattr(cellrun, "differences", differences)
+    monkeypatch.setattr(runner, "differences", differences)
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "c1.txt").write_text("torch==2.9\n", encoding="utf-8")
-    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    rt = HostFake(ProcessResult(0, False, {"status": "pass"}, 0.1))
     lines: list[str] = []
     out = run_cell(HostCell(id="c1", smokes=("alpha", "beta")), load_catalogue(catalogue),
                    ResultsStore(tmp_path / "r.sqlite"),
-                   options(tmp_path, catalogue, container=rt, repo_root=tmp_path, python="/py"), host=HOST,
+                   options(tmp_path, catalogue, runtime=rt, repo_root=tmp_path, python="/py"), host=HOST,
                    run_id="r", echo=lines.append)
     assert seen == [("/py", None), ("c1", "torch==2.9\n", {"py": "3"})]
     assert lines[1] == ("  host runtime differs from the cell: python 3.11 (cell 3.12), 2 locked package(s) at another "
@@ -602,21 +625,21 @@ def test_a_matrix_cell_on_the_host_runtime_records_how_the_host_differs(tmp_path
     assert all(r.environment["host_vs_lock"]["packages"] == [{"name": "torch"}, {"name": "numpy"}] for r in out.records)
     # no lock file: differences is told so; identical: nothing echoed
     seen.clear()
-    monkeypatch.setattr(cellrun, "differences", lambda cell, lock, env: seen.append(lock) or {"identical": True})
+    monkeypatch.setattr(runner, "differences", lambda cell, lock, env: seen.append(lock) or {"identical": True})
     lines.clear()
     run_cell(HostCell(id="c2", smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r2.sqlite"),
-             options(tmp_path, catalogue, container=rt, repo_root=tmp_path), host=HOST, run_id="r", echo=lines.append)
+             options(tmp_path, catalogue, runtime=rt, repo_root=tmp_path), host=HOST, run_id="r", echo=lines.append)
     assert seen == [(PY, None), None] and len(lines) == 2
 
 
 def test_the_host_cell_and_image_runtimes_are_not_compared_with_a_lock(tmp_path: Path, catalogue: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cellrun, "environment_of", lambda *a: pytest.fail("compared"))
-    rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
+    monkeypatch.setattr(runner, "environment_of", lambda *a: pytest.fail("compared"))
+    rt = HostFake(ProcessResult(0, False, {"status": "pass"}, 0.1))
     out = run_cell(HostCell(smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
-                   options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lambda _l: None)
+                   options(tmp_path, catalogue, runtime=rt), host=HOST, run_id="r", echo=lambda _l: None)
     out2 = run_cell(HostCell(id="c1", smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "s.sqlite"),
-                    options(tmp_path, catalogue, container=rt, runtime="docker"), host=HOST, run_id="r",
+                    options(tmp_path, catalogue, runtime=Runtime(rt.answer, name="docker")), host=HOST, run_id="r",
                     echo=lambda _l: None)
     assert "host_vs_lock" not in out.records[0].environment and "host_vs_lock" not in out2.records[0].environment
 
@@ -667,7 +690,7 @@ def test_run_cells_checks_the_store_first_and_says_the_run(tmp_path: Path, catal
     mp.setattr(r, "load_catalogue", load)
     try:
         runs = run_cells([HostCell(smokes=("alpha",)), HostCell(id="c2", smokes=("beta",))], Store(tmp_path / "r.sqlite"),
-                         options(tmp_path, catalogue, container=rt, runtime="podman"), host=HOST, echo=lines.append)
+                         options(tmp_path, catalogue, runtime=rt.named("podman")), host=HOST, echo=lines.append)
     finally:
         mp.undo()
     assert order[:2] == ["prepare", "catalogue"]  # a damaged store is named before anything else is read
@@ -690,7 +713,7 @@ def test_run_ids_are_utc_stamps_with_a_random_tail() -> None:
 def test_a_record_carries_the_cells_stack_or_host(tmp_path: Path, catalogue: Path) -> None:
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     store = ResultsStore(tmp_path / "r.sqlite")
-    opts = options(tmp_path, catalogue, container=rt, runtime="podman")
+    opts = options(tmp_path, catalogue, runtime=rt.named("podman"))
     for cell, stack in ((HostCell(id="c1", smokes=("alpha", "gpu-big"), stack="st-1", name="st-1 a"), "st-1"),
                         (HostCell(id="c2", smokes=("alpha", "gpu-big"), name=""), "host")):
         lines: list[str] = []
@@ -723,7 +746,7 @@ def test_a_cells_plan_refusal_and_host_runtime(tmp_path: Path, catalogue: Path) 
     assert plan_smokes(HostCell(id="c7", smokes=()), load_catalogue(catalogue), None) == []  # none is not all
     rt = Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))
     out = run_cell(HostCell(smokes=("alpha",)), load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
-                   options(tmp_path, catalogue, container=rt), host=HOST, run_id="r", echo=lambda _l: None)
+                   options(tmp_path, catalogue, runtime=rt), host=HOST, run_id="r", echo=lambda _l: None)
     assert out.overlay is None and [r.status for r in out.records] == ["pass"]
 
 
@@ -731,12 +754,12 @@ def test_the_host_comparison_reads_the_overlays_site(tmp_path: Path, catalogue: 
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
     cells: list[Any] = []
-    monkeypatch.setattr(cellrun, "build_overlay", lambda cell, root, **kw: cells.append(cell) or Overlay(tmp_path / "ov"))
-    monkeypatch.setattr(cellrun, "environment_of", lambda python, site: seen.append(site) or {})
-    monkeypatch.setattr(cellrun, "differences", lambda cell, lock, env: {"identical": True})
+    monkeypatch.setattr(runner, "build_overlay", lambda cell, root, **kw: cells.append(cell) or Overlay(tmp_path / "ov"))
+    monkeypatch.setattr(runner, "environment_of", lambda python, site: seen.append(site) or {})
+    monkeypatch.setattr(runner, "differences", lambda cell, lock, env: {"identical": True})
     cell = HostCell(id="c1", smokes=("alpha",), patches=("p",))
     run_cell(cell, load_catalogue(catalogue), ResultsStore(tmp_path / "r.sqlite"),
-             options(tmp_path, catalogue, container=Runtime(ProcessResult(0, False, {"status": "pass"}, 0.1))),
+             options(tmp_path, catalogue, runtime=HostFake(ProcessResult(0, False, {"status": "pass"}, 0.1))),
              host=HOST, run_id="r", echo=lambda _l: None)
     assert seen == [tmp_path / "ov"] and cells == [cell]
 

@@ -32,7 +32,7 @@ class Source:
 
     def options(self, cell: Any, ref: str, digest: str) -> RunOptions:
         self.asked.append((cell.id, ref, digest))
-        return RunOptions(image_digest=digest, runtime="fake")
+        return RunOptions(image_digest=digest)
 
 
 def test_each_cell_runs_in_its_image_or_is_named_and_passed_over(tmp_path: Path,
@@ -46,7 +46,7 @@ def test_each_cell_runs_in_its_image_or_is_named_and_passed_over(tmp_path: Path,
     monkeypatch.setattr(session, "run_cell", run_cell)
     cells = [HostCell(id="a", name="st a"), HostCell(id="b", name="st b"), HostCell(id="c", name="st c")]
     source = Source({"img:a": "sha256:" + "a" * 64, "img:c": "sha256:" + "c" * 64})
-    settings = SmokeSettings(cells=cells, matrix=None, catalogue=[], options=RunOptions(runtime="fake"))
+    settings = SmokeSettings(cells=cells, matrix=None, catalogue=[], options=RunOptions(), runtime="fake")
     monkeypatch.setattr(session, "cell_image_ref", lambda cell, s: f"img:{cell.id}")
     lines: list[str] = []
     out = _run_in(source, settings, ResultsStore(tmp_path / "r.sqlite"), HOST, "r1", lines.append)
@@ -58,8 +58,8 @@ def test_each_cell_runs_in_its_image_or_is_named_and_passed_over(tmp_path: Path,
 
 
 def test_an_image_runtime_without_cells_of_a_matrix_needs_an_image() -> None:
-    settings = SmokeSettings(cells=[HostCell()], matrix=None, catalogue=[], options=RunOptions(runtime="podman"))
-    with pytest.raises(PinmatrixError, match=r"^--runtime podman without --cell/--stack needs --image REF$"):
+    settings = SmokeSettings(cells=[HostCell()], matrix=None, catalogue=[], options=RunOptions(), runtime="podman")
+    with pytest.raises(PinmatrixError, match=r"^--runtime podman without --cell/--stack/-k needs --image REF$"):
         cell_image_ref(HostCell(), settings)
     assert cell_image_ref(HostCell(), SmokeSettings(cells=[], matrix=None, catalogue=[], options=RunOptions(),
                                                     image="reg/x@sha256:" + "0" * 64)) == "reg/x@sha256:" + "0" * 64
@@ -68,7 +68,7 @@ def test_an_image_runtime_without_cells_of_a_matrix_needs_an_image() -> None:
 def test_a_layout_without_the_image_says_how_to_get_it(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[3]
     settings = SmokeSettings(cells=[], matrix=None, catalogue=[], smoke_dir=repo / "smoke",
-                             options=RunOptions(runtime="chroot", repo_root=tmp_path))
+                             options=RunOptions(repo_root=tmp_path), runtime="chroot")
     roots = _LayoutRoots(settings, "r1", print)
     assert roots.layout == tmp_path / ".pinmatrix" / "oci" and roots.roots == tmp_path / ".pinmatrix" / "roots"
     assert roots.where == f"runtime chroot, layout {tmp_path / '.pinmatrix' / 'oci'}"
