@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.datamodel import Strict, friendly_message
+from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.names import Name
+from pinmatrix.project.document import load_document
 from pinmatrix.results.store import SmokeRecord
 
 SCHEMA = "pinmatrix-dispatch/1"
@@ -83,12 +84,8 @@ def read_regular(path: Path, limit: int, *, tail: bool = False) -> bytes:
 
 def read_dispatch(path: Path) -> Dispatch:
     raw = read_regular(path, MAX_RECORD_BYTES)
-    try:
-        return Dispatch.model_validate_json(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise PinmatrixError(f"{path}: {key}: {friendly_message(first, Dispatch)}") from None
+    return load_document(path, Dispatch, what="a dispatch record", content=raw, form="json",
+                         max_bytes=MAX_RECORD_BYTES)
 
 
 @dataclass

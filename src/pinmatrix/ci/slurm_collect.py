@@ -23,12 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from pinmatrix.ci.dispatch import bind, read_regular
 from pinmatrix.ci.slurm import MANIFEST, ArrayEntry, Submission, TaskEntry, task_dispatch
-from pinmatrix.datamodel import friendly_message
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.project.document import load_document
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.sanitize import terminal_text
@@ -80,12 +78,8 @@ def read_submission(directory: Path) -> Submission:
     if not path.exists() and not path.is_symlink():
         raise PinmatrixError(f"{directory}: no {MANIFEST} (not a `pinmatrix ci slurm` submission)")
     raw = read_regular(path, MAX_MANIFEST_BYTES)
-    try:
-        return Submission.model_validate_json(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top)"
-        raise PinmatrixError(f"{path}: {key}: {friendly_message(first, Submission)}") from None
+    return load_document(path, Submission, what="a submission manifest", content=raw, form="json",
+                         max_bytes=MAX_MANIFEST_BYTES)
 
 
 def parse_scontrol(text: str, array_job_id: str) -> dict[int, TaskState]:
