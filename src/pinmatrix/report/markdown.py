@@ -79,12 +79,14 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
         hosts = stack.hosts
         if hosts:
             lines += ["", "Cells × hosts:", ""]
-            lines.append("| cell | " + " | ".join(_cell(h) for h in hosts) + " |")
-            lines.append("|" + "---|" * (len(hosts) + 1))
+            lines.append("| cell | " + " | ".join(_cell(h) for h in hosts) + " | by driver |")
+            lines.append("|" + "---|" * (len(hosts) + 2))
             for cell in stack.cells:
                 per = cell.host_status(hosts)
+                by_driver = " ".join(f"{ICONS[st]}&nbsp;{_cell(d)}" for d, st in cell.driver_status.items())
                 lines.append(f"| {markdown_code(cell.id)} | "
-                             + " | ".join(f"{ICONS[per[h]]} {STATUS_LABELS[per[h]]}" for h in hosts) + " |")
+                             + " | ".join(f"{ICONS[per[h]]} {STATUS_LABELS[per[h]]}" for h in hosts)
+                             + f" | {by_driver} |")
         lines.append("")
     if report.arch_scan:
 

@@ -210,6 +210,15 @@ class CellRow:
         return {h: worst(r.status for r in self.results if r.host_label == h) for h in hosts}
 
     @property
+    def driver_status(self) -> dict[str, str]:
+        """Per NVIDIA driver its results were measured on (lowest first; "none" for hosts without one): the worst
+        latest status there. The driver is a tested axis: a cell clean on 580.142 may break on 590.48.01."""
+        by_driver: dict[str, list[str]] = defaultdict(list)
+        for r in self.results:
+            by_driver[str(r.host.get("driver") or "none")].append(r.status)
+        return {d: worst(by_driver[d]) for d in sorted(by_driver, key=natural_key)}
+
+    @property
     def history(self) -> dict[str, SmokeHistory]:
         """Per smoke with results: its runs over every host, and since when it is broken."""
         parts: dict[str, list[SmokeHistory]] = defaultdict(list)
@@ -300,6 +309,11 @@ class StackReport:
     def hosts(self) -> list[str]:
         """The hosts with results in this stack (the grid's columns)."""
         return sorted({r.host_label for c in self.cells for r in c.results})
+
+    @property
+    def host_drivers(self) -> dict[str, str]:
+        """Per host of the grid: its NVIDIA driver ("none" for a host without one)."""
+        return {r.host_label: str(r.host.get("driver") or "none") for c in self.cells for r in c.results}
 
     def values(self, axis: str) -> list[str]:
         """The distinct values of an axis across the stack's cells, in natural order."""
@@ -518,6 +532,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
                 "pivot": list(s.pivot) if s.pivot else None,
                 "counts": s.counts,
                 "hosts": s.hosts,
+                "host_drivers": s.host_drivers,
                 "cells": [
                     {
                         "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
@@ -525,7 +540,7 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
                         "required_smokes": c.required, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
                         "min_driver": c.min_driver, "compute_capability": c.compute_capability,
                         "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
-                        "host_status": c.host_status(s.hosts),
+                        "host_status": c.host_status(s.hosts), "driver_status": c.driver_status,
                         **({"results": [r.to_dict(with_log=with_logs) for r in c.results],
                             "history": {k: h.to_dict() for k, h in c.history.items()}} if with_results else {}),
                     }
