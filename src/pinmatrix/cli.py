@@ -27,7 +27,8 @@ PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("image: assemble one OCI image per cell", (
         ("build", "assemble one OCI image per cell (tag = cell id), skipping cells already built"),)),
     ("bundle: carry a cell's wheels or image, in parts, to a host without network", (
-        ("bundle", "pack a cell's wheels or an image into parts of bounded size for a host without network"),)),
+        ("bundle", "pack a cell's wheels or an image into parts of bounded size for a host without network"),
+        ("unbundle", "verify a bundle's signature and every part and file, then unpack it"))),
     ("smoke: run kernels on GPU hosts, read binaries, find boundaries", (
         ("smoke", "run smoke kernels per cell on this host and record the results"),
         ("arch-scan", "read the SASS/PTX targets of every CUDA binary in each cell's wheels and judge them "

@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from securesystemslib.signer import CryptoSigner
+
 from pinmatrix import __version__
 from pinmatrix.bundle.model import BlobItem, BundledImage, BundleManifest
 from pinmatrix.bundle.pack import BundleError, Say, check_out, publish, staging_folder, write_parts
 from pinmatrix.hashing import oci_digest, sha256_file
+from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.oci.layout import MEDIA_TYPE_MANIFEST, REF_NAME, LayoutError, OCILayout
 from pinmatrix.oci.manifest import INDEX_TYPES, MANIFEST_TYPES, child_descriptors
 
@@ -56,9 +59,10 @@ def _children(doc: dict[str, Any], digest: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tuple[str, str, int]], str | None]:
+def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tuple[str, str, int]],
+                                                        tuple[str | None, str | None]]:
     """The image (its descriptor), every blob it needs in order (manifests first, then config and layers, each
-    once), and the cell id its config names."""
+    once), and the cell id and lock sha256 its config names (labels)."""
     if not _DIGEST.match(digest) or not digest.startswith("sha256:"):
         raise BundleError(f"--digest {digest!r}: expected sha256:<64 hex digits>")
     entry = layout.entry(digest)
@@ -71,7 +75,7 @@ def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tupl
     image = BundledImage(digest=digest, media_type=media_type, size=layout.blob_path(digest).stat().st_size,
                          ref=ref if isinstance(ref, str) else None)
     blobs: list[tuple[str, str, int]] = [(digest, media_type, image.size)]
-    cell_id = None
+    cell_id = lock_sha = None
     todo = [(digest, media_type)]
     while todo:
         current, kind = todo.pop(0)
@@ -87,9 +91,10 @@ def image_blobs(layout: OCILayout, digest: str) -> tuple[BundledImage, list[tupl
             todo.append((child, child_type))
             if child_type.endswith("config.v1+json") and layout.has_blob(child) and cell_id is None:
                 labels = (layout.read_document(child, "config").get("config") or {}).get("Labels") or {}
-                found = labels.get(_CELL_LABEL)
+                found, lock = labels.get(_CELL_LABEL), labels.get(LOCK_LABEL)
                 cell_id = found if isinstance(found, str) and re.fullmatch(r"[0-9a-f]{12}", found) else None
-    return image, blobs, cell_id
+                lock_sha = lock if isinstance(lock, str) and re.fullmatch(r"[0-9a-f]{64}", lock) else None
+    return image, blobs, (cell_id, lock_sha)
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class ImageRequest:
     host_has: frozenset[str]
     part_size: int
     out: Path
+    signer: CryptoSigner | None = None  # the project's signing key: the bundle carries manifest.dsse.json
 
 
 def bundle_image(request: ImageRequest, say: Say) -> BundleManifest:
@@ -107,7 +113,7 @@ def bundle_image(request: ImageRequest, say: Say) -> BundleManifest:
         raise BundleError(f"{request.layout}: not an OCI layout (no oci-layout file)")
     layout = OCILayout(request.layout)
     try:
-        image, blobs, cell_id = image_blobs(layout, request.digest)
+        image, blobs, (cell_id, lock_sha) = image_blobs(layout, request.digest)
     except LayoutError as err:
         raise BundleError(str(err)) from None
     items, files, offset = [], [], 0
@@ -131,9 +137,10 @@ def bundle_image(request: ImageRequest, say: Say) -> BundleManifest:
     folder = staging_folder(request.out)
     try:
         parts = write_parts(files, request.part_size, folder, say)
-        manifest = BundleManifest(kind="image", pinmatrix_version=__version__, cell_id=cell_id, image=image,
-                                  blobs=items, part_size=request.part_size, total_size=offset, parts=parts)
-        publish(manifest, folder, request.out.absolute(), {})
+        manifest = BundleManifest(kind="image", pinmatrix_version=__version__, cell_id=cell_id, lock_sha256=lock_sha,
+                                  image=image, blobs=items, part_size=request.part_size, total_size=offset,
+                                  parts=parts)
+        publish(manifest, folder, request.out.absolute(), {}, request.signer)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return manifest

@@ -9,6 +9,7 @@ from typing import Annotated, Final, Literal
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from pinmatrix.datamodel import Strict
+from pinmatrix.errors import PinmatrixError
 
 FORMAT: Final = "pinmatrix-bundle"
 FORMAT_VERSION: Final = 1
@@ -18,6 +19,10 @@ LOCK_NAME = "lock.txt"
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_SIZE = 1 << 42
 
+
+class BundleError(PinmatrixError):
+    """A bundle cannot be made or is refused: a wheel or blob is missing, the output folder is someone else's, a
+    bad size, a signature that does not verify."""
 
 
 def _no_dot_dot(value: str) -> str:

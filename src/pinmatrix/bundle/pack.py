@@ -9,19 +9,25 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from securesystemslib.signer import CryptoSigner
+
 from pinmatrix import sizes
 from pinmatrix.atomic import atomic_write_bytes
-from pinmatrix.bundle.model import MANIFEST_NAME, MAX_MANIFEST_BYTES, SCRIPT_NAME, BundleManifest, Part, part_name
-from pinmatrix.errors import PinmatrixError
+from pinmatrix.bundle.model import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    SCRIPT_NAME,
+    BundleError,
+    BundleManifest,
+    Part,
+    part_name,
+)
+from pinmatrix.bundle.sign import SIGNATURE_NAME, sign_bundle
 from pinmatrix.hashing import CHUNK
 from pinmatrix.project.smoke_bundle import shipped_file
 
 Say = Callable[[str], None]
 MAX_PARTS = 20000
-
-
-class BundleError(PinmatrixError):
-    """A bundle cannot be made: a wheel or blob is missing, the output folder is someone else's, a bad size."""
 
 
 def parse_size(text: str) -> int:
@@ -71,16 +77,22 @@ def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say) -
     return parts
 
 
-def publish(manifest: BundleManifest, parts_folder: Path, out: Path, extra: dict[str, bytes]) -> None:
-    """Write the manifest, the unpack script and ``extra`` into ``parts_folder``, then make it ``out``: an
-    existing ``out`` is replaced only when it is a bundle itself (it has a manifest) or empty."""
+def publish(manifest: BundleManifest, parts_folder: Path, out: Path, extra: dict[str, bytes],
+            signer: CryptoSigner | None = None) -> None:
+    """Write the manifest, the unpack script, ``extra`` and (with ``signer``) the signature into ``parts_folder``,
+    then make it ``out``: an existing ``out`` is replaced only when it is a bundle itself (it has a manifest) or
+    empty."""
     body = (manifest.model_dump_json(indent=1, exclude_none=True) + "\n").encode()
     if len(body) > MAX_MANIFEST_BYTES:
         raise BundleError(f"{out}: the manifest would be {len(body)} bytes (at most {MAX_MANIFEST_BYTES})")
     for name, data in extra.items():
         atomic_write_bytes(parts_folder / name, data)
-    shutil.copyfile(shipped_file(SCRIPT_NAME), parts_folder / SCRIPT_NAME)
+    script = shipped_file(SCRIPT_NAME).read_bytes()
+    atomic_write_bytes(parts_folder / SCRIPT_NAME, script)
     atomic_write_bytes(parts_folder / MANIFEST_NAME, body)
+    if signer is not None:
+        atomic_write_bytes(parts_folder / SIGNATURE_NAME,
+                           sign_bundle(body, manifest, hashlib.sha256(script).hexdigest(), signer))
     old = None
     if out.exists():
         check_out(out)

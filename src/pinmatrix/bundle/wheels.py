@@ -14,6 +14,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, RootModel
+from securesystemslib.signer import CryptoSigner
 
 from pinmatrix import __version__
 from pinmatrix.bundle.model import LOCK_NAME, BundleManifest, LeftOut, WheelItem
@@ -121,6 +122,7 @@ class WheelsRequest:
     part_size: int
     out: Path
     cache_dir: Path  # the builder's cache (wheels/, wheel-choices/)
+    signer: CryptoSigner | None = None  # the project's signing key: the bundle carries manifest.dsse.json
 
 
 def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> BundleManifest:
@@ -181,7 +183,8 @@ def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> Bu
             lock_sha256=sha256_bytes(request.lock_text.encode("utf-8")), python=python, cell_python=cell.python,
             platform=platform, note=note, wheels=items, left_out=left_out, part_size=request.part_size,
             total_size=offset, parts=parts)
-        publish(manifest, folder, request.out.absolute(), {LOCK_NAME: request.lock_text.encode("utf-8")})
+        publish(manifest, folder, request.out.absolute(), {LOCK_NAME: request.lock_text.encode("utf-8")},
+                request.signer)
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # gone already when it became the bundle
     return manifest

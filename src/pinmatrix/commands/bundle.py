@@ -8,14 +8,19 @@ import json
 import sys
 from pathlib import Path
 
+from securesystemslib.signer import CryptoSigner
+
 from pinmatrix.bundle.image import ImageRequest, bundle_image, read_host_has
+from pinmatrix.bundle.model import MANIFEST_NAME, SCRIPT_NAME
 from pinmatrix.bundle.pack import parse_size
+from pinmatrix.bundle.sign import bundle_digests
 from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.index.wheel_index import WheelFetcher, ssl_context
 from pinmatrix.matrix.selection import choose_cells, load
-from pinmatrix.paths import CACHE_DIR, OCI_DIR
+from pinmatrix.paths import CACHE_DIR, OCI_DIR, SIGNING_KEY, signing_key
 from pinmatrix.project.lockfile import lock_path
+from pinmatrix.release.signing import load_signer, signing_key_path
 
 WHEELS_EXAMPLES = """\
 Examples:
@@ -96,6 +101,15 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="the bundle folder (replaced if it holds a bundle; refused if it holds anything else)")
     p.add_argument("--json", action="store_true", help="print the parts and their sizes as JSON on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    p.add_argument("--signing-key", type=Path, default=None, metavar="FILE.key",
+                   help="sign the bundle (manifest.dsse.json, the DSSE envelope of promotion evidence) with this key "
+                        f"(default: PINMATRIX_SIGNING_KEY, else the project's {SIGNING_KEY} when `pinmatrix keygen` "
+                        "made it); `pinmatrix unbundle --key` refuses an unsigned bundle")
+
+
+def _signer(args: argparse.Namespace) -> CryptoSigner | None:
+    path = signing_key_path(args.signing_key, signing_key())
+    return load_signer(path) if path is not None else None
 
 
 def _say(args: argparse.Namespace):  # noqa: ANN202 - a Say
@@ -108,6 +122,7 @@ def _say(args: argparse.Namespace):  # noqa: ANN202 - a Say
 def _print(args: argparse.Namespace, manifest, out: Path) -> int:  # noqa: ANN001 - a BundleManifest
     if args.json:
         print(json.dumps({"out": str(out), "kind": manifest.kind, "cell_id": manifest.cell_id,
+                          "sha256": bundle_digests(out),
                           "files": len(manifest.shipped_names()), "total_size": manifest.total_size,
                           "part_size": manifest.part_size,
                           "parts": [{"name": p.name, "size": p.size, "sha256": p.sha256} for p in manifest.parts]},
@@ -115,8 +130,13 @@ def _print(args: argparse.Namespace, manifest, out: Path) -> int:  # noqa: ANN00
         return 0
     for part in manifest.parts:
         print(f"{out / part.name}  {part.size}")
-    print(f"{len(manifest.shipped_names())} file(s), {manifest.total_size} bytes in {len(manifest.parts)} part(s); "
-          f"on the host: python3 -I {out / 'unbundle.py'} {out} --out DEST")
+    digests = bundle_digests(out)
+    print(f"{len(manifest.shipped_names())} file(s), {manifest.total_size} bytes in {len(manifest.parts)} part(s)")
+    for name, sha in digests.items():
+        print(f"sha256 {name}: {sha}")
+    print(f"on the host: pinmatrix unbundle {out} --key PUB --out DEST   (checks the signature), or without "
+          f"pinmatrix: sha256sum {out / SCRIPT_NAME} (compare with the line above), then python3 -I "
+          f"{out / SCRIPT_NAME} {out} --manifest-sha256 {digests[MANIFEST_NAME]} --out DEST")
     return 0
 
 
@@ -139,7 +159,7 @@ def run_wheels(args: argparse.Namespace) -> int:
     fetcher = WheelFetcher(cache / "wheels", context=ssl_context([Path(p) for p in matrix.settings.ca_certificates]))
     request = WheelsRequest(cell=cell, lock_text=lock_text, lock_source=str(lock.relative_to(root)),
                             python=args.python, platform=args.platform, host=host, exclude=tuple(args.exclude), part_size=part_size,
-                            out=args.out, cache_dir=cache)
+                            out=args.out, cache_dir=cache, signer=_signer(args))
     manifest = bundle_wheels(request, fetcher, _say(args))
     return _print(args, manifest, args.out)
 
@@ -148,6 +168,6 @@ def run_image(args: argparse.Namespace) -> int:
 
     request = ImageRequest(layout=args.layout, digest=args.digest,
                            host_has=frozenset(read_host_has(args.host_has)) if args.host_has else frozenset(),
-                           part_size=parse_size(args.part_size), out=args.out)
+                           part_size=parse_size(args.part_size), out=args.out, signer=_signer(args))
     manifest = bundle_image(request, _say(args))
     return _print(args, manifest, args.out)

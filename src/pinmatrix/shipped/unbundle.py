@@ -18,16 +18,31 @@ Order of work, so that nothing reaches DEST unless all of it is right:
 
 Any refusal is one line on stderr naming the part, file or key, exit status 2, and DEST as it was.
 Standard library only: this file is copied into every bundle and must run where pinmatrix is not installed.
+
+What this script cannot do: check the bundle's signature (``manifest.dsse.json``, ed25519 in a DSSE envelope):
+ed25519 is not in the standard library. Where pinmatrix is installed, ``pinmatrix unbundle BUNDLE --key PUB --out
+DEST`` verifies it and then runs pinmatrix's own copy of this script, never the bundle's. Without pinmatrix, two
+digests that ``pinmatrix bundle`` printed on the build machine are compared out of band: this script's own sha256
+(``sha256sum unbundle.py``: a replaced unpacker differs) and the manifest's, given here as ``--manifest-sha256
+HEX`` (the manifest names every part's, the lock's and every file's sha256, so a forged bundle that is
+self-consistent still differs there).
+
+Every file read here (the manifest, the lock, the parts, blobs already present, an index) is opened without
+following a link and without blocking (a FIFO in its place is refused, not waited on), must be a regular file and
+is bounded in size. A staging folder left by an unpack that was killed (its process is gone) is removed by the
+next run.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -64,6 +79,27 @@ class Refused(Exception):
 
 def refuse(message: str) -> NoReturn:
     raise Refused(message)
+
+
+def open_regular(path: Path, limit: int, what: str) -> Any:
+    """``path`` opened for reading: no link followed, never blocking (a FIFO is refused, not waited on), a regular
+    file of at most ``limit`` bytes; else refused in one line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            refuse(f"{path}: a symbolic link: refused as {what}")
+        refuse(f"{path}: cannot read {what}: {err.strerror}")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        refuse(f"{path}: not a regular file (a FIFO, device or folder): refused as {what}")
+    if info.st_size > limit:
+        os.close(fd)
+        refuse(f"{path}: {info.st_size} bytes, larger than {limit} bytes: more than {what} may have")
+    return os.fdopen(fd, "rb")
 
 
 # -- the manifest, checked by hand (no third-party validator on the host) ------------------------------------------
@@ -221,29 +257,31 @@ def check_manifest(data: Any) -> dict[str, Any]:
     return m
 
 
-def read_manifest(bundle: Path) -> dict[str, Any]:
+def read_manifest(bundle: Path, expected_sha256: str | None = None) -> dict[str, Any]:
+    """The checked manifest; with ``expected_sha256`` (what ``pinmatrix bundle`` printed) its bytes must hash to it."""
     path = bundle / MANIFEST
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, MAX_MANIFEST_BYTES, "a manifest") as handle:
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         refuse(f"{path}: missing (is {bundle} a pinmatrix bundle?)")
-    except OSError as err:
-        refuse(f"{path}: cannot read: {err.strerror}")
     if len(raw) > MAX_MANIFEST_BYTES:
         refuse(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest pinmatrix writes")
+    found = hashlib.sha256(raw).hexdigest()
+    if expected_sha256 is not None and found != expected_sha256:
+        refuse(f"{path}: sha256 {found} is not the {expected_sha256} the bundle was made with: another manifest")
     try:
         data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as err:
         refuse(f"{path}: not JSON: {err}")
-    return check_manifest(data)
+    return {**check_manifest(data), "sha256": found}
 
 
 # -- parts ---------------------------------------------------------------------------------------------------------
 
-def _sha256_file(path: Path) -> tuple[str, int]:
+def _sha256_file(path: Path, what: str = "a part") -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as handle:
+    with open_regular(path, MAX_SIZE, what) as handle:
         for chunk in iter(lambda: handle.read(CHUNK), b""):
             digest.update(chunk)
             size += len(chunk)
@@ -283,7 +321,7 @@ class Stream:
             if self.handle is None:
                 if not self.paths:
                     return b""
-                self.handle = open(self.paths.pop(0), "rb")
+                self.handle = open_regular(self.paths.pop(0), MAX_SIZE, "a part")
             data = self.handle.read(n)
             if data:
                 return bytes(data)
@@ -341,9 +379,9 @@ def check_lock(bundle: Path, manifest: dict[str, Any]) -> None:
     """The shipped lock is the one the manifest names, and every wheel is one of its hashes at its version."""
     path = bundle / LOCK
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, MAX_LOCK_BYTES, "the lock") as handle:
             raw = handle.read(MAX_LOCK_BYTES + 1)
-    except OSError:
+    except FileNotFoundError:
         refuse(f"{path}: missing: the wheels cannot be checked against the cell's lock")
     if len(raw) > MAX_LOCK_BYTES or hashlib.sha256(raw).hexdigest() != manifest["lock_sha256"]:
         refuse(f"{path}: sha256 {hashlib.sha256(raw).hexdigest()} is not the manifest's lock_sha256 "
@@ -367,7 +405,7 @@ def _find_present(digest: str, size: int, places: list[Path]) -> Path | None:
     for layout in places:
         path = _blob_path(layout, digest)
         if path.is_file() and not path.is_symlink():
-            sha, found = _sha256_file(path)
+            sha, found = _sha256_file(path, "a blob")
             if found == size and f"sha256:{sha}" == digest:
                 return path
             refuse(f"{path}: present but does not match {digest} ({found} bytes): refused")
@@ -425,7 +463,7 @@ def _read_index(layout: Path) -> dict[str, Any]:
     if not path.exists():
         return {"schemaVersion": 2, "mediaType": INDEX_TYPES[0], "manifests": []}
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, MAX_MANIFEST_BYTES, "an OCI index") as handle:
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
         data = json.loads(raw)
     except (OSError, ValueError) as err:
@@ -460,9 +498,39 @@ def _index_with(index: dict[str, Any], image: dict[str, Any]) -> dict[str, Any]:
 
 # -- unpacking -----------------------------------------------------------------------------------------------------
 
-def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict[str, Any]:
+def remove_stale_staging(dest: Path, say: Any) -> None:
+    """Remove the staging folders of earlier unpacks into ``dest`` whose process is gone (killed with -9, say)."""
+    pattern = re.compile(rf"^\.{re.escape(dest.name)}\.unbundle-([0-9]{{1,10}})$")
+    try:
+        entries = os.listdir(dest.parent)
+    except OSError:
+        return
+    for entry in entries:
+        m = pattern.match(entry)
+        if not m or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        path = dest.parent / entry
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            say(f"removed {path}: the staging folder of an unpack whose process {m.group(1)} is gone")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any,
+           manifest_sha256: str | None = None) -> dict[str, Any]:
     """Check the bundle and (with ``dest``) unpack it; returns a summary. Raises Refused."""
-    manifest = read_manifest(bundle)
+    manifest = read_manifest(bundle, manifest_sha256)
     if manifest["kind"] == "wheels" and have is not None:
         refuse("--have is for image bundles: a wheels bundle ships every wheel it lists")
     check_parts(bundle, manifest, say)
@@ -499,6 +567,7 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict
         if dest.exists() and not dest.is_dir():
             refuse(f"{dest}: exists and is not a folder")
         dest.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(dest, say)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
     try:
@@ -513,10 +582,10 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict
         if manifest["kind"] == "image":
             def read_blob(digest: str) -> bytes:
                 hexd = digest.split(":", 1)[1]
-                if digest in present:
-                    return present[digest].read_bytes()
-                if staging is not None:
-                    return (staging / hexd).read_bytes()
+                path = present.get(digest) or (staging / hexd if staging is not None else None)
+                if path is not None:
+                    with open_regular(path, MAX_MANIFEST_BYTES, "an image manifest") as handle:
+                        return bytes(handle.read())
                 return _blob_from_stream(bundle, manifest, digest)
             check_image_closure(manifest, read_blob)
         if dest is not None and staging is not None:
@@ -525,7 +594,8 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any) -> dict
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     summary: dict[str, Any] = {"kind": manifest["kind"], "dest": str(dest) if dest else None,
-                               "files": len(shipped), "bytes": manifest["total_size"], "cell_id": manifest["cell_id"]}
+                               "files": len(shipped), "bytes": manifest["total_size"], "cell_id": manifest["cell_id"],
+                               "manifest_sha256": manifest["sha256"]}
     if manifest["kind"] == "image":
         summary["image"] = manifest["image"]["digest"]
         summary["reused"] = len(present)
@@ -592,7 +662,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="verify everything, write nothing")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    parser.add_argument("--manifest-sha256", metavar="HEX",
+                        help="refuse unless manifest.json hashes to HEX (the sha256 `pinmatrix bundle` printed)")
     args = parser.parse_args(argv)
+    if args.manifest_sha256 is not None and not HEX64.match(args.manifest_sha256):
+        parser.error("--manifest-sha256: expected 64 lowercase hex digits")
     if (args.out is None) == (not args.check):
         parser.error("give --out DEST, or --check")
 
@@ -601,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr, flush=True)
 
     try:
-        summary = unpack(args.bundle, None if args.check else args.out, args.have, say)
+        summary = unpack(args.bundle, None if args.check else args.out, args.have, say, args.manifest_sha256)
     except Refused as err:
         print(f"unbundle: refused: {err}".replace("\n", " "), file=sys.stderr)
         return 2
@@ -613,7 +687,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         where = "checked" if args.check else f"unpacked into {summary['dest']}"
         print(f"{summary['kind']} bundle {where}: {summary['files']} file(s), {summary['bytes']} bytes"
-              + (f", {summary['reused']} blob(s) already present" if summary.get("reused") else ""))
+              + (f", {summary['reused']} blob(s) already present" if summary.get("reused") else "")
+              + f"; manifest sha256 {summary['manifest_sha256']}"
+              + ("" if args.manifest_sha256 else " (not compared: pass --manifest-sha256, or use `pinmatrix unbundle "
+                 "--key`)"))
     return 0
 
 
