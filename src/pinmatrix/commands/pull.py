@@ -32,7 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "digest and print the reference. Cells passed over are listed on stderr with the reason; "
                     "--list prints every candidate and pulls nothing. The image is verified first, as `pinmatrix "
                     "verify` does (a test-result attestation signed by a trusted key for that digest, repository and "
-                    "cell); one that does not verify is refused with the reason (exit status 2).",
+                    "cell); one that does not verify is refused with the reason (exit status 2). A host whose NVIDIA "
+                    "driver is not among those the image's evidence was gathered on (the evidence's host records) "
+                    "gets a warning line, or, where the image's promotion policy says uncovered_driver = \"refuse\", "
+                    "the image is passed over like one whose driver floor the host misses.",
         **examples("pinmatrix pull --stack demo                  # verified, pulled; prints REGISTRY/REPO@sha256:...",
                    "pinmatrix pull --stack demo --list           # every candidate, newest first, and why not",
                    "pinmatrix pull --stack demo --pin 'six>=1.17' --print",
@@ -119,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"reference": str(ref), "digest": chosen.entry["digest"], "stack": chosen.entry["stack"],
                           "cell": chosen.entry["cell_id"], "pulled": engine is not None,
                           "engine": engine.name if engine else None, "host": host.to_dict(),
-                          "passed_over": passed_over, "verification": verified.model_dump()}, indent=2))
+                          "passed_over": passed_over, "driver_warning": chosen.verdict.driver_warning,
+                          "verification": verified.model_dump()}, indent=2))
     else:
         print(ref)
     return 0
@@ -153,6 +157,8 @@ def _entries(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _say_passed_over(args: argparse.Namespace, host: HostFingerprint, found: list[Candidate],
                      chosen: Candidate | None) -> None:
+    if chosen is not None and chosen.verdict.driver_warning:  # said even with --quiet
+        print(chosen.verdict.driver_warning, file=sys.stderr)
     if args.quiet:
         return
     print(f"host: {host.label()}", file=sys.stderr)

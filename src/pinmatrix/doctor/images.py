@@ -45,7 +45,7 @@ def promoted_images(known_good: Path, results: Path, host: HostFingerprint) -> l
     entries = read_known_good(known_good)
     hosts = recorded_hosts(results) if entries else {}
     out = []
-    for verdict in judge(entries, host):
+    for verdict in judge(entries, host, hosts=hosts):
         e = verdict.entry
         out.append(ImageFit(str(e["cell_id"]), str(e.get("cell_name") or ""), str(e["stack"]), str(e["digest"]),
                             str(e["promoted_at"]), verdict.ok, tuple(verdict.reasons), coverage(e, host, hosts)))

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.hostprobe import DriverVersionError, check_driver_spec
 from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.statuses import INFRA_STATUSES, STATUSES
 
@@ -32,6 +33,12 @@ class PromotionPolicy(BaseModel):
     """The tag that moves to the newest promoted cell of the stack."""
     accept: list[str] = Field(default_factory=lambda: ["pass"], min_length=1)
     """Statuses that count as clean (add "xfail" to accept known, expected failures)."""
+    drivers: list[str] = Field(default_factory=list, max_length=32)
+    """NVIDIA driver ranges the evidence must cover: for each (a version, ``580.142``, or a range, ``>=590,<595``)
+    every required smoke needs a clean run on a host whose driver is in it. Empty: any driver."""
+    uncovered_driver: Literal["warn", "refuse"] = "warn"
+    """What ``pull`` does on a host whose driver is not among the drivers the image's evidence was gathered on:
+    say so and pull ("warn"), or pass the image over ("refuse")."""
     host_runs: Literal["refuse", "identical"] = "refuse"
     """Results measured in a host's own environment instead of the image (the host runtime): "refuse" (they
     never count), or "identical" (they count when the host's Python and every locked package were the cell's,
@@ -47,6 +54,14 @@ class PromotionPolicy(BaseModel):
         if "fail" in v:
             raise ValueError("'fail' can never count as clean")
         return v
+
+    @field_validator("drivers")
+    @classmethod
+    def _drivers(cls, v: list[str]) -> list[str]:
+        try:
+            return [check_driver_spec(d) for d in v]
+        except DriverVersionError as err:
+            raise ValueError(str(err)) from None
 
     @field_validator("hosts")
     @classmethod

@@ -4,15 +4,17 @@ A known-good entry lists the results it rests on (``evidence``: smoke, host id, 
 comes from the results store's host record for that id (``hosts``: what ``smoke`` recorded), else from the
 label the promotion wrote (``... driver 580.159.04``); a value that is no driver version is left out, never
 guessed. ``pull`` and ``doctor`` say when this host's driver is not among them; ``[promotion] uncovered_driver``
-decides whether pull warns or refuses (``release.pull.uncovered_driver``)."""
+decides whether pull warns or refuses (``release.hostmatch.judge``). ``[promotion] drivers`` asks promotion
+for clean runs on a list of driver ranges (``driver_range_problems``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pinmatrix.hostprobe import DriverVersion, DriverVersionError, HostFingerprint
+from pinmatrix.results.store import SmokeRecord
 
 _LABEL_DRIVER = " driver "
 
@@ -73,3 +75,20 @@ def coverage(entry: Mapping[str, Any], host: HostFingerprint, hosts: Mapping[str
 
 def hosts_by_id(records: Sequence[HostFingerprint]) -> dict[str, HostFingerprint]:
     return {h.id: h for h in records}
+
+
+def driver_range_problems(ranges: Sequence[str], smokes: Sequence[str], records: Sequence[SmokeRecord],
+                          is_smoke: Callable[[str, SmokeRecord], bool], clean: Callable[[SmokeRecord], bool]) -> list[str]:
+    """``[promotion] drivers``: for each range, each required smoke needs a clean record (``clean``) measured on a
+    host whose driver is in the range; one sentence per gap, naming the drivers the smoke did run on."""
+    out: list[str] = []
+    for spec in ranges:
+        for smoke in smokes:
+            runs = [r for r in records if is_smoke(smoke, r)]
+            if any(clean(r) and r.host.driver_version is not None and r.host.driver_version.matches(spec)
+                   for r in runs):
+                continue
+            seen = sorted({str(r.host.driver_version) for r in runs if r.host.driver_version is not None})
+            out.append(f"required smoke {smoke!r} has no clean run on a driver in {spec} (the promotion policy's "
+                       f"drivers); it was measured on {', '.join(seen) or 'no NVIDIA driver'}")
+    return out

@@ -16,11 +16,13 @@ Architecture rules (CUDA fat binaries, see the CUDA C programming guide "binary 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pinmatrix.archflag import ArchFlag, parse_capability, parse_flags
 from pinmatrix.hostprobe import HostFingerprint
+from pinmatrix.release.driver_evidence import coverage
 
 
 def arch_covers(flags: tuple[str, ...] | list[str], compute_capability: str | None,
@@ -117,6 +119,7 @@ class PullCandidate:
     entry: dict[str, Any]
     ok: bool
     reasons: list[str]
+    driver_warning: str | None = None  # the host's driver is not among those the evidence covers (policy: warn)
 
     @property
     def label(self) -> str:
@@ -137,8 +140,27 @@ def host_facts(host: HostFingerprint) -> HostFacts:
     return HostFacts(driver=host.driver, capability=host.capability, gpu_count=host.gpu_count)
 
 
-def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | None = None) -> list[PullCandidate]:
-    """Newest first, one verdict per cell (a cell promoted twice counts once, by its newest entry)."""
+def _driver_verdict(entry: dict[str, Any], host: HostFingerprint, hosts: Mapping[str, HostFingerprint],
+                    ok: bool, reasons: list[str]) -> PullCandidate:
+    """A cell that fits the host, read against the drivers its evidence covers: the entry's promotion policy
+    (``uncovered_driver``) says whether a driver outside them is a warning (added to the reasons) or a refusal."""
+    cover = coverage(entry, host, hosts)
+    if not ok or cover.covered:
+        return PullCandidate(entry, ok, reasons)
+    raw = entry.get("policy")
+    policy: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if policy.get("uncovered_driver") == "refuse":
+        return PullCandidate(entry, False, [f"{cover.sentence()}, and its promotion policy refuses such a host "
+                                            "(uncovered_driver = \"refuse\")"])
+    warning = f"warning: {cover.sentence()}"
+    return PullCandidate(entry, True, [*reasons, warning], warning)
+
+
+def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | None = None,
+          hosts: Mapping[str, HostFingerprint] | None = None) -> list[PullCandidate]:
+    """Newest first, one verdict per cell (a cell promoted twice counts once, by its newest entry). ``hosts``: the
+    results store's host records by id, for the drivers each promotion's evidence was gathered on (else the
+    evidence's host labels say them)."""
     chosen = [e for e in entries if stack is None or e["stack"] == stack]
     ordered = sorted(enumerate(chosen), key=lambda ie: (ie[1]["promoted_at"], ie[0]), reverse=True)
     seen: set[str] = set()
@@ -149,5 +171,5 @@ def judge(entries: list[dict[str, Any]], host: HostFingerprint, *, stack: str | 
             continue
         seen.add(entry["cell_id"])
         ok, reasons = host_meets(requirements_of(entry), facts)
-        verdicts.append(PullCandidate(entry, ok, reasons))
+        verdicts.append(_driver_verdict(entry, host, hosts or {}, ok, reasons))
     return verdicts

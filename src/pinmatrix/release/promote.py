@@ -27,6 +27,7 @@ from pinmatrix.project.known_good import record_promotion
 from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
+from pinmatrix.release.driver_evidence import driver_range_problems
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
 from pinmatrix.release.sbom import cell_bom
 from pinmatrix.results.store import SmokeRecord
@@ -172,6 +173,9 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
                               "; ".join(f"{d} ({', '.join(sorted(set(digests[d])))})" for d in real))
     elif len(real) == 1:
         check.digest = real[0]
+    check.problems += driver_range_problems(
+        policy.drivers, smokes, records, lambda s, r: r.smoke == s if catalogue is not None else matches(s, r.smoke),
+        lambda r: r.status in accept and (r.image_digest == check.digest or counted_host_run(r)))
     # Clean runs count only on the image that would be promoted: a pass on image A and one on image B are
     # one clean run of B, not two.
     for smoke, where, matching in clean:
