@@ -1,6 +1,13 @@
 """The host runtime's overlay: a per-cell directory put first on PYTHONPATH, holding the cell's extra
 wheels (installed with pip --target, no index, no dependencies) and its installed-tree patches.
 
+A wheel of ``--wheels`` is installed only when its sha256 is one the cell's lock (``locks/<cell id>.txt``) names
+for its distribution at the locked version: a folder holding any other wheel (an extra, a rebuilt or substituted
+file) is refused before anything is installed, one line per wheel, exit 2. Locked distributions the folder does
+not carry are named one line each as not supplied (the host's own environment provides them or not: the host
+runtime records every difference from the lock with each result, ``smoke/hostdiff.py``). The host pseudo-cell
+(no matrix) has no lock: its wheels are installed unchecked, and that is said.
+
 A patch for a package that the overlay's wheels do not provide is applied to a copy of that package
 taken from the smoke interpreter's environment, so the environment itself is never modified.
 """
@@ -15,13 +22,55 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 from pinmatrix.errors import PatchError, PinmatrixError
+from pinmatrix.hashing import sha256_file
 from pinmatrix.image.assembly.patching import apply_patch, parse_patch
+from pinmatrix.project.lockfile import LOCK_DIR, LockFileError, parse_lock
 from pinmatrix.smoke.target import SmokeTarget
 
 
 class OverlayError(PinmatrixError):
-    """An overlay could not be built (pip failed, a package to patch is missing)."""
+    """An overlay could not be built (pip failed, a package to patch is missing, a wheel is not the lock's)."""
+
+
+def check_wheels(cell: SmokeTarget, wheels: list[Path], wheels_dir: Path, repo_root: Path, log: Any) -> None:
+    """Every wheel is the lock's (its distribution, version and sha256); else each one said and OverlayError."""
+    lock = repo_root / LOCK_DIR / f"{cell.id}.txt"
+    if not lock.is_file():
+        if cell.id == "host":
+            log(f"  overlay for {cell.id}: no lock (not a matrix cell): the {len(wheels)} wheel(s) are not checked")
+            return
+        raise OverlayError(f"cell {cell.id}: --wheels {wheels_dir}: no lock {lock} to check the wheels against "
+                           f"(run `pinmatrix lock -k {cell.id}`)")
+    try:
+        locked = {e.name: e for e in parse_lock(lock.read_text(encoding="utf-8"), str(lock)).entries}
+    except (OSError, UnicodeDecodeError, LockFileError) as err:
+        raise OverlayError(f"cell {cell.id}: {lock}: cannot read the lock: {err}") from None
+    extras: list[str] = []
+    supplied: set[str] = set()
+    for wheel in wheels:
+        try:
+            name = str(canonicalize_name(parse_wheel_filename(wheel.name)[0]))
+        except ValueError:
+            extras.append(f"{wheel}: not a wheel file name")
+            continue
+        digest = "sha256:" + sha256_file(wheel)
+        entry = locked.get(name)
+        if entry is None:
+            extras.append(f"{wheel}: {name} is not in {lock}: an extra wheel")
+        elif digest not in entry.hashes:
+            extras.append(f"{wheel}: {digest} is not a hash {lock} names for {name} {entry.version}")
+        else:
+            supplied.add(name)
+    for line in extras:
+        log(f"  refused: {line}")
+    for name in sorted(set(locked) - supplied):
+        log(f"  not supplied by {wheels_dir}: {name} {locked[name].version} (locked; the host's own, if any)")
+    if extras:
+        raise OverlayError(f"cell {cell.id}: --wheels {wheels_dir}: {len(extras)} wheel(s) not the lock's (each "
+                           "named above): nothing installed")
 
 
 @dataclass
@@ -83,6 +132,8 @@ def build_overlay(
             f"{_patch_field(p, 'version')} (contained in {_patch_field(p, 'contained_in')}): nothing to apply")
     if not wheels and not to_apply:
         return None
+    if wheels:
+        check_wheels(cell, wheels, Path(str(wheels_dir)), repo_root, log)
     cell_root = Path(root).resolve() / cell.id  # PYTHONPATH must not depend on the smoke's cwd
     site = cell_root / "site"
     tmp = cell_root / f"site.{os.getpid()}.tmp"

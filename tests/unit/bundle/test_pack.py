@@ -167,6 +167,8 @@ def test_the_unpacked_folder_is_what_smoke_wheels_installs(project: Project, tmp
 
     make_wheels_bundle(project, tmp_path / "b", exclude=("fast", "nvidia-*"))
     assert unbundle(tmp_path / "b", "--out", str(tmp_path / "dest")).returncode == 0
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / f"{project.cell.id}.txt").write_text(project.lock)  # the overlay checks wheels against it
     overlay = build_overlay(project.cell, tmp_path / "overlay", wheels_dir=tmp_path / "dest", repo_root=tmp_path,
                             log=quiet)
     assert overlay is not None and sorted(overlay.wheels) == sorted(p.name for p in (tmp_path / "dest").iterdir())

@@ -214,7 +214,8 @@ def test_h200_cells_overlay_applies_the_patch_only_where_the_cell_says(tmp_path:
     """The h200 stack's two cells on a machine without GPU: the int64 cell's overlay carries the patched
     kernel, the plain cell's does not, and every smoke they name exists in the catalogue."""
     whl = _tiny_xformers_wheel(tmp_path)
-    rc = main(["smoke", str(ROOT / "matrix.toml"), "--stack", "h200", "--smoke", "host-probe",
+    project = _with_stand_in_locked(tmp_path / "project", whl)
+    rc = main(["smoke", str(project / "matrix.toml"), "--stack", "h200", "--smoke", "host-probe",
                "--wheels", str(whl.parent), "--overlay", str(tmp_path / "ov"),
                "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs")])
     assert rc == 0
@@ -224,6 +225,22 @@ def test_h200_cells_overlay_applies_the_patch_only_where_the_cell_says(tmp_path:
 
 
 KERNEL = "xformers/ops/_triton/tiled_matmul_kernels.py"
+
+
+def _with_stand_in_locked(project: Path, wheel: Path) -> Path:
+    """A copy of the project whose h200 locks name the stand-in wheel's sha256 for xformers (`smoke --wheels`
+    installs only the lock's wheels)."""
+    import hashlib
+
+    project.mkdir()
+    for name in ("matrix.toml", "patches", "smoke", "locks"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copyfile)(source, project / name)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    for lock in (project / "locks").glob("*.txt"):
+        text = lock.read_text()
+        lock.write_text(text.replace("xformers==0.0.35 \\\n", f"xformers==0.0.35 \\\n    --hash=sha256:{digest} \\\n"))
+    return project
 
 
 def _tiny_xformers_wheel(tmp_path: Path) -> Path:
