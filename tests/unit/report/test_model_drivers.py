@@ -48,3 +48,41 @@ def test_the_grid_has_a_driver_row_and_column_in_html_and_markdown() -> None:
     row = next(line for line in md.splitlines() if line.startswith("| `0000000000aa` | 🟢"))
     assert row.endswith("| 🟢&nbsp;580.142 🔴&nbsp;590.48.01 🟢&nbsp;595.58.03 |")
     assert "| by driver |" in md
+
+
+GRID_BOX = """(() => { const t = document.querySelector('table.grid'); t.scrollIntoView();
+  const h = t.closest('div').previousElementSibling; const a = h.getBoundingClientRect(), b = t.getBoundingClientRect();
+  return {x: 0, y: a.top + window.scrollY - 8, width: Math.ceil(b.right) + 16, height: Math.ceil(b.bottom - a.top) + 16,
+          driver_row: !!t.querySelector('tr.driver-row')}; })()"""
+
+
+def test_a_screenshot_of_the_grid_with_its_drivers(tmp_path) -> None:  # noqa: ANN001
+    """The cells x hosts grid in headless Chromium, as docs/report-drivers.png shows it (`PINMATRIX_UPDATE_DOCS=1`
+    rewrites that file from this made-up report: a GB10 cell clean on 580.142 and 595.58.03, failing its
+    unified-memory smoke on 590.48.01)."""
+    import base64
+    import os
+    import struct
+    from pathlib import Path
+
+    import pytest
+
+    from conftest import ci_enabled
+    from pinmatrix.report.browser import Chromium, find_chromium
+
+    if find_chromium() is None:
+        if ci_enabled():
+            pytest.fail("chromium is required in CI (.ci/apt-packages.txt installs it)", pytrace=False)
+        pytest.skip("chromium is not installed")
+    page = tmp_path / "index.html"
+    page.write_text(render(_report(), "html"))
+    with Chromium(width=1100, height=900) as browser:
+        browser.open(page.as_uri())
+        box = browser.evaluate(GRID_BOX)
+        assert box.pop("driver_row") is True
+        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                       "clip": {**box, "scale": 1}})
+    data = base64.b64decode(shot["data"])
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[1] > 60
+    if os.environ.get("PINMATRIX_UPDATE_DOCS") == "1":
+        (Path(__file__).resolve().parents[3] / "docs" / "report-drivers.png").write_bytes(data)
