@@ -41,7 +41,8 @@ def test_concurrent_commands_share_it_and_the_last_one_stops_it(tmp_path: Path) 
     endpoint = free_endpoint()
     setting = f"{endpoint.address}/pinmatrix"
     lines: list[str] = []
-    first, second = embedded(tmp_path, setting, echo=lines.append), embedded(tmp_path, setting, echo=lines.append)
+    first, second = embedded(tmp_path, setting, setting, echo=lines.append), \
+        embedded(tmp_path, setting, setting, echo=lines.append)
     try:
         state = first.__enter__()  # no registry: this command starts one
         assert state is not None and state.mode == "auto" and listening(endpoint)
@@ -60,7 +61,8 @@ def test_concurrent_commands_share_it_and_the_last_one_stops_it(tmp_path: Path) 
 def test_an_exception_in_the_command_still_stops_it(tmp_path: Path) -> None:
     require_binaries("docker-registry")
     endpoint = free_endpoint()
-    with pytest.raises(RuntimeError), embedded(tmp_path, f"{endpoint.address}/p", echo=lambda _: None) as state:
+    with pytest.raises(RuntimeError), embedded(tmp_path, f"{endpoint.address}/p", f"{endpoint.address}/p",
+                                                  echo=lambda _: None) as state:
         assert state is not None and listening(endpoint)
         raise RuntimeError("the command failed")
     assert not listening(endpoint)

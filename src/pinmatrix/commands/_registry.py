@@ -1,6 +1,8 @@
 """Which registry a parsed command talks to, declared by each command that needs one
 (``parser.set_defaults(registry_need=...)``): ``registry.local.for_command`` starts the embedded registry
-for it when the setting names a loopback one."""
+for it when the setting names a loopback one, and only on the address the project configures (matrix.toml's
+``[matrix] registry``): another loopback address (a ``--registry``, ``--image`` or reference with a mistyped port)
+must already be listening."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import argparse
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.paths import MATRIX_FILE
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.local import loopback_endpoint
 
-Need = tuple[Path, str] | None
+Need = tuple[Path, str, str] | None
+"""(project root, the registry setting or reference the command uses, the project's configured registry)."""
 
 
 def matrix_registry(args: argparse.Namespace, override: str | None = None) -> Need:
@@ -24,7 +28,17 @@ def matrix_registry(args: argparse.Namespace, override: str | None = None) -> Ne
         matrix = load_matrix(Path(path))
     except PinmatrixError:
         return None  # the command itself reports a bad matrix
-    return Path(matrix.root), (override or matrix.settings.registry or "")
+    configured = matrix.settings.registry or ""
+    return Path(matrix.root), (override or configured), configured
+
+
+def _configured_here() -> str:
+    """The registry of the matrix in the working directory (pull and verify read no matrix otherwise); "" when
+    there is none or it does not load."""
+    try:
+        return load_matrix(Path.cwd() / MATRIX_FILE).settings.registry or ""
+    except PinmatrixError:
+        return ""
 
 
 def pushing(args: argparse.Namespace) -> Need:
@@ -51,12 +65,12 @@ def known_good_registry(args: argparse.Namespace) -> Need:
         return None
     for entry in reversed(entries):
         if args.stack in (None, entry.get("stack")) and loopback_endpoint(str(entry.get("reference", ""))):
-            return Path.cwd(), str(entry["reference"])
+            return Path.cwd(), str(entry["reference"]), _configured_here()
     return None
 
 
 def verified_reference(args: argparse.Namespace) -> Need:
     """``verify REF`` on a loopback registry."""
     if loopback_endpoint(str(getattr(args, "reference", ""))):
-        return Path.cwd(), str(args.reference)
+        return Path.cwd(), str(args.reference), _configured_here()
     return None

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pinmatrix.atomic import atomic_write_text, locked
 from pinmatrix.engine.services import Service, start_registry
-from pinmatrix.errors import EngineError
+from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.imageref import host_name, is_loopback
 from pinmatrix.paths import REGISTRY_DIR
 
@@ -170,15 +170,36 @@ def ensure_managed(root: Path, endpoint: Endpoint) -> tuple[str, State | None]:
         return "started", start(root, endpoint, "managed")
 
 
+class UnconfiguredAddressError(PinmatrixError):
+    """A loopback registry address nothing listens on that is not the project's configured registry: pinmatrix
+    starts its embedded registry on the configured address only, so a mistyped port is said, not served."""
+
+    def __init__(self, endpoint: Endpoint, configured: Endpoint | None) -> None:
+        where = (f"on the matrix's registry, {configured.address}" if configured is not None else
+                 "on a loopback registry matrix.toml names ([matrix] registry), and none is named here")
+        super().__init__(f"registry {endpoint.address}: nothing listens there, and pinmatrix starts its embedded "
+                         f"registry only {where}: check the address")
+
+
+def _startable(endpoint: Endpoint, configured: str | None) -> None:
+    """Refuse to start a registry on ``endpoint`` unless it is the ``configured`` one (same port on loopback)."""
+    wanted = loopback_endpoint(configured)
+    if wanted is None or wanted.port != endpoint.port:
+        raise UnconfiguredAddressError(endpoint, wanted)
+
+
 @contextmanager
-def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[State | None]:
+def embedded(root: Path, setting: str | None, configured: str | None, *, echo: Any = None) -> Iterator[State | None]:
     """For the length of one command: when ``setting`` names a loopback registry nothing listens on, start one
-    (the State is yielded; None when nothing had to start). The last command using an automatically started
-    registry stops it."""
+    (the State is yielded; None when nothing had to start), provided it is the ``configured`` registry of the
+    project (matrix.toml's); any other silent address is UnconfiguredAddressError. The last command using an
+    automatically started registry stops it."""
     endpoint = loopback_endpoint(setting)
     if endpoint is None:
         yield None
         return
+    if not listening(endpoint):
+        _startable(endpoint, configured)  # before any lock or folder: a typo leaves nothing behind
     # Every command using the project's loopback registry holds the shared lock, also one that finds it already
     # listening: the command that started it must not stop it under another command's feet.
     echo = echo or (lambda line: print(line, file=sys.stderr))
@@ -190,6 +211,7 @@ def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[S
     try:
         with locked(directory / "start.lock"):
             if not listening(endpoint):
+                _startable(endpoint, configured)
                 started = start(root, endpoint, "auto")
                 echo(f"pinmatrix: started the embedded registry on {endpoint.address} (data in "
                      f"{started.data}); it stops when this command ends (`pinmatrix registry start` keeps one)")
@@ -210,7 +232,7 @@ def embedded(root: Path, setting: str | None, *, echo: Any = None) -> Iterator[S
 def for_command(args: argparse.Namespace) -> Iterator[State | None]:
     """The embedded registry around one parsed command (cli.py wraps every command in this), when the command
     declares that it talks to a registry: its parser's ``registry_need`` default, called with the parsed
-    arguments, gives (project root, registry setting) or None. Smoking an image only asks the registry which
+    arguments, gives (project root, registry setting, the project's configured registry) or None. Smoking an image only asks the registry which
     digest a tag was pushed as: if none can be started, it goes on without."""
     declared = getattr(args, "registry_need", None)
     need = declared(args) if declared is not None else None
