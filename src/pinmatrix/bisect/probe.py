@@ -75,7 +75,8 @@ class Prober:
 
     def recorded(self, cell_id: str, params: dict[str, Any], digest: str | None) -> SmokeRecord | None:
         """The latest result of this smoke for this cell, host and parameter values."""
-        recs = self.store.query(cell_id=cell_id, host_id=self.host.id, smoke=self.smoke.name, probe_params=params)
+        recs = self.store.query(cell_id=cell_id, host_id=self.host.id, smoke=self.smoke.name, probe_params=params,
+                                probes=True)  # the cell's own runs and earlier probes
         if not self.any_digest:
             recs = [r for r in recs if r.image_digest == digest]
         return max(recs, key=lambda r: (r.finished_at, r.started_at)) if recs else None

@@ -12,7 +12,7 @@ from pinmatrix.bisect.probe import Prober
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.paths import LOGS_DIR
 from pinmatrix.project.catalogue import Smoke
-from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore
+from pinmatrix.results.store import DEFAULT_PATH, PROBE_RUN_PREFIX, HostFingerprint, ResultsStore
 from pinmatrix.smoke.runner import RunOptions, new_run_id
 
 
@@ -40,7 +40,9 @@ class ProbeSettings:
                           logs_dir=self.logs_dir, repo_root=repo_root, overlay_dir=overlay_dir, wheels_dir=wheels_dir)
 
     def prober(self, smoke: Smoke, echo: Callable[[str], None], *, any_digest: bool = False) -> Prober:
-        """A prober on this host under a new run id, recording into the results store."""
-        return Prober(ResultsStore(self.results), HostFingerprint.detect(), smoke, run_id=f"bisect-{new_run_id()}",
+        """A prober on this host under a new run id, recording into the results store as probes (the run id's
+        PROBE_RUN_PREFIX keeps them out of every cell's status, promotion and report)."""
+        return Prober(ResultsStore(self.results), HostFingerprint.detect(), smoke,
+                      run_id=f"{PROBE_RUN_PREFIX}{new_run_id()}",
                       logs_dir=self.logs_dir, echo=echo, max_probes=self.max_probes, any_digest=any_digest,
                       max_seconds=self.max_seconds)

@@ -426,7 +426,7 @@ def build_report(
     latest: dict[tuple[str, str, str], SmokeRecord] = {}
     runs: dict[tuple[str, str, str], list[HistoryRun]] = defaultdict(list)
     for rec in records:  # records come oldest first: later ones replace earlier ones
-        if rec.params:  # a bisect probe (one parameter value of a search) is not the cell's verdict
+        if rec.is_probe:  # a bisect probe (a point of a search: a parameter or axis value) is no cell's verdict
             continue
         if stacks_wanted is None or rec.stack in stacks_wanted:
             key = (rec.cell_id, rec.host.id, rec.smoke)

@@ -29,6 +29,11 @@ from pinmatrix.statuses import STATUSES
 
 DEFAULT_PATH = RESULTS_FILE
 SCHEMA_VERSION = 1
+PROBE_RUN_PREFIX = "bisect-"
+"""The run ids of bisect probes (bisect/settings.py). A probe is a point of a search (a parameter value, or an
+axis value that may be no cell of the matrix), never a cell's verdict: readers get the cells' own runs unless they
+ask for probes (``query(probes=True)``), so status, promotion, JUnit and ``--fail-on`` never count one."""
+_NO_PROBES = f"r.params = '{{}}' AND r.run_id NOT LIKE '{PROBE_RUN_PREFIX}%'"
 
 
 def _say_on_stderr(line: str) -> None:
@@ -54,6 +59,11 @@ class SmokeRecord:
     image_digest: str | None  # sha256:... when run inside an image, else None
     environment: dict[str, Any] = field(default_factory=dict)  # what the smoke saw (driver, versions, ...)
     params: dict[str, Any] = field(default_factory=dict)  # a bisect probe's parameter values; {} for a plain run
+
+    @property
+    def is_probe(self) -> bool:
+        """Recorded by a bisect search (PROBE_RUN_PREFIX): shown in the bisect report, not the cell's verdict."""
+        return bool(self.params) or self.run_id.startswith(PROBE_RUN_PREFIX)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -315,10 +325,13 @@ class ResultsStore:
         latest_only: bool = False,
         run_id: str | None = None,
         probe_params: Mapping[str, Any] | None = None,
+        probes: bool = False,
     ) -> list[SmokeRecord]:
         """Records matching every given filter, in the order written. ``latest_only`` keeps, per
-        (cell, host, smoke), the record that finished last (before the status filter applies)."""
-        where: list[str] = []
+        (cell, host, smoke), the record that finished last (before the status filter applies). Bisect probes
+        only with ``probes`` (the bisect search's own lookups) or when ``probe_params`` names a probe's values."""
+        probes = probes or bool(probe_params)
+        where: list[str] = [] if probes else [_NO_PROBES]
         params: list[Any] = []
         for column, value in (("cell_id", cell_id), ("stack", stack), ("host_id", host_id),
                               ("smoke", smoke), ("run_id", run_id)):
@@ -329,7 +342,8 @@ class ResultsStore:
             where.append(
                 "r.seq = (SELECT l.seq FROM results l WHERE l.cell_id = r.cell_id"
                 " AND l.host_id = r.host_id AND l.smoke = r.smoke AND l.params = r.params"
-                " ORDER BY julianday(l.finished_at) DESC, l.seq DESC LIMIT 1)"
+                + ("" if probes else f" AND l.run_id NOT LIKE '{PROBE_RUN_PREFIX}%'")
+                + " ORDER BY julianday(l.finished_at) DESC, l.seq DESC LIMIT 1)"
             )
         if probe_params is not None:  # one bisect probe's parameters ({}: plain runs only)
             where.append("r.params = ?")
@@ -371,12 +385,13 @@ class ResultsStore:
     def has_result(self, cell_id: str, host_id: str, smoke: str, image_digest: str | None = None,
                    params: Mapping[str, Any] | None = None) -> bool:
         """Whether ``smoke`` is recorded for this cell and host ON THIS IMAGE: results follow the image digest
-        they ran on (None = run outside any image, on the host), so a rebuilt or pushed image is smoked again."""
+        they ran on (None = run outside any image, on the host), so a rebuilt or pushed image is smoked again.
+        Without ``params``, a run of the cell itself: a bisect probe that happened to run it does not count."""
         def read() -> bool:
             with self._read() as conn:
                 row = conn.execute(
-                    "SELECT 1 FROM results WHERE cell_id = ? AND host_id = ? AND smoke = ?"
-                    " AND image_digest IS ? AND params = ? LIMIT 1",
+                    "SELECT 1 FROM results r WHERE r.cell_id = ? AND r.host_id = ? AND r.smoke = ?"
+                    f" AND r.image_digest IS ? AND r.params = ?{'' if params else ' AND ' + _NO_PROBES} LIMIT 1",
                     (cell_id, host_id, smoke, image_digest, params_key(params)),
                 ).fetchone()
                 return row is not None

@@ -1,8 +1,8 @@
 """pinmatrix bisect, for real: the search core (with skips, against a brute-force oracle), a parameter bisect over
 a CPU smoke with a threshold whose probes also crash the interpreter and hang, resume after --max-probes and
-after SIGINT without running any probe twice, version bisects over real PyPI releases of six (uv venvs, and
-images built by the project's builder), points that cannot be probed, and known-issue boundaries confirmed or
-moved."""
+after SIGINT without running any probe twice, points that cannot be probed, and known-issue boundaries
+confirmed or moved. Version bisects over real releases (uv venvs, images): tests/integration/
+test_search_in_venvs_and_images.py."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from bisect_projects import ROOT, SMOKE_DIR, cli_json, project_with_smokes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,9 +26,6 @@ from pinmatrix.bisect.search import ProbeLimit, bisect
 from pinmatrix.cli import main
 from pinmatrix.project.catalogue import SmokeError, load_catalogue
 from pinmatrix.results.store import ResultsStore, params_key
-
-ROOT = Path(__file__).resolve().parents[3]
-SMOKE_DIR = ROOT / "smoke"
 
 
 # ------------------------------------------------------------------------------------------ the search core
@@ -85,13 +83,6 @@ def _param(tmp: Path, *extra: str, results: Path | None = None) -> list[str]:
             "--results", str(results or tmp / "r.sqlite"), "--logs", str(tmp / "logs"), *extra]
 
 
-def _json(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 0) -> dict:
-    capsys.readouterr()
-    assert main(argv) == code
-    out, _ = capsys.readouterr()
-    return json.loads(out)
-
-
 def _store_probes(path: Path, smoke: str) -> list[tuple[str, str, str | None]]:
     """(params, status, class) of every recorded probe of ``smoke``."""
     with sqlite3.connect(path) as conn:
@@ -101,7 +92,7 @@ def _store_probes(path: Path, smoke: str) -> list[tuple[str, str, str | None]]:
 
 def test_param_bisect_finds_threshold_through_a_crash_and_a_hang(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    rep = _json(capsys, _param(tmp_path, "--timeout", "3", "--json"))
+    rep = cli_json(capsys, _param(tmp_path, "--timeout", "3", "--json"))
     assert rep["outcome"] == "change"
     assert (rep["last_pass"], rep["first_fail"], rep["failure_class"]) == (612, 613, "over-capacity")
     assert rep["answer"].startswith("smallest failing n = 613")
@@ -124,7 +115,8 @@ def test_param_bisect_finds_threshold_through_a_crash_and_a_hang(tmp_path: Path,
     assert all(json.loads(p)["capacity"] == 613 for p, _, _ in rows)
     # a plain `pinmatrix smoke` of the same cell is not taken for a probe, nor a probe for it
     store = ResultsStore(tmp_path / "r.sqlite")
-    host = store.query(smoke="cpu-threshold")[0].host.id
+    assert store.query(smoke="cpu-threshold") == []  # probes only: no cell's own result
+    host = store.query(smoke="cpu-threshold", probes=True)[0].host.id
     assert not store.has_result("host", host, "cpu-threshold")
     assert store.has_result("host", host, "cpu-threshold", params=json.loads(rows[0][0]))
     # the human summary and the report line
@@ -136,10 +128,10 @@ def test_param_bisect_finds_threshold_through_a_crash_and_a_hang(tmp_path: Path,
 
 
 def test_fixed_dimension_and_a_range_without_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rep = _json(capsys, _param(tmp_path, "--range", "0:699", "--fix", "capacity=100", "--json"))
+    rep = cli_json(capsys, _param(tmp_path, "--range", "0:699", "--fix", "capacity=100", "--json"))
     assert (rep["last_pass"], rep["first_fail"]) == (99, 100)
     assert rep["held_fixed"]["capacity"] == 100
-    rep = _json(capsys, _param(tmp_path, "--range", "0:90", "--fix", "capacity=100", "--json"))
+    rep = cli_json(capsys, _param(tmp_path, "--range", "0:90", "--fix", "capacity=100", "--json"))
     assert rep["outcome"] == "no-change" and rep["answer"] == "no failure: cpu-threshold passes from n=0 up to n=90"
     assert len(rep["probes"]) == 2  # both ends pass: nothing to search
 
@@ -147,10 +139,10 @@ def test_fixed_dimension_and_a_range_without_failure(tmp_path: Path, capsys: pyt
 def test_resume_after_max_probes_and_after_sigint_runs_no_probe_twice(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "r.sqlite"
-    first = _json(capsys, _param(tmp_path, "--range", "0:899", "--max-probes", "3", "--json"), code=1)
+    first = cli_json(capsys, _param(tmp_path, "--range", "0:899", "--max-probes", "3", "--json"), code=1)
     assert first["outcome"] == "stopped" and first["probes_run"] == 3
     assert "--max-probes 3 reached" in first["answer"]
-    second = _json(capsys, _param(tmp_path, "--range", "0:899", "--json"))
+    second = cli_json(capsys, _param(tmp_path, "--range", "0:899", "--json"))
     assert second["outcome"] == "change" and second["first_fail"] == 613
     assert second["probes_reused"] == 3 and second["probes_run"] == len(second["probes"]) - 3
     counts = Counter(p for p, _, _ in _store_probes(store, "cpu-threshold"))
@@ -176,9 +168,9 @@ def test_resume_after_max_probes_and_after_sigint_runs_no_probe_twice(tmp_path: 
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert _store_probes(store2, "cpu-threshold") == []
-    resumed = _json(capsys, [*argv, "--timeout", "3", "--json"])
+    resumed = cli_json(capsys, [*argv, "--timeout", "3", "--json"])
     assert resumed["first_fail"] == 613 and resumed["probes_reused"] == 0
-    again = _json(capsys, [*argv, "--timeout", "3", "--json"])
+    again = cli_json(capsys, [*argv, "--timeout", "3", "--json"])
     assert again["probes_run"] == 0 and again["probes_reused"] == len(resumed["probes"])
     counts = Counter(p for p, _, _ in _store_probes(store2, "cpu-threshold"))
     assert set(counts.values()) == {1}, counts
@@ -280,20 +272,12 @@ six = ["1.17.0"]
 """
 
 
-def _project(tmp: Path, text: str) -> Path:
-    root = tmp / "project"
-    root.mkdir(exist_ok=True)
-    shutil.copytree(SMOKE_DIR, root / "smoke", ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
-    (root / "matrix.toml").write_text(text)
-    return root / "matrix.toml"
-
-
 def test_known_issue_boundary_confirmed_and_moved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    matrix = _project(tmp_path, BOUNDARY_MATRIX.format(expect=613))
+    matrix = project_with_smokes(tmp_path, BOUNDARY_MATRIX.format(expect=613))
     assert main(["validate", str(matrix)]) == 0
     base = ["bisect", "param", "cpu-threshold", str(matrix), "--cell", "cpu", "--param", "n", "--range", "0:699",
             "--smoke-dir", str(SMOKE_DIR), "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "l")]
-    rep = _json(capsys, [*base, "--json"])
+    rep = cli_json(capsys, [*base, "--json"])
     (check,) = rep["boundary"]
     assert (check["status"], check["found_first_fail"], check["issue"]) == ("confirmed", 613, "buffer-capacity")
     # below the boundary the issue does not apply (a pass is a pass, not an unexpected xpass); above it does
@@ -301,102 +285,17 @@ def test_known_issue_boundary_confirmed_and_moved(tmp_path: Path, capsys: pytest
     assert all(s == "pass" for v, s in statuses.items() if v < 613)
     assert all(s == "xfail" for v, s in statuses.items() if v >= 613)
     # the buffer shrinks: the first failure moves to 600, the bisect says so and exits 1
-    rep = _json(capsys, [*base, "--fix", "capacity=600", "--json"], code=1)
+    rep = cli_json(capsys, [*base, "--fix", "capacity=600", "--json"], code=1)
     (check,) = rep["boundary"]
     assert (check["status"], check["found_first_fail"]) == ("moved", 600)
     assert "boundary moved: first failure at n=600, the matrix expects 613" in check["message"]
     assert {p["status"] for p in rep["probes"] if 600 <= p["value"] < 613} == {"fail"}  # unexpected there
     # nothing fails in the range: the expected boundary was not found
-    rep = _json(capsys, [*base, "--range", "0:500", "--json"], code=1)
+    rep = cli_json(capsys, [*base, "--range", "0:500", "--json"], code=1)
     assert rep["boundary"][0]["status"] == "not-found"
 
 
 # ------------------------------------------------------------------- version bisect over real PyPI releases
-SIX_MATRIX = """
-[matrix]
-exclude_newer = "2026-11-01T00:00:00Z"
-ca_certificates = ["/usr/local/share/ca-certificates"]
-
-[stacks.sixes]
-description = "six releases: assertNotRegex arrived in 1.14.0 (six's CHANGES)"
-gpu_required = false
-smokes = ["six-assert-not-regex"]
-[stacks.sixes.packages]
-six = ["1.16.0", "1.17.0"]
-"""
-
-
-def _version(tmp: Path, matrix: Path, *extra: str) -> list[str]:
-    return ["bisect", "version", "six-assert-not-regex", str(matrix), "--stack", "sixes", "--axis", "six",
-            "--smoke-dir", str(SMOKE_DIR), "--results", str(tmp / "r.sqlite"), "--logs", str(tmp / "logs"),
-            "--work", str(tmp / "work"), *extra]
-
-
-@pytest.mark.network
-def test_version_bisect_over_six_releases_in_uv_venvs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    matrix = _project(tmp_path, SIX_MATRIX)
-    argv = _version(tmp_path, matrix, "--range", ">=1.10,<=1.17", "--venv-python", sys.executable)
-    rep = _json(capsys, [*argv, "--json"])
-    assert rep["space"]["values"] == ["1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.15.0", "1.16.0", "1.17.0"]
-    assert (rep["outcome"], rep["before"], rep["after"]) == ("change", "1.13.0", "1.14.0")
-    assert (rep["changed_from"], rep["changed_to"], rep["failure_class"]) == ("fail", "pass", "missing-api")
-    assert rep["answer"].startswith("first passing six = 1.14.0")
-    probed = {p["value"] for p in rep["probes"]}
-    assert len(probed) == len(rep["probes"]) <= 5 and {"1.13.0", "1.14.0"} <= probed
-    # only the cells the search needed were made: one venv per probed cell, and the project gained no lock
-    assert len(list((tmp_path / "work" / "venvs").iterdir())) == len(probed)
-    assert not (matrix.parent / "locks").exists()
-    # each cell's result is in the store under the cell id the matrix gives that combination
-    store = ResultsStore(tmp_path / "r.sqlite")
-    cells = {c["name"]: c["id"] for c in rep["cells"]}
-    assert store.query(cell_id=cells["sixes[six=1.14.0]"])[0].metrics["six"] == "1.14.0"
-    capsys.readouterr()
-    assert main(["cells", str(matrix), "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    rows = listed if isinstance(listed, list) else listed["cells"]
-    assert cells["sixes[six=1.17.0]"] in {c["id"] for c in rows}
-    # a rerun answers from the store alone
-    again = _json(capsys, [*argv, "--json"])
-    assert (again["after"], again["probes_run"], again["probes_reused"]) == ("1.14.0", 0, len(rep["probes"]))
-
-
-@pytest.mark.network
-def test_version_bisect_skips_a_point_that_does_not_resolve(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    matrix = _project(tmp_path, SIX_MATRIX)
-    values = "1.10.0,1.11.0,1.12.0,1.12.5,1.13.0,1.14.0,1.16.0"  # there is no six 1.12.5
-    rep = _json(capsys, [*_version(tmp_path, matrix, "--values", values, "--venv-python", sys.executable), "--json"])
-    assert (rep["outcome"], rep["after"]) == ("change", "1.14.0")
-    (skipped,) = [p for p in rep["probes"] if p["value"] == "1.12.5"]
-    assert skipped["verdict"] == "skip" and "does not resolve" in skipped["reason"] and not skipped["recorded"]
-    assert rep["probes_skipped"] == 1
-    # a stack's own values are searched when no --values/--range is given; both pass here
-    rep = _json(capsys, [*_version(tmp_path, matrix, "--venv-python", sys.executable), "--json"])
-    assert rep["outcome"] == "no-change" and rep["answer"].startswith("no change: six-assert-not-regex is pass")
-    # bad input
-    assert main(_version(tmp_path, matrix, "--values", "1.10.0,not-a-version")) == 2
-    assert "'not-a-version' is not a version of six" in capsys.readouterr().err
-    assert main(_version(tmp_path, matrix, "--range", "~=banana")) == 2
-
-
-@pytest.mark.slow
-@pytest.mark.podman
-@pytest.mark.network
-def test_version_bisect_in_images(tmp_path: Path, capsys: pytest.CaptureFixture[str], podman_env,  # noqa: ANN001
-                                  build_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same search with each probe an image made by the project's builder and smoked in podman."""
-    for key, value in podman_env.env.items():
-        monkeypatch.setenv(key, value)
-    matrix = _project(tmp_path, SIX_MATRIX)
-    argv = _version(tmp_path, matrix, "--range", ">=1.12,<=1.15", "--runtime", "podman", "--cache-dir",
-                    str(build_cache))
-    rep = _json(capsys, [*argv, "--json"])
-    assert (rep["outcome"], rep["before"], rep["after"]) == ("change", "1.13.0", "1.14.0"), rep["answer"]
-    store = ResultsStore(tmp_path / "r.sqlite")
-    recs = store.query(smoke="six-assert-not-regex")
-    assert recs and all(r.image_digest and r.image_digest.startswith("sha256:") for r in recs)
-    assert {r.metrics["six"] for r in recs} == {p["value"] for p in rep["probes"]}
-    assert {r.environment["python"].rsplit(".", 1)[0] for r in recs} == {"3.13"}  # the cell's Python, in its image
 
 
 def test_probes_do_not_stand_for_the_cells_verdict_in_reports(tmp_path: Path) -> None:
@@ -417,7 +316,7 @@ def test_probes_do_not_stand_for_the_cells_verdict_in_reports(tmp_path: Path) ->
     (row,) = build_report(store.query()).stacks[0].cells
     assert row.status == "pass" and [r.status for r in row.results] == ["pass"]
     assert [r.run_id for r in store.query(cell_id="c1", probe_params={})] == ["r1"]
-    assert [r.params["n"] for r in store.query(cell_id="c1", latest_only=True) if r.params] == [700]
+    assert [r.params["n"] for r in store.query(cell_id="c1", latest_only=True, probes=True) if r.params] == [700]
 
 
 def test_validate_names_a_boundary_that_fits_no_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -428,7 +327,7 @@ def test_validate_names_a_boundary_that_fits_no_smoke(tmp_path: Path, capsys: py
         ("expect_first_fail = 613", 'expect_first_fail = "613"', "boundary.expect_first_fail: parameter 'n' is numeric"),
         ('param = "n"', 'param = "n", smoke = "host-probe"', "boundary.smoke: 'host-probe' is not a smoke of this issue"),
     ):
-        matrix = _project(tmp_path, good.replace(old, new))
+        matrix = project_with_smokes(tmp_path, good.replace(old, new))
         capsys.readouterr()
         assert main(["validate", str(matrix)]) == 2
         err = capsys.readouterr().err
@@ -460,58 +359,11 @@ def test_float_parameter_and_a_smoke_that_fails_below(tmp_path: Path, capsys: py
     (cat / "ratio.py").write_text(FLOAT_SMOKE)
     base = ["bisect", "param", "ratio", "--param", "x", "--step", "0.01", "--smoke-dir", str(cat),
             "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs"), "--json"]
-    rep = _json(capsys, base)
+    rep = cli_json(capsys, base)
     assert rep["space"] == {"param": "x", "type": "float", "lo": 0.0, "hi": 1.0, "step": 0.01} and rep["points"] == 101
     assert (rep["last_pass"], rep["first_fail"], rep["inverted"]) == (0.29, 0.3, False)
-    rep = _json(capsys, [*base, "--fix", "low=1"])
+    rep = cli_json(capsys, [*base, "--fix", "low=1"])
     assert (rep["first_fail"], rep["last_pass"], rep["inverted"]) == (0.29, 0.3, True)
     assert rep["answer"] == "fails below: largest failing x = 0.29, smallest passing x = 0.3 (ratio)"
 
 
-ENV_MATRIX = """
-[matrix]
-exclude_newer = "2026-11-01T00:00:00Z"
-ca_certificates = ["/usr/local/share/ca-certificates"]
-
-[stacks.flags]
-description = "env variants in order: the smoke fails once FAST_PATH is on"
-gpu_required = false
-smokes = ["fast-path-off"]
-[stacks.flags.axes]
-env = [{ label = "v1", vars = { FAST_PATH = "0" } }, { label = "v2", vars = { FAST_PATH = "0" } },
-       { label = "v3", vars = { FAST_PATH = "1" } }, { label = "v4", vars = { FAST_PATH = "1" } },
-       { label = "v5", vars = { FAST_PATH = "1" } }]
-[stacks.flags.packages]
-six = ["1.17.0"]
-"""
-
-ENV_SMOKE = '''
-import os
-from _smokelib import Fail, main
-
-SMOKES = {"fast-path-off": {"func": "check", "timeout_s": 30}}
-
-def check(ctx):
-    if os.environ.get("FAST_PATH") == "1":
-        raise Fail("the fast path is on", "fast-path")
-    ctx.summary = "fast path off"
-
-if __name__ == "__main__":
-    main(SMOKES, globals())
-'''
-
-
-@pytest.mark.network
-def test_version_bisect_over_env_variants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    matrix = _project(tmp_path, ENV_MATRIX)
-    (matrix.parent / "smoke" / "flags.py").write_text(ENV_SMOKE)
-    argv = ["bisect", "version", "fast-path-off", str(matrix), "--stack", "flags", "--axis", "env",
-            "--smoke-dir", str(matrix.parent / "smoke"), "--results", str(tmp_path / "r.sqlite"),
-            "--logs", str(tmp_path / "logs"), "--work", str(tmp_path / "work"), "--venv-python", sys.executable]
-    rep = _json(capsys, [*argv, "--json"], code=0)
-    assert (rep["before"], rep["after"], rep["changed_to"], rep["failure_class"]) == ("v2", "v3", "fail", "fast-path")
-    assert rep["answer"].startswith("first failing env = v3")
-    rep = _json(capsys, [*argv, "--values", "v4,v1", "--json"])  # any order the user gives is the order searched
-    assert (rep["before"], rep["after"], rep["changed_to"]) == ("v4", "v1", "pass")
-    assert main([*argv, "--values", "v1,v9"]) == 2
-    assert "env variant 'v9' is not in the stack (variants: v1, v2, v3, v4, v5)" in capsys.readouterr().err

@@ -209,7 +209,7 @@ def test_a_store_written_before_probe_parameters_is_read_and_then_migrated(tmp_p
     with sqlite3.connect(path) as conn:
         assert "params" in {row[1] for row in conn.execute("PRAGMA table_info(results)")}
     again = ResultsStore(path)
-    assert [(r.run_id, r.params) for r in again.query()] == [("r1", {}), ("r2", {"n": 7})]
+    assert [(r.run_id, r.params) for r in again.query(probes=True)] == [("r1", {}), ("r2", {"n": 7})]
     assert [r.run_id for r in again.query(probe_params={})] == ["r1"]
     assert [r.run_id for r in again.query(probe_params={"n": 7})] == ["r2"]
 
@@ -227,7 +227,7 @@ def test_probe_parameters_are_stored_canonically_and_filters_select_by_each_colu
     assert [r.run_id for r in store.query(probe_params={"a": 2, "b": 1})] == ["r1"]
     for key, value, want in (("cell_id", "bbbbbbbbbbbb", ["r2"]), ("stack", "gb10", ["r2"]), ("stack", "h200", ["r1"]),
                              ("host_id", CPU.id, ["r2"]), ("smoke", "other", ["r2"]), ("run_id", "r1", ["r1"])):
-        assert [r.run_id for r in store.query(**{key: value})] == want, key
+        assert [r.run_id for r in store.query(**{key: value}, probes=True)] == want, key
 
 
 def test_environment_values_that_are_not_json_are_kept_as_text(tmp_path: Path) -> None:
