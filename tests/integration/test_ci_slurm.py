@@ -12,6 +12,7 @@ version), so nothing is downloaded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -130,12 +131,17 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "smoke" / "slurm_sleep.py").write_text(SLEEP_SMOKE)
     (root / "pools.toml").write_text(POOLS)
     _, expansion = load(root / "matrix.toml")
+    (root / "locks").mkdir()
     for cell in expansion.cells:
         d = root / "wheels" / cell.id
         d.mkdir(parents=True)
+        lock = ""
         for req in cell.requirements:
             name, version = req.split("==")
             _stand_in_wheel(d, name, version)
+            digest = hashlib.sha256((d / f"{name}-{version}-py3-none-any.whl").read_bytes()).hexdigest()
+            lock += f"{name}=={version} \\\n    --hash=sha256:{digest}\n"
+        (root / "locks" / f"{cell.id}.txt").write_text(lock)  # `smoke --wheels` installs only the lock's wheels
     return root
 
 
