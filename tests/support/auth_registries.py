@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import bcrypt
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -33,6 +34,15 @@ from pinmatrix.engine.services import Service
 
 SERVICE = "pinmatrix-test-registry"
 ISSUER = "pinmatrix-test-issuer"
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the credentials a test writes: a private HOME, no auth file variables (autouse where imported)."""
+    for name in ("REGISTRY_AUTH_FILE", "XDG_RUNTIME_DIR", "DOCKER_CONFIG", "PINMATRIX_TRUSTED_KEYS",
+                 "PINMATRIX_SIGNING_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
 
 def free_port() -> int:

@@ -1,6 +1,7 @@
 """`pinmatrix ci github` (job matrix, runner labels), `pinmatrix ci k8s` (Jobs per cell x node pool,
 validated against the Kubernetes 1.37 JSON schemas shipped by kubernetes-validate, strict mode), and the
-pod side: the Job's own command run from its manifest, then `pinmatrix ci collect`."""
+pod side: the Job's own command run from its manifest, then `pinmatrix ci collect`. Images resolved by digest
+from a registry: tests/integration/test_k8s_digests.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from k8s_pools import POOLS_TOML, ROOT, SMOKE_DIR
 from promotion import _matrix_for, push_image  # noqa: F401 - the fixture
 
 from pinmatrix.ci.github import MAX_JOBS, github_matrix, runner_labels
@@ -32,9 +34,6 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import ResultsStore
 
-ROOT = Path(__file__).resolve().parents[3]
-SMOKE_DIR = ROOT / "smoke"
-
 
 @pytest.fixture(scope="module")
 def expansion():
@@ -43,29 +42,6 @@ def expansion():
 
 def cells_of(expansion, stack: str):
     return [c for c in expansion.cells if c.stack == stack]
-
-
-POOLS_TOML = """
-[[pool]]
-name = "h200"
-gpu_product = "NVIDIA-H200"
-driver = "580.159.04"
-capability = "9.0"
-
-[[pool]]
-name = "spark-580"
-gpu_product = "NVIDIA-GB10"
-driver = "580.142"
-capability = "12.1"
-
-[[pool]]
-name = "spark-595"
-gpu_product = "NVIDIA-GB10"
-driver = "595.58.03"
-capability = "12.1"
-gpus = 1
-node_selector = { "cloud.example.com/pool" = "spark" }
-"""
 
 
 @pytest.fixture()
@@ -180,29 +156,6 @@ def test_a_run_id_is_a_name_never_a_path(expansion, pools, run_id: str) -> None:
         k8s_manifests(cells, pools, fake_images(cells), smoke_dir=SMOKE_DIR, run_id=run_id)
     assert "\n" not in str(err.value)
     assert k8s_manifests(cells, pools, fake_images(cells), smoke_dir=SMOKE_DIR, run_id="20261204-1650").jobs
-
-
-def test_k8s_command_resolves_images_by_digest(oci_registry: str, tmp_path: Path, capsys,  # noqa: F811
-                                               monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    matrix_path = _matrix_for(tmp_path, f"{oci_registry}/citest")
-    (tmp_path / "smoke").symlink_to(SMOKE_DIR)
-    _, exp = load(matrix_path)
-    h200 = [c for c in exp.cells if c.stack == "h200"]
-    digest = push_image(oci_registry, "citest/h200", h200[0].id, "h200 image")
-    (tmp_path / "pools.toml").write_text(POOLS_TOML)
-    rc = main(["ci", "k8s", str(matrix_path), "--stack", "h200", "--pools", "pools.toml", "--run-id", "t1",
-               "-o", "jobs.yaml"])
-    err = capsys.readouterr().err
-    assert rc == 0, err
-    docs = list(yaml.safe_load_all((tmp_path / "jobs.yaml").read_text()))
-    jobs = [d for d in docs if d["kind"] == "Job"]
-    assert len(jobs) == 1  # the second cell was never pushed
-    assert jobs[0]["spec"]["template"]["spec"]["containers"][0]["image"] == \
-        f"{oci_registry}/citest/h200@{digest}"
-    assert f"skipped {h200[1].id}" in err and "no image by digest" in err
-    rc = main(["ci", "k8s", str(matrix_path), "--stack", "demo", "--pools", "pools.toml"])
-    assert rc == 2 and "no Job to emit" in capsys.readouterr().err
 
 
 def test_job_command_runs_and_collect_records(expansion, pools, tmp_path: Path, capsys) -> None:

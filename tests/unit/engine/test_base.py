@@ -1,6 +1,5 @@
-"""The engine interface: detection and one-line errors without a daemon, then for real with each backend:
-the base image (mmdebstrap, loaded as a fixed one-layer image) gets the same id on both engines, runs a
-command, and is inspected, tagged and removed."""
+"""The engine interface: detection and one-line errors without a daemon. The base image on both real engines:
+tests/integration/test_base_on_both_engines.py."""
 
 from __future__ import annotations
 
@@ -9,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_BASE, skip_or_fail
-from pinmatrix.engine import OCIEngine, detect_engines, get_engine
+from pinmatrix.engine import detect_engines, get_engine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError
 from pinmatrix.image.assembly.rootfs import host_debian_mirror, rootfs_inputs
-from pinmatrix.image.containerfile.base_image import ensure_base_image
 
 
 def test_unknown_engine_is_one_line() -> None:
@@ -88,33 +86,6 @@ def test_base_key_names_every_input_the_mirror_and_platform_included() -> None:
     assert rootfs_inputs(replace(TEST_BASE, source_date_epoch=1), platform).key() != a.key()
     assert rootfs_inputs(TEST_BASE, "aarch64-manylinux_2_28").key() != a.key()
     assert rootfs_inputs(replace(TEST_BASE, mirror="http://snapshot.invalid/debian"), platform).key() != a.key()
-
-
-@pytest.mark.slow
-def test_base_image_runs_and_is_identical_on_both_engines(request, build_cache) -> None:  # noqa: ANN001
-    from conftest import engine_for
-
-    ids = {}
-    for name in ("docker", "podman"):
-        engine: OCIEngine = engine_for(name, request)
-        ref = ensure_base_image(TEST_BASE, engine, build_cache)
-        info = engine.inspect(ref)
-        assert info is not None and info.labels["io.pinmatrix.base.suite"] == "bookworm"
-        ids[name] = info.id
-        proc = engine.run(ref, ["python3", "-c", "import sys; print(sys.version_info[:2])"])
-        assert proc.stdout.decode().strip() == "(3, 11)"
-        assert engine.run(ref, ["patch", "--version"]).returncode == 0
-        failed = engine.run(ref, ["sh", "-c", "exit 3"], check=False)
-        assert failed.returncode == 3
-        with pytest.raises(EngineError, match=f"engine {name}: .* failed \\(exit"):
-            engine.run(ref, ["sh", "-c", "echo boom >&2; exit 4"])
-        engine.tag(ref, "localhost/pinmatrix-test/alias:1")
-        assert engine.exists("localhost/pinmatrix-test/alias:1")
-        engine.remove("localhost/pinmatrix-test/alias:1")
-        assert not engine.exists("localhost/pinmatrix-test/alias:1")
-        assert engine.exists(ref)
-    # the base is loaded from the same archive with a fixed config: one id on every engine
-    assert ids["docker"] == ids["podman"]
 
 
 def test_tls_is_off_only_for_loopback_registries() -> None:

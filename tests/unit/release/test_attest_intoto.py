@@ -2,23 +2,17 @@
 models (``in_toto_attestation.v1``, the framework's own protobuf bindings): parsed strictly into ``Statement``
 (an unknown field is an error), ``Statement.validate()``, every ResourceDescriptor parsed and validated, and the v1
 rule the bindings of 0.9.3 do not check yet (a descriptor MUST have a uri, digest or content). The test-result
-predicate's fields have the types its spec (test-result v0.1) gives them. Checked for statements made in memory
-and for the ones `pinmatrix promote` signed and pushed to a registry (DSSE payloads read back from it)."""
+predicate's fields have the types its spec (test-result v0.1) gives them. For statements made in memory; the
+ones `pinmatrix promote` pushed to a registry: tests/integration/test_attest_intoto_pushed.py."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
-from evidence import promote_signed
 from google.protobuf import json_format
-from in_toto_attestation.v1 import resource_descriptor_pb2, statement_pb2
-from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
-from in_toto_attestation.v1.statement import Statement
+from intoto_checks import check_statement
 from promotion import CPU_CELL, record  # noqa: F401 - the fixture
 
 from pinmatrix.hashing import sha256_bytes
@@ -28,39 +22,6 @@ from pinmatrix.results.store import HostFingerprint
 
 DIGEST = "sha256:" + "cd" * 32
 IMAGE = ImageRef.parse(f"127.0.0.1:5000/promoted/demo@{DIGEST}")
-RESULTS = ("PASSED", "WARNED", "FAILED")
-
-
-def check_descriptor(doc: dict[str, Any], where: str) -> None:
-    """A v1 ResourceDescriptor: strictly parsed, the bindings' validate(), a uri, digest or content, and each
-    digest a lower-case algorithm name with a lower-case hex value."""
-    pb = json_format.ParseDict(doc, resource_descriptor_pb2.ResourceDescriptor())
-    rd = ResourceDescriptor.copy_from_pb(pb)
-    rd.validate()
-    if not (rd.pb.uri or len(rd.pb.digest) or rd.pb.content):
-        raise ValueError(f"{where}: a ResourceDescriptor MUST have a uri, digest or content")
-    for alg, value in rd.pb.digest.items():
-        if not re.fullmatch(r"[a-z0-9_-]+", alg) or not re.fullmatch(r"[0-9a-f]+", value):
-            raise ValueError(f"{where}: digest {alg}: {value!r} is not a lower-case algorithm and hex value")
-
-
-def check_statement(doc: dict[str, Any]) -> None:
-    """The statement against the in-toto v1 models; raises (ValueError, ParseError) when it is not valid."""
-    pb = json_format.ParseDict(doc, statement_pb2.Statement())
-    Statement.copy_from_pb(pb).validate()
-    for i, subject in enumerate(doc["subject"]):
-        check_descriptor(subject, f"subject[{i}]")
-    if doc["predicateType"] == attest.TEST_RESULT_PREDICATE:
-        predicate = doc["predicate"]
-        if predicate.get("result") not in RESULTS:
-            raise ValueError(f"predicate.result {predicate.get('result')!r} is not one of {RESULTS}")
-        for key in ("passedTests", "warnedTests", "failedTests"):
-            if not all(isinstance(t, str) for t in predicate.get(key, [])):
-                raise ValueError(f"predicate.{key} is not a list of strings")
-        if not isinstance(predicate.get("url", ""), str):
-            raise ValueError("predicate.url is not a string")
-        for i, item in enumerate(predicate.get("configuration", [])):
-            check_descriptor(item, f"predicate.configuration[{i}]")
 
 
 def _host(name: str, driver: str) -> HostFingerprint:
@@ -113,16 +74,3 @@ def test_the_check_refuses_what_the_spec_refuses(change, message: str) -> None: 
         check_statement(broken)
 
 
-@pytest.mark.registry
-def test_the_statements_promote_pushed_are_valid(oci_registry: str, tmp_path: Path, capsys) -> None:  # noqa: F811
-    promoted = promote_signed(oci_registry, tmp_path, capsys, "intoto")
-    image = promoted.target.with_digest(promoted.digest)
-    found = attest.attachments(promoted.registry, image)
-    assert {a.predicate_type for a in found} == {attest.TEST_RESULT_PREDICATE, attest.SBOM_PREDICATE}
-    for att in found:
-        assert att.media_type == attest.DSSE_MEDIA_TYPE
-        envelope = json.loads(att.content)
-        assert envelope["payloadType"] == attest.IN_TOTO_MEDIA_TYPE
-        statement = json.loads(base64.b64decode(envelope["payload"]))
-        check_statement(statement)
-        assert statement["subject"][0]["digest"] == {"sha256": promoted.digest.split(":", 1)[1]}

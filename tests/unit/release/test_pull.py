@@ -1,18 +1,19 @@
-"""`pinmatrix pull`: which known-good cell a host gets (driver floor, arch coverage, newest first), the
-reasons printed for the cells passed over, and a real pull by digest with podman from a local registry."""
+"""`pinmatrix pull`: which known-good cell a host gets (driver floor, arch coverage, newest first) and the
+reasons printed for the cells passed over. A real pull with podman from a registry: tests/integration/
+test_pull_unsigned.py and test_verified_pull.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from known_good_entries import entry, write_entries
 from promotion import push_image  # noqa: F401 - the fixture
 
 from pinmatrix.archflag import parse_flags
 from pinmatrix.cli import main
-from pinmatrix.project.known_good import read_known_good, record_promotion
+from pinmatrix.project.known_good import read_known_good
 from pinmatrix.release.candidates import choose
 from pinmatrix.release.hostmatch import HostFacts, Requirements, arch_covers, host_meets
 from pinmatrix.release.pull import judge
@@ -22,18 +23,6 @@ H200 = HostFingerprint.make(hostname="h", gpu_name="NVIDIA H200", gpu_count=1, d
 GB10_OLD = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="580.142", capability="12.1")
 GB10_NEW = HostFingerprint.make(hostname="s", gpu_name="NVIDIA GB10", gpu_count=1, driver="595.58.03", capability="12.1")
 CPU = HostFingerprint.make(hostname="c")
-
-
-def entry(cell_id: str, when: str, *, stack: str = "gb10", gpu: bool = True, min_driver: str | None = None,
-          arch: tuple[str, ...] = (), cap: str | None = None, registry: str = "127.0.0.1:5000",
-          digest: str | None = None) -> dict:
-    digest = digest or "sha256:" + cell_id[:1] * 64
-    return {
-        "stack": stack, "cell_id": cell_id, "cell_name": f"{stack}[{cell_id}]", "digest": digest,
-        "reference": f"{registry}/pinmatrix/known-good/{stack}@{digest}", "promoted_at": when,
-        "gpu_required": gpu, "min_driver": min_driver, "compute_capability": cap, "arch_flags": list(arch),
-        "pins": {}, "policy": {}, "evidence": [],
-    }
 
 
 ENTRIES = [
@@ -90,11 +79,6 @@ def test_newest_cell_the_host_meets() -> None:
     assert choose(judge(ENTRIES, CPU, stack="gb10")) is None
 
 
-def _write(path: Path, entries: list[dict]) -> None:
-    for e in entries:
-        record_promotion(path, e)
-
-
 def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeypatch) -> None:
     """The choice and the reasons; the chosen entry is then verified before anything is printed, and with no
     trusted key nothing verifies (the signed path is tests/integration/test_verified_pull.py)."""
@@ -102,7 +86,7 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeyp
     monkeypatch.chdir(tmp_path)  # no project here, so no project key (.pinmatrix/keys/signing.pub) either
     remote = [dict(e, reference=e["reference"].replace("127.0.0.1:5000", "registry.example:5000")) for e in ENTRIES]
     kg = tmp_path / "known-good.toml"
-    _write(kg, remote)
+    write_entries(kg, remote)
     assert len(read_known_good(kg)) == 4
     host = tmp_path / "host.json"
     host.write_text(json.dumps(GB10_OLD.to_dict()))
@@ -125,27 +109,3 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeyp
     assert rc == 2
 
 
-def test_pull_refuses_an_image_without_signed_evidence(oci_registry: str, podman_env, tmp_path: Path,  # noqa: F811
-                                                      capsys, monkeypatch) -> None:
-    """An image pushed into a known-good repository and named by digest in known-good.toml, but never
-    promoted (no attestation): pull refuses it with one line, exit 2, and podman pulls nothing. The signed
-    path, tag moves and tampering are tests/integration/test_verified_pull.py."""
-    from pinmatrix.release.signing import generate_keypair
-
-    for key, value in podman_env.env.items():  # conftest's private podman storage
-        monkeypatch.setenv(key, value)
-    digest = push_image(oci_registry, "pulltest/known-good/demo", "known-good", "demo, never promoted")
-    kg = tmp_path / "known-good.toml"
-    e = entry("eeeeeeeeeeee", "2026-11-29T00:00:00Z", stack="demo", gpu=False, digest=digest)
-    e["reference"] = f"{oci_registry}/pulltest/known-good/demo@{digest}"
-    _write(kg, [e])
-    pub = generate_keypair(tmp_path / "k")[1]
-    rc = main(["pull", "--known-good", str(kg), "--stack", "demo", "--engine", "podman", "--key", str(pub)])
-    out, err = capsys.readouterr()
-    assert rc == 2 and out == ""
-    assert err.strip().splitlines()[-1] == (
-        f"pinmatrix: error: {kg}: cell eeeeeeeeeeee: will not pull {e['reference']}: no test-result attestation "
-        "signed by a trusted key (0 attestation(s) found: none attached)")
-    listed = subprocess.run(["podman", "images", "--digests", "--format", "{{.Digest}}"], capture_output=True,
-                            text=True, check=True).stdout.split()
-    assert digest not in listed

@@ -1,86 +1,25 @@
 """What a cell's SBOM holds beyond its lock, and that CycloneDX's own schema accepts it: the Debian packages of the
-image's base (the dpkg status file of its base layers, read from the registry, bounded and parsed as data, as
-``pkg:deb/debian/NAME@VERSION?arch=ARCH``), the dependency graph from each wheel's Requires-Dist resolved against
-the lock for the cell's target (markers, extras, specifiers; the lock's via notes where a wheel is not at hand),
-and ``metadata.tools``. End to end: `pinmatrix promote` of an image with a Debian base layer pushed to Debian's
-docker-registry, with the wheels in the build's cache, attaches a signed SBOM that has all of it."""
+image's base (the dpkg status file, bounded and parsed as data, as ``pkg:deb/debian/NAME@VERSION?arch=ARCH``),
+the dependency graph from each wheel's Requires-Dist resolved against the lock for the cell's target (markers,
+extras, specifiers; the lock's via notes where a wheel is not at hand), and ``metadata.tools``. Read from a
+registry, and `pinmatrix promote` attaching it: tests/integration/test_sbom_base_packages.py."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import gzip
 import hashlib
-import io
-import json
-import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
-import zstandard
 from helpers import components_of
-from oci_layout import cell_labels
 from packageurl import PackageURL
 from promotion import CPU_CELL, _matrix_for, record  # noqa: F401 - the fixture
+from sbom_inputs import STATUS, cached_wheel, validate_bom
 
-from pinmatrix.cli import main
-from pinmatrix.hashing import sha256_digest
-from pinmatrix.imageref import ImageRef
-from pinmatrix.oci.compression import MEDIA_TYPES
-from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
-from pinmatrix.release import attest, debian
-from pinmatrix.release.debian import DebianError, DebianPackage, base_layers, base_packages, parse_status
+from pinmatrix.release import debian
+from pinmatrix.release.debian import DebianError, DebianPackage, base_layers, parse_status
 from pinmatrix.release.requires import cached_requires, requires_graph, target_environment, wheel_requires
 from pinmatrix.release.sbom import cell_bom
-from pinmatrix.results.store import HostFingerprint, ResultsStore
-
-STATUS = """Package: libc6
-Status: install ok installed
-Priority: optional
-Section: libs
-Installed-Size: 12345
-Maintainer: GNU Libc Maintainers <debian-glibc@lists.debian.org>
-Architecture: amd64
-Multi-Arch: same
-Source: glibc
-Version: 2.41-12
-Description: GNU C Library: Shared libraries
- Contains the standard libraries that are used by nearly all programs on
- the system.
-
-Package: libgcc-s1
-Status: install ok installed
-Architecture: amd64
-Source: gcc-14 (14.2.0-19)
-Version: 14.2.0-19
-Depends: libc6 (>= 2.35)
-
-Package: tzdata
-Status: deinstall ok config-files
-Architecture: all
-Version: 2025b-4
-
-Package: perl-base
-Status: install ok installed
-Architecture: amd64
-Source: perl (5.40.1-6)
-Version: 5.40.1-6+b1
-
-Package: base-files
-Status: install ok installed
-Architecture: amd64
-Version: 1:13.8
-"""
-
-
-def _validate(bom: dict) -> None:  # type: ignore[type-arg]
-    from cyclonedx.schema import SchemaVersion
-    from cyclonedx.validation.json import JsonStrictValidator
-
-    error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(bom))
-    assert error is None, error
-
 
 # ------------------------------------------------------------------------------------------ dpkg status
 
@@ -118,7 +57,7 @@ def test_the_hosts_own_dpkg_database_parses() -> None:
     from sbom_data import LOCK, MOMENT
 
     bom = cell_bom(CPU_CELL, LOCK, moment=MOMENT, debian=packages)
-    _validate(bom)
+    validate_bom(bom)
     assert len([c for c in bom["components"] if c["purl"].startswith("pkg:deb/")]) == len(packages)
 
 
@@ -159,21 +98,6 @@ def test_base_layers_are_those_the_history_names() -> None:
 # ------------------------------------------------------------------------------------------ Requires-Dist
 
 
-def _wheel(cache: Path, name: str, version: str, requires: list[str], *, metadata_pad: int = 0) -> str:
-    """A wheel with only a METADATA, stored in ``cache`` as the build stores it; returns its sha256."""
-    raw = io.BytesIO()
-    with zipfile.ZipFile(raw, "w") as zf:
-        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        meta += "".join(f"Requires-Dist: {r}\n" for r in requires) + "\n" + "x" * metadata_pad
-        zf.writestr(f"{name}-{version}.dist-info/METADATA", meta)
-    data = raw.getvalue()
-    digest = hashlib.sha256(data).hexdigest()
-    folder = cache / digest[:2] / digest
-    folder.mkdir(parents=True)
-    (folder / f"{name}-{version}-py3-none-any.whl").write_bytes(data)
-    return digest
-
-
 REQUESTS = ["charset_normalizer<4,>=2", "idna<4,>=2.5", "urllib3<3,>=1.21.1", "certifi>=2017.4.17",
             'PySocks!=1.5.7,>=1.5.6; extra == "socks"', 'win-inet-pton; sys_platform == "win32" and extra == "socks"']
 VERSIONS = {"requests": "2.32.3", "idna": "3.10", "urllib3": "2.3.0", "certifi": "2025.1.31", "pysocks": "1.7.1",
@@ -202,11 +126,11 @@ def test_requires_dist_resolved_against_the_lock_for_the_cells_target() -> None:
 
 def test_requires_dist_comes_from_cached_wheels_that_hash_to_the_lock(tmp_path: Path) -> None:
     cache = tmp_path / "wheels"
-    good = _wheel(cache, "requests", "2.32.3", REQUESTS)
-    tampered = _wheel(cache, "six", "1.17.0", ["idna"])
+    good = cached_wheel(cache, "requests", "2.32.3", REQUESTS)
+    tampered = cached_wheel(cache, "six", "1.17.0", ["idna"])
     victim = next((cache / tampered[:2] / tampered).iterdir())
     victim.write_bytes(victim.read_bytes() + b"\0")  # no longer the bytes the lock names
-    big = _wheel(cache, "idna", "3.10", ["six"], metadata_pad=5 << 20)
+    big = cached_wheel(cache, "idna", "3.10", ["six"], metadata_pad=5 << 20)
     found = cached_requires({"requests": ["0" * 64, good], "six": [tampered], "idna": [big], "certifi": ["f" * 64]},
                             cache)
     assert found == {"requests": REQUESTS, "idna": []}  # an oversized METADATA gives no requirement
@@ -234,7 +158,7 @@ def test_the_sbom_has_the_debian_packages_the_requires_dist_graph_and_its_tools(
     # requests' wheel at hand (its Requires-Dist); six's too, and it requires idna, which no via note says
     bom = cell_bom(CPU_CELL, lock, moment=MOMENT, debian=packages,
                    requires={"requests": ["idna<4,>=2.5", "certifi>=2017.4.17"], "six": ["idna"]})
-    _validate(bom)
+    validate_bom(bom)
     comps = components_of(bom)
     assert "pkg:deb/debian/libc6@2.41-12?arch=amd64" in comps
     assert comps["pkg:deb/debian/base-files@1:13.8?arch=amd64"]["version"] == "1:13.8"
@@ -262,141 +186,15 @@ def test_the_schema_check_fails_on_an_invalid_sbom() -> None:
     from sbom_data import LOCK, MOMENT
 
     bom = cell_bom(CPU_CELL, LOCK, moment=MOMENT, debian=parse_status(STATUS, "status"))
-    _validate(bom)
+    validate_bom(bom)
     for broken in ({**bom, "specVersion": "1.6", "components": [{"name": "x"}]},  # no type
                    {**bom, "dependencies": [{"dependsOn": []}]},  # no ref
                    {**bom, "serialNumber": "not-a-urn"}):
         with pytest.raises(AssertionError):
-            _validate(broken)
+            validate_bom(broken)
 
 
 # ------------------------------------------------------------------------------------------ end to end
-
-
-def _layer(files: dict[str, bytes], fmt: str = "gzip") -> tuple[bytes, str]:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), 0
-            tar.addfile(info, io.BytesIO(data))
-    tar_bytes = raw.getvalue()
-    blob = gzip.compress(tar_bytes, mtime=0) if fmt == "gzip" else zstandard.ZstdCompressor().compress(tar_bytes) \
-        if fmt == "zstd" else tar_bytes
-    return blob, sha256_digest(tar_bytes)
-
-
-def push_with_base(reg: Registry, repository: str, tag: str, labels: dict[str, str],
-                   layers: list[tuple[str, dict[str, bytes]]], fmt: str = "gzip") -> str:
-    """An image whose layers are (history created_by, files), compressed as ``fmt`` (gzip, zstd, none) says;
-    returns its digest."""
-    blobs = [(what, *_layer(files, fmt)) for what, files in layers]
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux", "config": {"Labels": labels},
-        "rootfs": {"type": "layers", "diff_ids": [diff for _, _, diff in blobs]},
-        "history": [{"created_by": what} for what, _, _ in blobs],
-    }, sort_keys=True).encode()
-    config_digest = reg.push_blob(repository, config)
-    descs = [{"mediaType": MEDIA_TYPES[fmt], "digest": reg.push_blob(repository, data),  # type: ignore[index]
-              "size": len(data)} for _, data, _ in blobs]
-    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": descs,
-                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
-                                  "size": len(config)}}, sort_keys=True).encode()
-    return reg.put_manifest(repository, tag, Manifest(body, OCI_MANIFEST, sha256_digest(body)))
-
-
-NEWER = STATUS.replace("Version: 2.41-12", "Version: 2.41-13")
-
-
-@pytest.mark.registry
-def test_base_packages_from_the_registry(oci_registry: str) -> None:  # noqa: F811
-    reg = Registry(oci_registry)
-    base = "pinmatrix: base debian:trixie (amd64, k)"
-    status = debian.STATUS_PATH
-    digest = push_with_base(reg, "sbom/base", "t1", {}, [
-        (base, {status: STATUS.encode(), "etc/debian_version": b"13.1\n"}),
-        (base, {status: NEWER.encode()}),  # the top-most base layer's status wins
-        ("pinmatrix: app", {status: b"Package: evil\nStatus: install ok installed\nArchitecture: amd64\nVersion: 6\n"}),
-    ])
-    found = base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{digest}"))
-    assert [p.purl().to_string() for p in found.packages if p.name == "libc6"] == \
-        ["pkg:deb/debian/libc6@2.41-13?arch=amd64"]
-    assert "evil" not in {p.name for p in found.packages}  # not a base layer
-    assert found.note.startswith("4 Debian packages from var/lib/dpkg/status of 2 base layer(s)")
-    # a later base layer's whiteout removes it
-    gone = push_with_base(reg, "sbom/base", "t2", {}, [
-        (base, {status: STATUS.encode()}), (base, {"var/lib/dpkg/.wh.status": b""})])
-    assert base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{gone}")).packages == ()
-    # no base in the history: none, and why
-    plain = push_with_base(reg, "sbom/base", "t3", {}, [("pinmatrix: app", {status: STATUS.encode()})])
-    none = base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{plain}"))
-    assert none.packages == () and "its history names no base layer" in none.note
-    # a malformed status in the base: one line, naming the image and the entry
-    bad = push_with_base(reg, "sbom/base", "t4", {}, [(base, {status: b"Package: x y\nStatus: install ok installed\n"
-                                                                     b"Architecture: amd64\nVersion: 1\n"})])
-    with pytest.raises(DebianError, match=rf"^{oci_registry}/sbom/base@{bad}: var/lib/dpkg/status: entry 1 \('x y'\)"):
-        base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{bad}"))
-
-
-@pytest.mark.registry
-@pytest.mark.parametrize("fmt", ["zstd", "none"])
-def test_base_packages_from_a_zstd_or_plain_base_layer(oci_registry: str, fmt: str) -> None:  # noqa: F811
-    """A zstd cell's Debian base layer is zstd (rootfs.debian_base_as): its packages are read all the same."""
-    reg = Registry(oci_registry)
-    digest = push_with_base(reg, "sbom/base", f"fmt-{fmt}", {}, [
-        ("pinmatrix: base debian:trixie (amd64, k)", {debian.STATUS_PATH: NEWER.encode()}),
-        ("pinmatrix: app", {"opt/venv/x": b"x"})], fmt=fmt)
-    found = base_packages(reg, ImageRef.parse(f"{oci_registry}/sbom/base@{digest}"))
-    assert [p.purl().to_string() for p in found.packages if p.name == "libc6"] == \
-        ["pkg:deb/debian/libc6@2.41-13?arch=amd64"]
-    assert found.note.startswith("4 Debian packages from var/lib/dpkg/status of 1 base layer(s)")
-
-
-@pytest.mark.registry
-def test_promote_attaches_an_sbom_with_the_bases_packages_and_the_wheels_graph(  # noqa: F811
-        oci_registry: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001, F811
-    from pinmatrix.matrix.selection import load
-
-    prefix = f"{oci_registry}/sbomflow"
-    matrix = _matrix_for(tmp_path, prefix)
-    _, expansion = load(matrix)
-    cell = next(c for c in expansion.cells if c.stack == "demo")
-    cache = tmp_path / "cache"
-    hashes = {"six": _wheel(cache / "wheels", "six", cell.pins["six"], []),
-              "idna": _wheel(cache / "wheels", "idna", cell.pins["idna"], ['six; python_version >= "3"'])}
-    lock = "".join(f"{n}=={cell.pins[n]} \\\n    --hash=sha256:{h}\n    # via -r requirements.in\n"
-                   for n, h in sorted(hashes.items()))
-    (tmp_path / "locks").mkdir()
-    (tmp_path / "locks" / f"{cell.id}.txt").write_text(lock)
-    labels = {**cell_labels(cell), "io.pinmatrix.lock.sha256": hashlib.sha256(lock.encode()).hexdigest()}
-    digest = push_with_base(Registry(oci_registry), f"sbomflow/{cell.stack}", cell.id, labels, [
-        ("pinmatrix: base debian:trixie (amd64, k)", {debian.STATUS_PATH: STATUS.encode()}),
-        ("pinmatrix: six, idna", {"opt/venv/ok": b""})])
-    store = ResultsStore(tmp_path / "results.sqlite")
-    for smoke in cell.smokes:
-        store.record(record(cell, smoke, "pass", digest, host=HostFingerprint.make(hostname="ci")))
-    assert main(["keygen", "--out", str(tmp_path / "keys" / "signer")]) == 0
-    rc = main(["promote", str(matrix), "--cell", cell.id, "--results", str(store.path), "--known-good",
-               str(tmp_path / "known-good.toml"), "--signing-key", str(tmp_path / "keys" / "signer.key"),
-               "--cache-dir", str(cache)])
-    out, err = capsys.readouterr()
-    assert rc == 0, err
-    assert "note:" not in err  # the base's packages and every wheel were found
-    promoted = ImageRef.parse(f"{prefix}/known-good/demo").with_digest(digest)
-    [sbom] = [a for a in attest.attachments(Registry(oci_registry), promoted) if a.predicate_type == attest.SBOM_PREDICATE]
-    bom = json.loads(base64.b64decode(json.loads(sbom.content)["payload"]))["predicate"]
-    _validate(bom)
-    comps = components_of(bom)
-    assert {p for p in comps if p.startswith("pkg:deb/")} == {p.purl().to_string() for p in parse_status(STATUS, "s")}
-    deps = {d["ref"]: sorted(d.get("dependsOn", [])) for d in bom["dependencies"]}
-    assert deps[f"pkg:pypi/idna@{cell.pins['idna']}"] == [f"pkg:pypi/six@{cell.pins['six']}"]  # from its METADATA
-    # without the wheels: promote says which are missing, and the via notes stand in
-    rc = main(["promote", str(matrix), "--cell", cell.id, "--results", str(store.path), "--known-good",
-               str(tmp_path / "known-good-2.toml"), "--signing-key", str(tmp_path / "keys" / "signer.key"),
-               "--cache-dir", str(tmp_path / "empty"), "--force"])
-    _, err = capsys.readouterr()
-    assert rc == 0, err
-    assert f"note: cell {cell.id}: 2 of 2 locked wheels are not in {tmp_path / 'empty' / 'wheels'} (idna, six)" in err
 
 
 def test_a_debian_package_is_a_strict_model() -> None:

@@ -1,7 +1,8 @@
 """Rules of the core that a wrong edit could break without another test noticing: known issues'
 ``without_patches``, an exclude naming a labelled value, the fail-without-a-class rule of classification,
-every row of signatures.toml, the `smoke` command's exit status, ``--exclude-newer`` and hashes in the lock
-command (nvidia-smi parsing: tests/unit/test_hostprobe.py)."""
+every row of signatures.toml, the `smoke` command's exit status, hashes in the lock command (nvidia-smi
+parsing: tests/unit/test_hostprobe.py; ``--exclude-newer`` against the index: tests/integration/
+test_resolve_exclude_newer.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import make_cell
 from pinmatrix.cli import main
-from pinmatrix.lock.resolve import lock_cell, uv_command
+from pinmatrix.lock.resolve import uv_command
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.signatures import SIGNATURES_PATH, default_signatures
 from pinmatrix.smoke.classify import classify, scan
@@ -215,17 +216,6 @@ def test_uv_command_keeps_exclude_newer_hashes_and_the_cells_target() -> None:
     assert cmd[cmd.index("--python-version") + 1] == "3.12"
     assert cmd[cmd.index("--python-platform") + 1] == "x86_64-manylinux_2_28"
     assert "--exclude-newer" not in uv_command(cell, Path("r"), Path("o"), None, "uv")
-
-
-@pytest.mark.network
-def test_exclude_newer_resolves_as_the_index_stood(tmp_path: Path) -> None:
-    """six 1.17.0 came out in December 2024: a lock as of June 2024 must pick 1.16.0, one as of 2026 1.17.0."""
-    cell = make_cell("t", ("six",))
-    old = lock_cell(cell, tmp_path / "old", "2024-06-01T00:00:00Z")
-    new = lock_cell(cell, tmp_path / "new", "2026-01-01T00:00:00Z")
-    assert old.ok and new.ok, (old.reason, new.reason)
-    assert "six==1.16.0" in old.path.read_text() and "six==1.17.0" in new.path.read_text()
-    assert "--hash=sha256:" in old.path.read_text()
 
 
 # ------------------------------------------------------------------------------------------- CI skips

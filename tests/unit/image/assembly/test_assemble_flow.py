@@ -1,6 +1,7 @@
 """The hermetic builder on real inputs: locks are checked against their cell before any layer is written, a
-wheel whose bytes differ from the lock is refused, an aarch64 cell is assembled on this machine with the right
-platform, a Python the base cannot provide is refused by validate, and every layer is a deterministic tar."""
+wheel whose bytes differ from the lock is refused, a Python the base cannot provide is refused by validate, and
+every layer is a deterministic tar. An aarch64 cell and a base pinned by digest: tests/integration/
+test_assemble_bases.py."""
 
 from __future__ import annotations
 
@@ -13,30 +14,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from assembly_cells import demo_cells
 from pep691 import serve_pages
 
-from conftest import REPO, make_cell
+from conftest import REPO
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import MatrixError
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.image.assembly.lockcheck import LockMismatch, checked_lock
-from pinmatrix.image.build import build_all
-from pinmatrix.image.settings import BuildSettings
-from pinmatrix.imageref import image_ref
 from pinmatrix.index.wheel_index import Target, WheelError, WheelFetcher
-from pinmatrix.lock.resolve import lock_cell
-from pinmatrix.matrix.expand import select_cells
 from pinmatrix.matrix.selection import load
 from pinmatrix.oci.layer import LayerWriter
 from pinmatrix.project.lockfile import lock_path, parse_lock
 
 TRIXIE = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600,
                   packages=("ca-certificates", "python3"))
-
-
-def demo_cells():  # noqa: ANN201
-    matrix, expansion = load(REPO / "matrix.toml")
-    return select_cells(expansion.cells, stack="demo")
 
 
 def test_a_lock_whose_body_is_another_cells_is_refused_naming_the_package() -> None:
@@ -124,31 +116,6 @@ def test_validate_refuses_a_python_the_base_cannot_provide(tmp_path: Path) -> No
                in ln for ln in lines), lines
 
 
-@pytest.mark.slow
-@pytest.mark.network
-def test_an_aarch64_cell_is_assembled_here_with_the_arm64_platform(build_cache: Path, tmp_path: Path) -> None:
-    base = BaseSpec(kind="mmdebstrap", suite="trixie", source_date_epoch=1735689600, packages=("python3",),
-                    variant="extract")
-    cell = make_cell("arm-demo", ("six==1.17.0",), pins={"six": "1.17.0"}, python="3.13", base=base)
-    cell = type(cell)(**{**cell.__dict__, "platform": "aarch64-manylinux_2_28"})
-    (tmp_path / "locks").mkdir()
-    result = lock_cell(cell, tmp_path, None)
-    assert result.ok, result.reason
-    settings = BuildSettings(root=tmp_path, cache_dir=build_cache, logs_dir=tmp_path / "logs", registry="test")
-    (built,) = build_all([cell], None, settings, None, jobs=1)
-    assert built.status == "built", built.reason
-    assembler = Assembler(AssemblySettings(root=tmp_path, cache_dir=build_cache, layout_dir=settings.layout))
-    stored = assembler.layout.image(image_ref(cell, "test"))
-    config = assembler.layout.config(stored)
-    assert (config["architecture"], config["variant"], config["os"]) == ("arm64", "v8", "linux")
-    with tarfile.open(assembler.layout.blob_path(stored.manifest["layers"][0]["digest"]), "r|gz") as tar:
-        names = {m.name for m in tar}
-    assert "usr/lib/aarch64-linux-gnu/libc.so.6" in names and "usr/bin/python3.13" in names
-    assert "etc/hostname" not in names and "etc/resolv.conf" not in names
-    with tarfile.open(assembler.layout.blob_path(stored.manifest["layers"][2]["digest"]), "r|gz") as tar:
-        assert "opt/venv/lib/python3.13/site-packages/six.py" in {m.name for m in tar}
-
-
 def test_a_cell_whose_layers_would_not_fit_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     import subprocess
 
@@ -171,40 +138,3 @@ def test_a_cell_whose_layers_would_not_fit_is_refused_before_anything_is_written
         subprocess.run(["umount", str(small)], check=False)
 
 
-@pytest.mark.slow
-@pytest.mark.registry
-def test_a_base_pinned_by_digest_is_fetched_and_its_layers_used_as_they_are(docker_registry, tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from pinmatrix.image.load_push import push
-    from pinmatrix.oci.layout import MEDIA_TYPE_CONFIG, MEDIA_TYPE_MANIFEST, OCILayout, canonical_json
-
-    # a base image made here: one layer with /usr/bin/python3 -> python3.13 and an os-release, pushed by digest
-    src = OCILayout(tmp_path / "src").init()
-    writer = LayerWriter(src.blobs, epoch=0)
-    writer.add_bytes("etc/os-release", b"ID=pinned-test\n")
-    writer.add_symlink("usr/bin/python3", "python3.13")
-    layer = writer.close()
-    config = canonical_json({"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"]},
-                             "rootfs": {"type": "layers", "diff_ids": [layer.diff_id]}})
-    manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST,
-                "config": {"mediaType": MEDIA_TYPE_CONFIG, "digest": src.put_blob(config), "size": len(config)},
-                "layers": [layer.as_oci()]}
-    src.put_image("base", manifest)
-    ref = f"{docker_registry.address}/bases/python:3.13"
-    digest = push(src, src.image("base"), ref, tls_verify=False)
-    cell = demo_cells()[0]
-    pinned = replace(cell, base=BaseSpec(kind="image", image=f"{docker_registry.address}/bases/python@{digest}"))
-    settings = BuildSettings(root=REPO, cache_dir=tmp_path / "cache", logs_dir=tmp_path / "logs", registry="pinned",
-                             layout_dir=tmp_path / "oci")
-    lock = lock_path(cell, REPO).read_text().replace(cell.id, pinned.id, 1)
-    (tmp_path / "locks").mkdir()
-    (tmp_path / "locks" / f"{pinned.id}.txt").write_text(lock)
-    (built,) = build_all([pinned], None, replace(settings, root=tmp_path, smoke_dir=REPO / "smoke"), None, jobs=1)
-    assert built.status == "built", built.reason
-    layout = OCILayout(tmp_path / "oci")
-    stored = layout.image(built.ref)
-    assert stored.manifest["layers"][0]["digest"] == layer.digest  # the pinned base's layer, as it is
-    env = layout.config(stored)["config"]["Env"]
-    assert "LANG=C.UTF-8" in env and any(e.startswith("PATH=/opt/venv/bin:") for e in env)
-    assert layout.config(stored)["config"]["Labels"]["org.opencontainers.image.base.name"].endswith(digest)
