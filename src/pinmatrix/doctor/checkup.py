@@ -113,13 +113,15 @@ def _matrix(settings: DoctorSettings) -> Matrix | None:
     return load_matrix(settings.matrix)
 
 
-def _cells(matrix: Matrix | None, settings: DoctorSettings, need: bool) -> list[Cell]:
-    if not need or matrix is None:
-        if settings.cells:
-            raise PinmatrixError(f"{settings.matrix}: no such matrix file: --cell needs the matrix")
-        return []
-    return choose_cells(matrix, expand_matrix(matrix), cells=settings.cells) if settings.cells else list(
-        expand_matrix(matrix).cells)
+def _cells(matrix: Matrix | None, settings: DoctorSettings) -> tuple[list[Cell], list[Cell]]:
+    """(the --cell cells, every cell of the matrix for --bundle); expanded only when one of them is asked for."""
+    if settings.cells and matrix is None:
+        raise PinmatrixError(f"{settings.matrix}: no such matrix file: --cell needs the matrix")
+    if matrix is None or not (settings.cells or settings.bundle is not None):
+        return [], []
+    expansion = expand_matrix(matrix)
+    chosen = choose_cells(matrix, expansion, cells=settings.cells) if settings.cells else []
+    return chosen, list(expansion.cells)
 
 
 def run_checkup(settings: DoctorSettings) -> Checkup:
@@ -137,8 +139,8 @@ def run_checkup(settings: DoctorSettings) -> Checkup:
     entries = read_known_good(settings.known_good)
     up.known_good = str(settings.known_good) if entries else f"no promoted image in {settings.known_good}"
     up.images = promoted_images(settings.known_good, settings.results, up.host)
-    cells = _cells(matrix, settings, bool(settings.cells) or settings.bundle is not None)
-    for cell in cells if settings.cells else []:
+    chosen, cells = _cells(matrix, settings)
+    for cell in chosen:
         up.cells.append(CellCheck(cell.id, cell.name, tuple(host_issues(matrix.known_issues if matrix else [], gpus,
                                                                            {}, cell)),
                                   first_use(list(settings.arch_scans), cell.id, next(iter(gpus.capabilities), None))))

@@ -82,3 +82,12 @@ def test_the_command_gates_on_the_bundle(tmp_path: Path, monkeypatch: pytest.Mon
     assert "needs glibc >= 2.999" in capsys.readouterr().out
     (tmp_path / "nob").mkdir()
     assert main([*args[:1], "--bundle", str(tmp_path / "nob")]) == 2
+
+
+def test_without_a_promotion_the_matrix_cell_gives_the_requirements(tmp_path: Path) -> None:
+    from report_data import make_cell
+
+    cell = make_cell("cccccccccccc", "h200", {"gpu": "sm_90"}, arch_flags=("9.0a",), min_driver="590.44.01")
+    check = check_bundle(bundle(tmp_path / "b"), H200, [], [cell])
+    assert check.checks[-1] == ("driver and arch", False, "needs driver >= 590.44.01, the host has 580.159.04 "
+                                                          "(requirements from the matrix)")

@@ -172,3 +172,22 @@ def test_bad_input_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pr
     assert main(["doctor", "--matrix", str(tmp_path / "missing.toml")]) == 2
     (tmp_path / "bad.toml").write_text("[[promoted]]\nstack = 1\n")
     assert main(["doctor", "--known-good", str(tmp_path / "bad.toml"), "--matrix", str(MATRIX)]) == 2
+
+
+def test_a_cell_on_this_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
+    """The 12.0f cell expanded for driver 580.142, on a GB10 under 595.58.03: the host's driver decides; its first
+    use comes from a scan of it for sm_121."""
+    from pinmatrix.matrix.selection import load
+
+    _, expansion = load(MATRIX)
+    cell = next(c for c in expansion.cells if c.stack == "gb10-nvfp4" and c.pins.get("driver") == "580.142"
+                and c.pins.get("arch") == "12.0f")
+    scan = tmp_path / "arch-scan.json"
+    scan.write_text(json.dumps({"schema": "pinmatrix-arch-scan/1", "cells": [{"id": cell.id, "gpu": "sm_121", "packages": [
+        {"name": "triton", "version": "3.5.1", "verdict": "no-device-code", "binaries": []}]}]}))
+    install_fake_smi(tmp_path / "bin", monkeypatch, "gb10-595.58.03")
+    up = run_checkup(_settings(project, cells=(cell.id,), arch_scans=(scan,)))
+    (checked,) = up.cells
+    assert [i.id for i in checked.issues] == ["driver-595.58.03-nvfp4-cutensormap", "nvfp4-built-for-120f-on-sm121"]
+    assert checked.first_use.status == "scanned" and checked.first_use.runtime_compile[0].startswith("triton 3.5.1:")
+    assert f"known issue nvfp4-built-for-120f-on-sm121 hits cell {cell.id} on this host" in up.findings()
