@@ -1,4 +1,5 @@
-"""The package's own exception types. Every expected failure is one of these; the CLI catches them once."""
+"""``PinmatrixError``, the base of every expected failure, and the error types several steps share. A step's own
+errors subclass it where they are raised; the CLI catches them once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""sha256 helpers: the one place pinmatrix hashes files, bytes and streams."""
+"""sha256 helpers for whole files, bytes and ``sha256:`` digests. Code that hashes as it streams (layers
+as they are written, blobs as they are read, wheel members) keeps its own ``hashlib`` object in place."""
 
 from __future__ import annotations
 

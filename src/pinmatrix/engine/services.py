@@ -1,5 +1,7 @@
-"""Private, throw-away container services for tests and benchmarks: a dockerd with its own data root and
-socket, a podman/buildah configuration with its own storage, and Debian's docker-registry on 127.0.0.1.
+"""Container services started by pinmatrix itself: Debian's docker-registry on 127.0.0.1 (the embedded
+registry, ``registry/local``, and the tests'), the project's podman/buildah configuration with its own storage
+(``project_podman_env``, every podman run), and for tests and benchmarks a dockerd with its own data root and
+socket.
 Each is started in a directory of its own and stopped by PID; nothing under /etc or /var is touched."""
 
 from __future__ import annotations

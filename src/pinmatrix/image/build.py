@@ -1,5 +1,5 @@
 """Build every selected cell's image: assembled as data into the OCI layout (``assemble``), loaded into the
-engine's store and pushed to the registry by digest (``publish``). Cells that must compile (a source patch)
+engine's store and pushed to the registry by digest (``load_push``). Cells that must compile (a source patch)
 go through the Containerfile path. One failed cell never stops the others; results say why, in one line."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
+from pinmatrix import interrupt
 from pinmatrix.cell import Cell
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import PinmatrixError
@@ -21,6 +22,10 @@ from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.index.wheel_index import IndexUnreachable
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
+
+INTERRUPT_GRACE_S = 0.5
+"""A cell whose step failed waits this long for the main thread to take a Ctrl-C: the terminal's SIGINT reaches the
+tools in pinmatrix's own process group too, and one may end (failing the step) before the main thread notices."""
 
 
 class CellBuilder:
@@ -115,7 +120,15 @@ def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettin
                                      reason=lock_problems[cell.id])
         else:
             lock_text = lock_path(cell, settings.root).read_text(encoding="utf-8")
-            result = builder.build(cell, lock_text, on_step=lambda s: on_step(cell, s))
+            with guard:
+                running[cell.id] = cell.name
+            try:
+                result = builder.build(cell, lock_text, on_step=lambda s: on_step(cell, s))
+            finally:
+                with guard:
+                    running.pop(cell.id, None)
+            if not result.ok and interrupt.pending(INTERRUPT_GRACE_S):
+                return result  # stopped by Ctrl-C, not failed: the interrupt names it (below), nothing else
         on_result(result)
         return result
 
@@ -124,14 +137,22 @@ def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettin
     for cell in cells:
         leaders.setdefault((cell.base, cell.platform), cell)
     first = list(leaders.values())
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        try:
-            done = {c.id: f.result() for c, f in [(c, pool.submit(one, c)) for c in first]}
-            rest = [(c, pool.submit(one, c)) for c in cells if c.id not in done]
-            done.update({c.id: f.result() for c, f in rest})
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+    running: dict[str, str] = {}  # cell id -> name, while its build runs
+    guard = threading.Lock()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))  # not `with`: Ctrl-C must not wait for a running step
+    try:
+        done = {c.id: f.result() for c, f in [(c, pool.submit(one, c)) for c in first]}
+        rest = [(c, pool.submit(one, c)) for c in cells if c.id not in done]
+        done.update({c.id: f.result() for c, f in rest})
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        with guard:
+            stopped = ", ".join(f"{cid} ({name})" for cid, name in sorted(running.items()))
+        raise KeyboardInterrupt(f"cell {stopped} interrupted, not failed" if stopped else "") from None
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     builder_unreachable = builder.unreachable
     results = [done[c.id] for c in cells]
     for r in results:

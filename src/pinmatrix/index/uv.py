@@ -1,4 +1,5 @@
-"""Where uv is: pinmatrix resolves locks, fetches wheels for arch-scan and builds bisect environments with it."""
+"""Where uv is: pinmatrix resolves locks, fetches wheels for arch-scan, installs the CUDA tool wheels and the
+host runtime's overlay, and builds bisect environments with it."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Locking cells with uv, and reading a lock back as data."""
+"""Locking cells with uv (``resolve``), with one settings object (``settings``). A lock read back as data is
+``project/lockfile``."""

@@ -39,7 +39,7 @@ class ScratchRootError(PinmatrixError):
 @dataclass(frozen=True)
 class RootLayers:
     """A scratch root's layers (blob path, media type): ``ordered`` one after another, then ``side_by_side``;
-    ``unpacked``: the bytes they take unpacked, 0 when not known (where the root goes: scratchplace.py)."""
+    ``unpacked``: the bytes they take unpacked, 0 when not known (where the root goes: image/assembly/scratch_space.py)."""
 
     ordered: Sequence[Blob]
     side_by_side: Sequence[Blob] = ()

@@ -1,4 +1,4 @@
-"""What building and benchmarks read from a whole registry on top of the API client
+"""What the benchmarks read from a whole registry on top of the API client
 (``pinmatrix.registry.client``): bytes stored against image sizes, and retagging by digest with skopeo
 (credentials passed with ``--authfile``)."""
 

@@ -1,5 +1,6 @@
-"""A small client for the OCI distribution (Docker registry v2) HTTP API: what promotion and attestation
-need and nothing more. Copy an image by digest between repositories (cross-repository blob mount, then
+"""A small client for the OCI distribution (Docker registry v2) HTTP API, for every step that talks to a
+registry: the build (blobs pushed ahead, tags checked), smoke runs and pulls (digests resolved), ci, and
+promotion, attestation and verification. Copy an image by digest between repositories (cross-repository blob mount, then
 the manifest under its digest and tags), push a small artifact, list referrers.
 
 Every manifest fetched by digest is checked against that digest here, so a registry (or a tag moved

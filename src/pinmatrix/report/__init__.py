@@ -1,3 +1,4 @@
-"""``pinmatrix report``: the results store rendered as HTML, Markdown, JUnit XML and JSON: ``statuses`` (the
-status order and the formats, no dependencies), ``model`` (the report as data), ``html``/``markdown``/``junit``
-(renderers), ``write`` (render and write)."""
+"""``pinmatrix report``: the results store rendered as HTML, Markdown, JUnit XML and JSON: ``model`` (the
+report as data), ``archscan`` (an arch scan's table in it), ``html``/``markdown``/``junit`` (renderers),
+``write`` (render and write), ``browser`` (the screenshot), ``settings`` (one report, start to end). The status
+order and the formats are ``pinmatrix.statuses`` (no dependencies)."""

@@ -80,7 +80,7 @@ class AssemblySettings:
     max_layers: int = MAX_LAYERS
     merge_below: int = 0  # wheels smaller than this many bytes share one layer (image/assembly/merge.py); 0: none
     registry_authfile: Path | None = None
-    check_runnable: bool = True  # every ELF's interpreter and libraries resolve in the image (runnable.py)
+    check_runnable: bool = True  # every ELF's interpreter and libraries resolve in the image (loadcheck.py)
 
     def layout(self) -> OCILayout:
         return OCILayout(self.layout_dir).init()
@@ -307,12 +307,12 @@ class Assembler:
 
     @property
     def _runnable_scans(self) -> Path:
-        """Where each layer's scan for the runnable check is kept, by digest (runnable.layer_scan)."""
+        """Where each layer's scan for the runnable check is kept, by digest (loadcheck.layer_scan)."""
         return self.settings.cache_dir / "runnable"
 
     def _check_runnable(self, cell: Cell, descriptors: Sequence[LayerDescriptor], base: BaseLayers,
                         env: dict[str, str], on_step: Callable[[str], None]) -> None:
-        """Refuse an image whose ELF files would not start in it (runnable.py), before its manifest exists."""
+        """Refuse an image whose ELF files would not start in it (loadcheck.py), before its manifest exists."""
         variables = {k: v for k, _, v in (e.partition("=") for e in base.env)}
         variables.update(env)
         arch, _ = oci_arch(cell.platform)

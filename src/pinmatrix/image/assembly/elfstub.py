@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-# e_machine of the machines a cell may be built for (the names jitcache.cell_machine gives)
+# e_machine of the machines a cell may be built for (the names aot_plan.cell_machine gives)
 E_MACHINE = {"x86_64": 62, "aarch64": 183}
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # Elf64_Ehdr
