@@ -125,3 +125,17 @@ def _mismatch(job: DispatchJob, rec: SmokeRecord) -> str | None:
     if rec.smoke not in job.smokes:
         return f"for smoke {rec.smoke}, not given"
     return None
+
+
+def bind_import(record: Dispatch, records: Sequence[SmokeRecord]) -> tuple[list[SmokeRecord], list[str]]:
+    """Records from anywhere (``results --import`` of uploaded files) against a whole dispatch: kept when some job
+    was given their cell, digest and smoke; one line for the dropped ones, one per (cell, smoke) not run."""
+    given = {(j.cell_id, j.image_digest, s) for j in record.jobs.values() for s in j.smokes}
+    kept = [r for r in records if (r.cell_id, r.image_digest, r.smoke) in given]
+    dropped = len(records) - len(kept)
+    lines = [f"dispatch {record.id}: dropped {dropped} record(s) whose cell, image digest and smoke no job of it "
+             "was given"] if dropped else []
+    have = {(r.cell_id, r.smoke) for r in kept}
+    lines += [f"dispatch {record.id}: not run: cell {c} smoke {s}" for c, s in sorted({(c, s) for c, _, s in given}
+                                                                                      - have)]
+    return kept, lines

@@ -2,7 +2,10 @@
 
 Runner labels come from the cell: GPU cells need a self-hosted runner labelled with the cell's GPU
 (``gpu-sm_90``) and, when the cell pins a driver, that driver (``nvidia-driver-580.159.04``); CPU-only
-cells run on ``--cpu-runner`` (default ``ubuntu-latest``). See docs/ci.md for labelling runners.
+cells run on ``--cpu-runner`` (default ``ubuntu-latest``). See docs/ci.md for labelling runners. With
+``--dispatch FILE`` the command also writes the dispatch record (pinmatrix.ci.dispatch: per cell, the image
+digest the registry has and the smokes), which ``pinmatrix results --import --dispatch`` binds uploaded
+results to.
 
 A workflow must hand these values to its steps through ``env:`` and never paste ``${{ matrix.* }}`` into a
 ``run:`` line (docs/workflows/pinmatrix.yml does so): the matrix grammar (names.py) already keeps shell
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.ci.dispatch import Dispatch, DispatchJob, dispatch
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import image_ref
 from pinmatrix.names import shown, text_problem
+from pinmatrix.project.catalogue import load_catalogue
+from pinmatrix.smoke.runner import plan_smokes
 
 # GitHub Actions: "A matrix can generate a maximum of 256 jobs per workflow run."
 MAX_JOBS = 256
@@ -81,3 +88,12 @@ def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu
                 if problem:
                     raise PinmatrixError(f"ci github: cell {entry['cell']}: {key} {shown(str(text))} {problem}")
     return {"include": include}
+
+
+def github_dispatch(cells: Sequence[Cell], images: dict[str, str], smoke_dir: Path, run_id: str) -> Dispatch:
+    """The dispatch record of a matrix: per job (its cell id), the image by digest where the registry has one
+    (``images``: cell id -> name@sha256:...; else the host runtime, no digest) and the smokes it will run."""
+    catalogue = load_catalogue(smoke_dir)
+    return dispatch("github", run_id, {cell.id: DispatchJob(
+        cell_id=cell.id, image_digest=images[cell.id].split("@", 1)[1] if cell.id in images else None,
+        smokes=tuple(s.name for s in plan_smokes(cell, catalogue, None))) for cell in cells})

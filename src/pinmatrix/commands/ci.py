@@ -14,7 +14,7 @@ import yaml
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.ci import k8s, slurm_collect
 from pinmatrix.ci.dispatch import dispatch, read_dispatch, write_dispatch
-from pinmatrix.ci.github import github_matrix
+from pinmatrix.ci.github import github_dispatch, github_matrix
 from pinmatrix.ci.k8s import k8s_manifests, validate
 from pinmatrix.ci.pools import load_pools
 from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, submit
@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--registry", metavar="PREFIX", help="image prefix for each entry's `image` (default: [matrix].registry)")
     g.add_argument("--pretty", action="store_true", help="indent the JSON")
     g.add_argument("--json", action="store_true", help="JSON on stdout (what this command always prints)")
+    g.add_argument("--dispatch", type=Path, metavar="FILE",
+                   help="also write the dispatch record (each cell's image digest, looked up in the registry, and "
+                        "smokes) for `pinmatrix results --import --dispatch FILE`")
+    g.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR",
+                   help="the smoke catalogue the dispatch record names smokes from (default: ./smoke)")
+    g.add_argument("--run-id", default=None, help="names the dispatch record (default: UTC timestamp)")
     g.set_defaults(func=run_github)
 
     k = ci.add_parser("k8s", help="Kubernetes Jobs, one per cell x GPU node pool, selected by GPU feature discovery labels",
@@ -174,6 +180,11 @@ def run_github(args: argparse.Namespace) -> int:
     cells = selected(matrix, expansion, args)
     data = github_matrix(cells, cpu_runner=args.cpu_runner or ["ubuntu-latest"],
                          registry=args.registry or matrix.settings.registry)
+    if args.dispatch:
+        run_id = checked_name(args.run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"), "--run-id")
+        images = _images(cells, (args.registry or matrix.settings.registry).rstrip("/"), "ci github")
+        write_dispatch(github_dispatch(cells, images, find_smoke_dir(args.smoke_dir), run_id), args.dispatch)
+        print(f"wrote the dispatch record {args.dispatch}", file=sys.stderr)
     print(json.dumps(data, indent=2 if args.pretty else None, separators=None if args.pretty else (",", ":")))
     return 0
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from pinmatrix.ci.dispatch import bind_import, read_dispatch
 from pinmatrix.commands._common import add_selection_arguments, examples, read_input
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.keyword import compile_keyword
@@ -37,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the matching records as JSON")
     p.add_argument("--import", dest="import_files", type=Path, nargs="+", metavar="FILE",
                    help="import JSON files written by --json or `pinmatrix smoke --json` (- reads stdin)")
+    p.add_argument("--dispatch", type=Path, metavar="FILE",
+                   help="with --import: keep only records whose cell, image digest and smoke a job of this dispatch "
+                        "record (`ci github|k8s|slurm`) was given; the rest dropped, said in one line")
     p.set_defaults(func=run)
 
 
@@ -51,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             except json.JSONDecodeError as err:
                 raise PinmatrixError(f"{path}: cannot read results JSON: {err}") from None
             try:
-                total += store.import_json(rows)
+                total += store.import_json(_dispatched(rows, args.dispatch, path) if args.dispatch else rows)
             except ResultsError as err:
                 raise PinmatrixError(f"{path}: {err}") from None
         print(f"imported {total} record(s) into {args.results}")
@@ -76,6 +80,20 @@ def run(args: argparse.Namespace) -> int:
         print(terminal_text(f"{r.status:8} {r.smoke:40} {r.cell_id:12} {r.host.id:12} {r.failure_class or '-':24} "
                             f"{r.duration_s:7.1f}  {reason}"))
     return 0
+
+
+def _dispatched(rows: object, dispatch_file: Path, path: Path) -> list[dict[str, object]]:
+    """The rows of ``path`` a job of the dispatch record was given; what was dropped or not run said on stderr."""
+    if not isinstance(rows, list):
+        raise PinmatrixError(f"{path}: not a JSON list of records")
+    try:
+        records = [SmokeRecord.from_dict(r) for r in rows]
+    except (ResultsError, TypeError, AttributeError) as err:
+        raise PinmatrixError(f"{path}: {err}") from None
+    kept, lines = bind_import(read_dispatch(dispatch_file), records)
+    for line in lines:
+        print(f"{path}: {line}", file=sys.stderr)
+    return [r.to_dict() for r in kept]
 
 
 def _of_cells(records: list[SmokeRecord], args: argparse.Namespace) -> list[SmokeRecord]:
