@@ -27,7 +27,6 @@ from pinmatrix.smoke.logcap import cap_file
 from pinmatrix.smoke.overlay import Overlay
 from pinmatrix.smoke.runner import (
     MAX_TIMEOUT_S,
-    ProcessResult,
     RunOptions,
     effective_timeout,
     now,
@@ -38,6 +37,7 @@ from pinmatrix.smoke.runner import (
     smoke_record,
     smoke_timeout,
 )
+from pinmatrix.smoke.runtimes import ProcessResult
 from pinmatrix.smoke.target import SmokeTarget
 
 BATCH_ENV = "PINMATRIX_BATCH_PLAN"  # the same names as the in-cell runtime's (shipped/_smokelib.py)

@@ -47,8 +47,8 @@ from pinmatrix.smoke.container import (
 )
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
-from pinmatrix.smoke.runner import ProcessResult, RunOptions, run_process
-from pinmatrix.smoke.runtimes import CellSetup
+from pinmatrix.smoke.runner import run_process
+from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
 from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "chroot"
@@ -213,10 +213,10 @@ class ChrootSmokes:
         finally:
             force_remove(scratch)
 
-    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+    def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
         return CellSetup()  # the image is the cell's environment, unpacked and entered once by prepare()
 
-    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RuntimeOptions, env: dict[str, str], log_path: Path,
               result_path: Path, timeout: float, work: Path) -> ProcessResult:
         passed = image_smoke_env(env, result_path.name)
         extra = archscan_binds(passed)

@@ -16,8 +16,8 @@ from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.registry.client import Registry
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
-from pinmatrix.smoke.runner import ProcessResult, RunOptions, run_process
-from pinmatrix.smoke.runtimes import CellSetup
+from pinmatrix.smoke.runner import run_process
+from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
 from pinmatrix.smoke.target import SmokeTarget
 
 SMOKE_MOUNT = "/opt/pinmatrix-smoke"
@@ -52,10 +52,10 @@ class ContainerSmokes:
     def name(self) -> str:
         return str(self.engine.name)
 
-    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+    def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
         return CellSetup()  # the image is the cell's environment
 
-    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RuntimeOptions, env: dict[str, str], log_path: Path,
               result_path: Path, timeout: float, work: Path) -> ProcessResult:
         work = result_path.parent.resolve()
         name = f"pinmatrix-smoke-{secrets.token_hex(4)}"

@@ -39,7 +39,7 @@ from pinmatrix.smoke.hostdiff import differences, environment_of
 from pinmatrix.smoke.known import apply_known_issues
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP, CappedLog
 from pinmatrix.smoke.overlay import Overlay, build_overlay
-from pinmatrix.smoke.runtimes import CellSetup, SmokeRuntime
+from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions, SmokeRuntime
 from pinmatrix.smoke.target import SmokeTarget
 
 RESULT_PREFIX = "PINMATRIX-RESULT "
@@ -84,7 +84,7 @@ class HostProcesses:
 
     name: str = "host"
 
-    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+    def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
         overlay = None
         if options.wheels_dir or cell.patches:
             overlay = build_overlay(cell, options.overlay_dir or OVERLAY_DIR,
@@ -101,7 +101,7 @@ class HostProcesses:
                  f"{host_vs_lock['cell_python']}), {n} locked package(s) at another version or absent")
         return CellSetup(overlay, host_vs_lock)
 
-    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RuntimeOptions, env: dict[str, str], log_path: Path,
               result_path: Path, timeout: float, work: Path) -> ProcessResult:
         argv = [options.python, "-X", "faulthandler", "-u", str(smoke.module), smoke.name]
         return run_process(argv, env, log_path, result_path, timeout, cwd=work, kill_grace_s=options.kill_grace_s,
@@ -175,15 +175,6 @@ def smoke_env(cell: SmokeTarget, result_path: Path, overlay: Overlay | None,
     if overlay is not None:
         env["PINMATRIX_OVERLAY"] = str(overlay.site)
     return env
-
-
-@dataclass
-class ProcessResult:
-    returncode: int | None
-    timed_out: bool
-    result: dict[str, Any] | None
-    seconds: float
-    infra: str | None = None  # the runtime itself failed (no smoke ran): an infrastructure error, said how
 
 
 def effective_timeout(timeout_s: float | None) -> float:

@@ -48,8 +48,8 @@ from pinmatrix.smoke.container import (
 )
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
-from pinmatrix.smoke.runner import ProcessResult, RunOptions, read_result_file, run_process
-from pinmatrix.smoke.runtimes import CellSetup
+from pinmatrix.smoke.runner import read_result_file, run_process
+from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
 from pinmatrix.smoke.sandbox_gpu import GpuWiring, gpu_wiring
 from pinmatrix.smoke.sandbox_tool import (
     UNPRIVILEGED,
@@ -206,10 +206,10 @@ class SandboxSmokes:
                 return f"image {self.image.digest}: the sandbox did not start: {last[:300]}"
         return None
 
-    def prepare_cell(self, cell: SmokeTarget, options: RunOptions, echo: Callable[[str], None]) -> CellSetup:
+    def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
         return CellSetup()  # the image is the cell's environment
 
-    def start(self, cell: SmokeTarget, smoke: Smoke, options: RunOptions, env: dict[str, str], log_path: Path,
+    def start(self, cell: SmokeTarget, smoke: Smoke, options: RuntimeOptions, env: dict[str, str], log_path: Path,
               result_path: Path, timeout: float, work: Path) -> ProcessResult:
         passed = image_smoke_env(env, result_path.name)
         extra = archscan_binds(passed)

@@ -34,7 +34,6 @@ from pinmatrix.smoke.runner import (
     MAX_TIMEOUT_S,
     HostCell,
     HostProcesses,
-    ProcessResult,
     RunOptions,
     cell_payload,
     cell_smoke_env,
@@ -47,7 +46,7 @@ from pinmatrix.smoke.runner import (
     run_process,
     smoke_env,
 )
-from pinmatrix.smoke.runtimes import CellSetup
+from pinmatrix.smoke.runtimes import CellSetup, ProcessResult
 
 HOST = HostFingerprint.make(hostname="test", gpu_name="Fake GPU", gpu_count=1, driver="1.0", capability="9.0")
 CPU_HOST = HostFingerprint.make(hostname="cpu", gpu_name=None, gpu_count=0, driver=None, capability=None)

@@ -15,8 +15,8 @@ from pinmatrix.project.catalogue import Smoke
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.batch import BATCH_ARG, BATCH_ENV
 from pinmatrix.smoke.cellrun import run_cells
-from pinmatrix.smoke.runner import HostCell, HostProcesses, ProcessResult, RunOptions
-from pinmatrix.smoke.runtimes import CellSetup
+from pinmatrix.smoke.runner import HostCell, HostProcesses, RunOptions
+from pinmatrix.smoke.runtimes import CellSetup, ProcessResult
 
 HOST = HostFingerprint.make(hostname="n", gpu_name=None, gpu_count=0, driver=None, capability=None)
 SMOKE_DIR = Path(__file__).resolve().parents[3] / "src" / "pinmatrix" / "smoke"
