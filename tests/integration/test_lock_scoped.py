@@ -48,6 +48,10 @@ def test_lock_of_another_matrix_never_removes_this_ones_locks(tmp_path: Path, ca
     main_toml.write_text(MAIN.replace('"1.16.0", ', ""))
     dropped = mine - ids(main_toml)
     assert len(dropped) == 1
+    (kept,) = ids(main_toml)
+    assert main(["lock", str(main_toml), "--cell", kept]) == 0  # one cell chosen: not a full lock, nothing removed
+    assert all((tmp_path / "locks" / f"{cell_id}.txt").is_file() for cell_id in dropped)
+    capsys.readouterr()
     assert main(["lock", str(main_toml)]) == 0
     err = capsys.readouterr().err
     (gone,) = dropped
