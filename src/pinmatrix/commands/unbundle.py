@@ -11,6 +11,7 @@ from pathlib import Path
 from pinmatrix.bundle.model import SCRIPT_NAME
 from pinmatrix.bundle.sign import verify_bundle
 from pinmatrix.commands._common import examples
+from pinmatrix.paths import PUBLIC_KEY
 from pinmatrix.project.smoke_bundle import shipped_file
 from pinmatrix.release.signing import trusted_keys
 
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "this manifest, cell, lock and image, then unpack with pinmatrix's own unbundle.py (the bundle's "
                     "copy is not run): every part and file is checked against the signed manifest before anything "
                     "reaches DEST. Anything wrong is one line, exit 2, DEST as it was.",
-        **examples("pinmatrix unbundle .ship/cell --key .pinmatrix/keys/pinmatrix.pub --out wheels/",
+        **examples(f"pinmatrix unbundle .ship/cell --key {PUBLIC_KEY} --out wheels/",
                    "pinmatrix unbundle .ship/int64 --key team.pub --out oci/ --have oci/"))
     p.add_argument("bundle", type=Path, metavar="BUNDLE", help="the bundle folder (manifest.json, parts)")
     p.add_argument("--key", type=Path, action="append", default=[], metavar="PUB",
