@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Collection, Mapping, Sequence
 
-from pinmatrix import __version__
+from pinmatrix import __version__, interrupt
 from pinmatrix.errors import MatrixError, PinmatrixError
 from pinmatrix.paths import STATE_DIR
 from pinmatrix.sanitize import terminal_text  # errors may quote smoke output or imported rows
@@ -120,6 +120,9 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (``argv`` None: this process's own, where Ctrl-C ends the process at once with 130)."""
+    if argv is None:
+        interrupt.install()
     arguments = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(commands_for(arguments, os.environ))
     args = parser.parse_args(arguments)
@@ -129,12 +132,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = MAX_COMBINATIONS_OVERRIDE.set(
         max(1, args.max_combinations) if getattr(args, "max_combinations", None) is not None else None)
     try:
-        return _run(args)
+        return _run(args, whole_process=argv is None)
     finally:
         MAX_COMBINATIONS_OVERRIDE.reset(token)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _interrupted(err: KeyboardInterrupt, whole_process: bool) -> int:
+    """Ctrl-C: said at once (with what it stopped, when the command says), children stopped by their group,
+    scratch folders removed; the process itself ends here, not after the steps of its worker threads."""
+    print("pinmatrix: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr, flush=True)
+    for line in interrupt.stop():
+        print(f"pinmatrix: {line}", file=sys.stderr)
+    if whole_process:
+        interrupt.exit_now()
+    return interrupt.EXIT_CODE
+
+
+def _run(args: argparse.Namespace, *, whole_process: bool = False) -> int:
     from pinmatrix.registry.local import for_command  # noqa: PLC0415 - lazy CLI
 
     try:
@@ -151,9 +165,8 @@ def _run(args: argparse.Namespace) -> int:
     except PinmatrixError as err:
         print(terminal_text(f"pinmatrix: error: {err}"), file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("pinmatrix: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        return _interrupted(err, whole_process)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from pinmatrix import interrupt
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.errors import LockError
@@ -162,13 +163,13 @@ def lock_cell(cell: Cell, root: Path, exclude_newer: str | None, uv: str | None 
         target.parent.mkdir(parents=True, exist_ok=True)
     if not cell.requirements:
         return LockResult(cell, target, ok=False, reason="the cell has no pip requirements to lock")
-    with tempfile.TemporaryDirectory(prefix="pinmatrix-lock-") as tmp:
-        req = Path(tmp) / "requirements.in"
+    with interrupt.scratch_folder("pinmatrix-lock-") as tmp:  # removed on Ctrl-C too, uv stopped by its group
+        req = tmp / "requirements.in"
         req.write_text("\n".join(cell.requirements) + "\n", encoding="utf-8")
-        out = Path(tmp) / "lock.txt"
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
-        proc = subprocess.run(uv_command(cell, Path(req.name), Path(out.name), exclude_newer, uv), capture_output=True, text=True,
-                              env=env, cwd=tmp, check=False)
+        out = tmp / "lock.txt"
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "TMPDIR": str(tmp)}  # uv's in ours
+        proc = interrupt.run(uv_command(cell, Path(req.name), Path(out.name), exclude_newer, uv), capture_output=True,
+                             text=True, env=env, cwd=tmp)
         if proc.returncode != 0:
             return LockResult(cell, target, ok=False, reason=_uv_reason(proc.stderr))
         body = out.read_text(encoding="utf-8")
@@ -198,7 +199,8 @@ def lock_cells(cells: Sequence[Cell], settings: LockSettings,
     uv = find_uv()
     fetcher = page_reader(settings.extra_ca) if settings.check_platforms else None
     results: list[LockResult] = []
-    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs))  # not `with`: Ctrl-C must not wait for uv
+    try:
         futures = [pool.submit(lock_cell, c, settings.root, settings.exclude_newer, uv, fetcher, write=settings.write)
                    for c in cells]
         for fut in futures:
@@ -206,6 +208,8 @@ def lock_cells(cells: Sequence[Cell], settings: LockSettings,
             results.append(res)
             if on_done:
                 on_done(res)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     return results
 
 

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from pinmatrix import interrupt
 from pinmatrix.atomic import atomic_path, atomic_write_text, locked
 from pinmatrix.cell import BaseSpec
 from pinmatrix.errors import PinmatrixError
@@ -166,9 +167,10 @@ def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
             "--customize-hook=rm -f \"$1/etc/hostname\" \"$1/etc/resolv.conf\"",
             *([EXTRACT_STATUS_HOOK] if inputs.variant == "extract" else []),
             "--", inputs.suite, str(out), inputs.mirror]
-    env = {**os.environ, "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch)}
+    # its own scratch folder inside ours (TMPDIR), so an interrupted run leaves none behind in /tmp
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch), "TMPDIR": str(out.parent)}
     with open(log, "a", encoding="utf-8") as handle:
-        proc = subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT, check=False)
+        proc = interrupt.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)  # Ctrl-C stops its group
     if proc.returncode != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
         raise BaseImageError(f"mmdebstrap {inputs.suite} ({inputs.arch}) failed (exit {proc.returncode}): {tail[0]}")
@@ -242,8 +244,8 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
             if _in_layout(layer, kept, layout):
                 return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})",
                                   inputs.key(), data.get("python"))
-        with tempfile.TemporaryDirectory(prefix="pinmatrix-rootfs-", dir=cache_dir) as tmp:
-            tar_path = Path(tmp) / "rootfs.tar"
+        with interrupt.scratch_folder("pinmatrix-rootfs-", cache_dir) as tmp:  # removed on Ctrl-C too
+            tar_path = tmp / "rootfs.tar"
             _mmdebstrap(inputs, tar_path, log)
             layer, python = _rootfs_layer(tar_path, layout, inputs.source_date_epoch,
                                           extract=inputs.variant == "extract")
