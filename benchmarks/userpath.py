@@ -75,7 +75,7 @@ def run() -> dict[str, Any]:
                     out = work / f"{smoke}.json"
                     figures[f"smoke_{smoke}_s"] = _timed([
                         *pinmatrix, "smoke", str(root / "matrix.toml"), "--cell", cell.id, "--runtime", "podman",
-                        "--image", by_digest, "-k", smoke, "--kernel-cache", "off", "--rerun",
+                        "--image", by_digest, "--smoke", smoke, "--kernel-cache", "off", "--rerun",
                         "--results", str(work / "results.sqlite"), "--logs", str(work / "smoke-logs"),
                         "--json", str(out)], env, work / f"{smoke}.out")
                     records = json.loads(out.read_text())
