@@ -38,13 +38,15 @@ def installed_packages() -> dict[str, str]:
 
 
 def version_in(value: str, want: str) -> bool:
-    """``value`` equals ``want``, or is in it when ``want`` is a PEP 440 specifier set (as matrix.toml writes)."""
-    if want and want[0] in "<>=!~":
-        try:
-            return SpecifierSet(want).contains(Version(value), prereleases=True)
-        except (InvalidSpecifier, InvalidVersion):
-            return False
-    return value == want
+    """``value`` is ``want`` (as text, or as a version: an installed ``2.11.0+cu130`` is ``2.11.0``), or in it when
+    ``want`` is a PEP 440 specifier set (as matrix.toml writes)."""
+    if value == want:
+        return True
+    spec = want if want[:1] in "<>=!~" else f"=={want}"
+    try:
+        return SpecifierSet(spec).contains(Version(value), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
 
 
 @dataclass(frozen=True)

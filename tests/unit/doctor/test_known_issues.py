@@ -74,4 +74,6 @@ def test_no_gpu_rules_out_gpu_and_driver_conditions() -> None:
 def test_versions_and_this_pythons_packages() -> None:
     assert version_in("0.0.35", ">=0.0.28,<=0.0.35") and not version_in("0.0.36", ">=0.0.28,<=0.0.35")
     assert version_in("0.0.35-int64", "0.0.35-int64") and not version_in("nonsense", ">=1")
+    assert version_in("2.11.0+cu130", "2.11.0") and not version_in("2.11.1", "2.11.0")  # a local build is its version
+    assert not version_in("0.0.35", "0.0.35-int64")
     assert installed_packages()["pytest"]  # the test runner's own Python holds pytest
