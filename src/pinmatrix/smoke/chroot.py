@@ -1,12 +1,18 @@
-"""The chroot runtime: a cell's smokes inside its own image, with no container engine.
+"""The chroot runtime that trusts the image with host root (``smoke --runtime chroot-trusting-root``): a cell's
+smokes inside its own image, with no container engine and no boundary. The sandbox runtime (``smoke.sandbox``) is
+the engine-less default; this one is kept for hosts where it cannot start, under a name that says what it does.
 
-The image (an OCI layout, by manifest digest) is unpacked once into a per-digest root (``chroot_rootfs``). Each
+As root it runs the smoke as root with every capability, in the host's PID namespace with the host's /proc and
+/sys bound in: image code can write the host's files through ``/proc/1/root`` (docs/threat-model.md,
+tests/integration/test_sandbox_hostile.py). Run it only on images you would run as root on the host.
+
+The image (an OCI layout, by manifest digest) is unpacked once into a per-digest root (``oci.unpack``). Each
 smoke's first process is ``chroot_enter.py``, which makes a mount namespace, an overlay of that root, binds
 ``/proc``, ``/sys``, a minimal ``/dev`` with the GPU nodes, the host's NVIDIA driver libraries (``chroot_host``)
 and the smoke catalogue, enters it, takes the image config's user, working directory and environment, and execs
 the image's own interpreter. The runner times, signals and reaps it as any smoke (``run_process``: timeout,
 crash isolation, log cap, parent-death signal, the guard). Results are recorded against the image's manifest
-digest and name the runtime, so they count as image runs for promotion.
+digest and name the runtime.
 
 A host where this cannot work is refused before any smoke runs (``ChrootRefused``); a namespace or mount that
 fails is infrastructure (``ChrootSetupError``), never a smoke's result.
@@ -18,10 +24,8 @@ import json
 import os
 import secrets
 import shutil
-import stat
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,6 @@ from pinmatrix.smoke.chroot_host import (
     privilege_mode,
 )
 from pinmatrix.smoke.container import (
-    IMAGE_PYTHON,
     OUT_MOUNT,
     SHIPPED_MOUNT,
     SMOKE_MOUNT,
@@ -49,75 +52,18 @@ from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import run_process
 from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
+from pinmatrix.smoke.sandbox_user import image_interpreter, resolve_user
 from pinmatrix.smoke.target import SmokeTarget
 
-RUNTIME = "chroot"
+RUNTIME = "chroot-trusting-root"
 DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and nvidia-smi (bin/) inside the root
 ENTER = Path(__file__).with_name("chroot_enter.py")
 CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
-MAX_ACCOUNT_FILE = 1 << 20
 _UNSAFE_IN_OVERLAY = (",", ":", "\n", "\0")
 
 
 class ChrootSetupError(PinmatrixError):
     """Entering the root failed (namespace, mount, chroot, user): infrastructure, not a smoke result."""
-
-
-@dataclass(frozen=True)
-class ImageUser:
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    home: str
-
-
-def _read_in_root(root: Path, path: str) -> str | None:
-    """A small file of the image (``/etc/passwd``), read without following any link out of the root."""
-    current = root
-    parts = [p for p in path.split("/") if p]
-    for part in parts:
-        current = current / part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ACCOUNT_FILE:
-        return None
-    return current.read_text(encoding="utf-8", errors="replace")
-
-
-def resolve_user(root: Path, user: str) -> ImageUser:
-    """The image config's ``User`` (``name``, ``uid``, ``name:group``, ``uid:gid``; empty: root) against the
-    image's own /etc/passwd and /etc/group, as engines do."""
-    passwd = [line.split(":") for line in (_read_in_root(root, "/etc/passwd") or "").splitlines()]
-    groups = [line.split(":") for line in (_read_in_root(root, "/etc/group") or "").splitlines()]
-    passwd = [p for p in passwd if len(p) >= 7]
-    groups = [g for g in groups if len(g) >= 4]
-    name, _, group = (user or "0").partition(":")
-    entry = next((p for p in passwd if p[0] == name), None) or next((p for p in passwd if p[2] == name), None)
-    if entry is not None and entry[2].isdigit() and entry[3].isdigit():
-        uid, gid, home, login = int(entry[2]), int(entry[3]), entry[5] or "/", entry[0]
-    elif name.isdigit():  # a uid the image does not list: its own group, as engines do
-        uid, gid, home, login = int(name), int(name), "/", ""
-    else:
-        raise ChrootRefused(f"the image's user {user!r} is not in its /etc/passwd")
-    if group:
-        found = next((g for g in groups if g[0] == group), None) or next((g for g in groups if g[2] == group), None)
-        if found is not None and found[2].isdigit():
-            gid = int(found[2])
-        elif group.isdigit():
-            gid = int(group)
-        else:
-            raise ChrootRefused(f"the image's group {group!r} is not in its /etc/group")
-    extra = sorted({int(g[2]) for g in groups if login and login in g[3].split(",") and g[2].isdigit()} | {gid})
-    return ImageUser(uid, gid, tuple(extra), home if uid != 0 or home != "/" else "/root")
-
-
-def image_interpreter(root: Path) -> str:
-    """The image's own Python: pinmatrix images have /opt/venv/bin/python; other images their PATH's python3."""
-    return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
 
 
 class ChrootSmokes:

@@ -35,7 +35,6 @@ from typing import Any
 from pinmatrix.oci.unpack import ImageRoot, force_remove, unpack_image
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.smoke_bundle import shipped_dir
-from pinmatrix.smoke.chroot import image_interpreter
 from pinmatrix.smoke.chroot_host import check_architecture
 from pinmatrix.smoke.container import (
     LIB_MOUNT,
@@ -59,7 +58,14 @@ from pinmatrix.smoke.sandbox_tool import (
     runnable_by_unprivileged,
     user_namespaces,
 )
-from pinmatrix.smoke.sandbox_user import ImageRunRefused, ImageUser, in_root, resolve_user, working_dir
+from pinmatrix.smoke.sandbox_user import (
+    ImageRunRefused,
+    ImageUser,
+    image_interpreter,
+    in_root,
+    resolve_user,
+    working_dir,
+)
 from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "sandbox"

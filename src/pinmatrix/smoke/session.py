@@ -1,6 +1,6 @@
 """One ``smoke`` run over cells: in the host's own environment, in each cell's image in an engine's container,
-or in its image unpacked from an OCI layout (the chroot runtime). The command builds ``SmokeSettings`` and
-prints; this module decides where each cell runs and records the results."""
+or in its image unpacked from an OCI layout (the sandbox runtime, or the chroot that trusts the image with root).
+The command builds ``SmokeSettings`` and prints; this module decides where each cell runs and records the results."""
 
 from __future__ import annotations
 
@@ -17,13 +17,17 @@ from pinmatrix.project.catalogue import Smoke, find_smoke_dir
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.smoke.cellrun import CellRun, run_cell, run_cells
-from pinmatrix.smoke.chroot import find_image, prepare
+from pinmatrix.smoke.chroot import find_image
+from pinmatrix.smoke.chroot import prepare as prepare_chroot
 from pinmatrix.smoke.container import ContainerSmokes, image_digest
 from pinmatrix.smoke.kernel_cache import prepare_cache
 from pinmatrix.smoke.runner import HostProcesses, RunOptions, plan_smokes
+from pinmatrix.smoke.sandbox import prepare as prepare_sandbox
 from pinmatrix.smoke.target import SmokeTarget
 
 Echo = Callable[[str], None]
+# --runtime names whose images come from an OCI layout, and what makes each one's runtime for an image
+LAYOUT_RUNTIMES: dict[str, Callable[..., Any]] = {"sandbox": prepare_sandbox, "chroot-trusting-root": prepare_chroot}
 
 
 @dataclass
@@ -87,7 +91,7 @@ def run_smokes(settings: SmokeSettings, store: ResultsStore, host: HostFingerpri
     if settings.runtime == "host":
         options = replace(settings.options, runtime=HostProcesses())
         return SmokeSession(run_cells(settings.cells, store, options, host=host, run_id=run_id, echo=echo))
-    source: ImageSource = (_LayoutRoots(settings, run_id, echo) if settings.runtime == "chroot"
+    source: ImageSource = (_LayoutRoots(settings, run_id, echo) if settings.runtime in LAYOUT_RUNTIMES
                            else _EngineImages(settings, echo))
     return _run_in(source, settings, store, host, run_id, echo)
 
@@ -178,7 +182,7 @@ class _EngineImages:
 
 
 class _LayoutRoots:
-    """Each cell's image in an OCI layout, unpacked into a root and smoked there (the chroot runtime)."""
+    """Each cell's image in an OCI layout, unpacked into a root and smoked there (``LAYOUT_RUNTIMES``)."""
 
     def __init__(self, settings: SmokeSettings, run_id: str, echo: Echo) -> None:
         self.settings, self.run_id, self.echo = settings, run_id, echo
@@ -186,7 +190,7 @@ class _LayoutRoots:
         self.layout = settings.layout or options.repo_root / OCI_DIR
         self.roots = settings.roots or options.repo_root / ROOTS_DIR
         self.smoke_dir = find_smoke_dir(settings.smoke_dir)
-        self.where = f"runtime chroot, layout {self.layout}"
+        self.where = f"runtime {settings.runtime}, layout {self.layout}"
 
     def digest(self, ref: str) -> str | None:
         return find_image(self.layout, ref)
@@ -198,10 +202,11 @@ class _LayoutRoots:
     def options(self, cell: SmokeTarget, ref: str, digest: str) -> RunOptions:
         options = self.settings.options
         self.echo(f"cell {cell.id} {cell.name}: image {digest}")
+        prepare = LAYOUT_RUNTIMES[self.settings.runtime]
         runtime = prepare(self.layout, digest, self.roots, self.smoke_dir,
                           smokes=plan_smokes(cell, self.settings.catalogue, self.settings.keyword),
                           gpu_required=cell.gpu_required,
-                          log_dir=options.logs_dir / self.run_id / "chroot" / digest[7:19],
+                          log_dir=options.logs_dir / self.run_id / self.settings.runtime / digest[7:19],
                           kill_grace_s=options.kill_grace_s, log_cap=options.log_cap, echo=self.echo,
                           kernel_cache=options.kernel_cache or "keep")
         return replace(options, image_digest=digest, runtime=runtime)

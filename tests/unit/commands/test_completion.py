@@ -38,7 +38,8 @@ def test_bash_completes_commands_options_and_choices(tmp_path: Path) -> None:
     assert _complete(script, ["pinmatrix", "bu"]) == ["build", "bundle"]
     assert set(_complete(script, ["pinmatrix", ""])) >= {"validate", "cells", "build", "smoke", "promote", "pull",
                                                          "completion"}
-    assert _complete(script, ["pinmatrix", "smoke", "--runtime", ""]) == ["host", "docker", "podman", "chroot"]
+    assert _complete(script, ["pinmatrix", "smoke", "--runtime", ""]) == [
+        "host", "docker", "podman", "sandbox", "chroot-trusting-root"]
     assert _complete(script, ["pinmatrix", "smoke", "--kernel-c"]) == ["--kernel-cache"]
     assert _complete(script, ["pinmatrix", "completion", ""]) == ["bash", "zsh", "tcsh"]
 

@@ -27,7 +27,7 @@ from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.release.promote import check_policy
 from pinmatrix.results.store import HostFingerprint, ResultsStore
 from pinmatrix.smoke.cellrun import run_cell
-from pinmatrix.smoke.chroot import ChrootSmokes, prepare, resolve_user
+from pinmatrix.smoke.chroot import ChrootSmokes, prepare
 from pinmatrix.smoke.chroot_host import (
     ChrootRefused,
     DriverFiles,
@@ -37,6 +37,7 @@ from pinmatrix.smoke.chroot_host import (
     privilege_mode,
 )
 from pinmatrix.smoke.runner import HostCell, RunOptions
+from pinmatrix.smoke.sandbox_user import resolve_user
 
 REPO = Path(__file__).resolve().parents[3]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="unpacking with owners and entering a root need root")
@@ -175,7 +176,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @needs_unshare
 def test_the_demo_cells_smokes_run_inside_their_images_and_count_as_image_runs(demo: dict[str, Any]) -> None:
     tmp = demo["tmp"]
-    args = ["smoke", str(REPO / "matrix.toml"), "--stack", "demo", "--runtime", "chroot", "--layout",
+    args = ["smoke", str(REPO / "matrix.toml"), "--stack", "demo", "--runtime", "chroot-trusting-root", "--layout",
             str(demo["layout"]), "--roots", str(demo["roots"]), "--results", str(tmp / "r.sqlite"),
             "--logs", str(tmp / "logs"), "--json", str(tmp / "run.json")]
     done = _pinmatrix(*args)
@@ -186,7 +187,7 @@ def test_the_demo_cells_smokes_run_inside_their_images_and_count_as_image_runs(d
     for r in records:
         assert r["image_digest"] == demo["digests"][r["cell_id"]]  # recorded against the image's manifest
         env = r["environment"]
-        assert env["runtime"] == "chroot" and "host_vs_lock" not in env  # the image is the lock
+        assert env["runtime"] == "chroot-trusting-root" and "host_vs_lock" not in env  # the image is the lock
         assert env["batch"]["of"] == 2  # host-probe and python-imports: one process in the image (smoke/batch.py)
         if r["smoke"] == "host-probe":
             assert env["python"].startswith("3.13.")  # the image's own interpreter (the demo base: trixie)
@@ -410,7 +411,7 @@ def test_the_images_env_user_and_working_dir_apply_and_its_root_stays_as_unpacke
     assert m["host_repo_visible"] == 0  # the host's files are not there
     assert set(m["dev"].split(",")) == {"full", "null", "random", "tty", "urandom", "zero", "shm", "fd", "stdin",
                                         "stdout", "stderr"}
-    assert record.image_digest == looking_glass["digest"] and record.environment["runtime"] == "chroot"
+    assert record.image_digest == looking_glass["digest"] and record.environment["runtime"] == "chroot-trusting-root"
     root = unpack_image(demo["layout"], looking_glass["digest"], demo["roots"])
     assert root.reused and not (root.path / "srv" / "work" / "scribble").exists()  # writes went to the overlay
     assert not (root.path / "opt" / "pinmatrix-smoke").exists()  # and so did the mount points
@@ -498,7 +499,7 @@ def test_a_root_that_cannot_be_entered_is_infrastructure_not_a_result(demo: dict
     opt_moved = layer([_entry(".wh.opt"), _entry("srv", "dir"), _entry("opt", "sym", link="/srv")])
     digest = add_image(demo["layout"], "t:opt-is-a-link", [opt_moved], base=first)
     done = _pinmatrix("smoke", str(REPO / "matrix.toml"), "--stack", "demo", "--cell",
-                      next(c for c, d in demo["digests"].items() if d == first), "--runtime", "chroot",
+                      next(c for c, d in demo["digests"].items() if d == first), "--runtime", "chroot-trusting-root",
                       "--image", digest, "--layout", str(demo["layout"]), "--roots", str(demo["roots"]),
                       "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs"))
     assert done.returncode == 2
@@ -515,7 +516,7 @@ def test_an_unsafe_layer_is_one_line_from_the_command(demo: dict[str, Any], tmp_
     evil = layer([_entry("usr/lib/os-release-link", "hard", link="../../../etc/shadow")])
     digest = add_image(demo["layout"], "t:evil", [evil], base=first)
     done = _pinmatrix("smoke", str(REPO / "matrix.toml"), "--stack", "demo", "--cell",
-                      next(c for c, d in demo["digests"].items() if d == first), "--runtime", "chroot",
+                      next(c for c, d in demo["digests"].items() if d == first), "--runtime", "chroot-trusting-root",
                       "--image", digest, "--layout", str(demo["layout"]), "--roots", str(tmp_path / "roots"),
                       "--results", str(tmp_path / "r.sqlite"), "--logs", str(tmp_path / "logs"))
     assert done.returncode == 2
@@ -571,9 +572,10 @@ def test_without_root_the_image_runs_in_a_user_namespace(demo: dict[str, Any]) -
         done = subprocess.run(
             ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups", "env", f"HOME={work}",
              f"PYTHONPATH={path}", python, "-m", "pinmatrix", "smoke", str(REPO / "matrix.toml"), "--stack", "demo",
-             "--cell", cell, "--runtime", "chroot", "--layout", str(layout), "--roots", str(work / "roots"),
-             "--results", str(work / "r.sqlite"), "--logs", str(work / "logs"), "--json", str(work / "run.json")],
-            capture_output=True, text=True, timeout=600, check=False)
+             "--cell", cell, "--runtime", "chroot-trusting-root", "--layout", str(layout), "--roots",
+             str(work / "roots"), "--results", str(work / "r.sqlite"), "--logs", str(work / "logs"), "--json",
+             str(work / "run.json"), "--smoke-dir", str(REPO / "smoke")],
+            capture_output=True, text=True, timeout=600, check=False, cwd=work)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert ", userns, " in done.stdout + done.stderr
         records = json.loads((work / "run.json").read_text())

@@ -68,10 +68,10 @@ def test_an_image_runtime_without_cells_of_a_matrix_needs_an_image() -> None:
 def test_a_layout_without_the_image_says_how_to_get_it(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[3]
     settings = SmokeSettings(cells=[], matrix=None, catalogue=[], smoke_dir=repo / "smoke",
-                             options=RunOptions(repo_root=tmp_path), runtime="chroot")
+                             options=RunOptions(repo_root=tmp_path), runtime="sandbox")
     roots = _LayoutRoots(settings, "r1", print)
     assert roots.layout == tmp_path / ".pinmatrix" / "oci" and roots.roots == tmp_path / ".pinmatrix" / "roots"
-    assert roots.where == f"runtime chroot, layout {tmp_path / '.pinmatrix' / 'oci'}"
+    assert roots.where == f"runtime sandbox, layout {tmp_path / '.pinmatrix' / 'oci'}"
     roots.layout.mkdir(parents=True)
     (roots.layout / "index.json").write_text('{"schemaVersion": 2, "manifests": []}')
     assert roots.digest("reg/x:1") is None
