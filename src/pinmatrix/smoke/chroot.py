@@ -52,7 +52,8 @@ from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import run_process
 from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
-from pinmatrix.smoke.sandbox_user import image_interpreter, resolve_user
+from pinmatrix.smoke.sandbox import image_interpreter
+from pinmatrix.smoke.sandbox_user import resolve_user
 from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "chroot-trusting-root"

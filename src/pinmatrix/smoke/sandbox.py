@@ -37,6 +37,7 @@ from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.smoke.chroot_host import check_architecture
 from pinmatrix.smoke.container import (
+    IMAGE_PYTHON,
     LIB_MOUNT,
     OUT_MOUNT,
     SHIPPED_MOUNT,
@@ -61,7 +62,6 @@ from pinmatrix.smoke.sandbox_tool import (
 from pinmatrix.smoke.sandbox_user import (
     ImageRunRefused,
     ImageUser,
-    image_interpreter,
     in_root,
     resolve_user,
     working_dir,
@@ -75,6 +75,11 @@ CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smo
 MAX_OUT_FILES = 10_000
 MAX_RESULT_BYTES = 16 << 20
 BWRAP_FAILED = "bwrap: "  # how bwrap starts the line it dies with when it cannot set the sandbox up
+
+
+def image_interpreter(root: Path) -> str:
+    """The image's own Python: pinmatrix images have /opt/venv/bin/python; other images their PATH's python3."""
+    return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
 
 
 class SandboxSmokes:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.smoke.container import IMAGE_PYTHON
 
 MAX_ACCOUNT_FILE = 1 << 20
 MAX_ID = (1 << 32) - 2  # uid_t is 32 bits and (uid_t)-1 means "unchanged" to the kernel
@@ -141,7 +140,3 @@ def resolve_user(root: Path, user: str) -> ImageUser:
     extra = sorted({_an_id(g[2], "gid", user) for g in groups if login and login in g[3].split(",")} | {gid})
     return ImageUser(uid, gid, tuple(extra), home if uid != 0 or home != "/" else "/root")
 
-
-def image_interpreter(root: Path) -> str:
-    """The image's own Python: pinmatrix images have /opt/venv/bin/python; other images their PATH's python3."""
-    return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
