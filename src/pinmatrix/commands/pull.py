@@ -12,6 +12,7 @@ from pinmatrix.commands._common import add_selection_arguments, examples, existi
 from pinmatrix.commands._registry import known_good_registry
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.hostprobe import DriverVersionError
 from pinmatrix.oci.compression import check_pullable
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
 from pinmatrix.project.known_good import read_known_good
@@ -74,7 +75,7 @@ def _host(args: argparse.Namespace) -> HostFingerprint:
     try:
 
         return HostFingerprint.from_dict(json.loads(read_input(args.host_json, "host fingerprint file")))
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, DriverVersionError) as err:
         raise PinmatrixError(f"{args.host_json}: not a host fingerprint: {err}") from None
 
 

@@ -71,3 +71,13 @@ def test_pull_refuses_under_the_policy(tmp_path: Path, capsys: pytest.CaptureFix
     assert "no known-good cell runs on this host" in err and "uncovered_driver" in err
     assert _cli(tmp_path, {"uncovered_driver": "refuse"}, GB10_580, "--list") == 0
     assert "-> bbbbbbbbbbbb" in capsys.readouterr().out
+
+
+def test_a_host_file_with_a_hostile_driver_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kg = tmp_path / "known-good.toml"
+    record_promotion(kg, _entry({}, registry="registry.example:5000"))
+    hj = tmp_path / "host.json"
+    hj.write_text(json.dumps({**GB10_590.to_dict(), "driver": "590.48.01; reboot"}))
+    assert main(["pull", "--known-good", str(kg), "--host-json", str(hj), "--list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pinmatrix: error: {hj}: not a host fingerprint: driver version")
