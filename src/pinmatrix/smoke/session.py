@@ -38,12 +38,12 @@ class SmokeSettings:
     matrix: Matrix | None  # None: the synthetic host cell, no matrix read
     catalogue: list[Smoke]
     options: RunOptions
-    runtime: str = "host"  # --runtime: host, docker, podman or chroot; run_smokes makes the runtime it names
+    runtime: str = "host"  # --runtime: host, docker, podman or a LAYOUT_RUNTIMES name; run_smokes makes it
     smoke_dir: Path | None = None  # --smoke-dir; None: the project's smoke/ (project.catalogue.find_smoke_dir)
     keyword: str | None = None  # --smoke EXPR: the smokes whose names match
     image: str | None = None  # --image: one reference for every cell
-    layout: Path | None = None  # the chroot runtime's OCI layout (default paths.OCI_DIR)
-    roots: Path | None = None  # where the chroot runtime unpacks images (default paths.ROOTS_DIR)
+    layout: Path | None = None  # the layout runtimes' OCI layout (default paths.OCI_DIR)
+    roots: Path | None = None  # where the layout runtimes unpack images (default paths.ROOTS_DIR)
 
 
 @dataclass
@@ -128,7 +128,7 @@ class ImageSource(Protocol):
     """Where each cell's image is found and the runtime its smokes then run in: an engine's store (a container of
     the image, ``ContainerSmokes``) or an OCI layout (the image unpacked, ``ChrootSmokes``)."""
 
-    where: str  # for the run's first line: "runtime podman", "runtime chroot, layout <the layout>"
+    where: str  # for the run's first line: "runtime podman", "runtime sandbox, layout <the layout>"
 
     def digest(self, ref: str) -> str | None: ...
     def absent(self, ref: str) -> tuple[str, str]: ...  # (the session's no-image line, the progress line)
