@@ -32,6 +32,7 @@ def store(tmp_path: Path) -> ResultsStore:
 def test_readers_get_the_cells_own_runs_and_bisect_its_probes(store: ResultsStore) -> None:
     assert [(r.cell_id, r.run_id) for r in store.query()] == [(CELL, "r1")]
     assert [r.cell_id for r in store.query(latest_only=True)] == [CELL]
+    assert [r.run_id for r in store.query(cell_id=CELL, probe_params={})] == ["r1"]  # what promotion reads
     probes = store.query(probes=True, probe_params={})
     assert [(r.cell_id, r.is_probe) for r in probes] == [(CELL, False), (PROBED, True), (CELL, True)]
     # a smoke of the cell is "already recorded" by its own run only
