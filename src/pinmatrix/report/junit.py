@@ -1,4 +1,7 @@
-"""JUnit XML: one test case per cell x smoke (worst latest status across hosts), one suite per cell.
+"""JUnit XML: one suite per cell that ran (a cell with a result on some host), one test case per smoke of it
+(worst latest status across hosts). A cell the results hold nothing of is no suite: a run that smoked 4 cells of
+a matrix of 500 is 4 suites, not hundreds of "no result" skips; a smoke of a cell that ran that has no result is
+the one "no result" skip left (the cell ran, that smoke did not).
 
 Mapping: pass and xpass -> passed (xpass carries a system-out note), fail and degraded -> <failure> with
 the failure class as its type, an infrastructure error -> <error> (the harness, not the cell: counted in
@@ -26,7 +29,7 @@ def render_junit(report: Report) -> str:
     root = ET.Element("testsuites", name=terminal_text(report.title))
     totals: dict[str, float] = {"tests": 0, "failures": 0, "errors": 0, "time": 0.0}
     for stack in report.stacks:
-        for cell in stack.cells:
+        for cell in (c for c in stack.cells if c.results):
             suite_name = terminal_text(f"{stack.name}.{cell.id}")
             suite = ET.SubElement(root, "testsuite", name=suite_name, package=terminal_text(stack.name),
                                   timestamp=report.generated_at)

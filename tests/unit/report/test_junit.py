@@ -240,3 +240,12 @@ def test_every_failure_and_every_skip_of_a_cell_is_counted() -> None:
     assert suite is not None
     assert (suite.get("failures"), suite.get("skipped"), suite.get("tests")) == ("3", "4", "7")
     assert root.get("failures") == "3"
+
+
+def test_only_the_cells_that_ran_are_suites_not_a_no_result_skip_per_cell_of_the_matrix() -> None:
+    ran = _cell("c1", ["a", "b"], [_result("a", "pass")])
+    idle = [_cell(f"i{n}", ["a", "b"], []) for n in range(50)]
+    root = _render(idle[0], ran, *idle[1:])
+    assert [s.get("name") for s in root.iter("testsuite")] == ["st.c1"]
+    assert root.get("tests") == "2"  # a and b of the cell that ran; b is its one "no result"
+    assert sum(int(s.get("skipped", "0")) for s in root.iter("testsuite")) == 1
