@@ -6,5 +6,6 @@
   locked, installed (a uv venv, or an image) and smoked only when the search needs it (``version``).
 
 Every probe is recorded in the results store with its parameter values, so a rerun reuses it and an
-interrupted bisect resumes where it stopped.
+interrupted bisect resumes where it stopped. It is recorded as a probe (``results.store.PROBE_RUN_PREFIX``):
+shown in the bisect's own report, never a cell's result in status, promotion, JUnit or ``--fail-on``.
 """
