@@ -82,3 +82,32 @@ def test_results_import_with_a_dispatch_keeps_only_what_was_dispatched(tmp_path:
     assert [(r.cell_id, r.smoke) for r in ResultsStore(tmp_path / "r.sqlite").query()] == [(A, "x")]
     kept, lines = bind_import(record, [rec(A, "y", DIGEST)])
     assert len(kept) == 1 and lines == [f"dispatch r3: not run: cell {A} smoke x"]
+
+
+def test_read_regular_bounds_whole_files_and_reads_the_tail_of_long_ones(tmp_path: Path) -> None:
+    from pinmatrix.ci.dispatch import read_regular
+
+    path = tmp_path / "slurm.out"
+    path.write_bytes(b"0123456789")
+    assert read_regular(path, 10) == b"0123456789"
+    with pytest.raises(PinmatrixError, match=r"slurm\.out: 10 bytes, more than the 4 it may have$"):
+        read_regular(path, 4)  # not the tail unless asked
+    assert read_regular(path, 4, tail=True) == b"6789"
+    assert read_regular(path, 10, tail=True) == b"0123456789"
+    with pytest.raises(PinmatrixError, match=r"absent: cannot read: No such file or directory$"):
+        read_regular(tmp_path / "absent", 4)
+    # a file whose size says 0 and that holds more (a /proc file, or one growing while read) is cut at the bound
+    with pytest.raises(PinmatrixError, match=r"^/proc/self/status: more than the 16 bytes it may have$"):
+        read_regular(Path("/proc/self/status"), 16)
+
+
+def test_the_record_is_written_for_people_to_read_and_a_clean_job_drops_nothing(tmp_path: Path) -> None:
+    record = dispatch("k8s", "r4", {"r4/x": DispatchJob(cell_id=A, image_digest=None, smokes=("x",))})
+    write_dispatch(record, tmp_path / "d.json")
+    text = (tmp_path / "d.json").read_text()
+    assert text.startswith('{\n  "schema": "pinmatrix-dispatch/1",\n') and text.endswith("}\n")
+    bound = bind("r4/x", record.jobs["r4/x"], [rec(A, "x", None)])
+    assert bound.dropped is None and bound.not_run == [] and len(bound.kept) == 1
+    job = DispatchJob(cell_id=A, image_digest=DIGEST, smokes=("x",))
+    assert bind("j", job, [rec(A, "x", None)]).dropped == (
+        f"j (cell {A}): dropped 1 record(s) not dispatched to it: 1 naming image none (host), not {DIGEST}")
