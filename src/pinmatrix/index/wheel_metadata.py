@@ -191,6 +191,11 @@ class MetadataCache:
         except (OSError, ValidationError, ValueError):
             return None
 
+    def versions(self, name: str) -> list[str]:
+        """The versions of ``name`` with cached metadata."""
+        folder = self.root / str(canonicalize_name(name))
+        return sorted((p.stem for p in folder.glob("*.json")), key=Version) if folder.is_dir() else []
+
     def wheel_for(self, name: str, version: str, arch: str) -> WheelMetadata | None:
         """The cached metadata of a wheel of (name, version) for ``arch`` (x86_64, aarch64), else a pure one."""
         entry = self.entry(name, version)

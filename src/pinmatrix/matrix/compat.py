@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -16,6 +17,8 @@ from pinmatrix.archflag import (  # ArchFlag re-exported: the one parser of arch
     ArchFlag,
     parse_capability,
 )
+from pinmatrix.index.wheel_metadata import MetadataCache, requirement_pins
+from pinmatrix.paths import CACHE_DIR
 from pinmatrix.project.compat_toml import (  # CompatError re-exported: what a malformed compat.toml raises
     COMPAT_FILE,
     CompatDoc,
@@ -27,9 +30,34 @@ from pinmatrix.project.compat_toml import (  # CompatError re-exported: what a m
     parse_partial,
 )
 
+METADATA_DIR = CACHE_DIR / "wheel-metadata"  # under the project root: the wheels' own METADATA, per (name, version)
+
 
 class UnknownVersion(Exception):
     """A version the compatibility tables do not know: the matrix names something pinmatrix cannot check."""
+
+
+@dataclass(frozen=True)
+class WheelPins:
+    """What one release's wheel requires, from its METADATA: canonical name -> specifier, and the words that cite
+    it in a prune reason."""
+
+    pins: dict[str, str]
+    source: str
+
+    def get(self, name: str) -> str | None:
+        return self.pins.get(name)
+
+
+def cuda_of_torch_pins(pins: dict[str, str]) -> str:
+    """The CUDA a torch wheel is built for, from its exact cuda-toolkit or nvidia-cuda-runtime pin ("13.0");
+    "cpu" where it requires neither."""
+    for name in ("cuda-toolkit", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13"):
+        spec = pins.get(name, "")
+        if spec.startswith("=="):
+            parts = spec[2:].split(".")
+            return ".".join(parts[:2])
+    return "cpu"
 
 
 @dataclass(frozen=True)
@@ -73,13 +101,32 @@ class CompatRules:
     """Loaded ``compat.toml`` (a CompatDoc, compat_model.py). Methods return CompatFindings; unknown versions
     raise UnknownVersion. Built from a dict of tables (in memory), tables and sources may be left out."""
 
-    def __init__(self, data: Mapping[str, Any] | CompatDoc) -> None:
+    def __init__(self, data: Mapping[str, Any] | CompatDoc, metadata: MetadataCache | None = None,
+                 python: str = "3.13") -> None:
         self.doc = data if isinstance(data, CompatDoc) else parse_partial(data)
         self._tables: dict[str, CompatTable] = dict(self.doc)
+        self.metadata = metadata  # the wheels' own Requires-Dist (a cache: read here, filled by outdated/propose)
+        self.python = python
 
     @classmethod
     def default(cls) -> CompatRules:
         return _default_rules()
+
+    def with_metadata(self, metadata: MetadataCache, python: str) -> CompatRules:
+        """These tables, with the wheels' own metadata in ``metadata`` read first where it knows a release."""
+        return CompatRules(self.doc, metadata, python)
+
+    def wheel_pins(self, name: str, version: str, platform: str | None = None) -> WheelPins | None:
+        """What the cached METADATA of ``name`` ``version``'s wheel for ``platform``'s arch requires; None
+        where nothing of it is cached."""
+        if self.metadata is None:
+            return None
+        arch = platform_arch(platform) or "x86_64"
+        meta = self.metadata.wheel_for(name, version, arch)
+        if meta is None:
+            return None
+        return WheelPins(requirement_pins(meta, self.python, arch),
+                         f"Requires-Dist of {meta.filename}, read {meta.fetched_at:%Y-%m-%d}")
 
     @classmethod
     def from_toml(cls, text: str, name: str = COMPAT_FILE) -> CompatRules:
@@ -102,7 +149,32 @@ class CompatRules:
             known = ", ".join(versions)
             raise UnknownVersion(f"unknown CUDA version {cuda!r} (known: {known})") from None
 
-    def torch_series(self, torch: str) -> TorchSeries:
+    def torch_series(self, torch: str) -> TorchSeries | None:
+        """The hand table's series of ``torch``; None where only its wheel's cached metadata knows it."""
+        if self.wheel_pins("torch", torch) is not None and not self._knows_series(torch):
+            return None
+        return self._hand_series(torch)
+
+    def _knows_series(self, torch: str) -> bool:
+        v = cached_version(torch)
+        return str(v.public) in self.doc.torch.series or f"{v.major}.{v.minor}" in self.doc.torch.series
+
+    def torch_facts(self, torch: str, platform: str | None = None) -> tuple[str, tuple[str, ...], str, str]:
+        """(the triton specifier torch ``torch`` pins, its CUDA variants, the variant the default index serves
+        for ``platform`` ("cpu": a CPU build), the source): its wheel's metadata where cached (which knows the
+        served variant only), else the hand table."""
+        wheel = self.wheel_pins("torch", torch, platform)
+        if wheel is not None:
+            served = cuda_of_torch_pins(wheel.pins)
+            return (wheel.get("triton") or "", (served,) if served != "cpu" else (), served,
+                    f"torch {torch}'s own {wheel.source}")
+        series = self._hand_series(torch)
+        served = series.default_cuda
+        if platform_arch(platform) == "aarch64" and series.aarch64_default is not None:
+            served = series.aarch64_default
+        return f"=={series.triton}", tuple(series.cuda), served, self.source("torch")
+
+    def _hand_series(self, torch: str) -> TorchSeries:
         series = self.doc.torch.series
         v = cached_version(torch)
         if str(v.public) in series:
@@ -113,16 +185,38 @@ class CompatRules:
         raise UnknownVersion(f"unknown torch version {torch!r} (known series: {', '.join(series)})")
 
     def xformers_torch(self, xformers: str) -> str:
+        return self._xformers_torch(xformers)[0]
+
+    def _xformers_torch(self, xformers: str) -> tuple[str, str]:
+        """The torch specifier xformers ``xformers`` requires, and its source: the wheel's metadata where cached,
+        else the hand table."""
+        wheel = self.wheel_pins("xformers", xformers)
+        if wheel is not None:
+            return wheel.get("torch") or ">=0", f"xformers {xformers}'s own {wheel.source}"
         table = self.doc.xformers.torch
         if xformers in table:
-            return table[xformers]
+            return table[xformers], self.source("xformers")
         raise UnknownVersion(f"unknown xformers version {xformers!r} (known: {', '.join(table)})")
 
     def vllm_rule(self, vllm: str) -> VllmRule:
+        """The torch and FlashInfer pins of vllm ``vllm``: its wheel's metadata where cached, else the first hand
+        rule that covers it."""
+        return self._vllm_rule(vllm)[0]
+
+    def _vllm_rule(self, vllm: str) -> tuple[VllmRule, str]:
+        wheel = self.wheel_pins("vllm", vllm)
+        if wheel is not None:
+            rule = VllmRule(versions=f"=={vllm}", torch=wheel.get("torch") or ">=0",
+                            flashinfer=wheel.get("flashinfer-python") or None)
+            return rule, f"vllm {vllm}'s own {wheel.source}"
+        return self._hand_vllm_rule(vllm), self.source("vllm")
+
+    def _hand_vllm_rule(self, vllm: str) -> VllmRule:
         for rule in self.doc.vllm.rules:
             if cached_version(vllm) in cached_specifier(rule.versions):
                 return rule
-        raise UnknownVersion(f"unknown vllm version {vllm!r} (no rule in compat.toml covers it)")
+        raise UnknownVersion(f"unknown vllm version {vllm!r} (no rule in compat.toml covers it and no metadata of "
+                             "its wheel is cached: `pinmatrix propose` or `pinmatrix outdated --metadata` reads it)")
 
     def arch_min_cuda(self, flag: ArchFlag) -> str:
         table = self.doc.arch.min_cuda
@@ -147,27 +241,24 @@ class CompatRules:
 
     def default_cuda(self, torch: str, platform: str | None = None) -> str:
         """What the default index serves of torch ``torch`` for ``platform``: a CUDA version, or "cpu"."""
-        series = self.torch_series(torch)
-        if platform_arch(platform) == "aarch64" and series.aarch64_default is not None:
-            return series.aarch64_default
-        return series.default_cuda
+        return self.torch_facts(torch, platform)[2]
 
     @cache  # noqa: B019
     def torch_pins(self, torch: str, triton: str | None, cuda: str | None, platform: str | None = None) -> CompatFinding:
-        series = self.torch_series(torch)
+        triton_spec, variants, served, src = self.torch_facts(torch, platform)
+        from_wheel = self.wheel_pins("torch", torch, platform) is not None
         prune: list[str] = []
         notes: list[str] = []
         needs: list[str] = []
-        src = self.source("torch")
-        if triton is not None and cached_version(triton) != cached_version(series.triton):
-            prune.append(f"torch {torch} pins triton=={series.triton}, not {triton} ({src})")
+        if triton is not None and triton_spec and cached_version(triton) not in cached_specifier(triton_spec):
+            prune.append(f"torch {torch} pins triton{triton_spec}, not {triton} ({src})")
         if cuda is not None:
-            served = self.default_cuda(torch, platform)
-            if cuda not in series.cuda:
-                prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(series.cuda)}; {src})")
+            if cuda not in variants and not from_wheel:
+                prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(variants)}; {src})")
             elif cuda != served:
                 arch = platform_arch(platform)
-                on = f" {arch}" if arch == "aarch64" and series.aarch64_default is not None else ""
+                series = None if from_wheel else self._hand_series(torch)
+                on = f" {arch}" if arch == "aarch64" and series is not None and series.aarch64_default is not None else ""
                 cite = self.doc.torch.aarch64_source if on and self.doc.torch.aarch64_source else src
                 what = "a CPU build" if served == "cpu" else f"CUDA {served}"
                 notes.append(f"torch {torch} for CUDA {cuda} comes from the PyTorch index "
@@ -178,15 +269,14 @@ class CompatRules:
 
     @cache  # noqa: B019
     def xformers_pins(self, xformers: str, torch: str | None) -> CompatFinding:
-        spec = self.xformers_torch(xformers)
+        spec, src = self._xformers_torch(xformers)
         if torch is not None and cached_version(torch) not in cached_specifier(spec):
-            return CompatFinding(prune=(f"xformers {xformers} pins torch{spec}, not {torch} ({self.source('xformers')})",))
+            return CompatFinding(prune=(f"xformers {xformers} pins torch{spec}, not {torch} ({src})",))
         return CompatFinding()
 
     @cache  # noqa: B019
     def vllm_pins(self, vllm: str, torch: str | None, flashinfer: str | None, source_build: bool) -> CompatFinding:
-        rule = self.vllm_rule(vllm)
-        src = self.source("vllm")
+        rule, src = self._vllm_rule(vllm)
         prune: list[str] = []
         notes: list[str] = []
         needs: list[str] = []
@@ -221,6 +311,47 @@ class CompatRules:
             if not any(f.runs_on(major, minor) for f in parsed):
                 prune.append(f"arch flags {' '.join(flags)} build no code that runs on {gpu} (capability {major}.{minor})")
         return CompatFinding(tuple(prune))
+
+
+def rules_for(root: Path, python: str) -> CompatRules:
+    """The shipped tables with the project's cached wheel metadata (``ROOT/.pinmatrix/cache/wheel-metadata``)
+    read first: what expansion checks cells against. Reading the cache only, it asks no index."""
+    return CompatRules.default().with_metadata(MetadataCache(root / METADATA_DIR), python)
+
+
+def hand_rule_disagreements(rules: CompatRules) -> list[str]:
+    """Each hand rule of compat.toml that a cached wheel's own metadata contradicts, one line each (what
+    ``validate`` reports): vllm's torch and FlashInfer pins, xformers' torch pin, torch's triton and default CUDA."""
+    if rules.metadata is None:
+        return []
+    out: list[str] = []
+    for version in rules.metadata.versions("vllm"):
+        wheel = rules.wheel_pins("vllm", version)
+        try:
+            hand = rules._hand_vllm_rule(version)
+        except UnknownVersion:
+            continue
+        for axis, dist, said in (("torch", "torch", hand.torch), ("flashinfer", "flashinfer-python", hand.flashinfer)):
+            pinned = wheel.get(dist) if wheel else None
+            if said and pinned and pinned.startswith("==") and cached_version(pinned[2:]) not in cached_specifier(said):
+                out.append(f"compat.toml [vllm] rule {hand.versions}: says vllm {version} pins {axis}{said}, its wheel "
+                           f"requires {dist}{pinned} ({wheel.source if wheel else ''})")
+    for version in rules.metadata.versions("xformers"):
+        wheel, said = rules.wheel_pins("xformers", version), rules.doc.xformers.torch.get(version)
+        if wheel and said and cached_specifier(said) != cached_specifier(wheel.get("torch") or ""):
+            out.append(f"compat.toml [xformers.torch] {version!r}: says torch{said}, its wheel requires "
+                       f"torch{wheel.get('torch') or ' (none)'} ({wheel.source})")
+    for version in rules.metadata.versions("torch"):
+        if not rules._knows_series(version):
+            continue
+        series, (triton, _, served, src) = rules._hand_series(version), rules.torch_facts(version)
+        if triton and cached_version(series.triton) not in cached_specifier(triton):
+            out.append(f"compat.toml [torch.series] for {version}: says triton {series.triton}, its wheel requires "
+                       f"triton{triton} ({src})")
+        if served != series.default_cuda:
+            out.append(f"compat.toml [torch.series] for {version}: says the default index serves CUDA "
+                       f"{series.default_cuda}, its wheel is built for {served} ({src})")
+    return out
 
 
 @cache

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import MatrixError, PinmatrixError
-from pinmatrix.matrix.compat import CompatRules
+from pinmatrix.matrix.compat import CompatRules, rules_for
 from pinmatrix.matrix.expand import Expansion, expand_cells, select_cells
 from pinmatrix.matrix.runtime_needs import check_runtime_needs
 from pinmatrix.matrix.validation import validate
@@ -31,7 +31,9 @@ def load(path: Path) -> tuple[Matrix, Expansion]:
 def expand_matrix(matrix: Matrix, rules: CompatRules | None = None, *,
                   max_combinations: int | None = None) -> Expansion:
     """A parsed matrix validated (``matrix.validation``), then expanded: every stack's cells and pruned
-    combinations. MatrixError with every problem, located."""
+    combinations. MatrixError with every problem, located. By default the rules read the project's cached wheel
+    metadata first (``compat.rules_for``)."""
+    rules = rules or rules_for(matrix.root, matrix.settings.python)
     validate(matrix, rules)
     return expand_cells(matrix, rules, max_combinations=max_combinations)
 
