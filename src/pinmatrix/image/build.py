@@ -15,11 +15,13 @@ from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assembly.assemble import Assembler
 from pinmatrix.image.blobsahead import BlobsAhead
+from pinmatrix.image.build_cache import BuildCache
 from pinmatrix.image.containerfile.render import build_cell as containerfile_build
 from pinmatrix.image.load_push import load_into_engine, push
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, cell_build, needs_containerfile
 from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.index.wheel_index import IndexUnreachable
+from pinmatrix.oci.layer import LayerDescriptor
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 
@@ -32,11 +34,13 @@ class CellBuilder:
     """Builds cells with one shared assembler (wheel cache, layer cache, layout)."""
 
     def __init__(self, settings: BuildSettings, engine: OCIEngine | None, registry: Registry | None,
-                 jobs: int = 2) -> None:
+                 jobs: int = 2, cache: BuildCache | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self.registry = registry
         self.assembler = Assembler(settings.assembly(jobs=max(2, jobs * 2)))
+        self.cache = cache  # build --cache-from/--cache-to: layers fetched from and stored to a registry
+        self.assembler.remote = cache
         self.unreachable: dict[str, list[str]] = {}  # index URL -> cell ids it failed
         self._guard = threading.Lock()
 
@@ -57,7 +61,7 @@ class CellBuilder:
             try:
                 with self._ahead(ref) as ahead:
                     image = self.assembler.assemble(cell, lock_text, ref, result.log, on_step=step,
-                                                    on_blob=ahead.add if ahead else lambda layer: None)
+                                                    on_blob=self._on_blob(ahead, ref))
                     if ahead is not None and not image.cached:
                         note(f"# push: {ahead.finish().describe()}")
                 result.assembled = image
@@ -67,7 +71,9 @@ class CellBuilder:
                 result.cached_in = "layout" if image.cached else None
                 for p in image.layers:
                     size = f"{p.descriptor.size / 1e6:.1f} MB" if p.descriptor else "-"
-                    note(f"#   layer {p.name}: {'cached' if p.cached else f'built in {p.seconds:.1f}s'}, {size}")
+                    how = "fetched from the build cache" if p.fetched else "cached" if p.cached else (
+                        f"built in {p.seconds:.1f}s")
+                    note(f"#   layer {p.name}: {how}, {size}")
                 for patch in cell.patches:
                     if patch.status != "apply":
                         note(f"# patch {patch.id} skipped: contained upstream"
@@ -90,6 +96,20 @@ class CellBuilder:
                 result.fail(str(err), note)
         return result
 
+    def _on_blob(self, ahead: BlobsAhead | None, ref: str) -> Callable[[LayerDescriptor], None]:
+        """Each layer as its blob reaches the layout: mounted from the build cache's repository when the cache is on
+        the registry pushed to (no upload), then sent ahead (it finds the mounted ones there)."""
+        if ahead is None:
+            return lambda layer: None
+        cache, registry = self.cache, self.registry
+
+        def on_blob(layer: LayerDescriptor) -> None:
+            if cache is not None and registry is not None:
+                cache.mount_into(registry, _repository(ref), [layer])
+            ahead.add(layer)
+
+        return on_blob
+
     def _ahead(self, ref: str) -> AbstractContextManager[BlobsAhead | None]:
         """With --push, the layers go to the registry as they are built (the push then sends the rest)."""
         if not self.settings.push or self.registry is None:
@@ -106,10 +126,11 @@ def build_all(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettin
               jobs: int, console: object | None = None, lock_problems: dict[str, str] | None = None,
               *, on_result: Callable[[CellBuildResult], None] = lambda r: None,
               on_step: Callable[[Cell, str], None] = lambda c, s: None,
-              builder: CellBuilder | None = None) -> list[CellBuildResult]:
-    """Build every cell, ``jobs`` at a time; cells that cannot be locked fail with the lock's reason."""
+              builder: CellBuilder | None = None, cache: BuildCache | None = None) -> list[CellBuildResult]:
+    """Build every cell, ``jobs`` at a time; cells that cannot be locked fail with the lock's reason. ``cache``:
+    the build cache in a registry that layers are fetched from and stored to."""
     lock_problems = lock_problems or {}
-    builder = builder or CellBuilder(settings, engine, registry, jobs)
+    builder = builder or CellBuilder(settings, engine, registry, jobs, cache=cache)
 
     def one(cell: Cell) -> CellBuildResult:
         if cell.id in lock_problems:

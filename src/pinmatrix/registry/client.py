@@ -499,16 +499,18 @@ class Registry:
                     raise RegistryError(f"{self.host}/{repository}: blob {digest} is larger than {max_bytes} bytes")
         return b"".join(parts)
 
-    def _upload(self, repository: str, digest: str, body: Body, *, mount_from: str | None = None) -> None:
-        """Start an upload session (or a cross-repository mount) and finish it with one PUT of ``body``."""
+    def _upload(self, repository: str, digest: str, body: Body, *, mount_from: str | None = None) -> bool:
+        """Start an upload session (or a cross-repository mount) and finish it with one PUT of ``body``; True when
+        the registry mounted the blob instead (nothing sent)."""
         query = (f"?mount={urllib.parse.quote(digest)}&from={urllib.parse.quote(mount_from)}" if mount_from else "")
         status, hdrs, _ = self._request("POST", f"/v2/{repository}/blobs/uploads/{query}", ok=(201, 202))
         if status == 201:
-            return  # mounted
+            return True  # mounted
         location = urllib.parse.urljoin(self.base + "/", hdrs["location"])
         sep = "&" if "?" in location else "?"
         self._request("PUT", f"{location}{sep}digest={urllib.parse.quote(digest)}", data=body,
                       headers={"Content-Type": "application/octet-stream"}, ok=(201,))
+        return False
 
     def push_blob(self, repository: str, data: bytes) -> str:
         digest = sha256_digest(data)
@@ -543,12 +545,14 @@ class Registry:
 
         return open_source
 
-    def mount_blob(self, repository: str, digest: str, from_repository: str) -> None:
+    def mount_blob(self, repository: str, digest: str, from_repository: str) -> str:
         """Make ``digest`` available in ``repository``: a cross-repository mount, or, when the registry
-        answers the mount with an upload session instead, a streamed copy (never whole in memory)."""
+        answers the mount with an upload session instead, a streamed copy (never whole in memory). Says which:
+        "present" (there already), "mounted" or "copied"."""
         if self.has_blob(repository, digest):
-            return
-        self._upload(repository, digest, self._blob_source(from_repository, digest), mount_from=from_repository)
+            return "present"
+        mounted = self._upload(repository, digest, self._blob_source(from_repository, digest), mount_from=from_repository)
+        return "mounted" if mounted else "copied"
 
     # -- copy ----------------------------------------------------------------------------------------
     def copy(self, src: ImageRef, dst_repository: str, tags: list[str]) -> str:

@@ -175,10 +175,12 @@ def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int
                                 f"({machine} [[cross]] in data/toolchains.toml): they are compiled at run time")
         key = _key("flashinfer-aot", AOT_FORMAT, "cross", machine, host_machine(), cell.python, arch_list, built,
                    sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, cross.key_parts(),
-                   epoch, level)
+                   epoch, level, sorted(cell.variables().items()))
         return AotPlan(chain, built, arch_list, link_key, key, cross=cross, deferred=deferred, foreign=True)
+    # the cell's variables reach the compile (NVCC_APPEND_FLAGS, the arch lists: run_generator's env): in the key
     key = _key("flashinfer-aot", AOT_FORMAT, machine, cell.python, arch_list, modules,
-               sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, epoch, level)
+               sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, epoch, level,
+               sorted(cell.variables().items()))
     return AotPlan(chain, modules, arch_list, link_key, key)
 
 

@@ -24,6 +24,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
@@ -96,6 +97,7 @@ class PlannedLayer:
     cached: bool = False
     seconds: float = 0.0
     download: int | None = None  # bytes to fetch for it: a wheel not in the cache, as its index declared them
+    fetched: bool = False  # found in the shared build cache (``RemoteLayers``) rather than built or kept here
 
 
 @dataclass
@@ -147,6 +149,15 @@ class LayerCache:
             return self._locks.setdefault(key, threading.Lock())
 
 
+class RemoteLayers(Protocol):
+    """A shared build cache by layer key (image/build_cache.py): asked for a layer before it is built here, told
+    of each layer built here. Its failures are its own to report: it answers None and the layer is built."""
+
+    def fetch(self, key: str, what: str, layout: OCILayout) -> LayerDescriptor | None: ...
+
+    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout) -> None: ...
+
+
 class WheelChoices:
     """Which of a lock line's hashes is the wheel for a target: remembered, so a warm build asks no index."""
 
@@ -175,6 +186,7 @@ class Assembler:
         self.choices = WheelChoices(settings.cache_dir, self.fetcher)
         self.layers = LayerCache(settings.cache_dir, self.layout)
         self.smoke_dir = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
+        self.remote: RemoteLayers | None = None  # the build cache in a registry (build --cache-from/--cache-to)
 
     # -- the parts of an image -------------------------------------------------------------------------------
 
@@ -205,6 +217,12 @@ class Assembler:
             if found is not None:
                 planned.descriptor, planned.cached = found, True
                 return
+            fetched = self.remote.fetch(planned.key, planned.name, self.layout) if self.remote else None
+            if fetched is not None:  # verified by the cache: signed for this key, re-hashed to its digest
+                self.layers.put(planned.key, fetched, planned.name)
+                planned.descriptor, planned.cached, planned.fetched = fetched, True, True
+                planned.seconds = time.monotonic() - start
+                return
             writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression)
             try:
                 build(writer)
@@ -214,6 +232,8 @@ class Assembler:
             planned.descriptor = writer.close()
             self.layout.written(planned.descriptor.digest, planned.descriptor.size)  # hashed as it was written
             self.layers.put(planned.key, planned.descriptor, planned.name)
+            if self.remote is not None:
+                self.remote.store(planned.key, planned.descriptor, planned.name, self.layout)
         planned.seconds = time.monotonic() - start
 
     def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
@@ -478,10 +498,13 @@ class Assembler:
         """One layer per installed-tree patch, made from the wheel it patches."""
         for patch in job.cell.patches_to_apply:
             planned = job.by_name[f"patch:{patch.id}"]
-            wheel_path = self.fetcher.fetch(job.wheels[_canonical(patch.package)])
+            wheel = job.wheels[_canonical(patch.package)]
             job.on_step(f"patch {patch.id}")
-            self._cached_or_build(planned, partial(self._patch_layer, job.cell, patch, wheel_path, job.venv),
-                                  job.epoch)
+
+            def build(writer: LayerWriter, patch: CellPatch = patch, wheel: WheelFile = wheel) -> None:
+                self._patch_layer(job.cell, patch, self.fetcher.fetch(wheel), job.venv, writer)  # fetched on a miss only
+
+            self._cached_or_build(planned, build, job.epoch)
 
     def _build_aot(self, job: _CellJob, aot: aot_plan.AotPlan) -> None:
         """The CUDA link layer, then FlashInfer's modules: cross-compiled for a foreign cell, else built in the

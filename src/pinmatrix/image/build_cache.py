@@ -1,0 +1,237 @@
+"""A build cache in an OCI registry (``build --cache-from REF --cache-to REF``): a layer the assembler would build
+is fetched instead when another machine built it under the same key.
+
+One entry per layer key, under the tag ``layer-<key>`` of the cache repository: an OCI artifact manifest whose
+layers are the signed entry (a DSSE envelope, ``ENTRY_TYPE``, of ``{"key", "layer": descriptor, "what"}``) and the
+layer blob itself, so the registry keeps the blob as long as the entry. One tag per key, not one index per cell or
+per cache: a machine asks exactly the keys of its plan, one request each; writers of different cells never write
+the same document, so no read-merge-write race (as the referrers tag schema has) can drop an entry; cells that share
+a layer share its entry.
+
+Nothing from the cache is used unless the entry's envelope verifies with a trusted key and names the very key asked
+for (an entry copied under another tag is refused), and the blob re-hashes to the signed digest as it streams in: a
+registry anyone can push to cannot poison a build. A refused entry is a miss (the layer is built) and one line on
+stderr. A cache that is down or refuses a request is one line on stderr for the run, then not asked again: the
+build goes on as if there were no cache, never failing a cell for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pinmatrix.hashing import sha256_digest
+from pinmatrix.imageref import ImageRef, RegistryError
+from pinmatrix.oci.layer import LayerDescriptor
+from pinmatrix.oci.layout import OCILayout
+from pinmatrix.registry.client import OCI_EMPTY, OCI_MANIFEST, Manifest, Registry
+
+ARTIFACT_TYPE = "application/vnd.pinmatrix.build-cache.v1"
+ENTRY_TYPE = "application/vnd.pinmatrix.build-cache-entry.v1+json"  # the DSSE payload type
+ENVELOPE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+TAG_PREFIX = "layer-"
+MAX_ENVELOPE = 64 << 10
+
+
+class CacheRefused(Exception):
+    """An entry that is not used: the reason, in words."""
+
+
+@dataclass(frozen=True)
+class CacheTrust:
+    """How entries are signed and checked (release/cache_signing.py makes it from the project's keys):
+    ``sign`` turns a payload into envelope bytes (None: this run writes no cache); ``verify`` returns an
+    envelope's payload of type ENTRY_TYPE, or raises CacheRefused."""
+
+    verify: Callable[[bytes], bytes]
+    sign: Callable[[bytes], bytes] | None = None
+
+
+@dataclass
+class CacheReport:
+    """What the cache did in this run."""
+
+    hits: int = 0
+    misses: int = 0
+    stored: int = 0
+    refused: list[str] = field(default_factory=list)
+    down: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        said = f"build cache: {self.hits} layer(s) fetched, {self.misses} missed, {self.stored} stored"
+        return said + (f", {len(self.refused)} refused" if self.refused else "") + (
+            f"; not used: {'; '.join(self.down)}" if self.down else "")
+
+
+def cache_tag(key: str) -> str:
+    return TAG_PREFIX + key
+
+
+class _Side:
+    """One cache repository (``--cache-from`` or ``--cache-to``): usable until its first failure."""
+
+    def __init__(self, ref: str, registry: Registry | None = None) -> None:
+        parsed = ImageRef.parse(ref)  # HOST/REPOSITORY; a tag or digest is not used: entries are tagged by key
+        self.ref = ref
+        self.repository = parsed.repository
+        self.registry = registry or Registry(parsed.registry)
+        self.down: str | None = None
+
+
+class BuildCache:
+    """Layers by key from ``cache_from``, layers built here stored to ``cache_to``; both ``HOST/REPOSITORY``."""
+
+    def __init__(self, trust: CacheTrust, *, cache_from: str | None = None, cache_to: str | None = None,
+                 registries: dict[str, Registry] | None = None,
+                 warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
+        known = registries or {}
+        self.trust = trust
+        self.source = _Side(cache_from, known.get(cache_from)) if cache_from else None
+        self.target = _Side(cache_to, known.get(cache_to)) if cache_to else None
+        if self.target is not None and trust.sign is None:
+            raise ValueError("a cache to write needs a signing key")
+        self.report = CacheReport()
+        self._warn = warn
+        self._guard = threading.Lock()
+
+    def _failed(self, side: _Side, err: Exception) -> None:
+        with self._guard:
+            if side.down is not None:
+                return
+            side.down = f"{side.ref}: {err}"
+            self.report.down.append(side.down)
+        self._warn(f"build cache {side.ref} not used for the rest of this run: {err}")
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def fetch(self, key: str, what: str, layout: OCILayout) -> LayerDescriptor | None:
+        """The layer stored under ``key``, its blob written into ``layout``; None on a miss, a refused entry or a
+        cache that is down (then the caller builds it)."""
+        side = self.source
+        if side is None or side.down is not None:
+            return None
+        try:
+            found = self._fetch(side, key, layout)
+        except CacheRefused as err:
+            with self._guard:
+                self.report.refused.append(f"{what}: {err}")
+            self._warn(f"build cache {side.ref}: the entry for {what} (key {key[:12]}) refused, built here "
+                       f"instead: {err}")
+            return None
+        except (RegistryError, OSError) as err:
+            self._failed(side, err)
+            return None
+        with self._guard:
+            if found is None:
+                self.report.misses += 1
+            else:
+                self.report.hits += 1
+        return found
+
+    def _fetch(self, side: _Side, key: str, layout: OCILayout) -> LayerDescriptor | None:
+        manifest = side.registry.get_manifest(side.repository, cache_tag(key))
+        if manifest is None:
+            return None
+        doc = manifest.json
+        layers = doc.get("layers") or []
+        if doc.get("artifactType") != ARTIFACT_TYPE or not layers or layers[0].get("mediaType") != ENVELOPE_MEDIA_TYPE:
+            raise CacheRefused("not a pinmatrix build cache entry")
+        envelope = side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=MAX_ENVELOPE)
+        layer = _entry_layer(self.trust.verify(envelope), key)
+        if not layout.intact_blob(layer.digest, layer.size):
+            _download(side, layer, layout)
+        return layer
+
+    # -- writing -------------------------------------------------------------------------------------------
+    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout) -> None:
+        """Store a layer built here under ``key``: its blob, then its signed entry (a cache that is down: one line)."""
+        side = self.target
+        if side is None or side.down is not None or self.trust.sign is None:
+            return
+        payload = json.dumps({"key": key, "layer": layer.to_json(), "what": what}, sort_keys=True).encode()
+        try:
+            path = layout.blob_path(layer.digest)
+            side.registry.push_blob_as(side.repository, layer.digest,
+                                       lambda: (open(path, "rb"), path.stat().st_size))  # noqa: SIM115 - the registry closes it
+            envelope = self.trust.sign(payload)
+            empty = b"{}"
+            side.registry.push_blob(side.repository, empty)
+            side.registry.push_blob(side.repository, envelope)
+            body = json.dumps(_entry_manifest(key, what, layer, envelope, empty), sort_keys=True,
+                              separators=(",", ":")).encode()
+            side.registry.put_manifest(side.repository, cache_tag(key),
+                                       Manifest(body=body, media_type=OCI_MANIFEST, digest=sha256_digest(body)))
+        except (RegistryError, OSError) as err:
+            self._failed(side, err)
+            return
+        with self._guard:
+            self.report.stored += 1
+
+    def mount_into(self, registry: Registry, repository: str, layers: list[LayerDescriptor]) -> int:
+        """Make the cache's blobs among ``layers`` present in ``repository`` of ``registry`` by a cross-repository
+        mount (no upload) when the cache is on that registry; how many were mounted. A failure leaves the push to
+        upload them."""
+        side = self.source
+        if side is None or side.down is not None or side.registry.host != registry.host:
+            return 0
+        mounted = 0
+        for layer in layers:
+            try:
+                if not registry.has_blob(side.repository, layer.digest):
+                    continue
+                mounted += registry.mount_blob(repository, layer.digest, side.repository) == "mounted"
+            except RegistryError:
+                return mounted
+        return mounted
+
+
+def _entry_manifest(key: str, what: str, layer: LayerDescriptor, envelope: bytes, empty: bytes) -> dict[str, Any]:
+    return {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
+        "config": {"mediaType": OCI_EMPTY, "digest": sha256_digest(empty), "size": len(empty)},
+        "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, "digest": sha256_digest(envelope), "size": len(envelope)},
+                   layer.as_oci()],
+        "annotations": {"io.pinmatrix.cache.key": key, "io.pinmatrix.cache.what": what[:200]},
+    }
+
+
+def _entry_layer(payload: bytes, key: str) -> LayerDescriptor:
+    """The layer a verified entry names, once the entry is known to be for ``key``."""
+    try:
+        doc = json.loads(payload)
+        if not isinstance(doc, dict) or not isinstance(doc.get("layer"), dict):
+            raise ValueError("no layer")
+        layer = LayerDescriptor.from_json(doc["layer"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise CacheRefused(f"the signed entry is not readable: {err}") from None
+    if doc.get("key") != key:
+        raise CacheRefused(f"the signed entry is for key {str(doc.get('key'))[:12]}, not this one")
+    if not layer.digest.startswith("sha256:") or layer.size < 0:
+        raise CacheRefused("the signed entry names no sha256 layer")
+    return layer
+
+
+def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout) -> None:
+    """The blob into the layout, hashed as it streams (a blob that is not its digest is refused, never kept)."""
+    target = layout.blob_path(layer.digest)
+    fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, side.registry.open_blob(side.repository, layer.digest) as reader:
+            for chunk in iter(reader.read, b""):
+                out.write(chunk)
+            if reader.read_bytes != layer.size:
+                raise CacheRefused(f"blob {layer.digest} is {reader.read_bytes} bytes, the entry says {layer.size}")
+        os.replace(tmp, target)
+    except RegistryError as err:
+        if "does not match its digest" in str(err):
+            raise CacheRefused(str(err)) from None
+        raise
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    layout.written(layer.digest, layer.size)

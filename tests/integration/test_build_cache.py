@@ -1,0 +1,251 @@
+"""The build cache in a real registry (docker-registry): a fresh cache folder and layout fetch every layer another
+machine stored under the same keys and build none; an entry that is unsigned, signed by a key not trusted, moved
+under another key's tag, or whose blob is not the signed digest is refused (one line) and the layer built; a cache
+that is down is one line and a normal build; a push to the cache's registry mounts the cache's blobs. The cells are
+test_assemble.py's (a base written there, wheels from an index on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from unit.image.assembly.test_assemble import Project, _serve
+from pep691 import serve_pages
+
+from pinmatrix.engine.services import Service
+from pinmatrix.hashing import sha256_digest
+from pinmatrix.image.assembly.assemble import Assembler
+from pinmatrix.image.build_cache import ENTRY_TYPE, BuildCache, cache_tag
+from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
+from pinmatrix.release.cache_signing import cache_trust
+from pinmatrix.release.signing import generate_keypair, load_public_key, load_signer, sign_envelope
+
+pytestmark = [pytest.mark.registry]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
+    pages: dict[str, bytes] = {}
+    with serve_pages(pages) as url:
+        p = Project(tmp_path / "p", url, monkeypatch)
+        _serve(pages, p)
+        yield p
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[Path, Path]:
+    private, public, _ = generate_keypair(tmp_path / "keys" / "signing")
+    return private, public
+
+
+def _cache(keys: tuple[Path, Path], address: str, repo: str, *, write: bool = True, read: bool = True,
+           lines: list[str] | None = None) -> BuildCache:
+    private, public = keys
+    trust = cache_trust([load_public_key(public)], private if write else None)
+    return BuildCache(trust, cache_from=f"{address}/{repo}" if read else None,
+                      cache_to=f"{address}/{repo}" if write else None,
+                      warn=(lines.append if lines is not None else lambda line: None))
+
+
+@contextmanager
+def _counting(assembler: Assembler) -> Iterator[list[str]]:
+    """The names of the layers ``assembler`` builds (not found in its cache folder nor fetched)."""
+    built: list[str] = []
+    original = assembler._cached_or_build
+
+    def counted(planned, build, epoch):  # noqa: ANN001, ANN202
+        def build_counted(writer):  # noqa: ANN001, ANN202
+            built.append(planned.name)
+            return build(writer)
+        return original(planned, build_counted, epoch)
+
+    assembler._cached_or_build = counted  # type: ignore[method-assign]
+    yield built
+
+
+def _fresh(project: Project, name: str, cache: BuildCache | None) -> Assembler:
+    """An assembler with a cache folder and a layout of its own: another machine."""
+    settings = dataclasses.replace(project.settings, cache_dir=project.tmp / name / "cache",
+                                   layout_dir=project.tmp / name / "oci")
+    assembler = Assembler(settings)
+    assembler.remote = cache
+    return assembler
+
+
+def _warm(project: Project, keys: tuple[Path, Path], address: str, repo: str) -> tuple[list[str], object]:
+    """The first machine: builds the cell and stores every layer."""
+    writer = _fresh(project, "first", _cache(keys, address, repo, read=False))
+    with _counting(writer) as built:
+        image = project.assemble(assembler=writer)
+    assert built and writer.remote is not None
+    return built, image
+
+
+def test_a_fresh_machine_fetches_every_layer_from_a_warm_cache_and_builds_none(
+        project: Project, keys: tuple[Path, Path], docker_registry: Service) -> None:
+    built, first = _warm(project, keys, docker_registry.address, "cache/warm")
+    cache = _cache(keys, docker_registry.address, "cache/warm", write=False)
+    second = _fresh(project, "second", cache)
+    with _counting(second) as rebuilt:
+        image = project.assemble(assembler=second)
+    assert rebuilt == []
+    assert image.digest == first.digest  # type: ignore[attr-defined]
+    assert all(p.fetched for p in image.layers[1:] if not p.name.startswith("wheels:"))
+    assert cache.report.hits >= len(set(built)) - 1 and cache.report.refused == [] and cache.report.down == []
+
+
+def test_without_the_cache_the_same_fresh_machine_builds_every_layer(project: Project, keys: tuple[Path, Path],
+                                                                     docker_registry: Service) -> None:
+    _warm(project, keys, docker_registry.address, "cache/none")
+    second = _fresh(project, "second", None)
+    with _counting(second) as rebuilt:
+        project.assemble(assembler=second)
+    assert "venv" in rebuilt and any(n.startswith("wheel:") for n in rebuilt)
+
+
+def _entry(registry: Registry, repo: str, key: str) -> tuple[dict[str, object], bytes]:
+    manifest = registry.get_manifest(repo, cache_tag(key))
+    assert manifest is not None
+    doc = manifest.json
+    return doc, registry.get_blob(repo, doc["layers"][0]["digest"])
+
+
+def _put_entry(registry: Registry, repo: str, key: str, doc: dict[str, object], envelope: bytes) -> None:
+    """The entry under ``key``'s tag with ``envelope`` in place of its own (as anyone who can push could)."""
+    registry.push_blob(repo, envelope)
+    layers = list(doc["layers"])  # type: ignore[call-overload]
+    layers[0] = {**layers[0], "digest": sha256_digest(envelope), "size": len(envelope)}
+    body = json.dumps({**doc, "layers": layers}).encode()
+    registry.put_manifest(repo, cache_tag(key), Manifest(body, OCI_MANIFEST, sha256_digest(body)))
+
+
+def _poisoned_run(project: Project, keys: tuple[Path, Path], address: str, repo: str,
+                  forge) -> tuple[list[str], list[str], BuildCache, str]:  # noqa: ANN001
+    """Warm the cache, forge the venv layer's entry with ``forge(envelope, payload, other_key) -> envelope``, then
+    build on a fresh machine: (what it built, the lines it said, the cache, the venv key)."""
+    _, first = _warm(project, keys, address, repo)
+    registry = Registry(address)
+    layers = {p.name: p.key for p in first.layers}  # type: ignore[attr-defined]
+    doc, envelope = _entry(registry, repo, layers["venv"])
+    payload = base64.b64decode(json.loads(envelope)["payload"])
+    _put_entry(registry, repo, layers["venv"], doc, forge(envelope, payload, layers["smoke"]))
+    lines: list[str] = []
+    cache = _cache(keys, address, repo, write=False, lines=lines)
+    second = _fresh(project, "second", cache)
+    with _counting(second) as rebuilt:
+        project.assemble(assembler=second)
+    return rebuilt, lines, cache, layers["venv"]
+
+
+def _unsigned(envelope: bytes, payload: bytes, other: str) -> bytes:
+    doc = json.loads(envelope)
+    return json.dumps({**doc, "signatures": []}).encode()
+
+
+def _payload_with_another_digest(envelope: bytes, payload: bytes, other: str) -> bytes:
+    entry = json.loads(payload)
+    entry["layer"]["digest"] = "sha256:" + "0" * 64  # the right key, another digest; the signature left as it was
+    return json.dumps({**json.loads(envelope), "payload": base64.b64encode(json.dumps(entry).encode()).decode()}).encode()
+
+
+@pytest.mark.parametrize(("forge", "said"), [
+    (_unsigned, "carries no signature"),
+    (_payload_with_another_digest, "does not verify"),
+])
+def test_a_poisoned_entry_is_refused_in_one_line_and_its_layer_built(
+        project: Project, keys: tuple[Path, Path], docker_registry: Service, forge, said: str) -> None:  # noqa: ANN001
+    rebuilt, lines, cache, _ = _poisoned_run(project, keys, docker_registry.address, f"cache/{forge.__name__[1:]}",
+                                             forge)
+    assert rebuilt == ["venv"]
+    assert len(lines) == 1 and "venv" in lines[0] and said in lines[0] and "\n" not in lines[0]
+    assert len(cache.report.refused) == 1
+
+
+def test_an_entry_signed_by_a_key_not_trusted_is_refused(project: Project, keys: tuple[Path, Path],
+                                                         docker_registry: Service, tmp_path: Path) -> None:
+    other, _, _ = generate_keypair(tmp_path / "other" / "signing")
+    signer = load_signer(other)
+
+    def foreign(envelope: bytes, payload: bytes, key: str) -> bytes:
+        return json.dumps(sign_envelope(payload, signer, ENTRY_TYPE)).encode()
+
+    rebuilt, lines, _, _ = _poisoned_run(project, keys, docker_registry.address, "cache/foreign", foreign)
+    assert rebuilt == ["venv"] and "untrusted" in lines[0]
+
+
+def test_a_signed_entry_moved_under_another_keys_tag_is_refused(project: Project, keys: tuple[Path, Path],
+                                                                docker_registry: Service) -> None:
+    signer = load_signer(keys[0])
+
+    def moved(envelope: bytes, payload: bytes, other_key: str) -> bytes:
+        entry = json.loads(payload)
+        entry["key"] = other_key  # a genuine entry, of another layer (the smoke layer's), signed by the project
+        return json.dumps(sign_envelope(json.dumps(entry).encode(), signer, ENTRY_TYPE)).encode()
+
+    rebuilt, lines, _, venv_key = _poisoned_run(project, keys, docker_registry.address, "cache/moved", moved)
+    assert rebuilt == ["venv"] and "not this one" in lines[0] and venv_key[:12] in lines[0]
+
+
+def test_a_blob_that_is_not_the_signed_digest_is_refused(project: Project, keys: tuple[Path, Path],
+                                                         docker_registry: Service,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _, first = _warm(project, keys, docker_registry.address, "cache/blob")
+    layer_blobs = {p.descriptor.digest for p in first.layers if p.descriptor}  # type: ignore[attr-defined]
+    original = Registry.open_blob
+
+    @contextmanager
+    def other_bytes(self, repository, digest):  # noqa: ANN001, ANN202 - a registry that serves other layer bytes
+        with original(self, repository, digest) as reader:
+            if digest in layer_blobs:
+                reader._raw = _Tampered(reader._raw)
+            yield reader
+
+    monkeypatch.setattr(Registry, "open_blob", other_bytes)
+    lines: list[str] = []
+    second = _fresh(project, "second", _cache(keys, docker_registry.address, "cache/blob", write=False, lines=lines))
+    with _counting(second) as rebuilt:
+        project.assemble(assembler=second)
+    assert "venv" in rebuilt and lines and all("does not match its digest" in line for line in lines)
+    assert not any(p.name.startswith(".fetch-") for p in second.layout.blobs.iterdir())
+
+
+class _Tampered:
+    def __init__(self, raw) -> None:  # noqa: ANN001
+        self.raw, self.first = raw, True
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.raw.read(size)
+        if chunk and self.first:
+            self.first = False
+            return bytes([chunk[0] ^ 1]) + chunk[1:]
+        return chunk
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def test_a_cache_that_is_down_is_one_line_and_a_normal_build(project: Project, keys: tuple[Path, Path]) -> None:
+    lines: list[str] = []
+    cache = _cache(keys, "127.0.0.1:9", "cache/down", lines=lines)  # the discard port: nothing listens
+    assembler = _fresh(project, "down", cache)
+    with _counting(assembler) as built:
+        image = project.assemble(assembler=assembler)
+    assert image.digest and "venv" in built
+    assert len(lines) == 2 and all("not used for the rest of this run" in line for line in lines), lines
+    assert len(cache.report.down) == 2
+
+
+def test_a_push_to_the_caches_registry_mounts_the_cached_blobs(project: Project, keys: tuple[Path, Path],
+                                                               docker_registry: Service) -> None:
+    _, first = _warm(project, keys, docker_registry.address, "cache/mount")
+    registry = Registry(docker_registry.address)
+    cache = _cache(keys, docker_registry.address, "cache/mount", write=False)
+    layers = [p.descriptor for p in first.layers[1:] if p.descriptor is not None]  # type: ignore[attr-defined]
+    assert cache.mount_into(registry, "pushed/cell", layers) == len({d.digest for d in layers})
+    assert all(registry.has_blob("pushed/cell", d.digest) for d in layers)
+    assert cache.mount_into(registry, "pushed/cell", layers) == 0  # there already: nothing mounted again
