@@ -22,6 +22,10 @@ PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("matrix: read, check and expand matrix.toml", (
         ("validate", "check matrix.toml and report every problem with its line"),
         ("cells", "list the matrix's cells with ids, pins, arch flags, patches and known issues"))),
+    ("upgrade: the next upgrade, read from the packages themselves", (
+        ("outdated", "list the newer releases of every pinned package axis per stack, with their upload dates"),
+        ("propose", "propose coherent candidate cells that move coupled pins together, each locked or pruned "
+                    "with the reason"))),
     ("lock: pin every cell with hashes", (
         ("lock", "lock each cell with uv into locks/<cell-id>.txt (pins + sha256 hashes)"),)),
     ("image: assemble one OCI image per cell", (

@@ -113,6 +113,7 @@ FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"engine"}),
     frozenset({"registry"}),
     frozenset({"lock"}),
+    frozenset({"upgrade"}),
     frozenset({"image"}),
     frozenset({"archscan"}),
     frozenset({"smoke"}),
