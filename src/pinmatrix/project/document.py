@@ -36,7 +36,6 @@ class _Refused(Exception):
     """The problems found so far (one line each); load_document raises them as the caller's error."""
 
     def __init__(self, lines: list[str]) -> None:
-        super().__init__(lines[0])
         self.lines = lines
 
 

@@ -156,6 +156,24 @@ def test_the_caller_words_the_key() -> None:
     assert refusal(GOOD, key=lambda err: "", max_bytes=10).endswith("(10 bytes)")
 
 
+def test_a_file_is_read_no_further_than_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "doc.toml"
+    path.write_text(GOOD + "#" * 100 + "\n")
+    asked: list[int | None] = []
+    real_open = Path.open
+
+    def recording_open(self: Path, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - Path.open's own
+        handle = real_open(self, *args, **kwargs)
+        real_read = handle.read
+        handle.read = lambda size=-1: asked.append(size) or real_read(size)  # type: ignore[method-assign]
+        return handle
+
+    monkeypatch.setattr(Path, "open", recording_open)
+    with pytest.raises(MineError, match=r"bytes is more than x may have \(50 bytes\)$"):
+        load_document(path, Doc, what="x", error=MineError, max_bytes=50)
+    assert asked == [51]  # one byte past the bound says it is too large; the rest is never read
+
+
 def test_document_text_is_the_text_load_document_reads(tmp_path: Path) -> None:
     path = tmp_path / "doc.toml"
     path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
@@ -163,6 +181,11 @@ def test_document_text_is_the_text_load_document_reads(tmp_path: Path) -> None:
     with pytest.raises(MatrixError) as err:
         document_text(path, what="a test document", max_bytes=10, problems=MatrixError)
     assert err.value.lines() == [f"{path}: {len(GOOD) + 3} bytes is more than a test document may have (10 bytes)"]
+    with pytest.raises(MineError, match=rf"^{tmp_path}/absent.toml: no such file$"):
+        document_text(tmp_path / "absent.toml", what="x", error=MineError)
+    path.write_bytes(b'title = "t"\n\xff\n')
+    with pytest.raises(MineError, match=rf"^{path}:2: not UTF-8: byte 0xff at offset 12$"):
+        document_text(path, what="x", error=MineError)
 
 
 def test_a_table_inside_an_array_of_tables_is_located() -> None:
