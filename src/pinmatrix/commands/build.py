@@ -25,15 +25,17 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.image.assembly.assemble import describe
 from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.build import CellBuilder, build_all
+from pinmatrix.image.build_cache import BuildCache
 from pinmatrix.image.settings import BuildSettings, CellBuildResult, needs_containerfile
 from pinmatrix.imageref import image_ref
 from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.selection import load
 from pinmatrix.oci.compression import LayerCompression, choose, for_consumer, requested
-from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, OCI_DIR
+from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, OCI_DIR, public_key, signing_key
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
+from pinmatrix.release.cache_signing import project_cache_trust
 from pinmatrix.sizes import parse_size
 
 
@@ -87,6 +89,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metadata-file", type=Path, metavar="FILE",
                    help="write what was built as JSON to FILE: an object keyed by cell id, each with its ref, "
                         "manifest digest, layers, status and log")
+    p.add_argument("--cache-from", metavar="HOST/REPOSITORY",
+                   help="a build cache in a registry: each layer stored there under its key (signed with a trusted "
+                        "key, re-hashed to its digest) is fetched instead of built; a cache that is down is one line")
+    p.add_argument("--cache-to", metavar="HOST/REPOSITORY",
+                   help="store each layer built here in that build cache, its entry signed with the project's key "
+                        "(pinmatrix keygen, or PINMATRIX_SIGNING_KEY)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help=f"wheels, layer records, rootfs (default: {CACHE_DIR} next to the matrix)")
@@ -170,12 +178,14 @@ def run(args: argparse.Namespace) -> int:
     where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
     console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
                   f"logs in {settings.logs_dir}")
-    results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems)
+    cache = _build_cache(args, root)
+    results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems, cache)
     console.print(summary_table(results))
     failed = [r for r in results if not r.ok]
     built = sum(r.status == "built" for r in results)
     cached = sum(r.status == "cached" for r in results)
-    print(f"{built} built, {cached} cached, {len(failed)} failed", file=sys.stderr)
+    print(f"{built} built, {cached} cached, {len(failed)} failed"
+          + (f"; {cache.report.describe()}" if cache else ""), file=sys.stderr)
     data = [r.to_json() for r in results]
     if args.metadata_file:  # keyed by cell id, as `docker buildx bake --metadata-file` keys by target
         atomic_write_text(args.metadata_file, json.dumps({r["cell"]: r for r in data}, indent=1) + "\n")
@@ -205,6 +215,15 @@ def _targets(args: argparse.Namespace, wanted: LayerCompression | None, matrix_e
     return settings, engine, registry
 
 
+def _build_cache(args: argparse.Namespace, root: Path) -> BuildCache | None:
+    """--cache-from / --cache-to: the build cache, its entries checked with the trusted keys, signed with ours."""
+    if not args.cache_from and not args.cache_to:
+        return None
+    trust = project_cache_trust(reading=bool(args.cache_from), writing=bool(args.cache_to),
+                                private=signing_key(root), public=public_key(root))
+    return BuildCache(trust, cache_from=args.cache_from, cache_to=args.cache_to)
+
+
 def _compression(wanted: LayerCompression | None, engine: OCIEngine | None, load_images: bool) -> LayerCompression:
     """``--compression`` for the engine that loads the images (asked whether it reads zstd only then)."""
     loading = engine if engine is not None and load_images else None
@@ -212,7 +231,8 @@ def _compression(wanted: LayerCompression | None, engine: OCIEngine | None, load
 
 
 def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildSettings, registry: Registry | None,
-                   jobs: int, console: Console, lock_problems: dict[str, str]) -> list[CellBuildResult]:
+                   jobs: int, console: Console, lock_problems: dict[str, str],
+                   cache: BuildCache | None = None) -> list[CellBuildResult]:
     """``build_all`` with a progress display: cells done / cached / failed and what each running cell does."""
     counts = {"built": 0, "cached": 0, "failed": 0}
     guard = threading.Lock()
@@ -245,7 +265,7 @@ def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildS
     progress.update(overall, description=headline())
     with progress:
         return build_all(cells, engine, settings, registry, jobs, console, lock_problems,
-                         on_result=on_result, on_step=on_step)
+                         on_result=on_result, on_step=on_step, cache=cache)
 
 
 def summary_table(results: list[CellBuildResult]) -> Table:
