@@ -12,13 +12,12 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import pushing
+from pinmatrix.commands._tables import TableData, add_format_argument, console, output_format, print_table, table_format
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
@@ -36,6 +35,7 @@ from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, OCI_DIR, public_key, sign
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.cache_signing import project_cache_trust
+from pinmatrix.report.github_actions import build_annotations
 from pinmatrix.sizes import parse_size
 
 
@@ -96,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="store each layer built here in that build cache, its entry signed with the project's key "
                         "(pinmatrix keygen, or PINMATRIX_SIGNING_KEY)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    add_format_argument(p)
     p.add_argument("--cache-dir", type=Path, default=None,
                    help=f"wheels, layer records, rootfs (default: {CACHE_DIR} next to the matrix)")
     p.add_argument("--layout", type=Path, default=None, help=f"the OCI layout (default: {OCI_DIR})")
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("--jobs must be at least 1")
     wanted = requested(args.compression)  # a bad --compression is refused before any lock or build
     root = Path(matrix.root)
-    console = Console(stderr=True, highlight=False, markup=False)
+    err = console(sys.stderr)
     registry_setting = args.registry or matrix.settings.registry or None
     settings = settings_for(args, root, registry_setting, list(matrix.settings.ca_certificates),
                             bool(getattr(matrix.settings, "ca_certificates_in_images", False)))
@@ -168,19 +169,19 @@ def run(args: argparse.Namespace) -> int:
         lock_problems = {c.id: f"no lock: run `pinmatrix lock -k {c.id}`" for c in cells
                          if not lock_path(c, root).is_file()}
     else:
-        lock_problems = _ensure_locks(cells, LockSettings.of(matrix), console)
+        lock_problems = _ensure_locks(cells, LockSettings.of(matrix), err)
     if args.print_plan:
         # auto without starting an engine: zstd for podman, which always reads it, else gzip
         plan_compression = wanted or for_consumer((args.engine or matrix.settings.engine) == "podman")
         return _print_plan(cells, replace(settings, compression=plan_compression), lock_problems)
     settings, engine, registry = _targets(args, wanted, matrix.settings.engine, registry_setting, settings, cells,
-                                          console)
+                                          err)
     where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
-    console.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
+    err.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
                   f"logs in {settings.logs_dir}")
     cache = _build_cache(args, root)
-    results = _with_progress(cells, engine, settings, registry, args.jobs, console, lock_problems, cache)
-    console.print(summary_table(results))
+    results = _with_progress(cells, engine, settings, registry, args.jobs, err, lock_problems, cache)
+    print_table(summary_table(results), table_format(args, sys.stderr), sys.stderr)  # JSON goes to stdout
     failed = [r for r in results if not r.ok]
     built = sum(r.status == "built" for r in results)
     cached = sum(r.status == "cached" for r in results)
@@ -189,8 +190,10 @@ def run(args: argparse.Namespace) -> int:
     data = [r.to_json() for r in results]
     if args.metadata_file:  # keyed by cell id, as `docker buildx bake --metadata-file` keys by target
         atomic_write_text(args.metadata_file, json.dumps({r["cell"]: r for r in data}, indent=1) + "\n")
-    if args.json:
+    if output_format(args) == "json":
         print(json.dumps(data, indent=1))
+    for line in build_annotations(failed, str(args.matrix)):  # under GitHub Actions only
+        print(line, file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -268,14 +271,12 @@ def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildS
                          on_result=on_result, on_step=on_step, cache=cache)
 
 
-def summary_table(results: list[CellBuildResult]) -> Table:
-    table = Table(title=f"{len(results)} cells")
-    for name, kw in (("cell", {"no_wrap": True}), ("name", {"overflow": "fold"}), ("status", {"no_wrap": True}),
-                     ("time", {"justify": "right", "no_wrap": True}), ("image / reason", {"overflow": "fold"})):
-        table.add_column(name, **kw)  # type: ignore[arg-type]
+def summary_table(results: list[CellBuildResult]) -> TableData:
+    table = TableData(f"{len(results)} cells", ("cell", "name", "status", "time", "image / reason"),
+                      right=frozenset({"time"}))
     for r in results:
         status = r.status + (f" ({r.cached_in})" if r.cached_in else "")
         detail = f"{r.reason} (log: {r.log})" if r.reason else (r.digest or r.image_id or "")[:19]
         style = "red" if r.status == "failed" else ("green" if r.status == "built" else None)
-        table.add_row(*(Text(v) for v in (r.cell.id, r.cell.name, status, f"{r.seconds:.1f}s", detail)), style=style)
+        table.add(r.cell.id, r.cell.name, status, f"{r.seconds:.1f}s", detail, style=style)
     return table

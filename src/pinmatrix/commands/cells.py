@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
-from rich.table import Table
-
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
+from pinmatrix.commands._tables import TableData, add_format_argument, output_format, print_table
 from pinmatrix.matrix.beyond_index import group_needs
 from pinmatrix.matrix.selection import load
 
@@ -27,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_matrix_argument(p)
     add_selection_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON: {cells: [...], pruned: [...]}")
+    add_format_argument(p)
     p.add_argument("--pruned", action="store_true", help="also list pruned combinations with the rule that pruned them")
     p.add_argument("--ids", action="store_true", help="print only the selected cells' ids, one per line")
     p.set_defaults(func=run)
@@ -39,29 +38,27 @@ def run(args: argparse.Namespace) -> int:
         for c in cells:
             print(c.id)
         return 0
-    pruned = [p for p in expansion.pruned if args.stack in (None, p.stack)] if args.pruned or args.json else []
-    if args.json:
+    fmt = output_format(args)
+    pruned = [p for p in expansion.pruned if args.stack in (None, p.stack)] if args.pruned or fmt == "json" else []
+    if fmt == "json":
         print(json.dumps({"cells": [c.to_dict() for c in cells], "pruned": [p.to_dict() for p in pruned]},
                          indent=2, sort_keys=True))
         return 0
-    console = Console(highlight=False, markup=False, soft_wrap=True)
-    table = Table(title=f"{len(cells)} cells", show_lines=False)
-    for col in ("id", "name", "arch", "patches", "known issues"):
-        table.add_column(col, overflow="fold")
+    table = TableData(f"{len(cells)} cells", ("id", "name", "arch", "patches", "known issues"))
     for c in cells:
         patches = ", ".join(f"{p.id} ({p.status})" for p in c.patches) or "-"
         issues = ", ".join(k.id for k in c.known_issues) or "-"
-        table.add_row(c.id, c.name, " ".join(c.arch_flags) or "-", patches, issues)
-    console.print(table)
+        table.add(c.id, c.name, " ".join(c.arch_flags) or "-", patches, issues)
+    print_table(table, fmt)
+    lines: list[str] = []
     needs = group_needs(cells)
     if needs:
-        console.print(f"\n{sum(1 for c in cells if c.needs)} cells need more than a lock from the default index:")
-        for need in needs:
-            console.print(f"  {need.line()}")
+        lines += [f"\n{sum(1 for c in cells if c.needs)} cells need more than a lock from the default index:"]
+        lines += [f"  {need.line()}" for need in needs]
     if args.pruned:
-        console.print(f"\n{len(pruned)} pruned combinations:")
+        lines.append(f"\n{len(pruned)} pruned combinations:")
         for p in pruned:
-            console.print(f"  {p.name}")
-            for reason in p.reasons:
-                console.print(f"      - {reason}")
+            lines += [f"  {p.name}", *(f"      - {reason}" for reason in p.reasons)]
+    for line in lines:
+        print(line)
     return 0

@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     counts = outcome.report.counts
     summary = ", ".join(f"{counts[s]} {STATUS_LABELS[s]}" for s in sorted(counts, key=SEVERITY.__getitem__))
     say(f"{len(outcome.report.cells)} cells: {summary or 'none'}")
+    for line in outcome.annotations:  # GitHub Actions reads workflow commands from stdout and stderr
+        say(line)
     if args.json:
         print(json.dumps(report_to_dict(outcome.report), indent=2, sort_keys=True))
     if outcome.failing:
@@ -141,7 +143,7 @@ def report_settings(args: argparse.Namespace) -> tuple[ReportSettings, list[Cell
         stacks=tuple(args.stack) if args.stack else None, pivot=_pivot(args.pivot), log_roots=tuple(log_roots(args)),
         catalogue=_catalogue(matrix_path), required=required, descriptions=descriptions,
         arch_scans=tuple(args.arch_scan), screenshot=args.screenshot, screenshot_at=args.screenshot_at,
-        fail_on=args.fail_on)
+        fail_on=args.fail_on, matrix_file=str(matrix_path or "matrix.toml"))
     return settings, cells
 
 

@@ -12,8 +12,9 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.paths import REPORT_DIR
 from pinmatrix.report.archscan import arch_scan_tables, load_arch_scans
 from pinmatrix.report.browser import screenshot_file
+from pinmatrix.report.github_actions import append_step_summary, report_annotations, under_github
 from pinmatrix.report.model import SEVERITY, CellRow, Report, build_report
-from pinmatrix.report.write import write_reports
+from pinmatrix.report.write import render, write_reports
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.statuses import FORMATS
 
@@ -34,6 +35,7 @@ class ReportSettings:
     screenshot: Path | None = None  # a PNG of index.html (needs the html format)
     screenshot_at: str = ""  # appended to the page's URL for the screenshot
     fail_on: str | None = None  # a status: cells at or past it make the report fail
+    matrix_file: str = "matrix.toml"  # what GitHub annotations point at
 
     def __post_init__(self) -> None:
         if self.screenshot is not None and "html" not in self.formats:
@@ -46,11 +48,13 @@ class ReportOutcome:
     paths: dict[str, Path]  # format -> the file written
     screenshot: tuple[int, int] | None = None  # its width and height
     failing: list[CellRow] = field(default_factory=list)  # cells at or past fail_on
+    annotations: list[str] = field(default_factory=list)  # GitHub Actions workflow commands, to print on stdout
 
 
 def publish(settings: ReportSettings, records: Sequence[SmokeRecord]) -> ReportOutcome:
     """The report of ``records`` joined with the cells, written in every format asked for (each file whole or
-    not at all), with its screenshot; the cells at or past ``fail_on``."""
+    not at all), with its screenshot; the cells at or past ``fail_on``. Under GitHub Actions, the Markdown summary
+    is appended to the job's summary and the failed smokes become annotations (``report.github_actions``)."""
     report = build_report(records, settings.cells, stack=settings.stacks, pivot=settings.pivot, title=settings.title,
                           log_roots=settings.log_roots, catalogue=settings.catalogue, required=settings.required,
                           descriptions=settings.descriptions)
@@ -59,6 +63,9 @@ def publish(settings: ReportSettings, records: Sequence[SmokeRecord]) -> ReportO
     outcome = ReportOutcome(report, write_reports(report, settings.out, settings.formats))
     if settings.screenshot is not None:
         outcome.screenshot = screenshot_file(outcome.paths["html"], settings.screenshot, suffix=settings.screenshot_at)
+    if under_github():
+        outcome.annotations = report_annotations(report, settings.matrix_file)
+        append_step_summary(render(report, "md"))
     if settings.fail_on:
         outcome.failing = [c for c in report.cells if SEVERITY[c.status] >= SEVERITY[settings.fail_on]]
     return outcome
