@@ -179,14 +179,13 @@ def run(args: argparse.Namespace) -> int:
     where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
     err.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
                   f"logs in {settings.logs_dir}")
-    cache = _build_cache(args, root)
-    results = _with_progress(cells, engine, settings, registry, args.jobs, err, lock_problems, cache)
+    results = _with_progress(cells, engine, settings, registry, args.jobs, err, lock_problems,
+                             _build_cache(args, root))
     print_table(summary_table(results), table_format(args, sys.stderr), sys.stderr)  # JSON goes to stdout
     failed = [r for r in results if not r.ok]
     built = sum(r.status == "built" for r in results)
     cached = sum(r.status == "cached" for r in results)
-    print(f"{built} built, {cached} cached, {len(failed)} failed"
-          + (f"; {cache.report.describe()}" if cache else ""), file=sys.stderr)
+    print(f"{built} built, {cached} cached, {len(failed)} failed", file=sys.stderr)
     data = [r.to_json() for r in results]
     if args.metadata_file:  # keyed by cell id, as `docker buildx bake --metadata-file` keys by target
         atomic_write_text(args.metadata_file, json.dumps({r["cell"]: r for r in data}, indent=1) + "\n")
@@ -267,8 +266,11 @@ def _with_progress(cells: list[Cell], engine: OCIEngine | None, settings: BuildS
 
     progress.update(overall, description=headline())
     with progress:
-        return build_all(cells, engine, settings, registry, jobs, console, lock_problems,
-                         on_result=on_result, on_step=on_step, cache=cache)
+        results = build_all(cells, engine, settings, registry, jobs, console, lock_problems,
+                            on_result=on_result, on_step=on_step, cache=cache)
+    if cache is not None:
+        console.print(cache.report.describe())
+    return results
 
 
 def summary_table(results: list[CellBuildResult]) -> TableData:
