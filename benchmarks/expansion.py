@@ -29,7 +29,7 @@ def write_matrix(root: Path) -> Path:
     bravo = ", ".join(f'"2.{i}"' for i in range(10))
     text = f"""
 [matrix]
-python = "3.12"
+python = "3.13"
 [patches.p]
 package = "xformers"
 applies_to = ">=0.0.28,<=0.0.35"
