@@ -36,7 +36,7 @@ class CellOutcome:
 @dataclass
 class Proposal:
     candidate: Candidate
-    status: Literal["locked", "pruned"]
+    status: Literal["locked", "pruned", "not-locked"]  # not-locked: uv could not ask an index (no verdict)
     reasons: list[str] = field(default_factory=list)
     cells: list[CellOutcome] = field(default_factory=list)
 
@@ -122,7 +122,10 @@ def propose(matrix: Matrix, cands: list[Candidate], now: datetime, lock_dir: Pat
                 done.append(CellOutcome(cell.id, cell.name, res.ok, res.reason,
                                         res.path if res.ok and scratch is None else None, patch_words(cell)))
             failed = [f"{o.name}: {o.reason}" for o in done if not o.locked]
-            out.append(Proposal(cand, "pruned" if failed else "locked", failed, done))
+            unresolvable = any("No solution found" in o.reason for o in done if not o.locked)
+            status: Literal["locked", "pruned", "not-locked"] = (
+                "locked" if not failed else "pruned" if unresolvable else "not-locked")
+            out.append(Proposal(cand, status, failed, done))
         return out
     finally:
         if scratch is not None:
@@ -136,7 +139,7 @@ def proposal_lines(proposals: list[Proposal]) -> list[str]:
         lines.append(f"{c.stack}: {c.label}: {p.status.upper()}")
         lines.append(f"    pinmatrix cells --stack {c.stack} {' '.join(c.sets)}")
         lines += [f"    because {w}" for w in c.why]
-        lines += [f"    pruned: {r}" for r in p.reasons]
+        lines += [f"    {'pruned' if p.status == 'pruned' else 'not locked'}: {r}" for r in p.reasons]
         for o in p.cells:
             lines.append(f"    cell {o.id} {o.name}: {'locked' if o.locked else 'not locked'}")
             lines += [f"        patch {w}" for w in o.patches]
