@@ -8,6 +8,7 @@ import json
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import MatrixError
 from pinmatrix.matrix.beyond_index import group_needs
+from pinmatrix.matrix.compat import hand_rule_disagreements, rules_for
 from pinmatrix.matrix.selection import validate_matrix
 
 
@@ -53,4 +54,6 @@ def _check(args: argparse.Namespace, *, as_json: bool = False) -> int:
           f"{len(expansion.pruned)} pruned combinations")
     for need in group_needs(expansion.cells):
         print(f"needs: {need.line()}")
+    for line in hand_rule_disagreements(rules_for(matrix.root, matrix.settings.python)):
+        print(f"disagrees: {line}")  # the wheel's own pin wins in expansion; the hand rule is to be corrected
     return 0
