@@ -83,7 +83,7 @@ class TableData:
         for header in self.headers:
             table.add_column(header, overflow="fold", justify="right" if header in self.right else "left")
         for row, style in zip(self.rows, self.styles):
-            table.add_row(*(Text(v) for v in row), style=style)
+            table.add_row(*(Text(terminal_text(v)) for v in row), style=style)
         return table
 
 

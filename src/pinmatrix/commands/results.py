@@ -9,11 +9,11 @@ from pathlib import Path
 
 from pinmatrix.ci.dispatch import bind_import, read_dispatch
 from pinmatrix.commands._common import add_selection_arguments, examples, read_input
+from pinmatrix.commands._tables import TableData, add_format_argument, output_format, print_table
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.keyword import compile_keyword
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.results.storefile import ResultsError
-from pinmatrix.sanitize import terminal_text
 from pinmatrix.statuses import STATUSES
 
 
@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run", metavar="RUN_ID", help="only this run")
     p.add_argument("--latest", action="store_true", help="newest record per cell x host x smoke")
     p.add_argument("--json", action="store_true", help="print the matching records as JSON")
+    add_format_argument(p)
     p.add_argument("--import", dest="import_files", type=Path, nargs="+", metavar="FILE",
                    help="import JSON files written by --json or `pinmatrix smoke --json` (- reads stdin)")
     p.add_argument("--dispatch", type=Path, metavar="FILE",
@@ -67,18 +68,21 @@ def run(args: argparse.Namespace) -> int:
                                            f"--cell {' '.join(args.cell)}" if args.cell else "",
                                            f"-k {args.keyword!r}" if args.keyword else ""]))
         raise PinmatrixError(f"no recorded cell matches {asked} in {args.results}")
-    if args.json:
+    fmt = output_format(args)
+    if fmt == "json":
         json.dump([r.to_dict() for r in records], sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
     if not records:
         print("no results")
         return 0
-    print(f"{'status':8} {'smoke':40} {'cell':12} {'host':12} {'class':24} {'secs':>7}  reason")
+    table = TableData(f"{len(records)} record(s)", ("status", "smoke", "cell", "host", "class", "secs", "reason"),
+                      right=frozenset({"secs"}))
     for r in records:
         reason = r.reason if len(r.reason) <= 100 else r.reason[:97] + "..."
-        print(terminal_text(f"{r.status:8} {r.smoke:40} {r.cell_id:12} {r.host.id:12} {r.failure_class or '-':24} "
-                            f"{r.duration_s:7.1f}  {reason}"))
+        table.add(r.status, r.smoke, r.cell_id, r.host.id, r.failure_class or "-", f"{r.duration_s:.1f}", reason,
+                  style="red" if r.status in ("fail", "degraded") else None)
+    print_table(table, fmt)
     return 0
 
 

@@ -9,10 +9,12 @@ import io
 import json
 
 import pytest
+from report_data import make_cell, rec
 
 from conftest import REPO
 from pinmatrix.cli import main
 from pinmatrix.commands._tables import TableData, add_format_argument, output_format, print_table, table_format
+from pinmatrix.results.store import ResultsStore
 
 
 class _Tty(io.StringIO):
@@ -81,3 +83,16 @@ def test_cells_format_json_is_the_json_flag(capsys: pytest.CaptureFixture[str]) 
     by_format = json.loads(capsys.readouterr().out)
     assert main(["cells", str(REPO / "matrix.toml"), "--stack", "demo", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == by_format and len(by_format["cells"]) == 4
+
+
+def test_results_prints_a_plain_line_per_record_and_json_by_format(tmp_path, capsys) -> None:  # noqa: ANN001
+    cell = make_cell("c1", "st", {"torch": "2.9"})
+    store = tmp_path / "r.sqlite"
+    ResultsStore(store).record_many([rec(cell, "boundary", "fail", reason="x" * 90, failure_class="oom"),
+                                     rec(cell, "host-probe", "pass")])
+    assert main(["results", "--results", str(store), "--format", "plain"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2 record(s)" and len(lines) == 4
+    assert lines[1].split() == ["status", "smoke", "cell", "host", "class", "secs", "reason"]
+    assert main(["results", "--results", str(store), "--format", "json"]) == 0
+    assert sorted(r["smoke"] for r in json.loads(capsys.readouterr().out)) == ["boundary", "host-probe"]
