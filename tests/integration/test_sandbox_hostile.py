@@ -28,7 +28,14 @@ ESCAPES = '''
 import json, os
 from _smokelib import Context, main
 
-SMOKES = {"escape": {"func": "escape", "description": "tries to write outside its image", "timeout_s": 60}}
+SMOKES = {"escape": {"func": "escape", "description": "tries to write outside its image", "timeout_s": 60},
+          "hang": {"func": "hang", "description": "hangs until its timeout", "timeout_s": 600}}
+
+
+def hang(ctx: Context) -> None:
+    import time
+    print("hanging", flush=True)
+    time.sleep(600)
 
 
 def escape(ctx: Context) -> None:
@@ -67,12 +74,13 @@ def base() -> Any:
 
 
 def _smoke(setup: dict[str, Any], tmp: Path, runtime: str, who: str, image: str, *,
-           env: dict[str, str] | None = None) -> Any:
+           env: dict[str, str] | None = None, smoke: str = "escape", more: tuple[str, ...] = ()) -> Any:
     readable(setup["folder"])
     return pinmatrix_as(AS[who], ["smoke", "--runtime", runtime, "--image", image, "--layout",
                                   str(setup["layout"]), "--roots", str(tmp / "roots"), "--smoke-dir",
-                                  str(setup["smokes"]), "--results", str(tmp / "r.sqlite"), "--logs",
-                                  str(tmp / "logs"), "--json", str(tmp / "run.json")], cwd=tmp, env=env)
+                                  str(setup["smokes"]), "--smoke", smoke, "--results", str(tmp / "r.sqlite"),
+                                  "--logs", str(tmp / "logs"), "--json", str(tmp / "run.json"), *more], cwd=tmp,
+                        env=env)
 
 
 @pytest.mark.parametrize(("runtime", "who"), RUNS)
@@ -147,3 +155,16 @@ def test_a_user_no_kernel_takes_is_one_line(base: dict[str, Any], who: str) -> N
         assert done.stderr.strip().splitlines()[-1] == (
             "pinmatrix: error: the image's User '99999999999': uid 99999999999 is above 4294967294, the largest id "
             "the kernel takes")
+
+
+@pytest.mark.parametrize("who", ["root", "user"])
+def test_a_hung_smoke_gets_its_stacks_written_at_its_timeout(base: dict[str, Any], who: str) -> None:
+    """The runner's SIGABRT reaches the smoke inside the sandbox (the launcher passes it on), so faulthandler
+    writes where it hung, as with the host runtime."""
+    with open_folder() as tmp:
+        done = _smoke(base, tmp, "sandbox", who, base["base"], smoke="hang", more=("--timeout", "8", "--no-batch"))
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+        (record,) = json.loads((tmp / "run.json").read_text())
+        assert record["status"] == "fail" and record["failure_class"] == "timeout", record
+        log = Path(record["log_path"]).read_text()
+        assert "hanging" in log and "Fatal Python error: Aborted" in log and "in hang" in log, log[-2000:]

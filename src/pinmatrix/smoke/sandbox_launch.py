@@ -2,7 +2,7 @@
 
     python -I -S sandbox_launch.py SPEC.json
 
-The runner starts this as the smoke's first process; it ends by exec'ing bwrap, so the process the runner times,
+The runner starts this as the smoke's first process; it starts bwrap and waits for it, so the process the runner times,
 signals and reaps is the sandbox itself. In order:
 
 1. as root, every host path the sandbox binds is made reachable by the unprivileged id without opening the roots
@@ -11,8 +11,11 @@ signals and reaps is the sandbox itself. In order:
    ordinary user, the paths themselves;
 2. as root, the drop to the spec's unprivileged id (no groups, real, effective and saved ids), checked; the
    parent-death signal set again (a change of ids clears it), and the runner checked to be still there;
-3. exec of bwrap with an empty environment: the smoke's variables reach the sandbox only as ``--setenv``, so no
-   variable of the image (``LD_PRELOAD``...) touches a process outside it. The guard's token is passed on.
+3. bwrap started with an empty environment: the smoke's variables reach the sandbox only as ``--setenv``, so no
+   variable of the image (``LD_PRELOAD``...) touches a process outside it. The guard's token is passed on;
+4. this process stays as bwrap's parent and passes on the signals the runner sends (SIGABRT at a timeout, so that
+   faulthandler writes a hang's stacks; SIGTERM, SIGINT, SIGHUP) to the smoke's own process, the first child of
+   the sandbox's init (bwrap's ``--json-status-fd`` names the init), and exits with bwrap's status.
 
 A failure before the exec is infrastructure, not a smoke result: its line goes to the spec's ``error_file`` and
 stderr, and the exit status is 125.
@@ -90,6 +93,58 @@ def drop(uid: int, gid: int, parent: int) -> None:
         os._exit(137)  # the runner is already gone
 
 
+FORWARDED = (signal.SIGABRT, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def smoke_process(init: int) -> int | None:
+    """The smoke's own process: the first child of the sandbox's init (bwrap's, pid 1 inside). Read as bytes, as
+    the status pipe is: after the drop, no module of the standard library that is not loaded yet can be (root's
+    interpreter may live under /root), an encoding's codec included."""
+    try:
+        with open(f"/proc/{init}/task/{init}/children", "rb") as fh:
+            children = fh.read().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def supervise(bwrap: str, args: list[str], error_fd: int) -> int:
+    """bwrap started as a child of this process, the runner's signals passed on to the smoke; bwrap's status."""
+    status_r, status_w = os.pipe()
+    os.set_inheritable(status_w, True)
+    cut = args.index("--")
+    args = [*args[:cut], "--json-status-fd", str(status_w), *args[cut:]]
+    child = os.fork()
+    if child == 0:
+        try:
+            os.execve(bwrap, args, {})
+        except OSError as err:
+            os.write(error_fd, f"pinmatrix sandbox: setup failed: cannot start {bwrap}: {err}\n".encode())
+        os._exit(SETUP_FAILED)
+    os.close(status_w)
+    init: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        target = smoke_process(init[0]) if init else None
+        try:
+            os.kill(target or child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    with os.fdopen(status_r, "rb") as status:
+        for line in status:  # until bwrap closes it; a signal's handler runs between reads
+            try:
+                document = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(document, dict) and isinstance(document.get("child-pid"), int):
+                init.append(document["child-pid"])
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    return code if code >= 0 else 128 - code
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: sandbox_launch.py SPEC.json", file=sys.stderr)
@@ -102,7 +157,7 @@ def main(argv: list[str]) -> int:
         if spec.get("drop"):
             uid, gid = spec["drop"]
             drop(int(uid), int(gid), int(spec["parent"]))
-        os.execve(spec["bwrap"], args, {})
+        return supervise(spec["bwrap"], args, error_fd)
     except Exception as err:  # noqa: BLE001 - whatever stops the start is infrastructure, said in one line
         line = f"pinmatrix sandbox: setup failed: {type(err).__name__}: {err}"
     os.write(error_fd, (line + "\n").encode())
