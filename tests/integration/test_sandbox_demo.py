@@ -73,3 +73,17 @@ def test_the_demo_cells_smokes_run_in_the_sandbox_and_count_as_image_runs(demo: 
     again = pinmatrix_as(AS[who], [*args[:-2], "--rerun", "--cell", first], cwd=work)
     assert again.returncode == 0 and "(reused)" in again.stdout  # unpacked once per digest
     shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_roots_folder_the_user_cannot_write_is_one_line(demo: dict[str, Any]) -> None:
+    work = demo["folder"] / "run-foreign-roots"
+    work.mkdir()
+    os.chmod(work, 0o777)
+    (work / "roots").mkdir(mode=0o755)  # root's
+    os.chmod(work / "roots", 0o755)
+    first = sorted(demo["digests"].values())[0]
+    done = pinmatrix_as(AS["user"], ["smoke", "--runtime", "sandbox", "--image", first, "--layout",
+                                     str(demo["layout"]), "--roots", "roots", "--smoke-dir", str(REPO / "smoke"),
+                                     "--results", str(work / "r.sqlite"), "--logs", str(work / "logs")], cwd=work)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == f"pinmatrix: error: --roots {work / 'roots'}: Permission denied"
