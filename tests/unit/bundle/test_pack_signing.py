@@ -171,3 +171,99 @@ def test_an_image_bundle_names_the_cell_and_lock_its_config_labels(keys, tmp_pat
     assert (predicate["cell_id"], predicate["lock_sha256"], predicate["image_digest"]) == ("0123456789ab", "c" * 64,
                                                                                           digest)
     assert unbundle(tmp_path / "b", "--check").returncode == 0  # the stdlib check takes the lock field on images
+
+
+def test_the_envelope_is_canonical_in_toto_and_the_digests_name_only_what_is_there(project: Project, keys,  # noqa: ANN001, F811
+                                                                                  tmp_path: Path) -> None:
+    signed_wheels(project, tmp_path / "b", keys["key"])
+    text = (tmp_path / "b" / SIGNATURE_NAME).read_text()
+    envelope = json.loads(text)
+    assert text == json.dumps(envelope, indent=1, sort_keys=True) + "\n"
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"
+    payload = base64.b64decode(envelope["payload"])
+    said = json.loads(payload)
+    assert payload == json.dumps(said, sort_keys=True, separators=(",", ":")).encode()
+    assert said["_type"] == "https://in-toto.io/Statement/v1"
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert said["predicate"]["pinmatrix_version"] == manifest["pinmatrix_version"]
+    verified = verify_bundle(tmp_path / "b", [load_public_key(keys["pub"])])
+    assert verified.predicate == said["predicate"] and verified.signer.keyid == load_public_key(keys["pub"]).keyid
+
+    from pinmatrix.bundle.sign import bundle_digests
+
+    assert set(bundle_digests(tmp_path / "b")) == {"manifest.json", "unbundle.py", SIGNATURE_NAME}
+    make_wheels_bundle(project, tmp_path / "u")
+    assert set(bundle_digests(tmp_path / "u")) == {"manifest.json", "unbundle.py"}
+
+
+def _resign(bundle: Path, key: Path, statement_doc: object) -> None:
+    from securesystemslib.dsse import Envelope
+
+    envelope = Envelope(payload=json.dumps(statement_doc).encode(), payload_type="application/vnd.in-toto+json",
+                        signatures={})
+    envelope.sign(load_signer(key))
+    (bundle / SIGNATURE_NAME).write_text(json.dumps(envelope.to_dict()))
+
+
+def test_a_statement_of_another_kind_or_a_signed_manifest_that_is_no_manifest_is_one_line(  # noqa: F811
+        project: Project, keys, tmp_path: Path) -> None:  # noqa: ANN001, F811
+    bundle = tmp_path / "b"
+    signed_wheels(project, bundle, keys["key"])
+    said = statement(bundle)
+    trusted = [load_public_key(keys["pub"])]
+    with pytest.raises(BundleError) as err:
+        verify_bundle(bundle, [])
+    assert str(err.value) == "no trusted key: pass --key PUB (the public half of the key the bundle was signed with)"
+    _resign(bundle, keys["key"], {**said, "predicateType": "https://in-toto.io/attestation/test-result/v0.1"})
+    with pytest.raises(BundleError) as err:
+        verify_bundle(bundle, trusted)
+    assert str(err.value) == f"{bundle / SIGNATURE_NAME}: not a pinmatrix bundle statement: another predicate type"
+    _resign(bundle, keys["key"], {**said, "predicate": "a string"})
+    with pytest.raises(BundleError, match="not a pinmatrix bundle statement: another predicate type$"):
+        verify_bundle(bundle, trusted)
+    _resign(bundle, keys["key"], {"subject": []})
+    with pytest.raises(BundleError, match="not a pinmatrix bundle statement: list index out of range$"):
+        verify_bundle(bundle, trusted)
+    garbage = b'{"format": "pinmatrix-bundle"}\n'
+    (bundle / "manifest.json").write_bytes(garbage)
+    import hashlib as _hashlib
+
+    said["subject"][0]["digest"]["sha256"] = _hashlib.sha256(garbage).hexdigest()
+    _resign(bundle, keys["key"], said)
+    with pytest.raises(BundleError) as err:
+        verify_bundle(bundle, trusted)
+    assert str(err.value) == f"{bundle / 'manifest.json'}: not a bundle manifest: 5 validation errors for BundleManifest"
+
+
+def test_bundle_files_are_read_bounded_and_never_through_a_link_or_a_fifo(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from pinmatrix.bundle.sign import read_bundle_file
+
+    path = tmp_path / "manifest.json"
+    path.write_bytes(b"0123456789")
+    assert read_bundle_file(path, 10) == b"0123456789"  # exactly the bound
+    with pytest.raises(BundleError) as err:
+        read_bundle_file(path, 9)
+    assert str(err.value) == f"{path}: larger than 9 bytes: refused"
+    (tmp_path / "link.json").symlink_to(path)
+    with pytest.raises(BundleError) as err:
+        read_bundle_file(tmp_path / "link.json", 10)
+    assert str(err.value) == f"{tmp_path / 'link.json'}: cannot read: Too many levels of symbolic links"
+    os.mkfifo(tmp_path / "fifo.json")
+    got: list[object] = []
+
+    def read() -> None:
+        try:
+            got.append(read_bundle_file(tmp_path / "fifo.json", 10))
+        except BundleError as exc:
+            got.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        os.close(os.open(tmp_path / "fifo.json", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("a FIFO was waited on")
+    assert [str(g) for g in got] == [f"{tmp_path / 'fifo.json'}: not a regular file (a FIFO, device or folder): refused"]
