@@ -19,6 +19,7 @@ from pep691 import serve_pages
 
 from pinmatrix.engine.services import Service
 from pinmatrix.hashing import sha256_digest
+from pinmatrix.image.assembly import rootfs
 from pinmatrix.image.assembly.assemble import Assembler
 from pinmatrix.image.build_cache import ENTRY_TYPE, BuildCache, cache_tag
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
@@ -249,3 +250,22 @@ def test_a_push_to_the_caches_registry_mounts_the_cached_blobs(project: Project,
     assert cache.mount_into(registry, "pushed/cell", layers) == len({d.digest for d in layers})
     assert all(registry.has_blob("pushed/cell", d.digest) for d in layers)
     assert cache.mount_into(registry, "pushed/cell", layers) == 0  # there already: nothing mounted again
+
+
+def test_a_fresh_machine_takes_the_caches_debian_base_and_runs_no_mmdebstrap(
+        project: Project, keys: tuple[Path, Path], docker_registry: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, first = _warm(project, keys, docker_registry.address, "cache/base")
+    base = first.layers[0].descriptor  # type: ignore[attr-defined]
+    second = _fresh(project, "second", _cache(keys, docker_registry.address, "cache/base", write=False))
+    project.assemble(assembler=second)
+    cell, cache_dir = project.cell, second.settings.cache_dir
+    key, record = rootfs.debian_base_record(cell.base, cell.platform, cache_dir)
+    assert json.loads(record.read_text())["python"] == "3.11"
+
+    def no_mmdebstrap(*args: object) -> None:
+        raise AssertionError("mmdebstrap ran")
+
+    monkeypatch.setattr(rootfs, "_mmdebstrap", no_mmdebstrap)
+    made = rootfs.debian_base(cell.base, cell.platform, second.layout, cache_dir, project.tmp / "base.log")
+    assert made.layers == (base,) and made.python == "3.11"
+    assert (record.parent / f"{key}.layer").read_bytes() == second.layout.blob_path(base.digest).read_bytes()

@@ -109,9 +109,9 @@ class BuildCache:
         self._warn(f"build cache {side.ref} not used for the rest of this run: {err}")
 
     # -- reading -------------------------------------------------------------------------------------------
-    def fetch(self, key: str, what: str, layout: OCILayout) -> LayerDescriptor | None:
-        """The layer stored under ``key``, its blob written into ``layout``; None on a miss, a refused entry or a
-        cache that is down (then the caller builds it)."""
+    def fetch(self, key: str, what: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        """The layer stored under ``key``, its blob written into ``layout``, and the meta stored with it; None on a
+        miss, a refused entry or a cache that is down (then the caller builds it)."""
         side = self.source
         if side is None or side.down is not None:
             return None
@@ -133,7 +133,7 @@ class BuildCache:
                 self.report.hits += 1
         return found
 
-    def _fetch(self, side: _Side, key: str, layout: OCILayout) -> LayerDescriptor | None:
+    def _fetch(self, side: _Side, key: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
         manifest = side.registry.get_manifest(side.repository, cache_tag(key))
         if manifest is None:
             return None
@@ -142,18 +142,21 @@ class BuildCache:
         if doc.get("artifactType") != ARTIFACT_TYPE or not layers or layers[0].get("mediaType") != ENVELOPE_MEDIA_TYPE:
             raise CacheRefused("not a pinmatrix build cache entry")
         envelope = side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=MAX_ENVELOPE)
-        layer = _entry_layer(self.trust.verify(envelope), key)
+        layer, meta = _entry_layer(self.trust.verify(envelope), key)
         if not layout.intact_blob(layer.digest, layer.size):
             _download(side, layer, layout)
-        return layer
+        return layer, meta
 
     # -- writing -------------------------------------------------------------------------------------------
-    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout) -> None:
-        """Store a layer built here under ``key``: its blob, then its signed entry (a cache that is down: one line)."""
+    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
+              meta: dict[str, str] | None = None) -> None:
+        """Store a layer built here under ``key`` with ``meta``: its blob, then its signed entry (a cache that is
+        down: one line)."""
         side = self.target
         if side is None or side.down is not None or self.trust.sign is None:
             return
-        payload = json.dumps({"key": key, "layer": layer.to_json(), "what": what}, sort_keys=True).encode()
+        payload = json.dumps({"key": key, "layer": layer.to_json(), "what": what, "meta": meta or {}},
+                             sort_keys=True).encode()
         try:
             path = layout.blob_path(layer.digest)
             side.registry.push_blob_as(side.repository, layer.digest,
@@ -200,20 +203,23 @@ def _entry_manifest(key: str, what: str, layer: LayerDescriptor, envelope: bytes
     }
 
 
-def _entry_layer(payload: bytes, key: str) -> LayerDescriptor:
-    """The layer a verified entry names, once the entry is known to be for ``key``."""
+def _entry_layer(payload: bytes, key: str) -> tuple[LayerDescriptor, dict[str, str]]:
+    """The layer a verified entry names and its meta, once the entry is known to be for ``key``."""
     try:
         doc = json.loads(payload)
         if not isinstance(doc, dict) or not isinstance(doc.get("layer"), dict):
             raise ValueError("no layer")
         layer = LayerDescriptor.from_json(doc["layer"])
+        meta = doc.get("meta") or {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise ValueError("meta is not a table of strings")
     except (ValueError, KeyError, TypeError) as err:
         raise CacheRefused(f"the signed entry is not readable: {err}") from None
     if doc.get("key") != key:
         raise CacheRefused(f"the signed entry is for key {str(doc.get('key'))[:12]}, not this one")
     if not layer.digest.startswith("sha256:") or layer.size < 0:
         raise CacheRefused("the signed entry names no sha256 layer")
-    return layer
+    return layer, {str(k): v for k, v in meta.items()}
 
 
 def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout) -> None:

@@ -37,7 +37,14 @@ from pinmatrix.image.assembly import aot_plan, crossaot, merge
 from pinmatrix.image.assembly.loadcheck import check_layers, scanned_beside, summary
 from pinmatrix.image.assembly.lockcheck import checked_lock
 from pinmatrix.image.assembly.patching import apply_patch, parse_patch
-from pinmatrix.image.assembly.rootfs import BaseLayers, debian_base, debian_base_as, pinned_base
+from pinmatrix.image.assembly.rootfs import (
+    BaseLayers,
+    adopt_debian_base,
+    debian_base,
+    debian_base_as,
+    debian_base_record,
+    pinned_base,
+)
 from pinmatrix.image.cellconfig import CELL_CMD, cell_env, cell_labels
 from pinmatrix.image.containerfile.patch_sources import resolve_patch
 from pinmatrix.index.install import VenvLayout, install_wheel
@@ -153,9 +160,12 @@ class RemoteLayers(Protocol):
     """A shared build cache by layer key (image/build_cache.py): asked for a layer before it is built here, told
     of each layer built here. Its failures are its own to report: it answers None and the layer is built."""
 
-    def fetch(self, key: str, what: str, layout: OCILayout) -> LayerDescriptor | None: ...
+    def fetch(self, key: str, what: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        """The layer stored under ``key`` (its blob now in ``layout``) and what was stored with it, or None."""
 
-    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout) -> None: ...
+    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
+              meta: dict[str, str] | None = None) -> None:
+        """Keep a layer built here under ``key``, with ``meta`` (what else a user of the layer must know)."""
 
 
 class WheelChoices:
@@ -200,14 +210,35 @@ class Assembler:
             base = pinned_base(cell.base, cell.platform, self.layout, tls_verify=tls_for(image, None),
                                authfile=self.settings.registry_authfile or (creds.source if creds else None))
         else:
-            base = debian_base_as(debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log,
-                                              dry=dry), self.settings.compression, self.layout, self.settings.cache_dir,
-                                  dry=dry)
+            made = self._debian_base(cell, log) if not dry and self.remote is not None else None
+            base = debian_base_as(made or debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir,
+                                                      log, dry=dry), self.settings.compression, self.layout,
+                                  self.settings.cache_dir, dry=dry)
         if base.python is None:
             raise AssemblyError(f"cell {cell.id} ({cell.name}): its base {base.name} has no /usr/bin/python3")
         if base.python != cell.python:
             raise AssemblyError(f"cell {cell.id} ({cell.name}): the cell wants Python {cell.python} but its base "
                                 f"{base.name} has {base.python}")
+        return base
+
+    def _debian_base(self, cell: Cell, log: Path) -> BaseLayers:
+        """The Debian base with the build cache: fetched when this machine has not made it and the cache has it,
+        else made here and stored to the cache."""
+        assert self.remote is not None
+        key, record = debian_base_record(cell.base, cell.platform, self.settings.cache_dir)
+        remote_key = _key("rootfs", key)
+        made_here = not record.is_file()
+        if made_here:
+            fetched = self.remote.fetch(remote_key, f"base {cell.base.suite or ''} ({cell.platform})", self.layout)
+            if fetched is not None:
+                layer, meta = fetched
+                adopt_debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, layer,
+                                  meta.get("python") or None)
+                made_here = False
+        base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log)
+        if made_here and base.layers:
+            self.remote.store(remote_key, base.layers[0], f"base {base.name}", self.layout,
+                              {"python": base.python or ""})
         return base
 
     def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int) -> None:
@@ -219,8 +250,8 @@ class Assembler:
                 return
             fetched = self.remote.fetch(planned.key, planned.name, self.layout) if self.remote else None
             if fetched is not None:  # verified by the cache: signed for this key, re-hashed to its digest
-                self.layers.put(planned.key, fetched, planned.name)
-                planned.descriptor, planned.cached, planned.fetched = fetched, True, True
+                self.layers.put(planned.key, fetched[0], planned.name)
+                planned.descriptor, planned.cached, planned.fetched = fetched[0], True, True
                 planned.seconds = time.monotonic() - start
                 return
             writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression)

@@ -255,6 +255,24 @@ def debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Pat
     return BaseLayers((layer,), (), f"debian:{inputs.suite} ({inputs.arch}, {inputs.key()})", inputs.key(), python)
 
 
+def debian_base_record(spec: BaseSpec, platform: str, cache_dir: Path) -> tuple[str, Path]:
+    """The key of a Debian base's inputs and the record ``debian_base`` keeps of the layer it made for them."""
+    key = rootfs_inputs(spec, platform).key()
+    return key, cache_dir / "rootfs" / f"{key}.json"
+
+
+def adopt_debian_base(spec: BaseSpec, platform: str, layout: OCILayout, cache_dir: Path, layer: LayerDescriptor,
+                      python: str | None) -> None:
+    """Record a base layer made on another machine for the same inputs (a build cache's: its blob in ``layout``,
+    checked against its digest) as ``debian_base`` records the one it makes, so it is used instead of made."""
+    inputs = rootfs_inputs(spec, platform)
+    key, record = debian_base_record(spec, platform, cache_dir)
+    with locked(cache_dir / "rootfs" / f"{key}.lock"):
+        _link_or_copy(layout.blob_path(layer.digest), cache_dir / "rootfs" / f"{key}.layer")
+        atomic_write_text(record, json.dumps({"inputs": asdict(inputs), "layer": layer.to_json(), "python": python},
+                                             indent=1, sort_keys=True))
+
+
 def debian_base_as(base: BaseLayers, compression: LayerCompression, layout: OCILayout, cache_dir: Path, *,
                    dry: bool = False) -> BaseLayers:
     """A Debian base's layer compressed as the cell's layers are (``debian_base`` makes it as the default gzip):
