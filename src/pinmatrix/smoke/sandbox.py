@@ -108,6 +108,7 @@ class SandboxSmokes:
             return None
         folder = self.scratch_root / f"driver-{os.getpid()}"
         force_remove(folder)
+        atexit.register(force_remove, folder)
         (folder / "lib").mkdir(parents=True)
         (folder / "bin").mkdir()
         for real, names in driver.libraries.items():
