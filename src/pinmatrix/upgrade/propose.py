@@ -5,6 +5,7 @@ reason. A patch variant of an axis stays a variant where its patch still applies
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from pinmatrix.lock.resolve import lock_cell, page_reader
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import AxisValue, Matrix, Stack
 from pinmatrix.upgrade.candidates import Candidate
+
+
+_EVERY_PRUNED = re.compile(r"^every cell is pruned, e\.g\. [^:\s]+: ")
 
 
 @dataclass
@@ -86,8 +90,8 @@ def candidate_cells(matrix: Matrix, cand: Candidate) -> tuple[list[Cell], list[s
         return [], list(cand.problems)
     try:
         expansion = expand_matrix(candidate_matrix(matrix, cand))
-    except MatrixError as err:
-        return [], [line.split(": ", 2)[-1] for line in err.lines()]
+    except MatrixError as err:  # the stack's every cell pruned: its first reason (expansion names one)
+        return [], [_EVERY_PRUNED.sub("", line.split(": ", 2)[-1]) for line in err.lines()]
     cells = [c for c in expansion.cells if c.stack == cand.stack]
     if cells:
         return cells, []
