@@ -75,9 +75,9 @@ def project(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         host = HostFingerprint.make(hostname="ci")
         records = []
         for job in jobs:  # an image with the cell's labels under the tag the build would give it
-            digest = push_cell_image(proj.root / "layouts" / job["cell"], job["image"], cell_labels(cells[job["cell"]]),
+            digest = push_cell_image(proj.root / "layouts" / job["cell"], job["image-tag"], cell_labels(cells[job["cell"]]),
                                      f"demo {job['cell']}")
-            proj.cells[job["cell"]], proj.digests[job["cell"]] = job["image"], digest
+            proj.cells[job["cell"]], proj.digests[job["cell"]] = job["image-tag"], digest
             records += [SmokeRecord(cell_id=job["cell"], stack="demo", host=host, smoke=smoke, run_id="r1",
                                     status="pass", failure_class=None, reason="", metrics={}, log_path=None,
                                     started_at="2026-11-30T10:00:00Z", finished_at="2026-11-30T10:00:01Z",

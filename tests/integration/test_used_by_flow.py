@@ -42,7 +42,7 @@ def test_build_push_smoke_promote_pull_with_the_embedded_registry(podman_env, bu
     project = make_project(tmp_path / "project")
     monkeypatch.chdir(project.root)
     jobs = json.loads(_run(capsys, ["ci", "github", "--stack", "demo"])[1])["include"]
-    cell, image = jobs[0]["cell"], jobs[0]["image"]
+    cell, image = jobs[0]["cell"], jobs[0]["image-tag"]
     others = [j["cell"] for j in jobs[1:]]
     build = ["build", "--stack", "demo", "-k", cell, "--engine", "podman", "--cache-dir", str(build_cache)]
     assert not listening(project.endpoint)

@@ -2,7 +2,10 @@
 
 Runner labels come from the cell: GPU cells need a self-hosted runner labelled with the cell's GPU
 (``gpu-sm_90``) and, when the cell pins a driver, that driver (``nvidia-driver-580.159.04``); CPU-only
-cells run on ``--cpu-runner`` (default ``ubuntu-latest``). See docs/ci.md for labelling runners. With
+cells run on ``--cpu-runner`` (default ``ubuntu-latest``). See docs/ci.md for labelling runners. With a registry,
+each entry names the tag ``pinmatrix build --push`` pushes the cell's image to (``image-tag``); with
+``--digests`` (after the build) it names the image by digest (``image``), as ``ci k8s`` and ``ci slurm`` do, and
+a cell whose image the registry lacks is left out (one summary line). With
 ``--dispatch FILE`` the command also writes the dispatch record (pinmatrix.ci.dispatch: per cell, the image
 digest the registry has and the smokes), which ``pinmatrix results --import --dispatch`` binds uploaded
 results to.
@@ -60,14 +63,20 @@ def runner_labels(cell: Cell, *, cpu_runner: Sequence[str] = ("ubuntu-latest",))
 
 
 def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu-latest",),
-                  registry: str | None = None) -> dict[str, Any]:
-    """``registry``: the image prefix; each entry then names the cell's image (its build tag) as ``image``."""
+                  registry: str | None = None, images: dict[str, str] | None = None) -> dict[str, Any]:
+    """``registry``: the image prefix; each entry then names the cell's build tag as ``image-tag``. ``images``
+    (cell id -> name@sha256:..., looked up in the registry): each entry names its image by digest as ``image``,
+    and only the cells it holds are entries."""
 
     if not cells:
         raise PinmatrixError("ci github: no cells selected")
     if len(cells) > MAX_JOBS:
         raise PinmatrixError(f"ci github: {len(cells)} cells, but a GitHub Actions matrix holds at most {MAX_JOBS} "
                              "jobs: split with --stack or -k")
+    if images is not None:
+        cells = [c for c in cells if c.id in images]
+        if not cells:
+            raise PinmatrixError("ci github: no selected cell has an image in the registry (build and push first)")
     include = []
     for cell in cells:
         include.append({
@@ -79,7 +88,8 @@ def github_matrix(cells: Sequence[Cell], *, cpu_runner: Sequence[str] = ("ubuntu
             "gpu-required": cell.gpu_required,
             "runs-on": runner_labels(cell, cpu_runner=cpu_runner),
             "smokes": " ".join(cell.smokes),
-            **({"image": image_ref(cell, registry)} if registry else {}),
+            **({"image-tag": image_ref(cell, registry)} if registry else {}),
+            **({"image": images[cell.id]} if images is not None else {}),
         })
     for entry in include:
         for key, value in entry.items():

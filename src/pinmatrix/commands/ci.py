@@ -17,9 +17,10 @@ from pinmatrix.ci.dispatch import dispatch, read_dispatch, write_dispatch
 from pinmatrix.ci.github import github_dispatch, github_matrix
 from pinmatrix.ci.k8s import k8s_manifests, validate
 from pinmatrix.ci.pools import load_pools
-from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, submit
+from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, render_script, submit
+from pinmatrix.ci.summary import skipped_summary
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
-from pinmatrix.commands._registry import pushing
+from pinmatrix.commands._registry import Need, pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef, RegistryError, image_ref
 from pinmatrix.matrix.selection import load
@@ -39,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     g = ci.add_parser("github", help="a GitHub Actions job matrix (JSON): one job per cell, runner labels per cell",
                       description="Print {\"include\": [...]} with one entry per cell: cell, name, stack, gpu, "
-                                  "driver, gpu-required, smokes, image (the cell's build tag) and runs-on (self-hosted, linux, the architecture, "
+                                  "driver, gpu-required, smokes, image-tag (the tag build --push pushes to), "
+                                  "with --digests image (the pushed image by digest) and runs-on (self-hosted, linux, the architecture, "
                                   "gpu-<gpu>, nvidia-driver-<driver> for GPU cells; --cpu-runner for CPU-only "
                                   "cells). Use with strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}.",
                       **examples("pinmatrix ci github --pretty", "pinmatrix ci github --stack h200 -k int64"))
@@ -48,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--cpu-runner", action="append", metavar="LABEL",
                    help="runs-on labels of CPU-only cells (repeatable; default: ubuntu-latest)")
     g.add_argument("--registry", metavar="PREFIX", help="image prefix for each entry's `image` (default: [matrix].registry)")
+    g.add_argument("--digests", action="store_true",
+                   help="name each cell's image by digest (looked up in the registry, after the build) as `image`; "
+                        "cells whose image the registry lacks are left out, said in one line")
     g.add_argument("--pretty", action="store_true", help="indent the JSON")
     g.add_argument("--json", action="store_true", help="JSON on stdout (what this command always prints)")
     g.add_argument("--dispatch", type=Path, metavar="FILE",
@@ -56,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR",
                    help="the smoke catalogue the dispatch record names smokes from (default: ./smoke)")
     g.add_argument("--run-id", default=None, help="names the dispatch record (default: UTC timestamp)")
-    g.set_defaults(func=run_github)
+    g.set_defaults(func=run_github, registry_need=_looking_up)
 
     k = ci.add_parser("k8s", help="Kubernetes Jobs, one per cell x GPU node pool, selected by GPU feature discovery labels",
                       description="Emit a ConfigMap with the smoke catalogue and one batch/v1 Job per cell and fitting "
@@ -85,6 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: FILE.dispatch.json beside --output); `ci collect --dispatch` binds results to it")
     k.add_argument("--kube-version", default="1.37.0", help="Kubernetes version to validate against (default 1.37.0)")
     k.add_argument("--no-validate", action="store_true", help="skip schema validation")
+    k.add_argument("--verbose", "-v", action="store_true",
+                   help="a line per skipped cell x pool (default: one summary line of them)")
     k.set_defaults(func=run_k8s, registry_need=pushing)
 
     _register_slurm(ci)
@@ -150,7 +157,7 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
                    help=f"the store whose results a rerun skips (default: {DEFAULT_PATH})")
     s.add_argument("--rerun", action="store_true", help="submit every cell x pool, recorded or not")
     s.add_argument("--print", dest="print_only", action="store_true",
-                   help="write the scripts and the manifest and print the scripts; submit nothing")
+                   help="print the scripts; write nothing (no submission folder) and submit nothing")
     s.set_defaults(func=run_slurm)
 
     c = ci.add_parser(
@@ -178,15 +185,25 @@ def run_github(args: argparse.Namespace) -> int:
 
     matrix, expansion = load(args.matrix)
     cells = selected(matrix, expansion, args)
-    data = github_matrix(cells, cpu_runner=args.cpu_runner or ["ubuntu-latest"],
-                         registry=args.registry or matrix.settings.registry)
-    if args.dispatch:
+    prefix = args.registry or matrix.settings.registry
+    images = _images(cells, prefix.rstrip("/"), "ci github") if args.digests or args.dispatch else None
+    if args.digests and images is not None and len(images) < len(cells):
+        missing = [c.id for c in cells if c.id not in images]
+        print(f"ci github: {len(missing)} of {len(cells)} cell(s) left out, no image in the registry: "
+              + " ".join(missing), file=sys.stderr)
+    data = github_matrix(cells, cpu_runner=args.cpu_runner or ["ubuntu-latest"], registry=prefix,
+                         images=images if args.digests else None)
+    if args.dispatch and images is not None:
         run_id = checked_name(args.run_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"), "--run-id")
-        images = _images(cells, (args.registry or matrix.settings.registry).rstrip("/"), "ci github")
         write_dispatch(github_dispatch(cells, images, find_smoke_dir(args.smoke_dir), run_id), args.dispatch)
         print(f"wrote the dispatch record {args.dispatch}", file=sys.stderr)
     print(json.dumps(data, indent=2 if args.pretty else None, separators=None if args.pretty else (",", ":")))
     return 0
+
+
+def _looking_up(args: argparse.Namespace) -> Need:
+    """``ci github --digests`` and ``--dispatch`` ask the matrix's registry (or ``--registry``) for digests."""
+    return pushing(args) if args.digests or args.dispatch else None
 
 
 def _images(cells, prefix: str, command: str = "ci k8s") -> dict[str, str]:  # noqa: ANN001
@@ -215,10 +232,10 @@ def run_k8s(args: argparse.Namespace) -> int:
     images = _images(cells, (args.registry or matrix.settings.registry).rstrip("/"))
     emitted = k8s_manifests(cells, pools, images, smoke_dir=smoke_dir, namespace=args.namespace,
                             results_claim=args.results_claim, run_id=run_id)
-    for line in emitted.skipped:
-        print(f"skipped {line}", file=sys.stderr)
+    for line in emitted.skipped if args.verbose else filter(None, [skipped_summary("ci k8s", emitted.skipped)]):
+        print(f"skipped {line}" if args.verbose else line, file=sys.stderr)
     if not emitted.jobs:
-        raise PinmatrixError("ci k8s: no Job to emit (see the skipped lines above)")
+        raise PinmatrixError("ci k8s: no Job to emit (see the skipped line above)")
     if not args.no_validate:
         problems = validate(emitted.documents, args.kube_version)
         if problems:
@@ -309,12 +326,11 @@ def run_slurm(args: argparse.Namespace) -> int:
             raise PinmatrixError("ci slurm: no task to submit (see the skipped lines above)")
         print("ci slurm: nothing to submit: every task is recorded (--rerun submits them again)", file=sys.stderr)
         return 0
-    submission = prepare(planned, settings, sub_id)
-    if args.print_only:
-        sys.stdout.write("".join(Path(array.script).read_text() for array in submission.arrays))
-        print(f"wrote {len(submission.arrays)} script(s) and {sub_dir / 'submission.json'}; nothing submitted",
-              file=sys.stderr)
+    if args.print_only:  # the scripts as they would be written; nothing is written or submitted
+        sys.stdout.write("".join(render_script(array, settings, settings.runtime) for array in planned.arrays))
+        print(f"{len(planned.arrays)} script(s) for {sub_dir}; nothing written, nothing submitted", file=sys.stderr)
         return 0
+    submission = prepare(planned, settings, sub_id)
     for array in submit(submission, settings).arrays:
         shown = " ".join(o for o in array.options if o.startswith(("--partition", "--constraint", "--gres", "--time")))
         print(f"submitted {array.name}: job {array.job_id}, {len(array.tasks)} task(s), {shown}")

@@ -75,6 +75,19 @@ def test_github_matrix_limit(expansion) -> None:
         github_matrix(cells)
 
 
+def test_github_names_images_by_digest_and_leaves_out_cells_without_one(expansion) -> None:
+    demo = cells_of(expansion, "demo")
+    images = fake_images(demo[:2])
+    entries = github_matrix(demo, registry="127.0.0.1:5000/pinmatrix", images=images)["include"]
+    assert [e["cell"] for e in entries] == [c.id for c in demo[:2]]
+    assert all(e["image"] == images[e["cell"]] and "@sha256:" in e["image"] for e in entries)
+    assert all(e["image-tag"].endswith(":" + e["cell"]) and "@" not in e["image-tag"] for e in entries)
+    tagged = github_matrix(demo, registry="127.0.0.1:5000/pinmatrix")["include"]
+    assert all("image" not in e for e in tagged)  # before the build: the tag to push to, no image by tag
+    with pytest.raises(PinmatrixError, match="no selected cell has an image in the registry"):
+        github_matrix(demo, registry="127.0.0.1:5000/pinmatrix", images={})
+
+
 def test_github_command_prints_json(capsys) -> None:
     rc = main(["ci", "github", str(ROOT / "matrix.toml"), "--stack", "demo"])
     data = json.loads(capsys.readouterr().out)
@@ -219,14 +232,18 @@ def test_workflow_example_uses_real_commands_and_matrix_keys(expansion) -> None:
     triggers = doc.get("on", doc.get(True))  # YAML 1.1 reads a bare `on` key as true
     assert set(triggers) >= {"push", "pull_request"}
     jobs = doc["jobs"]
-    assert list(jobs) == ["cells", "build", "smoke", "report", "promote"]
+    assert list(jobs) == ["cells", "build", "images", "smoke", "report", "promote"]
     assert jobs["smoke"]["runs-on"] == "${{ matrix.runs-on }}"
     assert jobs["promote"]["if"] == ("${{ !cancelled() && needs.cells.result == 'success' && github.ref == "
                                      "'refs/heads/main' && github.event_name != 'pull_request' }}")
-    for name in ("build", "smoke", "promote"):
+    for name in ("build", "promote"):
         assert jobs[name]["strategy"]["matrix"] == "${{ fromJSON(needs.cells.outputs.matrix) }}"
+    # the smokes run the pushed images by digest: their matrix is made after the build, with --digests
+    assert jobs["smoke"]["strategy"]["matrix"] == "${{ fromJSON(needs.images.outputs.matrix) }}"
+    assert "--digests" in jobs["images"]["steps"][-1]["run"] and jobs["images"]["needs"] == ["cells", "build"]
 
-    entry = github_matrix(cells_of(expansion, "demo"), registry="127.0.0.1:5000/pinmatrix")["include"][0]
+    demo = cells_of(expansion, "demo")
+    entry = github_matrix(demo, registry="127.0.0.1:5000/pinmatrix", images=fake_images(demo))["include"][0]
     text = path.read_text()
     for key in re.findall(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", text):
         assert key in entry, f"the workflow reads matrix.{key}, which `pinmatrix ci github` does not emit"
