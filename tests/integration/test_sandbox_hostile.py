@@ -18,11 +18,9 @@ from typing import Any
 
 import pytest
 from hostile_images import add_image, layer, member
-from sandbox_runs import AS, build_demo, bwrap_usable, open_folder, pinmatrix_as, readable
+from sandbox_runs import build_demo, bwrap_usable, open_folder, pinmatrix_as, readable, who_runs
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0, reason="runs pinmatrix as root and, through setpriv, as 65534"),
-              pytest.mark.skipif(bwrap_usable() is not None, reason=str(bwrap_usable()))]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bwrap_usable() is not None, reason=str(bwrap_usable()))]
 
 ESCAPES = '''
 import json, os
@@ -76,7 +74,7 @@ def base() -> Any:
 def _smoke(setup: dict[str, Any], tmp: Path, runtime: str, who: str, image: str, *,
            env: dict[str, str] | None = None, smoke: str = "escape", more: tuple[str, ...] = ()) -> Any:
     readable(setup["folder"])
-    return pinmatrix_as(AS[who], ["smoke", "--runtime", runtime, "--image", image, "--layout",
+    return pinmatrix_as(who_runs(who), ["smoke", "--runtime", runtime, "--image", image, "--layout",
                                   str(setup["layout"]), "--roots", str(tmp / "roots"), "--smoke-dir",
                                   str(setup["smokes"]), "--smoke", smoke, "--results", str(tmp / "r.sqlite"),
                                   "--logs", str(tmp / "logs"), "--json", str(tmp / "run.json"), *more], cwd=tmp,

@@ -14,18 +14,37 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
-AS = {"root": None, "user": NOBODY}  # who runs pinmatrix: this process's root, or an ordinary user
+
+
+def who_runs(who: str) -> int | None:
+    """The uid that runs pinmatrix for ``who`` (None: this process). "root": this process, which must be root;
+    "user": 65534 through setpriv when this process is root, else this process (an ordinary user already, as in
+    CI)."""
+    if who == "root":
+        if os.geteuid() != 0:
+            pytest.skip("runs pinmatrix as root")
+        return None
+    return NOBODY if os.geteuid() == 0 else None
+
+
+def outside_uid(who: str) -> int:
+    """The id a sandbox of ``who``'s run has outside: 65534 for root's and setpriv's runs, else this user's."""
+    return NOBODY if os.geteuid() == 0 else os.getuid()
 
 
 def bwrap_usable() -> str | None:
-    """Why the sandbox cannot run here (no bwrap, no unprivileged user namespaces), or None."""
-    if shutil.which("setpriv") is None:
-        return "needs util-linux setpriv"
-    probe = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "unshare", "-Urmp",
-                            "--fork", "true"], capture_output=True, check=False)
-    return None if probe.returncode == 0 else "unprivileged user namespaces are not allowed here"
+    """Why the sandbox cannot run here (no unprivileged user namespaces, no setpriv to become 65534), or None."""
+    probe = ["unshare", "-Urmp", "--fork", "true"]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            return "needs util-linux setpriv"
+        probe = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *probe]
+    done = subprocess.run(probe, capture_output=True, check=False)
+    return None if done.returncode == 0 else "unprivileged user namespaces are not allowed here"
 
 
 def build_demo(folder: Path) -> dict[str, object]:
