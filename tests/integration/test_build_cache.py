@@ -14,14 +14,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from unit.image.assembly.test_assemble import Project, _serve
 from pep691 import serve_pages
+from test_build_demo import demo_project
+from unit.image.assembly.test_assemble import Project, _serve
 
 from pinmatrix.engine.services import Service
 from pinmatrix.hashing import sha256_digest
 from pinmatrix.image.assembly import rootfs
 from pinmatrix.image.assembly.assemble import Assembler
+from pinmatrix.image.build import CellBuilder, build_all
 from pinmatrix.image.build_cache import ENTRY_TYPE, BuildCache, cache_tag
+from pinmatrix.image.settings import BuildSettings
+from pinmatrix.matrix.expand import select_cells
+from pinmatrix.matrix.selection import expand_matrix
+from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.registry.client import OCI_MANIFEST, Manifest, Registry
 from pinmatrix.release.cache_signing import cache_trust
 from pinmatrix.release.signing import generate_keypair, load_public_key, load_signer, sign_envelope
@@ -269,3 +275,58 @@ def test_a_fresh_machine_takes_the_caches_debian_base_and_runs_no_mmdebstrap(
     made = rootfs.debian_base(cell.base, cell.platform, second.layout, cache_dir, project.tmp / "base.log")
     assert made.layers == (base,) and made.python == "3.11"
     assert (record.parent / f"{key}.layer").read_bytes() == second.layout.blob_path(base.digest).read_bytes()
+
+
+def test_cache_to_stores_the_layers_a_machine_made_before_and_writes_over_an_entry_that_does_not_verify(
+        project: Project, keys: tuple[Path, Path], docker_registry: Service) -> None:
+    address, repo = docker_registry.address, "cache/later"
+    made = _fresh(project, "made", None)
+    first = project.assemble(assembler=made)  # no cache yet
+    keys_by_name = {p.name: p.key for p in first.layers}
+    registry = Registry(address)
+    registry.push_blob(repo, b"{}")
+    junk = b'{"payloadType": "x", "payload": "", "signatures": []}'
+    _put_entry(registry, repo, keys_by_name["venv"], {
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": "application/vnd.pinmatrix.build-cache.v1",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256_digest(b"{}"), "size": 2},
+        "layers": [{"mediaType": "application/vnd.dsse.envelope.v1+json", "digest": sha256_digest(junk),
+                    "size": len(junk)}]}, junk)
+    again = Assembler(made.settings)  # the same machine, now with --cache-to
+    cache = _cache(keys, address, repo, read=False)
+    again.remote = cache
+    with _counting(again) as built:
+        image = project.assemble(assembler=again)
+    assert built == [] and image.cached
+    assert cache.report.stored == len(first.layers)  # the base and every other layer, the poisoned venv's included
+    fresh = _fresh(project, "fresh", _cache(keys, address, repo, write=False))
+    with _counting(fresh) as rebuilt:
+        assert project.assemble(assembler=fresh).digest == first.digest
+    assert rebuilt == []
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_a_fresh_cache_folder_builds_the_demo_stack_from_a_warm_registry_cache_making_nothing(
+        keys: tuple[Path, Path], docker_registry: Service, build_cache: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = demo_project(tmp_path)
+    matrix = load_matrix(root / "matrix.toml")
+    cells = select_cells(expand_matrix(matrix).cells, stack="demo")
+    extra_ca = tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists())
+
+    def build(cache_dir: Path, cache: BuildCache) -> tuple[list[str], list[str]]:
+        settings = BuildSettings(root=root, cache_dir=cache_dir, logs_dir=cache_dir / "logs", ca_certificates=extra_ca,
+                                 layout_dir=cache_dir / "oci", load=False)
+        builder = CellBuilder(settings, None, None, jobs=2, cache=cache)
+        with _counting(builder.assembler) as built:
+            results = build_all(cells, None, settings, None, 2, builder=builder)
+        assert all(r.ok for r in results), [r.reason for r in results]
+        return built, [r.digest or "" for r in results]
+
+    address = docker_registry.address
+    _, warm = build(build_cache, _cache(keys, address, "cache/demo", read=False))
+    monkeypatch.setattr(rootfs, "_mmdebstrap", lambda *a: pytest.fail("mmdebstrap ran on the fresh machine"))
+    fresh = _cache(keys, address, "cache/demo", write=False)
+    built, digests = build(tmp_path / "fresh", fresh)
+    assert built == [] and digests == warm
+    assert fresh.report.hits > len(cells) and fresh.report.misses == 0 and fresh.report.refused == []

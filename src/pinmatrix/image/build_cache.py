@@ -134,6 +134,16 @@ class BuildCache:
         return found
 
     def _fetch(self, side: _Side, key: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        entry = self._fetch_entry(side, key)
+        if entry is None:
+            return None
+        layer, meta = entry
+        if not layout.intact_blob(layer.digest, layer.size):
+            _download(side, layer, layout)
+        return layer, meta
+
+    def _fetch_entry(self, side: _Side, key: str) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        """The verified entry under ``key``'s tag: None when there is none; CacheRefused when it does not verify."""
         manifest = side.registry.get_manifest(side.repository, cache_tag(key))
         if manifest is None:
             return None
@@ -142,10 +152,7 @@ class BuildCache:
         if doc.get("artifactType") != ARTIFACT_TYPE or not layers or layers[0].get("mediaType") != ENVELOPE_MEDIA_TYPE:
             raise CacheRefused("not a pinmatrix build cache entry")
         envelope = side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=MAX_ENVELOPE)
-        layer, meta = _entry_layer(self.trust.verify(envelope), key)
-        if not layout.intact_blob(layer.digest, layer.size):
-            _download(side, layer, layout)
-        return layer, meta
+        return _entry_layer(self.trust.verify(envelope), key)
 
     # -- writing -------------------------------------------------------------------------------------------
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
@@ -158,6 +165,8 @@ class BuildCache:
         payload = json.dumps({"key": key, "layer": layer.to_json(), "what": what, "meta": meta or {}},
                              sort_keys=True).encode()
         try:
+            if self._holds(side, key):
+                return
             path = layout.blob_path(layer.digest)
             side.registry.push_blob_as(side.repository, layer.digest,
                                        lambda: (open(path, "rb"), path.stat().st_size))  # noqa: SIM115 - the registry closes it
@@ -174,6 +183,13 @@ class BuildCache:
             return
         with self._guard:
             self.report.stored += 1
+
+    def _holds(self, side: _Side, key: str) -> bool:
+        """Whether ``side`` has an entry for ``key`` that verifies (one that does not is written over)."""
+        try:
+            return self._fetch_entry(side, key) is not None
+        except CacheRefused:
+            return False
 
     def mount_into(self, registry: Registry, repository: str, layers: list[LayerDescriptor]) -> int:
         """Make the cache's blobs among ``layers`` present in ``repository`` of ``registry`` by a cross-repository

@@ -227,16 +227,14 @@ class Assembler:
         assert self.remote is not None
         key, record = debian_base_record(cell.base, cell.platform, self.settings.cache_dir)
         remote_key = _key("rootfs", key)
-        made_here = not record.is_file()
-        if made_here:
+        if not record.is_file():
             fetched = self.remote.fetch(remote_key, f"base {cell.base.suite or ''} ({cell.platform})", self.layout)
             if fetched is not None:
                 layer, meta = fetched
                 adopt_debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, layer,
                                   meta.get("python") or None)
-                made_here = False
         base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log)
-        if made_here and base.layers:
+        if base.layers:  # stored unless the cache holds it already
             self.remote.store(remote_key, base.layers[0], f"base {base.name}", self.layout,
                               {"python": base.python or ""})
         return base
@@ -263,8 +261,6 @@ class Assembler:
             planned.descriptor = writer.close()
             self.layout.written(planned.descriptor.digest, planned.descriptor.size)  # hashed as it was written
             self.layers.put(planned.key, planned.descriptor, planned.name)
-            if self.remote is not None:
-                self.remote.store(planned.key, planned.descriptor, planned.name, self.layout)
         planned.seconds = time.monotonic() - start
 
     def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
@@ -477,6 +473,7 @@ class Assembler:
         stored = self.layout.image(ref)
         if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
             image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
+            self._store_remote([*image.layers[1:], *([image.merged] if image.merged else [])])
             if image.merged is not None:  # the layers as the image holds them, as a build would have left them
                 image.layers, image.merged = _spliced(image.layers, set(image.merge_by_size), image.merged), None
             image.seconds = time.monotonic() - start
@@ -496,8 +493,21 @@ class Assembler:
         self._build_smoke_and_ca(job, ctx["smoke"])  # type: ignore[arg-type]
         job.hand_over()
         self._write_image(job, ref, ctx["env"], ctx["labels"])  # type: ignore[arg-type]
+        self._store_remote([*job.by_name.values(), *image.layers[1:]])
         image.seconds = time.monotonic() - start
         return image
+
+    def _store_remote(self, layers: Sequence[PlannedLayer]) -> None:
+        """Every layer of the image (and each wheel layer merged into one), into the build cache where it lacks
+        them: a machine whose own cache made them earlier fills the registry's too."""
+        remote = self.remote
+        if remote is None:
+            return
+        unique = {p.key: (p.descriptor, p.name) for p in layers if p.descriptor is not None and p.name != "base"}
+        with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
+            for future in [pool.submit(remote.store, key, descriptor, name, self.layout)
+                           for key, (descriptor, name) in unique.items() if descriptor is not None]:
+                future.result()
 
     # -- the steps of assemble -------------------------------------------------------------------------------
 
