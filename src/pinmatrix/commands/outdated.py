@@ -7,6 +7,7 @@ import json
 
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.matrix.selection import load
+from pinmatrix.paths import CACHE_DIR
 from pinmatrix.project.matrix_toml import require_stack
 from pinmatrix.upgrade.outdated import outdated, outdated_lines
 from pinmatrix.upgrade.sources import UpgradeSources
@@ -19,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "outdated", help=HELP,
         description="Read each pinned package axis's page on the matrix's default index (PEP 691 JSON, PEP 700 "
                     "versions and upload times) and list the releases newer than the newest pin. The pages are "
-                    "cached under .pinmatrix/cache with the date they were read; --offline answers from that cache "
+                    f"cached under {CACHE_DIR} with the date they were read; --offline answers from that cache "
                     "and says how old each answer is.",
         **examples("pinmatrix outdated --stack h200-vllm",
                    "pinmatrix outdated --min-age 14            # releases younger than 14 days are held back",

@@ -9,7 +9,7 @@ from pathlib import Path
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.matrix_toml import require_stack
-from pinmatrix.upgrade.candidates import Target, candidates
+from pinmatrix.upgrade.candidates import CandidateTarget, candidates
 from pinmatrix.upgrade.matrix_edit import write_proposals
 from pinmatrix.upgrade.propose import proposal_lines, propose
 from pinmatrix.upgrade.sources import UpgradeSources
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     for name, stack in matrix.stacks.items():
         if args.stack in (None, name):
             platform = stack.platform or matrix.settings.platform
-            target = Target(name, platform.split("-", 1)[0], stack.python or matrix.settings.python)
+            target = CandidateTarget(name, platform.split("-", 1)[0], stack.python or matrix.settings.python)
             cands += candidates(sources, target, stack, args.limit)
     proposals = propose(matrix, cands, sources.now, args.lock_dir)
     if args.json:

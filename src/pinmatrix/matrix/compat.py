@@ -314,7 +314,7 @@ class CompatRules:
 
 
 def rules_for(root: Path, python: str) -> CompatRules:
-    """The shipped tables with the project's cached wheel metadata (``ROOT/.pinmatrix/cache/wheel-metadata``)
+    """The shipped tables with the project's cached wheel metadata (``METADATA_DIR`` under ``root``)
     read first: what expansion checks cells against. Reading the cache only, it asks no index."""
     return CompatRules.default().with_metadata(MetadataCache(root / METADATA_DIR), python)
 

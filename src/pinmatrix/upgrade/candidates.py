@@ -23,7 +23,7 @@ SCAN = 8  # releases of a follower (xformers, flashinfer) read back from the new
 
 
 @dataclass
-class Candidate:
+class UpgradeCandidate:
     stack: str
     label: str  # "vllm 0.34.0", "torch 2.14.0", "newest of each"
     pins: dict[str, str]  # axis -> version, the axes that move
@@ -36,14 +36,14 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Target:
+class CandidateTarget:
     stack: str
     arch: str  # x86_64 or aarch64: which wheel's metadata speaks
     python: str
 
 
 class _Reader:
-    def __init__(self, sources: UpgradeSources, target: Target) -> None:
+    def __init__(self, sources: UpgradeSources, target: CandidateTarget) -> None:
         self.sources, self.target = sources, target
 
     def pins(self, name: str, version: str) -> dict[str, str]:
@@ -62,7 +62,7 @@ def _exact(spec: str | None) -> str | None:
     return spec[2:] if spec and spec.startswith("==") and "," not in spec else None
 
 
-def _torch_followers(reader: _Reader, cand: Candidate, torch: str, axes: list[str]) -> None:
+def _torch_followers(reader: _Reader, cand: UpgradeCandidate, torch: str, axes: list[str]) -> None:
     """triton and CUDA from torch's metadata; xformers and flashinfer: the newest release accepting torch."""
     pins = reader.pins("torch", torch)
     triton = pins.get("triton")
@@ -82,7 +82,7 @@ def _torch_followers(reader: _Reader, cand: Candidate, torch: str, axes: list[st
             _follow(reader, cand, axis, torch)
 
 
-def _follow(reader: _Reader, cand: Candidate, axis: str, torch: str) -> None:
+def _follow(reader: _Reader, cand: UpgradeCandidate, axis: str, torch: str) -> None:
     name = distribution_of(axis)
     for version in reversed(reader.served(name)[-SCAN:]):
         spec = reader.pins(name, str(version)).get("torch")
@@ -94,9 +94,9 @@ def _follow(reader: _Reader, cand: Candidate, axis: str, torch: str) -> None:
     cand.problems.append(f"none of {name}'s newest {SCAN} releases accepts torch {torch}")
 
 
-def vllm_candidate(reader: _Reader, stack: Stack, vllm: str) -> Candidate:
+def vllm_candidate(reader: _Reader, stack: Stack, vllm: str) -> UpgradeCandidate:
     """vllm ``vllm`` with the torch and FlashInfer it pins exactly, and what torch brings."""
-    cand = Candidate(reader.target.stack, f"vllm {vllm}", {"vllm": vllm})
+    cand = UpgradeCandidate(reader.target.stack, f"vllm {vllm}", {"vllm": vllm})
     axes = package_axes(stack)
     pins = reader.pins("vllm", vllm)
     for axis, name in (("torch", "torch"), ("flashinfer", "flashinfer-python")):
@@ -125,15 +125,15 @@ def vllm_candidate(reader: _Reader, stack: Stack, vllm: str) -> Candidate:
     return cand
 
 
-def torch_candidate(reader: _Reader, stack: Stack, torch: str) -> Candidate:
-    cand = Candidate(reader.target.stack, f"torch {torch}", {"torch": torch})
+def torch_candidate(reader: _Reader, stack: Stack, torch: str) -> UpgradeCandidate:
+    cand = UpgradeCandidate(reader.target.stack, f"torch {torch}", {"torch": torch})
     _torch_followers(reader, cand, torch, package_axes(stack))
     return cand
 
 
-def newest_of_each(reader: _Reader, stack: Stack) -> Candidate:
+def newest_of_each(reader: _Reader, stack: Stack) -> UpgradeCandidate:
     """Every package axis at its newest release, coupled or not: what a one-package-at-a-time bot proposes."""
-    cand = Candidate(reader.target.stack, "newest of each", {})
+    cand = UpgradeCandidate(reader.target.stack, "newest of each", {})
     for axis in package_axes(stack):
         served = reader.served(distribution_of(axis))
         if served:
@@ -144,13 +144,13 @@ def newest_of_each(reader: _Reader, stack: Stack) -> Candidate:
     return cand
 
 
-def candidates(sources: UpgradeSources, target: Target, stack: Stack, limit: int = 3) -> list[Candidate]:
+def candidates(sources: UpgradeSources, target: CandidateTarget, stack: Stack, limit: int = 3) -> list[UpgradeCandidate]:
     """The stack's candidates, newest first: one per newer vLLM release (a stack with a vllm axis) or per newer
     torch release (else), at most ``limit``, then the "newest of each"."""
     reader = _Reader(sources, target)
     axes = package_axes(stack)
     lead = "vllm" if "vllm" in axes else "torch" if "torch" in axes else None
-    out: list[Candidate] = []
+    out: list[UpgradeCandidate] = []
     if lead is not None:
         top = Version(pinned_versions(stack, lead)[-1])
         newer = [v for v in reader.served(distribution_of(lead)) if v > top][::-1][:limit]

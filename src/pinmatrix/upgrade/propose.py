@@ -21,8 +21,7 @@ from pinmatrix.errors import MatrixError
 from pinmatrix.lock.resolve import lock_cell, page_reader
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import AxisValue, Matrix, Stack
-from pinmatrix.upgrade.candidates import Candidate
-
+from pinmatrix.upgrade.candidates import UpgradeCandidate
 
 _EVERY_PRUNED = re.compile(r"^every cell is pruned, e\.g\. [^:\s]+: ")
 
@@ -39,7 +38,7 @@ class CellOutcome:
 
 @dataclass
 class Proposal:
-    candidate: Candidate
+    candidate: UpgradeCandidate
     status: Literal["locked", "pruned", "not-locked"]  # not-locked: uv could not ask an index (no verdict)
     reasons: list[str] = field(default_factory=list)
     cells: list[CellOutcome] = field(default_factory=list)
@@ -67,7 +66,7 @@ def moved_values(matrix: Matrix, values: list[Any], version: str) -> list[Any]:
     return out
 
 
-def candidate_matrix(matrix: Matrix, cand: Candidate) -> Matrix:
+def candidate_matrix(matrix: Matrix, cand: UpgradeCandidate) -> Matrix:
     """The matrix with the candidate's stack narrowed to its pins (zip groups of moved axes and includes dropped)."""
     stack = matrix.stacks[cand.stack]
     data = stack.model_dump(mode="python", exclude_none=True)
@@ -84,7 +83,7 @@ def candidate_matrix(matrix: Matrix, cand: Candidate) -> Matrix:
     return Matrix(doc, matrix.path, matrix.text)
 
 
-def candidate_cells(matrix: Matrix, cand: Candidate) -> tuple[list[Cell], list[str]]:
+def candidate_cells(matrix: Matrix, cand: UpgradeCandidate) -> tuple[list[Cell], list[str]]:
     """(the candidate's cells, the reasons none is left): what expansion makes of it."""
     if cand.problems:
         return [], list(cand.problems)
@@ -105,7 +104,7 @@ def patch_words(cell: Cell) -> list[str]:
             for p in cell.patches]
 
 
-def propose(matrix: Matrix, cands: list[Candidate], now: datetime, lock_dir: Path | None = None,
+def propose(matrix: Matrix, cands: list[UpgradeCandidate], now: datetime, lock_dir: Path | None = None,
             uv: str | None = None) -> list[Proposal]:
     """Each candidate's cells locked (into ``lock_dir``/locks, else a scratch folder that is removed) or pruned."""
     scratch = Path(tempfile.mkdtemp(prefix="pinmatrix-propose-")) if lock_dir is None else None

@@ -1,5 +1,5 @@
 """What the upgrade steps read from the indexes, in one place: project pages (``index.releases``) and wheel
-METADATA (``index.wheel_metadata``), both cached under the project's ``.pinmatrix/cache``; ``offline`` answers from
+METADATA (``index.wheel_metadata``), both cached under the project's ``paths.CACHE_DIR``; ``offline`` answers from
 the caches alone, each answer carrying the date it was read."""
 
 from __future__ import annotations

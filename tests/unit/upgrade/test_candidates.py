@@ -18,7 +18,7 @@ from pinmatrix.index.wheel_metadata import MetadataCache
 from pinmatrix.matrix.compat import METADATA_DIR
 from pinmatrix.matrix.selection import expand_matrix
 from pinmatrix.project.matrix_toml import Matrix, load_matrix
-from pinmatrix.upgrade.candidates import Candidate, Target, candidates
+from pinmatrix.upgrade.candidates import CandidateTarget, UpgradeCandidate, candidates
 from pinmatrix.upgrade.matrix_edit import ProposalRefused, write_proposals
 from pinmatrix.upgrade.propose import Proposal, candidate_cells
 from pinmatrix.upgrade.sources import UpgradeSources
@@ -76,11 +76,11 @@ def _matrix(tmp_path: Path) -> Matrix:
     return load_matrix(tmp_path / "matrix.toml")
 
 
-def _candidates(tmp_path: Path, url: str, stack: str) -> list[Candidate]:
+def _candidates(tmp_path: Path, url: str, stack: str) -> list[UpgradeCandidate]:
     sources = UpgradeSources(ReleaseSource(tmp_path / "pages", BoundedHttp(timeout=5)),
                              MetadataCache(tmp_path / METADATA_DIR), url, NOW)
     matrix = _matrix(tmp_path)
-    return candidates(sources, Target(stack, "x86_64", "3.13"), matrix.stacks[stack], limit=3)
+    return candidates(sources, CandidateTarget(stack, "x86_64", "3.13"), matrix.stacks[stack], limit=3)
 
 
 def test_vllm_brings_its_exact_pins_and_a_flashinfer_the_index_lacks_is_named(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_write_adds_include_entries_and_keeps_every_existing_cell(tmp_path: Path
 def test_write_refuses_an_edit_that_breaks_the_matrix_and_writes_nothing(tmp_path: Path) -> None:
     matrix = _matrix(tmp_path)
     text = (tmp_path / "matrix.toml").read_text(encoding="utf-8")
-    bad = Candidate("x", "torch bad", {"torch": "2.15.0", "xformers": "0.0.36"})  # int64 does not apply: plain only
+    bad = UpgradeCandidate("x", "torch bad", {"torch": "2.15.0", "xformers": "0.0.36"})  # int64 does not apply: plain only
     bad.pins["triton"] = "not a version"
     with pytest.raises(ProposalRefused, match="would make the matrix invalid"):
         write_proposals(matrix, [Proposal(bad, "locked")])
