@@ -27,7 +27,20 @@ import json, os
 from _smokelib import Context, main
 
 SMOKES = {"escape": {"func": "escape", "description": "tries to write outside its image", "timeout_s": 60},
-          "hang": {"func": "hang", "description": "hangs until its timeout", "timeout_s": 600}}
+          "hang": {"func": "hang", "description": "hangs until its timeout", "timeout_s": 600},
+          "whoami": {"func": "whoami", "description": "says who and where it is", "timeout_s": 60}}
+
+
+def whoami(ctx: Context) -> None:
+    ctx.metric("who", json.dumps([os.getuid(), os.getgid(), os.getcwd(), os.environ.get("HOME"),
+                                  os.environ.get("PMTEST_FLAG"), sorted(os.listdir("/proc")).count("1")]))
+    with open(os.path.join(os.environ["HOME"], "scribble"), "w") as fh:  # a home of its own, writable
+        fh.write("x")
+    try:
+        open("/srv/work/scribble", "w").write("x")
+        ctx.metric("root_writable", 1)
+    except OSError:
+        ctx.metric("root_writable", 0)
 
 
 def hang(ctx: Context) -> None:
@@ -166,3 +179,24 @@ def test_a_hung_smoke_gets_its_stacks_written_at_its_timeout(base: dict[str, Any
         assert record["status"] == "fail" and record["failure_class"] == "timeout", record
         log = Path(record["log_path"]).read_text()
         assert "hanging" in log and "Fatal Python error: Aborted" in log and "in hang" in log, log[-2000:]
+
+
+@pytest.mark.parametrize("who", ["root", "user"])
+def test_the_images_user_working_dir_and_env_apply_inside_a_read_only_root(base: dict[str, Any], who: str) -> None:
+    with open_folder() as tmp:
+        blobs = base["layout"] / "blobs" / "sha256"
+        manifest = json.loads((blobs / base["base"][7:]).read_bytes())
+        env = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())["config"]["Env"]
+        passwd = b"root:x:0:0:root:/root:/bin/sh\npmtest:x:4242:4343::/home/pmtest:/bin/sh\n"
+        group = b"root:x:0:\npmtest:x:4343:\nextra:x:4444:pmtest\n"
+        image = add_image(base["layout"], "t:user", [layer([
+            member("etc/passwd", data=passwd), member("etc/group", data=group), member("srv", "dir", mode=0o755),
+            member("srv/work", "dir", mode=0o777, uid=4242, gid=4343)])], base=base["base"],
+            config={"User": "pmtest", "WorkingDir": "/srv/work", "Env": [*env, "PMTEST_FLAG=from-image"]})
+        done = _smoke(base, tmp, "sandbox", who, image, smoke="whoami")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "the image's user's other groups [4343, 4444] are not set: one id is mapped in the sandbox" in done.stdout
+        (record,) = json.loads((tmp / "run.json").read_text())
+        assert json.loads(record["metrics"]["who"]) == [4242, 4343, "/srv/work", "/home/pmtest", "from-image", 1]
+        assert record["metrics"]["root_writable"] == 0  # the image root is read-only, its own 0777 folder too
+        assert not list((tmp / "roots").glob("*/rootfs/srv/work/scribble"))

@@ -54,6 +54,9 @@ def in_root(root: Path, path: str, *, what: str, make: str | None = None) -> Pat
                 raise ImageRunRefused(f"{what} {path!r}: /{'/'.join(parts[:n + 1])} is not in the image") from None
             _make(current, "file" if last and make == "file" else "dir")
             continue
+        except OSError as err:  # a folder of the image this user may not enter (mode 0644)
+            raise ImageRunRefused(f"{what} {path!r}: /{'/'.join(parts[:n + 1])}: {err.strerror or err} in the "
+                                  "unpacked root") from None
         if stat.S_ISLNK(st.st_mode):
             raise ImageRunRefused(f"{what} {path!r}: /{'/'.join(parts[:n + 1])} is a symlink in the image "
                                   "(pinmatrix follows none inside a root)")

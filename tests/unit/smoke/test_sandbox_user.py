@@ -79,3 +79,12 @@ def test_mount_points_are_made_in_folders_read_only_to_their_owner(tmp_path: Pat
         in_root(root, "/opt/file", what="mount point", make="dir")
     with pytest.raises(ImageRunRefused, match="/nothing is not in the image"):
         in_root(root, "/nothing/here", what="mount point")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root enters any folder")
+def test_a_folder_this_user_may_not_enter_is_one_line(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    (root / "srv").mkdir(mode=0o644)
+    os.chmod(root / "srv", 0o644)
+    with pytest.raises(ImageRunRefused, match=r"WorkingDir '/srv/work': /srv/work: Permission denied in the unpacked"):
+        working_dir(root, "/srv/work")
