@@ -38,30 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "pinmatrix ci collect results/ --json results.json"))
     ci = p.add_subparsers(dest="ci_command", metavar="TARGET", required=True)
 
-    g = ci.add_parser("github", help="a GitHub Actions job matrix (JSON): one job per cell, runner labels per cell",
-                      description="Print {\"include\": [...]} with one entry per cell: cell, name, stack, gpu, "
-                                  "driver, gpu-required, smokes, image-tag (the tag build --push pushes to), "
-                                  "with --digests image (the pushed image by digest) and runs-on (self-hosted, linux, the architecture, "
-                                  "gpu-<gpu>, nvidia-driver-<driver> for GPU cells; --cpu-runner for CPU-only "
-                                  "cells). Use with strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}.",
-                      **examples("pinmatrix ci github --pretty", "pinmatrix ci github --stack h200 -k int64"))
-    add_matrix_argument(g)
-    add_selection_arguments(g)
-    g.add_argument("--cpu-runner", action="append", metavar="LABEL",
-                   help="runs-on labels of CPU-only cells (repeatable; default: ubuntu-latest)")
-    g.add_argument("--registry", metavar="PREFIX", help="image prefix for each entry's `image` (default: [matrix].registry)")
-    g.add_argument("--digests", action="store_true",
-                   help="name each cell's image by digest (looked up in the registry, after the build) as `image`; "
-                        "cells whose image the registry lacks are left out, said in one line")
-    g.add_argument("--pretty", action="store_true", help="indent the JSON")
-    g.add_argument("--json", action="store_true", help="JSON on stdout (what this command always prints)")
-    g.add_argument("--dispatch", type=Path, metavar="FILE",
-                   help="also write the dispatch record (each cell's image digest, looked up in the registry, and "
-                        "smokes) for `pinmatrix results --import --dispatch FILE`")
-    g.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR",
-                   help="the smoke catalogue the dispatch record names smokes from (default: ./smoke)")
-    g.add_argument("--run-id", default=None, help="names the dispatch record (default: UTC timestamp)")
-    g.set_defaults(func=run_github, registry_need=_looking_up)
+    _register_github(ci)
 
     k = ci.add_parser("k8s", help="Kubernetes Jobs, one per cell x GPU node pool, selected by GPU feature discovery labels",
                       description="Emit a ConfigMap with the smoke catalogue and one batch/v1 Job per cell and fitting "
@@ -113,6 +90,33 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the dispatch record `ci k8s` wrote: keep only records whose cell, digest and smoke the Job "
                         "was given; what a Job was given and did not record is said as not run")
     c.set_defaults(func=run_collect)
+
+
+def _register_github(ci: argparse._SubParsersAction) -> None:
+    g = ci.add_parser("github", help="a GitHub Actions job matrix (JSON): one job per cell, runner labels per cell",
+                      description="Print {\"include\": [...]} with one entry per cell: cell, name, stack, gpu, "
+                                  "driver, gpu-required, smokes, image-tag (the tag build --push pushes to), "
+                                  "with --digests image (the pushed image by digest) and runs-on (self-hosted, linux, the architecture, "
+                                  "gpu-<gpu>, nvidia-driver-<driver> for GPU cells; --cpu-runner for CPU-only "
+                                  "cells). Use with strategy.matrix: ${{ fromJSON(needs.<job>.outputs.matrix) }}.",
+                      **examples("pinmatrix ci github --pretty", "pinmatrix ci github --stack h200 -k int64"))
+    add_matrix_argument(g)
+    add_selection_arguments(g)
+    g.add_argument("--cpu-runner", action="append", metavar="LABEL",
+                   help="runs-on labels of CPU-only cells (repeatable; default: ubuntu-latest)")
+    g.add_argument("--registry", metavar="PREFIX", help="image prefix for each entry's `image` (default: [matrix].registry)")
+    g.add_argument("--digests", action="store_true",
+                   help="name each cell's image by digest (looked up in the registry, after the build) as `image`; "
+                        "cells whose image the registry lacks are left out, said in one line")
+    g.add_argument("--pretty", action="store_true", help="indent the JSON")
+    g.add_argument("--json", action="store_true", help="JSON on stdout (what this command always prints)")
+    g.add_argument("--dispatch", type=Path, metavar="FILE",
+                   help="also write the dispatch record (each cell's image digest, looked up in the registry, and "
+                        "smokes) for `pinmatrix results --import --dispatch FILE`")
+    g.add_argument("--smoke-dir", type=Path, default=None, metavar="DIR",
+                   help="the smoke catalogue the dispatch record names smokes from (default: ./smoke)")
+    g.add_argument("--run-id", default=None, help="names the dispatch record (default: UTC timestamp)")
+    g.set_defaults(func=run_github, registry_need=_looking_up)
 
 
 def _register_slurm(ci: argparse._SubParsersAction) -> None:
