@@ -538,8 +538,8 @@ def test_bundle_wheels_cli_names_the_cell_or_its_missing_lock(tmp_path: Path, ca
     cell = load(tmp_path / "matrix.toml")[1].cells[0]
     base = ["bundle", "wheels", str(tmp_path / "matrix.toml"), "--part-size", "56MB", "--out", str(tmp_path / "b")]
     assert main([*base, "--cell", "nosuchcell"]) == 2
-    assert capsys.readouterr().err.strip() == f"pinmatrix: error: {tmp_path / 'matrix.toml'}: no cell with id or " \
-                                              "name 'nosuchcell'"
+    assert capsys.readouterr().err.strip() == ("pinmatrix: error: no cell with id or name 'nosuchcell' in "
+                                               "matrix.toml (see `pinmatrix cells`)")  # matrix.selection.choose_cells
     assert main([*base, "--cell", cell.id]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"no lock for cell {cell.id} (run `pinmatrix lock -k {cell.id}`)" in err[0], err
