@@ -11,7 +11,7 @@ import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -90,10 +90,8 @@ def _refusing(error: type[PinmatrixError], problems: Problems | None) -> Iterato
 
 def _text(path: Path, label: str, content: str | bytes | None, max_bytes: int, what: str, hint: str) -> str:
     raw = _read(path, max_bytes, hint) if content is None else _encoded(content)
-    size = len(raw)
-    if size > max_bytes and content is None:
-        size = max(size, path.stat().st_size)  # the whole file's size, read no further
-    if size > max_bytes:
+    if len(raw) > max_bytes:
+        size = len(raw) if content is not None else max(len(raw), path.stat().st_size)  # the file's, read no further
         raise _Refused([f"{path}: {size} bytes is more than {what} may have ({max_bytes} bytes)"])
     return _decoded(path, label, raw)
 
@@ -161,6 +159,7 @@ def _validate(data: Any, model: type[M], label: str, locator: TomlLocator | None
         lines = []
         for err in errors:
             loc = tuple(p for p in err["loc"] if p != "[key]")  # a bad dict key is named (and located) by itself
-            err = cast(ErrorDetails, {**err, "loc": loc})
+            err = err.copy()
+            err["loc"] = loc
             lines.append(f"{_where(label, locator, loc, key(err))}: {friendly_message(err, model)}")
         raise _Refused(lines) from None

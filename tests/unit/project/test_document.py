@@ -50,6 +50,16 @@ def test_a_good_document_is_its_model(tmp_path: Path) -> None:
     assert load_document(path, Doc, what="x", content={"title": "t"}).parts == []  # data already parsed
 
 
+def test_data_already_parsed_is_checked_alike_without_a_line() -> None:
+    data = {"title": 1, "parts": [{"name": "a", "sise": 2}]}
+    with pytest.raises(MineError, match=r"^d: parts\.0\.sise: unknown key \(did you mean 'size'\?\)$"):
+        load_document(Path("d"), Doc, what="x", content=data, error=MineError)
+    with pytest.raises(MatrixError) as err:
+        load_document(Path("d"), Doc, what="x", content=data, problems=MatrixError)
+    assert err.value.lines() == ["d: title: Input should be a valid string",
+                                 "d: parts.0.sise: unknown key (did you mean 'size'?)"]
+
+
 def test_bad_toml_is_one_line_with_its_line() -> None:
     assert refusal('title = "t"\n\n[[parts]\n') == "/nowhere/doc.toml:3: syntax error: Expected ']]' at the end " \
                                                     "of an array declaration"
