@@ -10,14 +10,16 @@ Node pools (``--pools``) are the file ``ci slurm`` reads too (pinmatrix.ci.pools
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
-from pinmatrix.ci.dispatch import Bound, Dispatch, DispatchJob, bind
+from pinmatrix.ci.dispatch import Bound, Dispatch, DispatchJob, bind, read_regular
 from pinmatrix.ci.pools import NodePool, load_pools, pool_fits, pools_for
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
@@ -36,6 +38,9 @@ RUNNER_NAME = "pinmatrix_pod_runner.py"
 __all__ = ["NodePool", "collect", "gfd_labels", "k8s_manifests", "load_pools", "pool_fits", "smoke_specs",
            "validate"]
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes rejects ConfigMaps over 1 MiB
+MAX_RUN_JSON = 16 << 20  # a pod's run.json
+MAX_POD_LOG = 16 << 20  # the tail of a smoke's log read for its verdict
+_POD_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_DRIVER = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 GFD_COMPUTE = ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor")
@@ -226,13 +231,27 @@ def collect_dispatched(run_dirs: Sequence[Path], cells: dict[str, Cell], record:
     return out
 
 
+def _pod_file(run_dir: Path, name: object) -> Path | None:
+    """A file run.json names in the pod's folder: a plain name (no folder, no '..') of a regular file there (not a
+    link, not a FIFO); None otherwise, read as absent."""
+    if not isinstance(name, str) or not _POD_FILE.fullmatch(name) or ".." in name:
+        return None
+    path = run_dir / name
+    try:
+        return path if stat.S_ISREG(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
 def collect(run_dir: Path, cells: dict[str, Cell], *, run_id: str | None = None) -> list[SmokeRecord]:
     """Records from one pod's output directory (its run.json, logs and result files), classified and with
     known issues applied exactly as ``pinmatrix smoke`` does."""
 
+    if not (run_dir / "run.json").exists() and not (run_dir / "run.json").is_symlink():
+        raise PinmatrixError(f"{run_dir}: no readable run.json")
     try:
-        run = json.loads((run_dir / "run.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        run = json.loads(read_regular(run_dir / "run.json", MAX_RUN_JSON))
+    except (ValueError, UnicodeDecodeError) as err:
         raise PinmatrixError(f"{run_dir}: no readable run.json: {err}") from None
     if run.get("schema") != "pinmatrix-pod-run/1":
         raise PinmatrixError(f"{run_dir / 'run.json'}: not written by the pinmatrix pod runner")
@@ -243,9 +262,9 @@ def collect(run_dir: Path, cells: dict[str, Cell], *, run_id: str | None = None)
     rid = run_id or f"k8s-{run_dir.name}-{run['started_at'][:19].replace(':', '').replace('-', '')}"
     records = []
     for entry in run.get("smokes", []):
-        log_path = run_dir / entry["log"]
-        log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
-        result = _read_result(run_dir / entry["result"], log_path)
+        log_path, result_path = _pod_file(run_dir, entry["log"]), _pod_file(run_dir, entry["result"])
+        log_text = read_regular(log_path, MAX_POD_LOG, tail=True).decode("utf-8", "replace") if log_path else ""
+        result = _read_result(result_path or run_dir / ".absent", log_path or run_dir / ".absent")
         outcome = classify(result=result, returncode=entry.get("returncode"), timed_out=bool(entry.get("timed_out")),
                            log_text=log_text, timeout_s=float(entry.get("timeout_s") or 0))
         verdict = apply_known_issues(entry["smoke"], outcome.status, outcome.failure_class, outcome.reason,
@@ -255,7 +274,8 @@ def collect(run_dir: Path, cells: dict[str, Cell], *, run_id: str | None = None)
         metrics = {k: v if isinstance(v, (int, float, str)) else json.dumps(v) for k, v in metrics.items()}
         records.append(SmokeRecord(
             cell_id=cell.id, stack=cell.stack, host=host, smoke=entry["smoke"], run_id=rid, status=verdict.status,
-            failure_class=verdict.failure_class, reason=verdict.reason, metrics=metrics, log_path=str(log_path),
+            failure_class=verdict.failure_class, reason=verdict.reason, metrics=metrics,
+            log_path=str(log_path or run_dir / str(entry["log"])),
             started_at=entry["started_at"], finished_at=entry.get("finished_at") or entry["started_at"],
             duration_s=float(entry.get("seconds") or 0.0), known_issue=verdict.known_issue,
             image_digest=run.get("image_digest"), environment=dict((result or {}).get("environment") or {}),

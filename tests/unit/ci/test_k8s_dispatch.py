@@ -87,3 +87,44 @@ def test_collect_with_the_dispatch_record_through_the_cli(cell, tmp_path: Path, 
     assert rc == 0 and "collected 1 result(s)" in out
     assert f"not run: cell {cell.id}: 1 smoke(s): python-imports" in err.splitlines()
     assert [r["smoke"] for r in json.loads((tmp_path / "rows.json").read_text())] == ["host-probe"]
+
+
+def test_a_pods_files_are_read_in_its_folder_only_never_through_a_link_or_a_fifo(cell, tmp_path: Path) -> None:  # noqa: ANN001
+    import os
+    import threading
+
+    from pinmatrix.ci.k8s import collect
+    from pinmatrix.errors import PinmatrixError
+
+    digest = "sha256:" + "1" * 64
+    pod = _pod(tmp_path / "r1" / "p", cell.id, digest, ["host-probe"])
+    run = json.loads((pod / "run.json").read_text())
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"status": "pass", "reason": "", "metrics": {"from": "outside"}}))
+    (pod / "host-probe.json").unlink()
+    (pod / "host-probe.json").symlink_to(outside)  # a link to a passing result elsewhere is not followed
+    (pod / "run.json").write_text(json.dumps(run))
+    (record,) = collect(pod, {cell.id: cell})
+    assert record.status != "pass" and "from" not in record.metrics
+    run["smokes"][0]["result"] = "../../outside.json"  # a name that leaves the folder is not read either
+    (pod / "run.json").write_text(json.dumps(run))
+    (record,) = collect(pod, {cell.id: cell})
+    assert record.status != "pass" and "from" not in record.metrics
+
+    (pod / "run.json").unlink()
+    os.mkfifo(pod / "run.json")
+    got: list[object] = []
+
+    def read() -> None:
+        try:
+            got.append(collect(pod, {cell.id: cell}))
+        except PinmatrixError as err:
+            got.append(err)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        os.close(os.open(pod / "run.json", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("collect waited on a FIFO run.json")
+    assert [str(g) for g in got] == [f"{pod / 'run.json'}: not a regular file (a FIFO, device or folder is not read)"]
