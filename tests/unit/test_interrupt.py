@@ -140,8 +140,9 @@ def test_ctrl_c_while_a_smoke_runs(project: Path, fakes: tuple[Path, dict[str, s
     catalogue.mkdir()
     (catalogue / "slow.py").write_text(SLOW_SMOKE.format(record=str(record)))
     store = tmp_path / "results.sqlite"
-    _interrupt([sys.executable, "-m", "pinmatrix", "smoke", "--smoke-dir", str(catalogue), "--smoke", "slow",
-                "--results", str(store), "--logs", str(tmp_path / "logs")], cwd=project, env=env, record=record)
+    err = _interrupt([sys.executable, "-m", "pinmatrix", "smoke", "--smoke-dir", str(catalogue), "--smoke", "slow",
+                      "--results", str(store), "--logs", str(tmp_path / "logs")], cwd=project, env=env, record=record)
+    assert "pinmatrix: interrupted: cell host smoke slow interrupted, not recorded" in err, err[-2000:]
     done = subprocess.run([sys.executable, "-m", "pinmatrix", "results", "--results", str(store), "--json"],
                           cwd=project, capture_output=True, text=True, check=False, timeout=60)
     assert done.stdout.strip() in ("", "[]"), done.stdout  # nothing recorded for the smoke it stopped

@@ -4,7 +4,8 @@ or in batches (``smoke.batch``) by the runtime, every record stored the moment i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from pinmatrix.project.catalogue import Smoke, load_catalogue
@@ -78,9 +79,11 @@ def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, opt
                                     image_digest=options.image_digest)]
         elif len(group) > 1:
             echo(f"  batch of {len(group)} in one process: {', '.join(s.name for s in group)}")
-            recs = run_batch(cell, group, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
+            with _named_on_interrupt(cell, group):
+                recs = run_batch(cell, group, options, host=host, run_id=run_id, work=work, overlay=out.overlay)
         else:
-            recs = [run_one(cell, group[0], options, host=host, run_id=run_id, work=work, overlay=out.overlay)]
+            with _named_on_interrupt(cell, group):
+                recs = [run_one(cell, group[0], options, host=host, run_id=run_id, work=work, overlay=out.overlay)]
         for rec in recs:
             if setup.host_vs_lock is not None:
                 rec.environment["host_vs_lock"] = setup.host_vs_lock
@@ -89,6 +92,16 @@ def run_cell(cell: SmokeTarget, catalogue: list[Smoke], store: ResultsStore, opt
             cls = f" [{rec.failure_class}]" if rec.failure_class else ""
             echo(terminal_text(f"  {rec.status.upper():9} {rec.smoke} {rec.duration_s:.1f}s{cls} {rec.reason}".rstrip()))
     return out
+
+
+@contextmanager
+def _named_on_interrupt(cell: SmokeTarget, group: Sequence[Smoke]) -> Iterator[None]:
+    """Ctrl-C while the group runs: the interrupt names what it stopped (nothing of it is recorded)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        names = ", ".join(s.name for s in group)
+        raise KeyboardInterrupt(f"cell {cell.id} smoke {names} interrupted, not recorded") from None
 
 
 def process_groups(todo: Sequence[Smoke], host: HostFingerprint, *, batch: bool) -> list[list[Smoke]]:
