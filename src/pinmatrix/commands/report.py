@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pivot", metavar="ROW,COL", help="the pivot's default axes, e.g. 'driver,torch'")
     p.add_argument("--title", default=None, help="page title (default: '<matrix name> report')")
     p.add_argument("--screenshot", type=Path, metavar="PNG",
-                   help="also open index.html in headless Chromium and save a full-page screenshot")
+                   help="also save a screenshot of index.html's first 2400 px (chromium --headless --screenshot)")
     p.add_argument("--screenshot-at", default="", metavar="SUFFIX",
                    help="appended to the page's URL for the screenshot: '?a=ID&b=ID' preselects the diff view, "
                         "'#cell-ID' opens a cell's smoke details")

@@ -1,27 +1,26 @@
-"""The HTML report in a real headless Chromium (Debian's chromium, driven over the DevTools protocol):
-the tables render, the axis filters and the status filter hide rows, the pivot follows the filters, a cell
-link opens its smoke details, the diff view names the differing axes, and a screenshot is written."""
+"""The HTML report in a real headless Chromium (Debian's chromium, driven by Playwright through its
+executable_path: no browser download): the tables render, the axis filters and the status filter hide rows, the
+pivot follows the filters, a cell link opens its smoke details, the diff view names the differing axes; and
+report.browser's screenshot, taken by chromium's own --headless --screenshot, is a PNG of the asked size."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from report_browser import Page, need_chromium, report_page
 from report_data import H200, make_cell, rec
 
-from conftest import ci_enabled
-from pinmatrix.report.browser import Chromium, find_chromium
+from pinmatrix.report.browser import BrowserError, screenshot_file
 from pinmatrix.report.model import build_report
 from pinmatrix.report.write import write_reports
 
-if find_chromium() is None:
-    if ci_enabled():  # any truthy $CI, not only "true"
-        pytest.fail("chromium is required in CI (.ci/apt-packages.txt installs it)", pytrace=False)
-    pytest.skip("chromium is not installed", allow_module_level=True)
-
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory: pytest.TempPathFactory):
+def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Page, Any, Any]]:
+    need_chromium()
     tmp = tmp_path_factory.mktemp("report")
     cells, records = [], []
     n = 0
@@ -46,20 +45,18 @@ def page(tmp_path_factory: pytest.TempPathFactory):
     (tmp / "logs" / "r1" / "nvfp4.log").write_text("loading\nRuntimeError: illegal memory access in cuTensorMapEncodeTiled\n")
     paths = write_reports(build_report(records, cells, pivot=("driver", "torch"), log_roots=[tmp / "logs"]),
                           tmp / "out", ["html"])
-    with Chromium(width=1300, height=900) as browser:
-        browser.open(paths["html"].resolve().as_uri())
-        yield browser, tmp
-        assert not [m for m in browser.console if m.startswith("exception")], browser.console
+    with report_page(paths["html"].resolve().as_uri(), width=1300, height=900) as browser:
+        yield browser, tmp, paths["html"]
 
 
-def visible_rows(browser: Chromium, stack: str) -> list[str]:
+def visible_rows(browser: Page, stack: str) -> list[str]:
     return browser.evaluate(
         f"Array.from(document.querySelectorAll('table.cells[data-stack=\"{stack}\"] tr.cell-row'))"
         ".filter(tr => !tr.hidden && tr.offsetParent !== null).map(tr => tr.dataset.cell)"
     )
 
 
-def choose(browser: Chromium, selector: str, value: str) -> None:
+def choose(browser: Page, selector: str, value: str) -> None:
     browser.evaluate(
         f"(() => {{ const s = document.querySelector('{selector}'); s.value = {value!r};"
         " s.dispatchEvent(new Event('change')); })()"
@@ -67,7 +64,7 @@ def choose(browser: Chromium, selector: str, value: str) -> None:
 
 
 def test_tables_render(page) -> None:
-    browser, _ = page
+    browser, _, _ = page
     assert browser.evaluate("document.querySelectorAll('section.stack').length") == 2
     assert len(visible_rows(browser, "gb10")) == 6
     assert browser.evaluate("document.querySelector('section.stack[data-stack=\"gb10\"] h2 .badge').textContent") == "FAIL"
@@ -82,7 +79,7 @@ def test_tables_render(page) -> None:
 
 
 def test_filters_hide_rows_and_update_pivot(page) -> None:
-    browser, _ = page
+    browser, _, _ = page
     choose(browser, 'select.filter[data-stack="gb10"][data-axis="driver"]', "595.58.03")
     assert visible_rows(browser, "gb10") == ["000000000005", "000000000006"]
     assert browser.evaluate("document.querySelector('span.count[data-stack=\"gb10\"]').textContent") == "2 of 6 cells"
@@ -104,7 +101,7 @@ def test_filters_hide_rows_and_update_pivot(page) -> None:
 
 
 def test_click_through_to_smoke_details(page) -> None:
-    browser, _ = page
+    browser, _, _ = page
     hidden = browser.evaluate("getComputedStyle(document.getElementById('cell-000000000005')).display")
     assert hidden == "none"
     browser.evaluate("document.querySelector('tr[data-cell=\"000000000005\"] a.cell-link').click()")
@@ -118,7 +115,7 @@ def test_click_through_to_smoke_details(page) -> None:
 
 
 def test_diff_names_the_axes_that_differ(page) -> None:
-    browser, _ = page
+    browser, _, _ = page
     choose(browser, "#diff-a", "000000000001")
     choose(browser, "#diff-b", "000000000006")
     assert browser.evaluate("document.getElementById('diff-axes').dataset.axes") == "driver,torch"
@@ -129,13 +126,18 @@ def test_diff_names_the_axes_that_differ(page) -> None:
     assert browser.evaluate("document.getElementById('diff-axes').dataset.axes") == "torch"
 
 
-def test_screenshot_is_a_png(page) -> None:
-    browser, tmp = page
-    browser.evaluate("location.hash = ''")
+def test_screenshot_is_a_png_of_the_asked_size(page) -> None:
+    _, tmp, html = page
     out = tmp / "report.png"
-    width, height = browser.screenshot(out)
+    width, height = screenshot_file(html, out, width=1200, max_height=700, suffix="#cell-000000000005")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    png_w, png_h = struct.unpack(">II", data[16:24])
-    assert (png_w, png_h) == (width, height) and height >= 900
-    assert len(data) > 20_000  # a rendered page, not a blank one
+    assert struct.unpack(">II", data[16:24]) == (width, height) == (1200, 700)
+    assert screenshot_file(html, tmp / "tall.png", width=800)[1] == 2400  # the default height
+
+
+def test_a_chromium_that_writes_nothing_is_one_error(page, tmp_path) -> None:  # noqa: ANN001
+    _, _, html = page
+    with pytest.raises(BrowserError, match=r"^chromium exited with status 0 and no screenshot"):
+        screenshot_file(html, tmp_path / "x.png", executable="/bin/true")
+    assert not (tmp_path / "x.png").exists()

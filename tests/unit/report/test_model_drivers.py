@@ -3,6 +3,7 @@ worst status on each driver its results were measured on (HTML, Markdown, JSON).
 
 from __future__ import annotations
 
+from report_browser import report_page
 from report_data import CPU, make_cell, rec
 
 from pinmatrix.report.model import build_report, report_to_dict
@@ -60,29 +61,15 @@ def test_a_screenshot_of_the_grid_with_its_drivers(tmp_path) -> None:  # noqa: A
     """The cells x hosts grid in headless Chromium, as docs/report-drivers.png shows it (`PINMATRIX_UPDATE_DOCS=1`
     rewrites that file from this made-up report: a GB10 cell clean on 580.142 and 595.58.03, failing its
     unified-memory smoke on 590.48.01)."""
-    import base64
     import os
     import struct
     from pathlib import Path
-
-    import pytest
-
-    from conftest import ci_enabled
-    from pinmatrix.report.browser import Chromium, find_chromium
-
-    if find_chromium() is None:
-        if ci_enabled():
-            pytest.fail("chromium is required in CI (.ci/apt-packages.txt installs it)", pytrace=False)
-        pytest.skip("chromium is not installed")
     page = tmp_path / "index.html"
     page.write_text(render(_report(), "html"))
-    with Chromium(width=1100, height=900) as browser:
-        browser.open(page.as_uri())
+    with report_page(page.as_uri(), width=1100, height=900) as browser:
         box = browser.evaluate(GRID_BOX)
         assert box.pop("driver_row") is True
-        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                       "clip": {**box, "scale": 1}})
-    data = base64.b64decode(shot["data"])
+        data = browser.screenshot(box)
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24])[1] > 60
     if os.environ.get("PINMATRIX_UPDATE_DOCS") == "1":
         (Path(__file__).resolve().parents[3] / "docs" / "report-drivers.png").write_bytes(data)

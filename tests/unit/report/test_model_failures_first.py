@@ -9,11 +9,10 @@ import json
 from dataclasses import replace
 
 import pytest
+from report_browser import need_chromium, report_page
 from report_data import CPU, H200, make_cell, rec
 
-from conftest import ci_enabled
 from pinmatrix.report.archscan import ICONS as ARCH_ICONS
-from pinmatrix.report.browser import Chromium, find_chromium
 from pinmatrix.report.model import SmokeHistory, build_report, report_to_dict
 from pinmatrix.report.write import render, write_reports
 from pinmatrix.results.store import HostFingerprint
@@ -132,10 +131,7 @@ def test_arch_scan_verdicts_need_no_emoji_font() -> None:
 
 @pytest.fixture(scope="module")
 def page(report, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
-    if find_chromium() is None:
-        if ci_enabled():
-            pytest.fail("chromium is required in CI (.ci/apt-packages.txt installs it)", pytrace=False)
-        pytest.skip("chromium is not installed")
+    need_chromium()
     out = tmp_path_factory.mktemp("report")
     return write_reports(report, out, ["html"])["html"]
 
@@ -148,8 +144,7 @@ FAILING_SMOKE = f'li.broken-item[data-cell="{FAILING}"] .broken-smoke'
 
 
 def test_the_failure_is_in_the_first_screen(page) -> None:  # noqa: ANN001
-    with Chromium(width=1400, height=1000) as browser:
-        browser.open(page.as_uri())
+    with report_page(page.as_uri(), width=1400, height=1000) as browser:
         box = browser.evaluate(BOX % FAILING_SMOKE)
         assert box["text"] == SMOKES[-1]
         assert 0 <= box["left"] and box["right"] <= 1400 and 0 <= box["top"] and box["bottom"] <= 1000, box
@@ -161,11 +156,8 @@ def test_the_failure_is_in_the_first_screen(page) -> None:  # noqa: ANN001
 
 
 def test_the_failing_smoke_is_readable_at_420_px(page) -> None:  # noqa: ANN001
-    with Chromium(width=420, height=900) as browser:
-        # a phone's viewport (headless windows are at least 500 px wide): the page's width=device-width applies
-        browser.send("Emulation.setDeviceMetricsOverride",
-                     {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": True})
-        browser.open(page.as_uri())
+    # a phone's viewport: the page's width=device-width applies
+    with report_page(page.as_uri(), width=420, height=900, mobile=True) as browser:
         box = browser.evaluate(BOX % FAILING_SMOKE)
         assert box["docWidth"] <= 420
         assert 0 <= box["left"] and box["right"] <= box["docWidth"], box  # inside the viewport, not scrolled off
@@ -181,18 +173,12 @@ def test_the_failing_smoke_is_readable_at_420_px(page) -> None:  # noqa: ANN001
 def test_a_screenshot_of_the_first_screen(page, tmp_path) -> None:  # noqa: ANN001
     """The first screen at 1400x1000, as docs/report.png shows it (`PINMATRIX_UPDATE_DOCS=1` rewrites that file
     from this page: 36 made-up cells x 15 smokes on two hosts, one smoke of one cell broken since run r4)."""
-    import base64
     import os
     import struct
     from pathlib import Path
 
-    with Chromium(width=1400, height=1000) as browser:
-        browser.send("Emulation.setDeviceMetricsOverride",
-                     {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
-        browser.open(page.as_uri())
-        shot = browser.send("Page.captureScreenshot",
-                            {"format": "png", "clip": {"x": 0, "y": 0, "width": 1400, "height": 1000, "scale": 1}})
-    data = base64.b64decode(shot["data"])
+    with report_page(page.as_uri(), width=1400, height=1000) as browser:
+        data = browser.screenshot({"x": 0, "y": 0, "width": 1400, "height": 1000})
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (1400, 1000)
     (tmp_path / "report.png").write_bytes(data)
     if os.environ.get("PINMATRIX_UPDATE_DOCS") == "1":
