@@ -145,7 +145,7 @@ def _interrupted(err: KeyboardInterrupt, whole_process: bool) -> int:
     """Ctrl-C: said at once (with what it stopped, when the command says), children stopped by their group,
     scratch folders removed; the process itself ends here, not after the steps of its worker threads."""
     print("pinmatrix: interrupted" + (f": {err}" if str(err) else ""), file=sys.stderr, flush=True)
-    for line in interrupt.stop():
+    for line in interrupt.stop(every_child=whole_process):
         print(f"pinmatrix: {line}", file=sys.stderr)
     if whole_process:
         interrupt.exit_now()

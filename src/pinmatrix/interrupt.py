@@ -43,8 +43,10 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Take SIGINT in this process (main thread only): mark the interrupt, then raise KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, _on_sigint)
+    """Take SIGINT in this process (main thread only): mark the interrupt, then raise KeyboardInterrupt. Where
+    SIGINT is ignored (a background job of a non-interactive shell) or handled otherwise, it stays so."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def run(argv: Sequence[str], *, capture_output: bool = False, input: Any = None, timeout: float | None = None,
@@ -124,6 +126,20 @@ def _group_alive(pgid: int) -> bool:
     return any(_pgid_of(pid) == pgid for pid in _pids())
 
 
+def _own_children() -> list[int]:
+    """This process's living children (a tool started without ``run``), from /proc."""
+    me, found = os.getpid(), []
+    for pid in _pids():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[1]) == me:
+            found.append(pid)
+    return found
+
+
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
@@ -137,11 +153,20 @@ def _pgid_of(pid: int) -> int | None:
     return int(fields[2]) if fields[0] != "Z" else None
 
 
-def stop() -> list[str]:
-    """After Ctrl-C: end every running child's group, then remove the scratch folders. Returns one line per
-    folder left in place (something is still mounted in it), for the caller to print."""
+def stop(*, every_child: bool = False) -> list[str]:
+    """After Ctrl-C: end every running child's group (``every_child``: also any other child of this process,
+    when the process is about to end), then remove the scratch folders. Returns one line per folder left in
+    place (something is still mounted in it), for the caller to print."""
     with _LOCK:
         groups, folders = set(_GROUPS), set(_FOLDERS)
+    for pid in _own_children() if every_child else []:  # its group if it leads one, else itself
+        if _pgid_of(pid) == pid:
+            groups.add(pid)
+        else:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
     _end_groups(groups)
     left = []
     for folder in folders:

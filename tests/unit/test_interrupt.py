@@ -63,8 +63,10 @@ def _alive(pid: int) -> bool:
 def _interrupt(argv: list[str], *, cwd: Path, env: dict[str, str], record: Path) -> str:
     """Start ``argv`` in a session of its own, wait for the slow tool's record, send SIGINT to the whole group
     (as a terminal's Ctrl-C) and check the exit: 130 within DEADLINE_S, "interrupted" said, the tool gone."""
+    # SIGINT's default action in the child even where this run inherited it ignored (a background job)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         start = time.monotonic()
         while not record.is_file():
