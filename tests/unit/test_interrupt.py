@@ -132,7 +132,8 @@ def test_ctrl_c_while_uv_locks_a_cell(project: Path, fakes: tuple[Path, dict[str
     fake_python = Path(env["PATH"].split(os.pathsep)[0]) / "python"
     code = (f"import sys; sys.executable = {str(fake_python)!r}; sys.argv = ['pinmatrix', 'lock', '-k', 'demo']\n"
             "from pinmatrix.cli import main\nsys.exit(main())")
-    _interrupt([sys.executable, "-c", code], cwd=project, env=env, record=record)
+    err = _interrupt([sys.executable, "-c", code], cwd=project, env=env, record=record)
+    assert "interrupted, not locked" in err.splitlines()[-1], err[-2000:]
     assert list(Path(env["TMPDIR"]).iterdir()) == []  # pinmatrix's scratch folder (and uv's in it) removed
 
 

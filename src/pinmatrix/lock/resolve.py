@@ -200,14 +200,19 @@ def lock_cells(cells: Sequence[Cell], settings: LockSettings,
     fetcher = page_reader(settings.extra_ca) if settings.check_platforms else None
     results: list[LockResult] = []
     pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs))  # not `with`: Ctrl-C must not wait for uv
+    futures = []
     try:
-        futures = [pool.submit(lock_cell, c, settings.root, settings.exclude_newer, uv, fetcher, write=settings.write)
-                   for c in cells]
+        for c in cells:
+            futures.append(pool.submit(lock_cell, c, settings.root, settings.exclude_newer, uv, fetcher,
+                                       write=settings.write))
         for fut in futures:
             res = fut.result()
             results.append(res)
             if on_done:
                 on_done(res)
+    except KeyboardInterrupt:
+        running = [c.id for c, f in zip(cells, futures, strict=False) if f.running()]
+        raise KeyboardInterrupt(f"cell {', '.join(running)} interrupted, not locked" if running else "") from None
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     return results
