@@ -4,8 +4,10 @@ Where the cell has a lock (``locks/<cell-id>.txt``) its pins and hashes are used
 packages need an index that does not answer here, say), the cell's requirements are resolved with uv against
 the default index alone, and what that cannot give is said: packages the cell takes from another index
 (those wheels are the default index's, not the cell's), a platform floor raised because a wheel needs a newer
-glibc, requirements that only resolve one by one. Wheels are downloaded with pip (hash-checked) into the
-cache, once; nothing is written into the repository.
+glibc, requirements that only resolve one by one. Wheels live in the one wheel cache ``pinmatrix build`` fills
+(``<cache>/wheels/ab/<sha256>/<file>.whl``, a folder per locked hash): what it lacks is downloaded with pip
+(hash-checked) and put there, so a wheel the build or an earlier scan fetched is never downloaded again; nothing
+is written into the repository.
 """
 
 from __future__ import annotations
@@ -189,11 +191,6 @@ def pip_platforms(platform: str) -> list[str]:
     return tags
 
 
-def wheel_dir(platform: str, python: str, cache: Path | None = None) -> Path:
-    arch = platform.split("-", 1)[0]
-    return (cache or cache_dir()) / "wheels" / f"{arch}-py{python}"
-
-
 def _pip_download(lines: list[str], platform: str, python: str, dest: Path) -> subprocess.CompletedProcess[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
         fh.write("\n".join(lines) + "\n")
@@ -222,19 +219,6 @@ def _sha256(path: Path, index: dict[str, list], key: str | None = None) -> str:
     return digest
 
 
-def _find(pin: Pin, dest: Path, index: dict[str, list]) -> tuple[Path, str] | None:
-    for path in sorted(dest.glob("*.whl")):
-        try:
-            name, version, _build, _tags = parse_wheel_filename(path.name)
-        except ValueError:
-            continue
-        if canonicalize_name(name) == pin.name and str(version) == pin.version:
-            digest = _sha256(path, index)
-            if not pin.hashes or digest in pin.hashes:
-                return path, digest
-    return None
-
-
 def _compatible(filename: str, platform: str, python: str) -> bool:
     """A wheel file name installs for the uv platform and CPython ``python`` (the tags pip would accept)."""
     try:
@@ -248,8 +232,8 @@ def _compatible(filename: str, platform: str, python: str) -> bool:
                and (t.abi != "abi3" or t.interpreter.startswith("cp")) for t in tags)
 
 
-def _from_build_cache(pin: Pin, build_wheels: Path, platform: str, python: str,
-                      index: dict[str, list]) -> tuple[Path, str] | None:
+def _cached_wheel(pin: Pin, build_wheels: Path, platform: str, python: str,
+                  index: dict[str, list]) -> tuple[Path, str] | None:
     """The pin's wheel where ``pinmatrix build`` keeps it (``<cache>/wheels/ab/<sha256>/<file>.whl``, one folder
     per locked hash), for this platform and Python, its sha256 checked: no second download of the same file."""
     for digest in pin.hashes:
@@ -262,40 +246,52 @@ def _from_build_cache(pin: Pin, build_wheels: Path, platform: str, python: str,
     return None
 
 
+def _store(downloaded: Path, pins: Sequence[Pin], wheels: Path, index: dict[str, list]) -> None:
+    """Move each wheel pip downloaded into ``wheels/ab/<sha256>/``, the folder of the locked hash it has (a file
+    no pin locks is left where it is, removed with the download folder)."""
+    locked = {h for p in pins for h in p.hashes}
+    for path in sorted(downloaded.glob("*.whl")):
+        digest = sha256_file(path)
+        if digest in locked:
+            folder = wheels / digest[:2] / digest
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(path, folder / path.name)
+            _sha256(folder / path.name, index, str(folder / path.name))
+
+
 def fetch_wheels(pins: CellPins, cache: Path | None = None, log=None, build_cache: Path | None = None) -> list[Wheel]:
-    """The wheel of every pin for the pins' platform and Python: from the build's wheel cache (``build_cache``,
-    the ``--cache-dir`` of ``pinmatrix build``) where it already holds it, else downloaded once with pip
-    (hash-checked) into the arch-scan cache."""
-    dest = wheel_dir(pins.platform, pins.python, cache)
-    dest.mkdir(parents=True, exist_ok=True)
-    index_path = dest / ".sha256.json"
+    """The wheel of every pin for the pins' platform and Python, from the one wheel cache (``build_cache``, the
+    ``--cache-dir`` of ``pinmatrix build``; without one, ``cache``): what it lacks is downloaded with pip
+    (hash-checked) into it."""
+    wheels_dir = (build_cache if build_cache is not None else (cache or cache_dir())) / "wheels"
+    wheels_dir.mkdir(parents=True, exist_ok=True)
+    index_path = (cache or cache_dir()) / "arch-scan" / "wheels-sha256.json"
     index: dict[str, list] = json.loads(index_path.read_text()) if index_path.is_file() else {}
-    reused: dict[str, tuple[Path, str]] = {}
-    if build_cache is not None and (build_cache / "wheels").is_dir():
-        for p in pins.pins:
-            hit = _from_build_cache(p, build_cache / "wheels", pins.platform, pins.python, index)
-            if hit:
-                reused[p.name] = hit
-        if reused and log:
-            log(f"{len(reused)} wheel(s) from the build's cache {build_cache / 'wheels'}")
-    todo = [p for p in pins.pins if p.name not in reused and _find(p, dest, index) is None]
+    found = {p.name: hit for p in pins.pins
+             if (hit := _cached_wheel(p, wheels_dir, pins.platform, pins.python, index)) is not None}
+    if found and log:
+        log(f"{len(found)} wheel(s) from the wheel cache {wheels_dir}")
+    todo = [p for p in pins.pins if p.name not in found]
     if todo:
         if log:
-            log(f"downloading {len(todo)} wheel(s) for {pins.platform}, python {pins.python} into {dest}")
+            log(f"downloading {len(todo)} wheel(s) for {pins.platform}, python {pins.python} into {wheels_dir}")
         lines = [f"{p.name}=={p.version} " + " ".join(f"--hash=sha256:{h}" for h in p.hashes) for p in todo]
-        if _pip_download(lines, pins.platform, pins.python, dest).returncode != 0:
-            for p, line in zip(todo, lines):  # one at a time, to know which cannot be had
-                proc = _pip_download([line], pins.platform, pins.python, dest)
-                if proc.returncode != 0 and log:
-                    log(f"  {p.name}=={p.version}: {_pip_reason(proc.stderr)}")
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=wheels_dir) as scratch:
+            if _pip_download(lines, pins.platform, pins.python, Path(scratch)).returncode != 0:
+                for p, line in zip(todo, lines):  # one at a time, to know which cannot be had
+                    proc = _pip_download([line], pins.platform, pins.python, Path(scratch))
+                    if proc.returncode != 0 and log:
+                        log(f"  {p.name}=={p.version}: {_pip_reason(proc.stderr)}")
+            _store(Path(scratch), todo, wheels_dir, index)
     wheels: list[Wheel] = []
     for p in pins.pins:
-        hit = reused.get(p.name) or _find(p, dest, index)
+        hit = found.get(p.name) or _cached_wheel(p, wheels_dir, pins.platform, pins.python, index)
         if hit:
             wheels.append(Wheel(p, hit[0], sha256=hit[1]))
         else:
             wheels.append(Wheel(p, None, f"no wheel of {p.name} {p.version} for {pins.platform}, python "
                                          f"{pins.python} (sdist only, or none with the locked hashes)"))
+    index_path.parent.mkdir(parents=True, exist_ok=True)
     index_path.write_text(json.dumps(index, indent=0, sort_keys=True))
     return wheels
 

@@ -25,8 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "cuobjdump (installed from its PyPI wheel into the cache; the fatbin header parser is the "
                     "fallback and cannot see a/f suffixes), and give a verdict per binary and package for the "
                     "cell's GPU: native, PTX JIT, partial or cannot run. Rules: src/pinmatrix/data/arch_rules.toml. "
-                    "Wheels the build already fetched are read from its cache (--cache-dir); others and the results are "
-                    "cached in $PINMATRIX_CACHE (default ~/.cache/pinmatrix). A cell whose image is in the OCI layout "
+                    "Wheels come from the build's wheel cache (--cache-dir), and the ones it lacks are downloaded into "
+                    "it; the scan results are cached in $PINMATRIX_CACHE (default ~/.cache/pinmatrix). A cell whose image is in the OCI layout "
                     "(--layout) also gets its flashinfer-aot layer read. Verdicts: native, PTX JIT, partial, cannot "
                     "run, or other GPUs only (built only for other GPU generations: left out of a package's verdict).",
         **examples("pinmatrix arch-scan --stack gb10-nvfp4    # SASS/PTX of each cell's wheels vs its GPU",
@@ -41,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cuobjdump", action="store_true",
                    help="use only the fatbin header parser (no suffixes; for comparison)")
     p.add_argument("--cache-dir", type=Path, default=None,
-                   help="the build's cache: wheels `pinmatrix build` already fetched are read from it, not "
-                        f"downloaded again (default: {CACHE_DIR} next to the matrix)")
+                   help="the build's cache, the one wheel cache: wheels are read from it and downloaded into it, "
+                        f"never twice (default: {CACHE_DIR} next to the matrix)")
     p.add_argument("--layout", type=Path, default=None,
                    help="the OCI layout of the cells' images: a cell's image adds its flashinfer-aot layer (the "
                         "FlashInfer modules compiled at build time for its arch list) as a row (default: "
