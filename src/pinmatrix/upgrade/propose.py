@@ -113,26 +113,40 @@ def propose(matrix: Matrix, cands: list[UpgradeCandidate], now: datetime, lock_d
     extra = tuple(p for p in (Path(matrix.root) / c for c in matrix.settings.ca_certificates) if p.exists())
     fetcher = page_reader(extra)
     try:
-        out = []
-        for cand in cands:
-            cells, reasons = candidate_cells(matrix, cand)
-            if not cells:
-                out.append(Proposal(cand, "pruned", reasons))
-                continue
-            done = []
-            for cell in cells:
-                res = lock_cell(cell, root, now.strftime("%Y-%m-%dT%H:%M:%SZ"), uv, fetcher)
-                done.append(CellOutcome(cell.id, cell.name, res.ok, res.reason,
-                                        res.path if res.ok and scratch is None else None, patch_words(cell)))
-            failed = [f"{o.name}: {o.reason}" for o in done if not o.locked]
-            unresolvable = any("No solution found" in o.reason for o in done if not o.locked)
-            status: Literal["locked", "pruned", "not-locked"] = (
-                "locked" if not failed else "pruned" if unresolvable else "not-locked")
-            out.append(Proposal(cand, status, failed, done))
-        return out
+        return [_locked(matrix, cand, root, now, uv, fetcher, keep=scratch is None) for cand in cands]
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _locked(matrix: Matrix, cand: UpgradeCandidate, root: Path, now: datetime, uv: str | None, fetcher: Any, *,
+            keep: bool) -> Proposal:
+    """The candidate's cells locked; a cell whose requirements, Python, platform and indexes failed to lock for
+    another cell is not locked again (the same reason), and each reason is said once with its cell count."""
+    cells, reasons = candidate_cells(matrix, cand)
+    if not cells:
+        return Proposal(cand, "pruned", reasons)
+    failed: dict[tuple[Any, ...], str] = {}
+    done = []
+    for cell in cells:
+        key = (cell.requirements, cell.python, cell.platform, cell.indexes)
+        if key in failed:
+            done.append(CellOutcome(cell.id, cell.name, False, failed[key], None, patch_words(cell)))
+            continue
+        res = lock_cell(cell, root, now.strftime("%Y-%m-%dT%H:%M:%SZ"), uv, fetcher)
+        if not res.ok:
+            failed[key] = res.reason
+        done.append(CellOutcome(cell.id, cell.name, res.ok, res.reason, res.path if res.ok and keep else None,
+                                patch_words(cell)))
+    why: dict[str, list[str]] = {}
+    for o in done:
+        if not o.locked:
+            why.setdefault(o.reason, []).append(o.name)
+    lines = [f"{len(names)} cell(s) ({names[0]}{', ...' if len(names) > 1 else ''}): {reason}"
+             for reason, names in why.items()]
+    unresolvable = any("No solution found" in reason for reason in why)
+    status: Literal["locked", "pruned", "not-locked"] = "locked" if not why else "pruned" if unresolvable else "not-locked"
+    return Proposal(cand, status, lines, done)
 
 
 def proposal_lines(proposals: list[Proposal]) -> list[str]:
@@ -144,6 +158,7 @@ def proposal_lines(proposals: list[Proposal]) -> list[str]:
         lines += [f"    because {w}" for w in c.why]
         lines += [f"    {'pruned' if p.status == 'pruned' else 'not locked'}: {r}" for r in p.reasons]
         for o in p.cells:
-            lines.append(f"    cell {o.id} {o.name}: {'locked' if o.locked else 'not locked'}")
-            lines += [f"        patch {w}" for w in o.patches]
+            if o.locked:
+                lines.append(f"    cell {o.id} {o.name}: locked")
+        lines += [f"    patch {w}" for w in dict.fromkeys(w for o in p.cells for w in o.patches)]
     return lines
