@@ -1,11 +1,12 @@
 """Ctrl-C, handled the same way by every command: the process says "interrupted" at once, stops the child
-processes it started (each in a process group of its own, stopped by its group: SIGTERM, then SIGKILL), removes
-the temporary folders it had made, and exits 130, without waiting for a step running in a worker thread.
+processes it started (by their process group: SIGTERM, then SIGKILL), removes the temporary folders it had made,
+and exits 130, without waiting for a step running in a worker thread.
 
-Long steps run their tools through ``run`` (a process group of its own, so the terminal's SIGINT reaches only
-pinmatrix, which then stops the group) and make their scratch folders with ``scratch_folder``. A worker that sees
-its step fail asks ``pending()`` whether that was the interrupt, and reports its cell "interrupted", not failed.
-cli.py calls ``install()`` in the real process and ``stop()`` when KeyboardInterrupt reaches it."""
+Long steps (mmdebstrap, uv) run their tools through ``run`` (a process group of its own, so the terminal's SIGINT
+reaches only pinmatrix, which then stops the group) and make their scratch folders with ``scratch_folder``. A
+worker whose step failed asks ``pending()`` whether that was the interrupt: its cell is then not reported failed
+but named by the interrupt's message ("interrupted, not failed"). cli.py calls ``install()`` in the real process
+and ``stop()`` when KeyboardInterrupt reaches it."""
 
 from __future__ import annotations
 
