@@ -92,5 +92,5 @@ def test_the_host_runtime_refuses_the_option_in_one_line() -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith(
-        "--kernel-cache needs --runtime docker, podman or chroot (the host runtime uses the host user's own caches)")
+        "--kernel-cache needs --runtime docker, podman or sandbox (the host runtime uses the host user's own caches)")
     assert "Traceback" not in done.stderr
