@@ -1,5 +1,6 @@
-"""The chroot runtime (``smoke --runtime chroot``): images unpacked from an OCI layout by digest, safely, and the
-demo cells' smokes run inside their own images, with the image's Env, User and WorkingDir."""
+"""The chroot runtime that trusts the image with root (``smoke --runtime chroot-trusting-root``): images unpacked
+from an OCI layout by digest, safely, and the demo cells' smokes run inside their own images, with the image's Env,
+User and WorkingDir."""
 
 from __future__ import annotations
 
