@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from pinmatrix.bundle.model import (
 from pinmatrix.bundle.sign import SIGNATURE_NAME, sign_bundle
 from pinmatrix.hashing import CHUNK
 from pinmatrix.project.smoke_bundle import shipped_file
+from pinmatrix.transfer import TransferMeter
 
 Say = Callable[[str], None]
 MAX_PARTS = 20000
@@ -38,9 +40,12 @@ def parse_size(text: str) -> int:
         raise BundleError(str(err)) from None
 
 
-def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say) -> list[Part]:
-    """``files`` back to back, cut every ``part_size`` bytes into ``folder/part-NNN-of-MMM.bin``."""
+def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say,
+                clock: Callable[[], float] = time.monotonic) -> list[Part]:
+    """``files`` back to back, cut every ``part_size`` bytes into ``folder/part-NNN-of-MMM.bin``; ``say`` hears
+    each part written and, about once a second within a part, the bytes of the whole, the rate and the time left."""
     total = sum(f.stat().st_size for f in files)
+    meter = TransferMeter(total, clock=clock)
     count = -(-total // part_size)
     if count > MAX_PARTS:
         raise BundleError(f"{total} bytes in parts of {part_size} would be {count} parts (at most {MAX_PARTS})")
@@ -56,7 +61,7 @@ def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say) -
         handle.close()
         name = part_name(len(parts), count)
         parts.append(Part(name=name, size=written, sha256=digest.hexdigest()))
-        say(f"part {len(parts)}/{count} {name}: {written} bytes")
+        say(f"part {len(parts)}/{count} {name}: {written} bytes; {meter.line()}")
         handle, written, digest = None, 0, hashlib.sha256()
 
     for path in files:
@@ -70,7 +75,10 @@ def write_parts(files: Sequence[Path], part_size: int, folder: Path, say: Say) -
                     handle.write(take)
                     digest.update(take)
                     written += len(take)
+                    meter.advance(len(take))
                     view = view[len(take):]
+                    if written < part_size and meter.due():
+                        say(f"writing part {len(parts) + 1}/{count}: {meter.line()}")
                     if written == part_size:
                         close()
     close()

@@ -162,7 +162,7 @@ def bundle_wheels(request: WheelsRequest, fetcher: WheelFetcher, say: Say) -> Bu
     files, items, offset = [], [], 0
     for i, wheel in enumerate(chosen):
         cached = fetcher.path(wheel).is_file()
-        path = fetcher.fetch(wheel)  # checked against the lock's sha256 before it is cached
+        path = fetcher.fetch(wheel, progress=say)  # checked against the lock's sha256 before it is cached
         size = path.stat().st_size
         say(f"{'cached' if cached else 'fetched'} {i + 1}/{len(chosen)} {wheel.filename}: {size} bytes")
         items.append(WheelItem(name=wheel.name, version=wheel.version, filename=wheel.filename, size=size,

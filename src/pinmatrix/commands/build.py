@@ -17,7 +17,6 @@ from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import pushing
-from pinmatrix.commands._tables import TableData, add_format_argument, console, output_format, print_table, table_format
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
@@ -36,6 +35,7 @@ from pinmatrix.project.lockfile import lock_path
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.cache_signing import project_cache_trust
 from pinmatrix.report.github_actions import build_annotations
+from pinmatrix.report.tables import TableData, add_format_argument, console, output_format, print_table, table_format
 from pinmatrix.sizes import parse_size
 
 

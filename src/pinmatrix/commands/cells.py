@@ -6,9 +6,9 @@ import argparse
 import json
 
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
-from pinmatrix.commands._tables import TableData, add_format_argument, output_format, print_table
 from pinmatrix.matrix.beyond_index import group_needs
 from pinmatrix.matrix.selection import load
+from pinmatrix.report.tables import TableData, add_format_argument, output_format, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:

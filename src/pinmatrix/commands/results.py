@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pinmatrix.ci.dispatch import bind_import, read_dispatch
 from pinmatrix.commands._common import add_selection_arguments, examples, read_input
-from pinmatrix.commands._tables import TableData, add_format_argument, output_format, print_table
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.keyword import compile_keyword
+from pinmatrix.report.tables import TableData, add_format_argument, output_format, print_table
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.statuses import STATUSES

@@ -104,7 +104,8 @@ def test_no_import_cycles() -> None:
 # pipeline steps in the order data flows through them; the commands and the CLI on top.
 FLOORS: tuple[frozenset[str], ...] = (
     frozenset({"pinmatrix", "errors", "hashing", "atomic", "paths", "sanitize", "names", "archflag",
-               "envdefaults", "datamodel", "cell", "imageref", "statuses", "sizes", "hostprobe", "interrupt"}),
+               "envdefaults", "datamodel", "cell", "imageref", "statuses", "sizes", "hostprobe", "interrupt",
+               "transfer"}),
     frozenset({"project"}),
     frozenset({"oci"}),
     frozenset({"index"}),

@@ -1,4 +1,4 @@
-"""commands/_tables: a table without a terminal is one plain line per row, never wrapped however long its values;
+"""report/tables: a table without a terminal is one plain line per row, never wrapped however long its values;
 --format table|plain|json chooses (json the same as --json); NO_COLOR drops colour from the boxes; `cells` and
 build's summary print through it."""
 
@@ -13,7 +13,7 @@ from report_data import make_cell, rec
 
 from conftest import REPO
 from pinmatrix.cli import main
-from pinmatrix.commands._tables import TableData, add_format_argument, output_format, print_table, table_format
+from pinmatrix.report.tables import TableData, add_format_argument, output_format, print_table, table_format
 from pinmatrix.results.store import ResultsStore
 
 

@@ -1,6 +1,7 @@
-"""How commands print a table: rich's boxes on a terminal; without one (a CI log, a pipe) one plain line per row,
-its columns aligned and never wrapped; JSON with ``--format json`` (the command's ``--json``). ``NO_COLOR`` (any
-non-empty value, no-color.org) drops colour from the boxes; the plain and JSON forms never carry any."""
+"""How pinmatrix prints a table (cells, results, build's summary): rich's boxes on a terminal; without one
+(a CI log, a pipe) one plain line per row, its columns aligned and never wrapped; JSON with ``--format json``
+(the command's ``--json``). ``NO_COLOR`` (any non-empty value, no-color.org) drops colour from the boxes; the
+plain and JSON forms never carry any."""
 
 from __future__ import annotations
 

@@ -1,0 +1,51 @@
+"""transfer.TransferMeter on a fake clock: bytes done of the total with the share, the rate so far and the time
+left; nothing said of a rate before time passed or of a time left without a total; a line at most once per
+``every`` seconds; the units people read (KiB, MiB, GiB; m:ss and h:mm:ss)."""
+
+from __future__ import annotations
+
+from pinmatrix.transfer import TransferMeter, human_bytes, human_seconds
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bytes_rate_and_time_left_on_a_fake_clock() -> None:
+    clock = FakeClock()
+    meter = TransferMeter(48 << 20, clock=clock)
+    assert meter.line() == "0 B of 48.0 MiB (0%)"  # no rate and no time left before any byte or second
+    meter.advance(12 << 20)
+    clock.now += 3
+    assert meter.line() == "12.0 MiB of 48.0 MiB (25%), 4.0 MiB/s, 0:09 left"
+    meter.advance(36 << 20)
+    clock.now += 1
+    assert meter.line() == "48.0 MiB of 48.0 MiB (100%), 12.0 MiB/s, 0:00 left"
+
+
+def test_without_a_total_only_bytes_and_rate() -> None:
+    clock = FakeClock()
+    meter = TransferMeter(None, clock=clock)
+    meter.advance(3 << 30)
+    clock.now += 2
+    assert meter.line() == "3.0 GiB, 1.5 GiB/s" and meter.left() is None
+
+
+def test_a_line_is_due_once_a_second() -> None:
+    clock = FakeClock()
+    meter = TransferMeter(10, clock=clock)
+    assert not meter.due()
+    clock.now += 0.6
+    assert not meter.due()
+    clock.now += 0.5
+    assert meter.due() and not meter.due()
+
+
+def test_units() -> None:
+    assert [human_bytes(n) for n in (0, 1023, 1536, 5 << 20, 3 * (1 << 40))] == [
+        "0 B", "1023 B", "1.5 KiB", "5.0 MiB", "3.0 TiB"]
+    assert [human_seconds(s) for s in (0, 9.4, 725, 3723)] == ["0:00", "0:09", "12:05", "1:02:03"]
