@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 from report_data import make_cell, rec
 
+from conftest import REPO
 from pinmatrix.image.settings import CellBuildResult
-from pinmatrix.report.github_actions import build_annotations, workflow_command
+from pinmatrix.matrix.selection import load
+from pinmatrix.report.github_actions import build_annotations, report_annotations, workflow_command
+from pinmatrix.report.model import build_report
 from pinmatrix.report.settings import ReportSettings, publish
+from pinmatrix.results.store import HostFingerprint
 
 
 def _records():  # noqa: ANN202
@@ -62,3 +66,14 @@ def test_a_failed_build_is_an_error_under_github_actions_only(tmp_path: Path) ->
     assert build_annotations([failed, built], "matrix.toml", {"GITHUB_ACTIONS": "true"}) == [
         f"::error file=matrix.toml,title=st[torch=2.9] (c9)::build failed: no lock (log: {tmp_path}/c9.log)"]
     assert build_annotations([failed], "matrix.toml", {}) == []
+
+
+def test_the_readmes_ci_block_shows_the_annotation_report_prints() -> None:
+    """README.md's "What a CI run shows": its ::error line is what report_annotations makes of that failure."""
+    shown = next(line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+                 if line.startswith("::error "))
+    cell = next(c for c in load(REPO / "matrix.toml")[1].cells if c.name == "demo[six=1.17.0,idna=3.7]")
+    host = HostFingerprint.make(hostname="builder")
+    failed = rec(cell, "python-imports", "fail", host=host, failure_class="import-error",
+                 reason="ModuleNotFoundError: No module named 'idna.core'")
+    assert report_annotations(build_report([failed], [cell]), "matrix.toml") == [shown]
