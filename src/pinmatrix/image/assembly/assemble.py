@@ -517,7 +517,7 @@ class Assembler:
 
         def build(writer: LayerWriter) -> None:
             job.on_step(f"fetch {wheel.filename}")
-            path = self.fetcher.fetch(wheel)
+            path = self.fetcher.fetch(wheel, progress=job.on_step)  # "fetch NAME: bytes of size, rate, left"
             job.on_step(f"layer {wheel.filename}")
             install_wheel(path, writer, job.venv)
 
