@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "merge": "benchmarks.merge",
     "report": "benchmarks.report",
     "userpath": "benchmarks.userpath",
+    "buildcache": "benchmarks.buildcache",
 }
 
 

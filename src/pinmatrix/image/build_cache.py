@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from pinmatrix.atomic import atomic_write_bytes
 from pinmatrix.hashing import sha256_digest
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.oci.layer import LayerDescriptor
@@ -35,8 +38,13 @@ from pinmatrix.registry.client import OCI_EMPTY, OCI_MANIFEST, Manifest, Registr
 ARTIFACT_TYPE = "application/vnd.pinmatrix.build-cache.v1"
 ENTRY_TYPE = "application/vnd.pinmatrix.build-cache-entry.v1+json"  # the DSSE payload type
 ENVELOPE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+EXTRA_MEDIA_TYPE = "application/vnd.pinmatrix.layer-extra.v1+json"
 TAG_PREFIX = "layer-"
 MAX_ENVELOPE = 64 << 10
+MAX_EXTRA = 64 << 20
+# A file made from a layer and kept beside it (the runnable check's scan, loadcheck.layer_scan): named for the
+# layer's digest, so a fetched one can only land under a name of its own layer.
+EXTRA_NAME = re.compile(r"^(?P<hex>[0-9a-f]{64})-[A-Za-z0-9]{1,16}-v[0-9]{1,6}\.json$")
 
 
 class CacheRefused(Exception):
@@ -109,14 +117,16 @@ class BuildCache:
         self._warn(f"build cache {side.ref} not used for the rest of this run: {err}")
 
     # -- reading -------------------------------------------------------------------------------------------
-    def fetch(self, key: str, what: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
-        """The layer stored under ``key``, its blob written into ``layout``, and the meta stored with it; None on a
-        miss, a refused entry or a cache that is down (then the caller builds it)."""
+    def fetch(self, key: str, what: str, layout: OCILayout,
+              extras_dir: Path | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        """The layer stored under ``key``, its blob written into ``layout`` and the files kept beside it into
+        ``extras_dir``, and the meta stored with it; None on a miss, a refused entry or a cache that is down (then
+        the caller builds it)."""
         side = self.source
         if side is None or side.down is not None:
             return None
         try:
-            found = self._fetch(side, key, layout)
+            found = self._fetch(side, key, layout, extras_dir)
         except CacheRefused as err:
             with self._guard:
                 self.report.refused.append(f"{what}: {err}")
@@ -133,16 +143,22 @@ class BuildCache:
                 self.report.hits += 1
         return found
 
-    def _fetch(self, side: _Side, key: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
+    def _fetch(self, side: _Side, key: str, layout: OCILayout,
+               extras_dir: Path | None) -> tuple[LayerDescriptor, dict[str, str]] | None:
         entry = self._fetch_entry(side, key)
         if entry is None:
             return None
-        layer, meta = entry
+        layer, meta, extras = entry
         if not layout.intact_blob(layer.digest, layer.size):
             _download(side, layer, layout)
+        for name, digest in extras.items() if extras_dir is not None else ():
+            if name.startswith(layer.digest.split(":")[1]):  # only the layer's own; its digest checked by get_blob
+                assert extras_dir is not None
+                atomic_write_bytes(extras_dir / name, side.registry.get_blob(side.repository, digest,
+                                                                             max_bytes=MAX_EXTRA))
         return layer, meta
 
-    def _fetch_entry(self, side: _Side, key: str) -> tuple[LayerDescriptor, dict[str, str]] | None:
+    def _fetch_entry(self, side: _Side, key: str) -> tuple[LayerDescriptor, dict[str, str], dict[str, str]] | None:
         """The verified entry under ``key``'s tag: None when there is none; CacheRefused when it does not verify."""
         manifest = side.registry.get_manifest(side.repository, cache_tag(key))
         if manifest is None:
@@ -156,26 +172,29 @@ class BuildCache:
 
     # -- writing -------------------------------------------------------------------------------------------
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
-              meta: dict[str, str] | None = None) -> None:
-        """Store a layer built here under ``key`` with ``meta``: its blob, then its signed entry (a cache that is
-        down: one line)."""
+              meta: dict[str, str] | None = None, extras: Sequence[Path] = ()) -> None:
+        """Store a layer made here under ``key`` with ``meta`` and the ``extras`` kept beside it (named
+        ``EXTRA_NAME``): the blobs, then the signed entry (a cache that is down: one line)."""
         side = self.target
         if side is None or side.down is not None or self.trust.sign is None:
             return
-        payload = json.dumps({"key": key, "layer": layer.to_json(), "what": what, "meta": meta or {}},
-                             sort_keys=True).encode()
         try:
             if self._holds(side, key):
                 return
             path = layout.blob_path(layer.digest)
             side.registry.push_blob_as(side.repository, layer.digest,
                                        lambda: (open(path, "rb"), path.stat().st_size))  # noqa: SIM115 - the registry closes it
+            kept = {p.name: p.read_bytes() for p in extras if EXTRA_NAME.match(p.name)}
+            named = {name: side.registry.push_blob(side.repository, data) for name, data in sorted(kept.items())}
+            payload = json.dumps({"key": key, "layer": layer.to_json(), "what": what, "meta": meta or {},
+                                  "extras": named}, sort_keys=True).encode()
             envelope = self.trust.sign(payload)
             empty = b"{}"
             side.registry.push_blob(side.repository, empty)
             side.registry.push_blob(side.repository, envelope)
-            body = json.dumps(_entry_manifest(key, what, layer, envelope, empty), sort_keys=True,
-                              separators=(",", ":")).encode()
+            extra_layers = [{"mediaType": EXTRA_MEDIA_TYPE, "digest": named[n], "size": len(kept[n])} for n in named]
+            body = json.dumps(_entry_manifest(key, what, [layer.as_oci(), *extra_layers], envelope, empty),
+                              sort_keys=True, separators=(",", ":")).encode()
             side.registry.put_manifest(side.repository, cache_tag(key),
                                        Manifest(body=body, media_type=OCI_MANIFEST, digest=sha256_digest(body)))
         except (RegistryError, OSError) as err:
@@ -209,18 +228,20 @@ class BuildCache:
         return mounted
 
 
-def _entry_manifest(key: str, what: str, layer: LayerDescriptor, envelope: bytes, empty: bytes) -> dict[str, Any]:
+def _entry_manifest(key: str, what: str, blobs: list[dict[str, Any]], envelope: bytes,
+                    empty: bytes) -> dict[str, Any]:
     return {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": OCI_EMPTY, "digest": sha256_digest(empty), "size": len(empty)},
         "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, "digest": sha256_digest(envelope), "size": len(envelope)},
-                   layer.as_oci()],
+                   *blobs],
         "annotations": {"io.pinmatrix.cache.key": key, "io.pinmatrix.cache.what": what[:200]},
     }
 
 
-def _entry_layer(payload: bytes, key: str) -> tuple[LayerDescriptor, dict[str, str]]:
-    """The layer a verified entry names and its meta, once the entry is known to be for ``key``."""
+def _entry_layer(payload: bytes, key: str) -> tuple[LayerDescriptor, dict[str, str], dict[str, str]]:
+    """The layer a verified entry names, its meta and its extras (name -> digest), once the entry is known to be
+    for ``key``."""
     try:
         doc = json.loads(payload)
         if not isinstance(doc, dict) or not isinstance(doc.get("layer"), dict):
@@ -229,13 +250,18 @@ def _entry_layer(payload: bytes, key: str) -> tuple[LayerDescriptor, dict[str, s
         meta = doc.get("meta") or {}
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise ValueError("meta is not a table of strings")
+        extras = doc.get("extras") or {}
+        if not isinstance(extras, dict) or not all(isinstance(n, str) and EXTRA_NAME.match(n) and isinstance(d, str)
+                                                   and re.fullmatch(r"sha256:[0-9a-f]{64}", d)
+                                                   for n, d in extras.items()):
+            raise ValueError("extras are not files named for a layer, by digest")
     except (ValueError, KeyError, TypeError) as err:
         raise CacheRefused(f"the signed entry is not readable: {err}") from None
     if doc.get("key") != key:
         raise CacheRefused(f"the signed entry is for key {str(doc.get('key'))[:12]}, not this one")
     if not layer.digest.startswith("sha256:") or layer.size < 0:
         raise CacheRefused("the signed entry names no sha256 layer")
-    return layer, {str(k): v for k, v in meta.items()}
+    return layer, {str(k): v for k, v in meta.items()}, dict(extras)
 
 
 def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout) -> None:

@@ -66,6 +66,7 @@ LAYOUT_FORMAT = 2  # bump when a layer's bytes for the same inputs would change 
 PATCH_FORMAT = 2  # a patch layer's own: 2 keeps a patched file's executable bit from its wheel
 # The RECORD and scripts a wheel's layer holds are written by pypa's installer: its version is part of the key.
 INSTALLER_VERSION = importlib.metadata.version("installer")
+PREFETCH = 8  # layers fetched from the build cache at once
 MAX_LAYERS = 100  # like buildLayeredImage: the smallest wheels share one layer past this many
 SMOKE_DIR = "pinmatrix/smoke"
 INPUTS = "io.pinmatrix.inputs"
@@ -160,12 +161,15 @@ class RemoteLayers(Protocol):
     """A shared build cache by layer key (image/build_cache.py): asked for a layer before it is built here, told
     of each layer built here. Its failures are its own to report: it answers None and the layer is built."""
 
-    def fetch(self, key: str, what: str, layout: OCILayout) -> tuple[LayerDescriptor, dict[str, str]] | None:
-        """The layer stored under ``key`` (its blob now in ``layout``) and what was stored with it, or None."""
+    def fetch(self, key: str, what: str, layout: OCILayout,
+              extras_dir: Path | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        """The layer stored under ``key`` (its blob now in ``layout``, the files made from it into ``extras_dir``)
+        and what was stored with it, or None."""
 
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
-              meta: dict[str, str] | None = None) -> None:
-        """Keep a layer built here under ``key``, with ``meta`` (what else a user of the layer must know)."""
+              meta: dict[str, str] | None = None, extras: Sequence[Path] = ()) -> None:
+        """Keep a layer built here under ``key``, with ``meta`` (what else a user of the layer must know) and the
+        files made from it (``extras``: its runnable scans)."""
 
 
 class WheelChoices:
@@ -197,6 +201,9 @@ class Assembler:
         self.layers = LayerCache(settings.cache_dir, self.layout)
         self.smoke_dir = settings.smoke_dir if settings.smoke_dir is not None else settings.root / "smoke"
         self.remote: RemoteLayers | None = None  # the build cache in a registry (build --cache-from/--cache-to)
+        # Debian bases to store with the image's layers (once their runnable scans exist): key -> layer, name, meta
+        self._bases: dict[str, tuple[LayerDescriptor, str, dict[str, str]]] = {}
+        self._missed: set[str] = set()  # keys the build cache has been asked for and lacks
 
     # -- the parts of an image -------------------------------------------------------------------------------
 
@@ -228,15 +235,15 @@ class Assembler:
         key, record = debian_base_record(cell.base, cell.platform, self.settings.cache_dir)
         remote_key = _key("rootfs", key)
         if not record.is_file():
-            fetched = self.remote.fetch(remote_key, f"base {cell.base.suite or ''} ({cell.platform})", self.layout)
+            fetched = self.remote.fetch(remote_key, f"base {cell.base.suite or ''} ({cell.platform})", self.layout,
+                                        self._runnable_scans)
             if fetched is not None:
                 layer, meta = fetched
                 adopt_debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, layer,
                                   meta.get("python") or None)
         base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log)
-        if base.layers:  # stored unless the cache holds it already
-            self.remote.store(remote_key, base.layers[0], f"base {base.name}", self.layout,
-                              {"python": base.python or ""})
+        if base.layers:  # stored with the image's layers (_store_remote), unless the cache holds it already
+            self._bases[remote_key] = (base.layers[0], f"base {base.name}", {"python": base.python or ""})
         return base
 
     def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int) -> None:
@@ -246,10 +253,7 @@ class Assembler:
             if found is not None:
                 planned.descriptor, planned.cached = found, True
                 return
-            fetched = self.remote.fetch(planned.key, planned.name, self.layout) if self.remote else None
-            if fetched is not None:  # verified by the cache: signed for this key, re-hashed to its digest
-                self.layers.put(planned.key, fetched[0], planned.name)
-                planned.descriptor, planned.cached, planned.fetched = fetched[0], True, True
+            if self._fetched(planned):
                 planned.seconds = time.monotonic() - start
                 return
             writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression)
@@ -262,6 +266,32 @@ class Assembler:
             self.layout.written(planned.descriptor.digest, planned.descriptor.size)  # hashed as it was written
             self.layers.put(planned.key, planned.descriptor, planned.name)
         planned.seconds = time.monotonic() - start
+
+    def _fetched(self, planned: PlannedLayer) -> bool:
+        """Whether ``planned`` came from the build cache (verified there: signed for its key, re-hashed to its
+        digest) and is now recorded here; the caller holds the key's lock."""
+        if self.remote is None or planned.key in self._missed:
+            return False
+        fetched = self.remote.fetch(planned.key, planned.name, self.layout, self._runnable_scans)
+        if fetched is None:
+            self._missed.add(planned.key)
+            return False
+        self.layers.put(planned.key, fetched[0], planned.name)
+        planned.descriptor, planned.cached, planned.fetched = fetched[0], True, True
+        return True
+
+    def _prefetch(self, image: AssembledImage) -> None:
+        """Each planned layer the build cache holds, fetched ``PREFETCH`` at once before any is built."""
+        def one(planned: PlannedLayer) -> None:
+            with self.layers.lock(planned.key):
+                found = self.layers.get(planned.key)
+                if found is not None:
+                    planned.descriptor, planned.cached = found, True
+                else:
+                    self._fetched(planned)
+
+        with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
+            list(pool.map(one, [p for p in image.layers[1:] if p.descriptor is None]))
 
     def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
         """The files an installed-tree patch changes, patched (no fuzz) in a scratch copy of just those files."""
@@ -481,6 +511,8 @@ class Assembler:
         job = _CellJob(cell=cell, image=image, log=log, on_step=on_step, on_blob=on_blob,
                        base=ctx["base"], venv=ctx["venv"], wheels=ctx["wheels"],  # type: ignore[arg-type]
                        epoch=ctx["epoch"], by_name={p.name: p for p in image.layers})  # type: ignore[arg-type]
+        if self.remote is not None:
+            self._prefetch(image)
         job.hand_over()
         self._check_disk(cell, [job.wheels[_wheel_name(p)] for p in image.layers
                                 if p.name.startswith("wheel:") and p.descriptor is None])
@@ -503,11 +535,19 @@ class Assembler:
         remote = self.remote
         if remote is None:
             return
-        unique = {p.key: (p.descriptor, p.name) for p in layers if p.descriptor is not None and p.name != "base"}
+        unique: dict[str, tuple[LayerDescriptor | None, str, dict[str, str] | None]] = {
+            p.key: (p.descriptor, p.name, None) for p in layers if p.name != "base"}
+        unique.update(self._bases)
         with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
-            for future in [pool.submit(remote.store, key, descriptor, name, self.layout)
-                           for key, (descriptor, name) in unique.items() if descriptor is not None]:
+            for future in [pool.submit(remote.store, key, descriptor, name, self.layout, meta,
+                                       self._scans_of(descriptor))
+                           for key, (descriptor, name, meta) in unique.items() if descriptor is not None]:
                 future.result()
+
+    def _scans_of(self, layer: LayerDescriptor) -> list[Path]:
+        """The runnable check's kept scans of ``layer`` (loadcheck.layer_scan names them for its digest)."""
+        folder = self._runnable_scans
+        return sorted(folder.glob(f"{layer.digest.split(':')[1]}-*.json")) if folder.is_dir() else []
 
     # -- the steps of assemble -------------------------------------------------------------------------------
 
