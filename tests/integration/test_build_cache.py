@@ -103,6 +103,8 @@ def test_a_fresh_machine_fetches_every_layer_from_a_warm_cache_and_builds_none(
     assert rebuilt == []
     assert image.digest == first.digest  # type: ignore[attr-defined]
     assert all(p.fetched for p in image.layers[1:] if not p.name.startswith("wheels:"))
+    scans = {p.name.split("-")[0] for p in (second.settings.cache_dir / "runnable").iterdir()}
+    assert {p.descriptor.digest.split(":")[1] for p in image.layers if p.descriptor} <= scans  # not read again
     assert cache.report.hits >= len(set(built)) - 1 and cache.report.refused == [] and cache.report.down == []
 
 
