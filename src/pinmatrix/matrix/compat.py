@@ -164,10 +164,11 @@ class CompatRules:
         for ``platform`` ("cpu": a CPU build), the source): its wheel's metadata where cached (which knows the
         served variant only), else the hand table."""
         wheel = self.wheel_pins("torch", torch, platform)
-        if wheel is not None:
+        if wheel is not None:  # the PyTorch index's variants are the hand table's, where it has the series
             served = cuda_of_torch_pins(wheel.pins)
-            return (wheel.get("triton") or "", (served,) if served != "cpu" else (), served,
-                    f"torch {torch}'s own {wheel.source}")
+            variants = tuple(self._hand_series(torch).cuda) if self._knows_series(torch) else (
+                (served,) if served != "cpu" else ())
+            return wheel.get("triton") or "", variants, served, f"torch {torch}'s own {wheel.source}"
         series = self._hand_series(torch)
         served = series.default_cuda
         if platform_arch(platform) == "aarch64" and series.aarch64_default is not None:
@@ -253,7 +254,7 @@ class CompatRules:
         if triton is not None and triton_spec and cached_version(triton) not in cached_specifier(triton_spec):
             prune.append(f"torch {torch} pins triton{triton_spec}, not {triton} ({src})")
         if cuda is not None:
-            if cuda not in variants and not from_wheel:
+            if cuda not in variants and (not from_wheel or self._knows_series(torch)):
                 prune.append(f"torch {torch} has no CUDA {cuda} build (variants {', '.join(variants)}; {src})")
             elif cuda != served:
                 arch = platform_arch(platform)

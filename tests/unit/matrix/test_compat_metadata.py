@@ -99,3 +99,14 @@ def test_hand_rules_that_agree_are_not_named(tmp_path: Path) -> None:
     assert hand_rule_disagreements(rules) == []
     assert hand_rule_disagreements(CompatRules.default()) == []  # no cache: nothing to compare
     assert rules_for(tmp_path, "3.13").metadata is not None
+
+
+def test_torch_from_its_wheel_keeps_the_tables_cuda_variants_where_the_table_has_the_series(tmp_path: Path) -> None:
+    _matrix(tmp_path)
+    rules = CompatRules.default().with_metadata(MetadataCache(tmp_path / METADATA_DIR), "3.13")
+    assert rules.torch_pins("2.14.0", "3.8.0", "13.0").prune == ()
+    assert "has no CUDA 12.4 build" in rules.torch_pins("2.14.0", "3.8.0", "12.4").prune[0]  # the table's variants
+    assert rules.torch_pins("2.14.0", "3.8.0", "12.6").needs[0].startswith("the PyTorch index")
+    # a series the table has never seen: the wheel's CUDA is the default index's; another is the PyTorch index's
+    assert rules.default_cuda("2.15.0") == "13.2" and rules.torch_series("2.15.0") is None
+    assert rules.torch_pins("2.15.0", "3.9.1", "13.0").needs[0].startswith("the PyTorch index")
