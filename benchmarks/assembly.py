@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.floor import honest_floor, peer_build
+from benchmarks.plaincell import seeded
 from pinmatrix.cell import Cell
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
@@ -158,7 +159,7 @@ def run() -> dict[str, Any]:
         _progress(figures)
 
         def assembler(name: str) -> Assembler:
-            return Assembler(AssemblySettings(root=root, cache_dir=work / name / "cache", layout_dir=work / name / "oci",
+            return Assembler(AssemblySettings(root=root, cache_dir=seeded(work / name / "cache"), layout_dir=work / name / "oci",
                                               extra_ca=extra_ca, jobs=JOBS, compression=COMPRESSION,
                                               merge_below=MERGE_BELOW))
 
@@ -233,7 +234,7 @@ def run() -> dict[str, Any]:
             _progress(figures)
             if COMPRESSION.format != "gzip":
                 # the same cell as gzip layers (same wheel cache): what its pull cost before
-                gzipped = Assembler(AssemblySettings(root=root, cache_dir=work / "cold" / "cache",
+                gzipped = Assembler(AssemblySettings(root=root, cache_dir=seeded(work / "cold" / "cache"),
                                                      layout_dir=work / "gzip" / "oci", extra_ca=extra_ca, jobs=JOBS,
                                                      compression=LayerCompression.parse("gzip:1")))
                 t0 = time.perf_counter()

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.plaincell import SMALLEST, seeded
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.build import build_all
@@ -25,12 +26,13 @@ from pinmatrix.registry.client import Registry
 
 STACK = "demo"
 JOBS = 2
+CELLS = 1 if SMALLEST else None  # --smallest: the first cell only
 
 
 def run() -> dict[str, Any]:
     root = Path(".").resolve()
     matrix = load_matrix(root / "matrix.toml")
-    cells = select_cells(expand_matrix(matrix).cells, stack=STACK)
+    cells = select_cells(expand_matrix(matrix).cells, stack=STACK)[:CELLS]
     extra_ca = tuple(Path(p) for p in matrix.settings.ca_certificates if Path(p).exists())
     figures: dict[str, Any] = {"stack": STACK, "cells": len(cells), "jobs": JOBS}
     with tempfile.TemporaryDirectory(prefix="pinmatrix-bench-", dir=root / ".pinmatrix") as tmp:
@@ -40,7 +42,7 @@ def run() -> dict[str, Any]:
         registry = Registry(registry_service.address)
         engine = get_engine("podman", store.env)
         try:
-            settings = BuildSettings(root=root, cache_dir=work / "cache", logs_dir=work / "logs",
+            settings = BuildSettings(root=root, cache_dir=seeded(work / "cache"), logs_dir=work / "logs",
                                      registry=f"{registry.host}/assembled", ca_certificates=extra_ca, push=True,
                                      layout_dir=work / "oci")
             t0 = time.perf_counter()
@@ -57,7 +59,7 @@ def run() -> dict[str, Any]:
             stats = storage_stats(registry, [f"assembled/{STACK}"])
             figures["assembler_registry"] = {"stored_bytes": stats.stored_bytes, "sum_of_image_bytes": stats.image_bytes,
                                              "sharing_ratio": round(stats.sharing_ratio, 2)}
-            again = BuildSettings(root=root, cache_dir=work / "cache2", logs_dir=work / "logs2", registry="again",
+            again = BuildSettings(root=root, cache_dir=seeded(work / "cache2"), logs_dir=work / "logs2", registry="again",
                                   ca_certificates=extra_ca, layout_dir=work / "oci2")
             second = build_all(cells, None, again, None, JOBS)
             figures["second_clean_same_digests"] = [a.digest for a in cold] == [b.digest for b in second]

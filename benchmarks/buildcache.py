@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.plaincell import plain_cell
+from benchmarks.plaincell import plain_cell, seeded
 from pinmatrix.engine.services import start_registry
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings, PlannedLayer
 from pinmatrix.image.build_cache import BuildCache
@@ -56,7 +56,7 @@ def _pull(registry: Registry, repository: str, digests: list[str], into: Path) -
 
 def _machine(root: Path, work: Path, name: str, extra_ca: tuple[Path, ...], cache: BuildCache) -> Assembler:
     """A machine that starts empty: its own cache folder and layout."""
-    assembler = Assembler(AssemblySettings(root=root, cache_dir=work / name / "cache", layout_dir=work / name / "oci",
+    assembler = Assembler(AssemblySettings(root=root, cache_dir=seeded(work / name / "cache"), layout_dir=work / name / "oci",
                                            extra_ca=extra_ca, jobs=JOBS, compression=COMPRESSION))
     assembler.remote = cache
     return assembler

@@ -126,10 +126,10 @@ def run() -> dict[str, Any]:
         figures["same_digest_one_thread_gzip"] = _ours(gzip_ours, sample, 1)[1] == gz_digest
         figures["same_digest_one_thread_zstd"] = _ours(zstd_ours, sample, 1)[1] == zst_digest
     figures.update({
-        "ratio_ours_gzip_to_pigz": round(figures["ours_gzip_1_s"] / figures["floor_pigz_1_s"], 2),
-        "ratio_ours_zstd_to_zstd_cli": round(figures["ours_zstd_3_s"] / figures["floor_zstd_3_s"], 2),
-        "speedup_gzip_over_before": round(figures["before_zlib_1_one_thread_s"] / figures["ours_gzip_1_s"], 2),
-        "speedup_zstd_over_before": round(figures["before_zlib_1_one_thread_s"] / figures["ours_zstd_3_s"], 2),
+        "ratio_ours_gzip_to_pigz": round(figures["ours_gzip_1_s"] / max(figures["floor_pigz_1_s"], 0.01), 2),
+        "ratio_ours_zstd_to_zstd_cli": round(figures["ours_zstd_3_s"] / max(figures["floor_zstd_3_s"], 0.01), 2),
+        "speedup_gzip_over_before": round(figures["before_zlib_1_one_thread_s"] / max(figures["ours_gzip_1_s"], 0.01), 2),
+        "speedup_zstd_over_before": round(figures["before_zlib_1_one_thread_s"] / max(figures["ours_zstd_3_s"], 0.01), 2),
         "zstd_bytes_to_gzip_bytes": round(zst_size / gz_size, 3),
         "target": "ours <= 1.3x the floor of each format, same digest for 1 and all threads",
     })

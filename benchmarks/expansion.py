@@ -18,6 +18,7 @@ from pinmatrix.project.matrix_toml import load_matrix
 
 TARGET_S = 1.0
 TARGET_CELLS = 10_000
+SMALLEST = os.environ.get("PINMATRIX_BENCH_SMALLEST") == "1"  # 2 x 1 package versions: 480 cells
 
 
 def write_matrix(root: Path) -> Path:
@@ -25,8 +26,8 @@ def write_matrix(root: Path) -> Path:
     patch.parent.mkdir(parents=True)
     patch.write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
     sha = hashlib.sha256(patch.read_bytes()).hexdigest()
-    alpha = ", ".join(f'"1.{i}"' for i in range(42))
-    bravo = ", ".join(f'"2.{i}"' for i in range(10))
+    alpha = ", ".join(f'"1.{i}"' for i in range(2 if SMALLEST else 42))
+    bravo = ", ".join(f'"2.{i}"' for i in range(1 if SMALLEST else 10))
     text = f"""
 [matrix]
 python = "3.13"

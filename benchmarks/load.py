@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.plaincell import seeded
 from pinmatrix.cell import Cell
 from pinmatrix.engine import get_engine
 from pinmatrix.engine.services import podman_config
@@ -50,7 +51,7 @@ def run() -> dict[str, Any]:
     work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="load-", dir=work_root) as tmp:
         work = Path(tmp)
-        assembler = Assembler(AssemblySettings(root=root, cache_dir=work / "cache", layout_dir=work / "oci",
+        assembler = Assembler(AssemblySettings(root=root, cache_dir=seeded(work / "cache"), layout_dir=work / "oci",
                                                extra_ca=extra_ca, jobs=JOBS, compression=COMPRESSION))
         debian_base(plain.base, plain.platform, assembler.layout, assembler.settings.cache_dir, work / "base.log")
         images: list[StoredImage] = []

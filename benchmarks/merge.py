@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.assembly import _progress, _pull_fresh
-from benchmarks.plaincell import plain_cell
+from benchmarks.plaincell import plain_cell, seeded
 from pinmatrix.engine.services import start_registry
 from pinmatrix.image.assembly.assemble import Assembler, AssemblySettings
 from pinmatrix.image.assembly.rootfs import debian_base
@@ -43,7 +43,7 @@ def run() -> dict[str, Any]:
                                "merge_below_bytes": MERGE_BELOW, "rounds": ROUNDS}
     with tempfile.TemporaryDirectory(prefix="merge-", dir=work_root) as tmp:
         work = Path(tmp)
-        apart_settings = AssemblySettings(root=root, cache_dir=Path(CACHE) if CACHE else work / "cache",
+        apart_settings = AssemblySettings(root=root, cache_dir=Path(CACHE) if CACHE else seeded(work / "cache"),
                                           layout_dir=work / "oci",
                                           extra_ca=extra_ca, jobs=JOBS, compression=COMPRESSION)
         debian_base(cell.base, cell.platform, Assembler(apart_settings).layout, apart_settings.cache_dir,

@@ -8,6 +8,7 @@ then timed: query (every record, oldest first), model (latest per cell x host x 
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pinmatrix.report.write import render
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 TARGET_S = 15.0
-CELLS = 2_000
+CELLS = 20 if os.environ.get("PINMATRIX_BENCH_SMALLEST") == "1" else 2_000
 SMOKES = [f"smoke-{i:02d}" for i in range(12)]
 
 

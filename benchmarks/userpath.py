@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.assembly import _progress, _pull_fresh
 from benchmarks.floor import peer_build
-from benchmarks.plaincell import plain_cell
+from benchmarks.plaincell import plain_cell, seeded
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.assembly.rootfs import debian_base
 from pinmatrix.index.wheel_index import DEFAULT_INDEX
@@ -58,7 +58,7 @@ def run() -> dict[str, Any]:
             meta = work / "built.json"
             figures["build_push_s"] = _timed([
                 *pinmatrix, "build", str(root / "matrix.toml"), "-k", cell.id, "--engine", "none", "--push",
-                "--registry", prefix, "--cache-dir", str(work / "cache"), "--layout", str(work / "oci"),
+                "--registry", prefix, "--cache-dir", str(seeded(work / "cache")), "--layout", str(work / "oci"),
                 "--logs-dir", str(work / "logs"), "--compression", str(COMPRESSION), "--metadata-file", str(meta)],
                 dict(os.environ), work / "build.out")
             built = json.loads(meta.read_text())[cell.id]
