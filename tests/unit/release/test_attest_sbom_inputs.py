@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from memregistry import MemoryRegistry, serve_registry
-from test_sbom import REQUESTS, STATUS, _wheel
+from sbom_inputs import STATUS, cached_wheel
+from test_sbom import REQUESTS
 
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
@@ -56,7 +57,7 @@ def _lock(names: list[str], hashes: dict[str, str]) -> str:
 
 def test_the_bases_packages_and_the_cached_wheels_requirements_with_no_note(tmp_path: Path) -> None:
     cache = tmp_path / "wheels"
-    digest = _wheel(cache, "requests", "1.0", REQUESTS)
+    digest = cached_wheel(cache, "requests", "1.0", REQUESTS)
     with serve_registry() as reg:
         image = _image(reg, base=True)
         inputs = attest.sbom_inputs(Registry(reg.address, allowed_token_hosts=()), image,
@@ -68,7 +69,7 @@ def test_the_bases_packages_and_the_cached_wheels_requirements_with_no_note(tmp_
 
 def test_a_base_without_packages_and_wheels_not_in_the_cache_are_noted(tmp_path: Path) -> None:
     cache = tmp_path / "wheels"
-    digest = _wheel(cache, "requests", "1.0", REQUESTS)
+    digest = cached_wheel(cache, "requests", "1.0", REQUESTS)
     names = ["requests", "zz", "b", "a", "d", "c", "e", "f"]  # 7 not in the cache
     with serve_registry() as reg:
         image = _image(reg, base=False)
