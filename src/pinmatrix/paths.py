@@ -39,6 +39,9 @@ KEY_PREFIX = STATE_DIR / "keys" / "signing"
 """`pinmatrix keygen` writes KEY_PREFIX.key (private, mode 0600) and KEY_PREFIX.pub beside it."""
 SIGNING_KEY = KEY_PREFIX.with_suffix(".key")
 PUBLIC_KEY = KEY_PREFIX.with_suffix(".pub")
+HOST_KEY_PREFIX = STATE_DIR / "keys" / "host"
+"""`pinmatrix keygen --host` writes a GPU host's pair: HOST_KEY_PREFIX.key signs its results, .pub is trusted."""
+HOST_KEY = HOST_KEY_PREFIX.with_suffix(".key")
 
 
 def project_root(start: Path | None = None) -> Path:

@@ -7,11 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.ci.dispatch import bind_import, read_dispatch
-from pinmatrix.commands._common import add_selection_arguments, examples, read_input
+from pinmatrix.commands._common import add_selection_arguments, examples, existing_file, read_input
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.keyword import compile_keyword
+from pinmatrix.paths import HOST_KEY, project_root
+from pinmatrix.release.hostsign import import_signed, signed_exports
+from pinmatrix.release.signing import load_public_key, load_signer
 from pinmatrix.report.tables import TableData, add_format_argument, output_format, print_table
+from pinmatrix.results.signedfile import read_signed_file, signed_dir, split_envelopes
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.results.storefile import ResultsError
 from pinmatrix.statuses import STATUSES
@@ -25,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "AND. --latest keeps the newest record of each cell x host x smoke.",
         **examples("pinmatrix results                          # the latest results",
                    "pinmatrix results --stack demo --status fail --json",
-                   "pinmatrix results --import results-*.json   # what CI jobs uploaded"),
+                   "pinmatrix results --import results-*.json   # what CI jobs uploaded",
+                   "pinmatrix results --cell 0e749e61e75a --export-signed signed.json   # on the GPU host, its key",
+                   "pinmatrix results --import-signed signed.json --key h200.pub        # verified, then imported"),
     )
     p.add_argument("--results", type=Path, default=DEFAULT_PATH, metavar="PATH",
                    help=f"the results store (default: {DEFAULT_PATH})")
@@ -42,11 +49,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dispatch", type=Path, metavar="FILE",
                    help="with --import: keep only records whose cell, image digest and smoke a job of this dispatch "
                         "record (`ci github|k8s|slurm`) was given; the rest dropped, said in one line")
+    p.add_argument("--export-signed", type=Path, metavar="FILE",
+                   help="write the selected records measured in an image as host-signed in-toto test-result "
+                   "attestations (one DSSE envelope per cell x image digest x host; a JSON array) to FILE")
+    p.add_argument("--host-key", type=existing_file, metavar="KEY",
+                   help=f"with --export-signed: the host's private key (default: {HOST_KEY} from "
+                   "`pinmatrix keygen --host`)")
+    p.add_argument("--import-signed", type=Path, nargs="+", metavar="FILE",
+                   help="verify every envelope of FILE (written by --export-signed) with a --key, then import its "
+                   "records and keep the envelopes beside the store, where `promote` reads them for trusted_hosts")
+    p.add_argument("--key", action="append", type=existing_file, default=[], metavar="HOST.pub",
+                   help="with --import-signed: a host's public key (repeatable)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     store = ResultsStore(args.results)
+    if args.import_signed:
+        return _import_signed(store, args)
     if args.import_files:
         total = 0
         for path in args.import_files:
@@ -68,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
                                            f"--cell {' '.join(args.cell)}" if args.cell else "",
                                            f"-k {args.keyword!r}" if args.keyword else ""]))
         raise PinmatrixError(f"no recorded cell matches {asked} in {args.results}")
+    if args.export_signed:
+        return _export_signed(records, args)
     fmt = output_format(args)
     if fmt == "json":
         json.dump([r.to_dict() for r in records], sys.stdout, indent=2, sort_keys=True)
@@ -83,6 +105,34 @@ def run(args: argparse.Namespace) -> int:
         table.add(r.status, r.smoke, r.cell_id, r.host.id, r.failure_class or "-", f"{r.duration_s:.1f}", reason,
                   style="red" if r.status in ("fail", "degraded") else None)
     print_table(table, fmt)
+    return 0
+
+
+def _export_signed(records: list[SmokeRecord], args: argparse.Namespace) -> int:
+    key = args.host_key or project_root() / HOST_KEY
+    envelopes = signed_exports(records, load_signer(key))
+    if not envelopes:
+        raise PinmatrixError(f"{args.results}: no selected record was measured in an image: nothing to sign")
+    atomic_write_text(args.export_signed, json.dumps(envelopes, indent=1) + "\n")
+    print(f"wrote {len(envelopes)} signed attestation(s) of {sum(1 for r in records if r.image_digest)} record(s) "
+          f"to {args.export_signed}, signed by {key}")
+    return 0
+
+
+def _import_signed(store: ResultsStore, args: argparse.Namespace) -> int:
+    keys = [load_public_key(k) for k in args.key]
+    total = 0
+    for path in args.import_signed:
+        try:
+            envelopes = split_envelopes(read_signed_file(path), str(path))
+        except ResultsError as err:
+            raise PinmatrixError(str(err)) from None
+        written, attestations = import_signed(store, envelopes, keys, str(path))
+        total += written
+        for att in attestations:
+            print(f"{path}: cell {att.cell_id} image {att.digest} on host {att.host.id} ({att.host.label()}): "
+                  f"{len(att.records)} record(s), signed by host key {att.keyid[:12]} ({att.key_source})")
+    print(f"imported {total} signed record(s) into {args.results}; envelopes kept in {signed_dir(store.path)}")
     return 0
 
 
