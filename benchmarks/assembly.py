@@ -209,12 +209,12 @@ def run() -> dict[str, Any]:
         unpacked = sum(p.descriptor.unpacked for p in image.layers if p.descriptor)
         base_unpacked = 0
         figures.update({
-            "ratio_cold_to_gzip_floor": round(figures["cold_plain_s"] / figures["floor_gzip_s"], 2),
-            "ratio_cold_to_zstd_floor": round(figures["cold_plain_s"] / figures["floor_zstd_s"], 2),
-            "ratio_cold_to_own_floor": round(figures["cold_plain_s"] / figures[f"floor_{COMPRESSION.format}_s"], 2),
+            "ratio_cold_to_gzip_floor": round(figures["cold_plain_s"] / max(figures["floor_gzip_s"], 0.01), 2),
+            "ratio_cold_to_zstd_floor": round(figures["cold_plain_s"] / max(figures["floor_zstd_s"], 0.01), 2),
+            "ratio_cold_to_own_floor": round(figures["cold_plain_s"] / max(figures[f"floor_{COMPRESSION.format}_s"], 0.01), 2),
             "ratio_cold_without_aot_to_own_floor": round(
                 (figures["cold_plain_s"] - figures["cold_plain_flashinfer_aot_s"])
-                / figures[f"floor_{COMPRESSION.format}_s"], 2),
+                / max(figures[f"floor_{COMPRESSION.format}_s"], 0.01), 2),
             "image_blob_bytes": image.size, "image_unpacked_bytes_without_base": unpacked + base_unpacked,
             "peak_disk_bytes": disk.peak, "peak_disk_to_unpacked": round(disk.peak / max(1, unpacked), 2),
             "layers": len(image.layers), "digest": image.digest,
@@ -268,8 +268,8 @@ def run() -> dict[str, Any]:
             figures["pulled_image_size_bytes"] = pulled_size
             figures["peak_disk_to_image_size"] = round(disk.peak / pulled_size, 2)
             if "pull_gzip_s" in figures:
-                figures["ratio_pull_to_gzip_pull"] = round(figures["pull_s"] / figures["pull_gzip_s"], 2)
-            figures["ratio_pull_to_peer_pull"] = round(figures["pull_s"] / figures["peer_pull_s"], 2)
+                figures["ratio_pull_to_gzip_pull"] = round(figures["pull_s"] / max(figures["pull_gzip_s"], 0.01), 2)
+            figures["ratio_pull_to_peer_pull"] = round(figures["pull_s"] / max(figures["peer_pull_s"], 0.01), 2)
             ours = figures["cold_plain_s"] + figures["push_s"]
             figures["ratio_build_push_to_peer"] = round(ours / (figures["peer_build_s"] + figures["peer_push_s"]), 2)
             _progress(figures)

@@ -82,7 +82,7 @@ def run() -> dict[str, Any]:
     figures["pulls_s"] = pulls
     for way, times in pulls.items():
         figures[f"{way}_pull_median_s"] = round(statistics.median(times), 1)
-    figures["ratio_merged_pull_to_apart"] = round(figures["merged_pull_median_s"] / figures["apart_pull_median_s"], 2)
+    figures["ratio_merged_pull_to_apart"] = round(figures["merged_pull_median_s"] / max(figures["apart_pull_median_s"], 0.01), 2)
     figures["target"] = "the merged image's median pull <= the per-wheel image's"
     figures["target_met"] = figures["ratio_merged_pull_to_apart"] <= 1.0
     return figures

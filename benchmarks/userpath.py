@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.assembly import _progress, _pull_fresh
 from benchmarks.floor import peer_build
-from benchmarks.plaincell import plain_cell, seeded
+from benchmarks.plaincell import SMALLEST, plain_cell, seeded
 from pinmatrix.engine.services import podman_config, start_registry
 from pinmatrix.image.assembly.rootfs import debian_base
 from pinmatrix.index.wheel_index import DEFAULT_INDEX
@@ -31,7 +31,7 @@ from pinmatrix.project.lockfile import lock_path
 
 STACK = os.environ.get("PINMATRIX_BENCH_STACK", "h200")
 COMPRESSION = LayerCompression.parse(os.environ.get("PINMATRIX_BENCH_COMPRESSION", "zstd:3"))
-FIRST_SMOKES = ("host-probe", "python-imports")
+FIRST_SMOKES = ("host-probe",) if SMALLEST else ("host-probe", "python-imports")
 
 
 def _timed(argv: list[str], env: dict[str, str], log: Path) -> float:
