@@ -8,13 +8,25 @@ from pathlib import Path
 
 from pinmatrix.commands._common import examples, existing_dir
 from pinmatrix.doctor.checkup import DoctorSettings, run_checkup
+from pinmatrix.doctor.leak_check import DEFAULT_LEAK_SECONDS, MAX_SECONDS
 from pinmatrix.doctor.render import checkup_lines
 from pinmatrix.paths import KNOWN_GOOD_FILE, MATRIX_FILE, RESULTS_FILE, known_good_file, project_root
 
 EXIT_STATUS = ("exit status: 0 nothing in the way; 1 a known issue hits this host (or a --cell on it), no promoted "
-               "image fits this GPU host, or the --bundle does not fit; 2 bad input (a file that is not what it "
+               "image fits this GPU host, the --bundle does not fit, or --leak-check found a leak; 2 bad input (a file that is not what it "
                "should be, an unknown --cell); 3 no NVIDIA GPU here (nvidia-smi missing, failing or listing none), "
                "unless --allow-no-gpu")
+
+
+
+def _leak_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {MAX_SECONDS:g} seconds")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,12 +41,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "which promoted images (known-good.toml) fit and on which drivers their evidence was gathered "
                     "(the results store's host records); per --cell what would compile at first use on this GPU "
                     "(from an arch scan); with --bundle, a shipped bundle's manifest against this host before "
-                    f"anything is unpacked. {EXIT_STATUS}.",
+                    "anything is unpacked; with --leak-check, a few seconds of allocate / free rounds in a child "
+                    "process (torch or cupy in this Python) and whether MemAvailable fell by more than RSS, "
+                    f"AnonPages, Slab and the CUDA allocator account for. {EXIT_STATUS}.",
         **examples("pinmatrix doctor                       # the host, its known issues, the images that fit",
                    "pinmatrix doctor --json > doctor.json  # the same as JSON (pinmatrix-doctor/1)",
                    "pinmatrix doctor --cell 0e749e61e75a --arch-scan scan/arch-scan.json",
                    "pinmatrix doctor --bundle /root/ship/plain   # before unbundle.py unpacks it",
-                   "pinmatrix doctor --allow-no-gpu || exit 1     # a CPU runner: exit 0 unless an issue hits"),
+                   "pinmatrix doctor --allow-no-gpu || exit 1     # a CPU runner: exit 0 unless an issue hits",
+                   "pinmatrix doctor --leak-check --leak-seconds 10  # a GB10: does this driver leak unified memory?"),
     )
     p.add_argument("--matrix", type=Path, default=None, metavar="PATH",
                    help=f"the matrix whose known issues are read (default: {MATRIX_FILE} in the project root; "
@@ -55,6 +70,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-no-gpu", action="store_true",
                    help="on a host without an NVIDIA GPU, check the rest and exit 0 unless something else is found "
                    "(default: exit status 3)")
+    p.add_argument("--leak-check", action="store_true",
+                   help="also run the unified-memory leak measurement (issue 44; smoke unified-memory-leak) for a few "
+                   "seconds in a child process with this Python's torch or cupy: the drop of MemAvailable that "
+                   "RSS, AnonPages, Slab and the CUDA allocator do not explain; a leak makes the exit status 1, "
+                   "neither torch nor cupy makes the section 'not run'")
+    p.add_argument("--leak-seconds", type=_leak_seconds, default=DEFAULT_LEAK_SECONDS, metavar="N",
+                   help=f"how long --leak-check allocates and frees (default {DEFAULT_LEAK_SECONDS:g}; at most "
+                   f"{MAX_SECONDS:g}), on top of the child's start (importing torch, a CUDA context)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON (pinmatrix-doctor/1)")
     p.set_defaults(func=run)
 
@@ -64,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     settings = DoctorSettings(
         matrix=args.matrix or root / MATRIX_FILE, matrix_required=args.matrix is not None,
         known_good=args.known_good or known_good_file(root), results=args.results or root / RESULTS_FILE,
-        cells=tuple(args.cell), arch_scans=tuple(args.arch_scan), bundle=args.bundle, allow_no_gpu=args.allow_no_gpu)
+        cells=tuple(args.cell), arch_scans=tuple(args.arch_scan), bundle=args.bundle, allow_no_gpu=args.allow_no_gpu,
+        leak_seconds=args.leak_seconds if args.leak_check else None)
     checkup = run_checkup(settings)
     if args.json:
         print(json.dumps(checkup.to_dict(), indent=2))

@@ -1,10 +1,11 @@
 """``pinmatrix doctor``: one look at a GPU host, from files and ``nvidia-smi`` only (no network, no CUDA library):
 its GPUs, the matrix's known issues that match it, a sandbox's prerequisites, the promoted images that fit it
-and the drivers their evidence covers, per ``--cell`` what would compile at first use, and a shipped bundle.
+and the drivers their evidence covers, per ``--cell`` what would compile at first use, and a shipped bundle; on
+request (``--leak-check``) a few seconds of the unified-memory leak measurement in a child process (leak_check.py).
 
 Exit status, for a job script to gate on: 0 nothing in the way; 1 a known issue hits this host (or a chosen cell
-on it), no promoted image fits this GPU host, or the bundle does not fit; 2 bad input (cli.py); 3 no NVIDIA GPU
-(nvidia-smi missing or failing), unless ``--allow-no-gpu``."""
+on it), no promoted image fits this GPU host, the bundle does not fit, or the leak check found a leak; 2 bad input
+(cli.py); 3 no NVIDIA GPU (nvidia-smi missing or failing), unless ``--allow-no-gpu``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pinmatrix.doctor.bundle_check import BundleCheck, check_bundle
 from pinmatrix.doctor.first_use import FirstUse, first_use
 from pinmatrix.doctor.images import ImageFit, promoted_images
 from pinmatrix.doctor.known_issues import HITS, IssueMatch, host_issues, installed_packages
+from pinmatrix.doctor.leak_check import LeakCheck, run_leak_check
 from pinmatrix.doctor.sandbox import SandboxCheck, check_sandbox
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hostprobe import GpuProbe, HostFingerprint, probe
@@ -41,6 +43,7 @@ class DoctorSettings:
     bundle: Path | None = None
     allow_no_gpu: bool = False
     smi_timeout: float = 10.0
+    leak_seconds: float | None = None  # --leak-check: run the leak measurement this long (None: not asked)
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class Checkup:
     images: list[ImageFit] = field(default_factory=list)
     cells: list[CellCheck] = field(default_factory=list)
     bundle: BundleCheck | None = None
+    leak: LeakCheck | None = None
     elapsed_s: float = 0.0
 
     @property
@@ -85,7 +89,8 @@ class Checkup:
             out.append(f"none of the {len(self.images)} promoted images fits this host")
         if self.bundle is not None and not self.bundle.fits:
             out.append(f"the bundle in {self.bundle.folder} does not fit this host")
-        return out
+        leak = self.leak.finding() if self.leak is not None else None
+        return out + ([leak] if leak else [])
 
     def exit_status(self) -> int:
         if self.no_gpu and not self.allow_no_gpu:
@@ -98,7 +103,8 @@ class Checkup:
                 "python": self.python, "matrix": self.matrix, "known_issues": [i.to_dict() for i in self.issues],
                 "sandbox": self.sandbox.to_dict() if self.sandbox else None, "known_good": self.known_good,
                 "promoted_images": [i.to_dict() for i in self.images], "cells": [c.to_dict() for c in self.cells],
-                "bundle": self.bundle.to_dict() if self.bundle else None}
+                "bundle": self.bundle.to_dict() if self.bundle else None,
+                "leak_check": self.leak.to_dict() if self.leak else None}
 
 
 def no_gpu_line(gpus: GpuProbe) -> str:
@@ -146,5 +152,7 @@ def run_checkup(settings: DoctorSettings) -> Checkup:
                                   first_use(list(settings.arch_scans), cell.id, next(iter(gpus.capabilities), None))))
     if settings.bundle is not None:
         up.bundle = check_bundle(settings.bundle, up.host, entries, cells)
+    if settings.leak_seconds is not None:
+        up.leak = run_leak_check(up.python, settings.leak_seconds)  # the Python whose packages were read
     up.elapsed_s = time.monotonic() - started
     return up

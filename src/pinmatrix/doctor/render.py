@@ -74,6 +74,9 @@ def checkup_lines(up: Checkup) -> list[str]:
         lines.append(f"Bundle {up.bundle.folder} ({up.bundle.kind}, cell {up.bundle.cell_id or '?'}):")
         lines += [f"  {what}: {'ok' if ok else 'not decided' if ok is None else 'NO'}: {words}"
                   for what, ok, words in up.bundle.checks]
+    if up.leak is not None:
+        lines.append(f"Unified-memory leak check ({up.leak.verdict}):")
+        lines += [f"  {line}" for line in up.leak.lines()]
     lines.append(f"doctor: exit status {status} ({'; '.join(findings) or 'nothing in the way'}), "
                  f"{up.elapsed_s:.2f} s")
     return [terminal_text(line) for line in lines]
