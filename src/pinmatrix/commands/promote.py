@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         elif o.outcome == "would-promote":
             say(f"would promote {o.cell.id} {o.cell.name}:", *(f"\n  - {step}" for step in o.steps), sep="")
         elif o.outcome == "promoted":
-            say(f"promoted {o.cell.id} {o.cell.name}: {o.reference} (attestation {o.attestation})")
+            say(f"promoted {o.cell.id} {o.cell.name}: {o.reference} (attestation {o.attestation}"
+                + "".join(f", host-signed {d}" for d in o.host_attestations) + ")")
 
     outcomes = promote_cells(settings, show, functools.partial(print, file=sys.stderr))
     if args.json:

@@ -4,6 +4,7 @@ key you trust?"""
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 from pinmatrix.commands._common import examples, existing_file
 from pinmatrix.commands._registry import verified_reference
@@ -13,7 +14,18 @@ from pinmatrix.paths import PUBLIC_KEY, public_key
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import TEST_RESULT_PREDICATE
 from pinmatrix.release.signing import trusted_keys
-from pinmatrix.release.verify import verify_image
+from pinmatrix.release.verify import HostReport, verify_image
+
+
+def host_line(host: HostReport) -> str:
+    """One host-signed attestation: the host key, the host (GPU, driver) and each smoke's result."""
+    h = host.host
+    counts = Counter(status for _, status in host.smokes)
+    smokes = ", ".join(f"{smoke} {status}" for smoke, status in host.smokes)
+    return (f"  host-signed {host.attestation}: host key {host.keyid[:12]}, host {h.get('id')} "
+            f"({h.get('gpu_count')}x {h.get('gpu_name')} sm_{str(h.get('capability') or '?').replace('.', '')}, "
+            f"driver {h.get('driver')}), cell {host.cell_id}: "
+            f"{', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}: {smokes}")
 
 
 class NotVerified(PinmatrixError):
@@ -29,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "a test-result attestation's DSSE signature verifies with a trusted public key; the signed "
                     "statement names the image's manifest digest and REF's repository; its cell equals the image's "
                     "io.pinmatrix.cell.* and io.pinmatrix.pin.* labels; no attestation signed by a trusted key was "
-                    "tampered with; a signed SBOM, when present, names the same image and cell. Exit status: 0 "
+                    "tampered with; host-signed test results the promotion counted (trusted_hosts) verify with the "
+                    "host keys its signed statement names, and are printed (host key, GPU, driver, smokes); a signed SBOM, when present, names the same image and cell. Exit status: 0 "
                     "verified, 1 does not verify (the reason on stderr), 2 bad input.",
         **examples('pinmatrix verify "$(pinmatrix pull --stack demo --print -q)"   # the image pull would choose',
                    "pinmatrix verify REGISTRY/pinmatrix/known-good/demo:known-good --json",
@@ -60,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
         signers = ", ".join(f"{k[:12]} ({sources.get(k)})" for k in result.keyids)
         sbom = (f"SBOM verified ({result.sbom_components} components)" if result.sbom == "verified"
                 else "no SBOM attached")
-        others = len([e for e in result.evidence if e.predicate_type == TEST_RESULT_PREDICATE]) - 1
+        others = len([e for e in result.evidence if e.predicate_type == TEST_RESULT_PREDICATE and e.verified]) - 1
         used = (f"from attestation {result.attestation} signed at {result.signed_at}"
                 + (f", the newest of {others + 1}" if others > 0 else ""))
         print(f"verified {ref.name}@{result.digest}: cell {result.cell_id} {result.cell_name or ''} "
               f"(stack {result.stack}), result {result.result} {used}, signed by {signers}; {sbom}")
+        for host in result.hosts:
+            print(host_line(host))
     return 0

@@ -3,6 +3,7 @@ checked before any cell is expanded (``matrix.validation``) and read by promotio
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -11,6 +12,9 @@ from pinmatrix.errors import PinmatrixError
 from pinmatrix.hostprobe import DriverVersionError, check_driver_spec
 from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.statuses import INFRA_STATUSES, STATUSES
+
+MAX_TRUSTED_HOSTS = 64
+MAX_KEY_PATH = 4096
 
 
 class PromotionPolicy(BaseModel):
@@ -43,6 +47,10 @@ class PromotionPolicy(BaseModel):
     """Results measured in a host's own environment instead of the image (the host runtime): "refuse" (they
     never count), or "identical" (they count when the host's Python and every locked package were the cell's,
     as recorded in the result's environment.host_vs_lock)."""
+    trusted_hosts: list[str] | None = Field(default=None, max_length=MAX_TRUSTED_HOSTS)
+    """GPU hosts' public keys (``pinmatrix keygen --host``; paths relative to the matrix). When set, promotion
+    counts only results carried by an envelope one of these keys signed for the image digest they ran on
+    (``pinmatrix results --import-signed``). Unset: every recorded result counts."""
 
     @field_validator("accept")
     @classmethod
@@ -62,6 +70,18 @@ class PromotionPolicy(BaseModel):
             return [check_driver_spec(d) for d in v]
         except DriverVersionError as err:
             raise ValueError(str(err)) from None
+
+    @field_validator("trusted_hosts")
+    @classmethod
+    def _trusted_hosts(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("trusted_hosts: list at least one host's public key file, or leave the key out")
+        bad = [p for p in v if not p.strip() or len(p) > MAX_KEY_PATH or "\0" in p]
+        if bad:
+            raise ValueError(f"trusted_hosts: {bad[0][:40]!r} is not a key file's path")
+        return v
 
     @field_validator("hosts")
     @classmethod
@@ -84,3 +104,15 @@ def policy_for(matrix: Matrix, stack: str) -> PromotionPolicy:
         key = str(first["loc"][0])
         base = ("stacks", stack, "promotion") if key in own else ("matrix", "promotion")
         raise PinmatrixError(matrix.where((*base, key), first["msg"])) from None
+
+
+def trusted_host_keys(matrix: Matrix, stack: str, policy: PromotionPolicy) -> list[Path]:
+    """The files of the policy's ``trusted_hosts``, relative to the matrix's folder; a path that is not a file
+    is one line naming the matrix key."""
+    paths = [matrix.root / p for p in policy.trusted_hosts or []]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        own = "trusted_hosts" in (require_stack(matrix, stack).promotion or {})
+        base = ("stacks", stack, "promotion") if own else ("matrix", "promotion")
+        raise PinmatrixError(matrix.where((*base, "trusted_hosts"), f"{missing[0]}: no such host key file"))
+    return paths

@@ -223,6 +223,20 @@ def attach(registry: Registry, image: ImageRef, statement: dict[str, Any], *, no
                                   payload_media_type=DSSE_MEDIA_TYPE, annotations=annotations)
 
 
+def attach_envelope(registry: Registry, image: ImageRef, envelope: bytes, predicate_type: str, *,
+                    now: datetime | None = None) -> str:
+    """Push a DSSE envelope someone else signed (a GPU host's test results) as it is, as an artifact referring
+    to ``image``. Returns the artifact's digest."""
+    subject = registry.get_manifest(image.repository, str(image.digest)) if image.digest else None
+    if subject is None:
+        raise RegistryError(f"{image}: no such image to attach an attestation to")
+    created = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return registry.push_artifact(image.repository, subject, artifact_type=DSSE_MEDIA_TYPE, payload=envelope,
+                                  payload_media_type=DSSE_MEDIA_TYPE,
+                                  annotations={"org.opencontainers.image.created": created,
+                                               PREDICATE_ANNOTATION: predicate_type})
+
+
 @dataclass(frozen=True)
 class Published:
     attestation: str  # digest of the test-result artifact

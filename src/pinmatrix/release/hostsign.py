@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from securesystemslib.signer import SSlibKey
+
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import sha256_bytes
 from pinmatrix.hostprobe import HostFingerprint
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 RECORDS_FIELD = "pinmatrixRecords"
 CELL_PREFIX = "pinmatrix-cell/"
 HOST_PREFIX = "pinmatrix-host/"
+TRUSTED_HOST_PREFIX = "pinmatrix-trusted-host/"
 MAX_RECORDS = 2048  # records in one statement: a cell's smokes, on one host and image, over many runs
 
 
@@ -105,7 +108,7 @@ def signed_exports(records: Iterable[SmokeRecord], signer: CryptoSigner, *,
 class HostAttestation:
     """A host-signed statement, read: who signed it, for which image and cell, on which host, what ran."""
 
-    keyid: str
+    key: SSlibKey
     key_source: str
     digest: str
     cell_id: str
@@ -113,6 +116,10 @@ class HostAttestation:
     host: HostFingerprint
     records: tuple[SmokeRecord, ...]
     envelope: bytes = field(repr=False)
+
+    @property
+    def keyid(self) -> str:
+        return str(self.key.keyid)
 
     def summary(self) -> list[tuple[str, str]]:
         """(smoke, status) of each smoke's latest record."""
@@ -131,7 +138,7 @@ def read_host_statement(payload: bytes) -> tuple[str, str, str, HostFingerprint,
     if len(hexes) != 1 or len(hexes[0]) != 64 or any(c not in "0123456789abcdef" for c in hexes[0]):
         raise ValueError("its subject is not one sha256 image digest")
     digest = "sha256:" + hexes[0]
-    predicate = statement.get("predicate") if isinstance(statement.get("predicate"), dict) else {}
+    predicate: dict[str, Any] = statement["predicate"] if isinstance(statement.get("predicate"), dict) else {}
     config = {str(c.get("name", "")): c.get("annotations") or {} for c in predicate.get("configuration") or []
               if isinstance(c, dict)}
     cells = [n[len(CELL_PREFIX):] for n in config if n.startswith(CELL_PREFIX)]
@@ -166,7 +173,37 @@ def open_host_envelope(envelope: bytes, keys: Sequence[TrustedKey], source: str)
     except ValueError as err:
         raise HostSignatureError(f"{source}: the signed statement is refused: {err}") from None
     key = check.verified_by
-    return HostAttestation(key.keyid, key.source, digest, cell_id, stack, host, records, envelope)
+    return HostAttestation(key.key, key.source, digest, cell_id, stack, host, records, envelope)
+
+
+def host_key_descriptors(attestations: Sequence[HostAttestation], artifacts: Sequence[str]) -> list[dict[str, Any]]:
+    """For the project-signed statement of a promotion: each host key whose attestation was counted and
+    attached (``TRUSTED_HOST_PREFIX<keyid>``, the key in securesystemslib's form, the artifacts it signed), so
+    that ``verify``, trusting the project's key, can check the host's signatures too."""
+    by_key: dict[str, dict[str, Any]] = {}
+    for att, artifact in zip(attestations, artifacts, strict=True):
+        entry = by_key.setdefault(att.keyid, {"key": att.key, "artifacts": []})
+        entry["artifacts"].append(artifact)
+    return [described(TRUSTED_HOST_PREFIX + keyid, {"key": json.dumps(entry["key"].to_dict(), sort_keys=True),
+                                                      "attestations": " ".join(entry["artifacts"])})
+            for keyid, entry in sorted(by_key.items())]
+
+
+def named_host_keys(statement: dict[str, Any]) -> list[TrustedKey]:
+    """The host keys a (project-signed) promotion statement names (``host_key_descriptors``); one that cannot
+    be read is left out (it then verifies nothing)."""
+    keys: list[TrustedKey] = []
+    for item in (statement.get("predicate") or {}).get("configuration") or []:
+        name = str(item.get("name", "")) if isinstance(item, dict) else ""
+        if not name.startswith(TRUSTED_HOST_PREFIX):
+            continue
+        try:
+            data = json.loads(str((item.get("annotations") or {}).get("key", "")))
+            key = SSlibKey.from_dict(name[len(TRUSTED_HOST_PREFIX):], dict(data))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        keys.append(TrustedKey(key, "named by the promotion's signed statement"))
+    return keys
 
 
 # ------------------------------------------------------------------------------------------ promotion

@@ -26,9 +26,16 @@ from pinmatrix.project.catalogue import matches
 from pinmatrix.project.known_good import record_promotion
 from pinmatrix.project.policy import PromotionPolicy
 from pinmatrix.registry.client import Registry
-from pinmatrix.release.attest import latest_per_smoke_host, publish, test_result_statement
+from pinmatrix.release.attest import (
+    TEST_RESULT_PREDICATE,
+    attach_envelope,
+    latest_per_smoke_host,
+    publish,
+    test_result_statement,
+)
 from pinmatrix.release.driver_evidence import driver_range_problems
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
+from pinmatrix.release.hostsign import HostAttestation, SignedResults, host_key_descriptors
 from pinmatrix.release.sbom import cell_bom
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.statuses import INFRA_STATUSES
@@ -116,8 +123,10 @@ def required_smoke_names(cell: Cell, policy: PromotionPolicy,
 
 
 def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord],
-                 stack_gpus: Sequence[str] = (), catalogue: Sequence[str] | None = None) -> Check:
-    """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences."""
+                 stack_gpus: Sequence[str] = (), catalogue: Sequence[str] | None = None,
+                 dropped: Mapping[str, str] | None = None) -> Check:
+    """Whether the results recorded for ``cell`` meet ``policy``; problems are full sentences. ``dropped``:
+    per smoke, why its recorded results were not counted (``trusted_hosts``: not signed by a trusted host)."""
 
     every = [r for r in records if r.cell_id == cell.id]
     records = [r for r in every if r.status not in INFRA_STATUSES]  # the harness failed: never the cell's
@@ -142,7 +151,8 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
             if not matching:
                 errors = sum(1 for r in every if r.status in INFRA_STATUSES and r.smoke == smoke)
                 check.problems.append(f"missing result: smoke {smoke!r} has no result on {where}"
-                                      + (f" ({errors} infrastructure error(s), not counted)" if errors else ""))
+                                      + (f" ({errors} infrastructure error(s), not counted)" if errors else "")
+                                      + _dropped_note(smoke, dropped, catalogue is not None))
                 continue
             latest = latest_per_smoke_host(matching)  # per host, by finish time
             bad = [r for r in latest if r.status not in accept]
@@ -190,6 +200,14 @@ def check_policy(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRec
     return check
 
 
+def _dropped_note(smoke: str, dropped: Mapping[str, str] | None, exact: bool) -> str:
+    """Why the recorded results of ``smoke`` (a selector, when not ``exact``) did not count, when they did not."""
+    for name, why in (dropped or {}).items():
+        if name == smoke if exact else matches(smoke, name):
+            return f" (its recorded result does not count: {why})"
+    return ""
+
+
 # --------------------------------------------------------------------------------------------- promote
 
 
@@ -202,6 +220,11 @@ class Plan:
     tags: list[str]
     check: Check
     policy: PromotionPolicy
+    signed: SignedResults | None = None  # under trusted_hosts: the host-signed results counted
+
+    def host_attestations(self) -> list[HostAttestation]:
+        """The host-signed attestations of the promoted digest: attached next to the project's evidence."""
+        return [a for a in (self.signed.attestations if self.signed else []) if a.digest == self.digest]
 
     def describe(self) -> list[str]:
         ref = self.source.with_digest(self.digest)
@@ -209,6 +232,8 @@ class Plan:
             f"copy {ref} -> {self.target.name}@{self.digest} (by digest)",
             f"tag {self.target.name}:{self.tags[0]}",
             f"attach in-toto test-result attestation (and SBOM) to {self.target.name}@{self.digest}",
+            *(f"attach the host-signed attestation of host {a.host.id} (key {a.keyid[:12]})"
+              for a in self.host_attestations()),
             f"move {self.target.name}:{self.policy.tag} -> {self.digest}",
             f"record {self.cell.stack} {self.cell.id} in known-good.toml",
         ]
@@ -221,9 +246,10 @@ def promoted_repository(registry_prefix: str, stack: str, policy: PromotionPolic
 
 def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeRecord], *, source: ImageRef,
                    registry_prefix: str, registry: Registry, stack_gpus: Sequence[str] = (),
-                   catalogue: Sequence[str] | None = None) -> Plan:
-    """Check the policy and the registry; raise PromotionRefused with every reason, or return the plan."""
-    check = check_policy(cell, policy, records, stack_gpus, catalogue)
+                   catalogue: Sequence[str] | None = None, signed: SignedResults | None = None) -> Plan:
+    """Check the policy and the registry; raise PromotionRefused with every reason, or return the plan. Under
+    ``trusted_hosts``, ``records`` are ``signed.kept`` and ``signed.dropped`` says why the others do not count."""
+    check = check_policy(cell, policy, records, stack_gpus, catalogue, signed.dropped if signed else None)
     if not check.ok:
         raise _refused(cell, *check.problems)
     if check.digest is None:  # only host runs the policy counts: promote the cell's image built from that lock
@@ -245,7 +271,7 @@ def plan_promotion(cell: Cell, policy: PromotionPolicy, records: Iterable[SmokeR
     if target.registry != source.registry:
         raise PromotionRefused(f"promoted repository {target.name} is on another registry than {source.name}")
     return Plan(cell=cell, source=source, digest=check.digest, target=target, tags=[f"cell-{cell.id}"],
-                check=check, policy=policy)
+                check=check, policy=policy, signed=signed)
 
 
 @dataclass(frozen=True)
@@ -258,6 +284,7 @@ class Promotion:
     promoted_at: str
     sbom: str | None = None  # digest of the SBOM artifact
     signed_by: str | None = None  # key id of the evidence's signature (None: unsigned)
+    host_attestations: tuple[str, ...] = ()  # digests of the host-signed attestations attached
 
 
 def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], known_good: Path, *,
@@ -277,7 +304,11 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
         raise PromotionRefused(f"copied {digest}, expected {plan.digest}")
     promoted = plan.target.with_digest(digest)
     tested = [r for r in records if r.cell_id == cell.id and r.image_digest == digest]
+    hosts = plan.host_attestations()
+    host_artifacts = [attach_envelope(registry, promoted, a.envelope, TEST_RESULT_PREDICATE, now=moment) for a in hosts]
     statement = test_result_statement(promoted, cell, tested, policy=policy.model_dump(), signed_at=moment)
+    if hosts:
+        statement["predicate"]["configuration"] += host_key_descriptors(hosts, host_artifacts)
     published = publish(registry, promoted, statement, bom=bom, signer=signer, now=moment)
     attestation = published.attestation
     registry.copy(promoted, plan.target.repository, [policy.tag])
@@ -305,4 +336,5 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
     }
     record_promotion(known_good, entry)
     return Promotion(stack=cell.stack, cell_id=cell.id, digest=digest, reference=str(promoted),
-                     attestation=attestation, promoted_at=stamp, sbom=published.sbom, signed_by=published.keyid)
+                     attestation=attestation, promoted_at=stamp, sbom=published.sbom, signed_by=published.keyid,
+                     host_attestations=tuple(host_artifacts))

@@ -10,17 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.cell import Cell
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.matrix.expand import Expansion
 from pinmatrix.paths import SIGNING_KEY
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import Matrix
-from pinmatrix.project.policy import policy_for
+from pinmatrix.project.policy import policy_for, trusted_host_keys
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import lock_for_sbom, sbom_inputs
+from pinmatrix.release.hostsign import SignedResults, signed_only
 from pinmatrix.release.promote import Plan, PromotionRefused, execute, plan_promotion
+from pinmatrix.release.signing import load_public_key
+from pinmatrix.results.signedfile import kept_envelopes
 from pinmatrix.results.store import ResultsStore, SmokeRecord
+from pinmatrix.results.storefile import ResultsError
 
 UNSIGNED_WARNING = (f"warning: no signing key (--signing-key, PINMATRIX_SIGNING_KEY or {SIGNING_KEY} from "
                     "`pinmatrix keygen`): the evidence is unsigned, and `pinmatrix pull` and `verify` will refuse "
@@ -55,6 +60,7 @@ class PromotionOutcome:
     attestation: str | None = None
     sbom: str | None = None
     signed_by: str | None = None
+    host_attestations: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     error: PromotionRefused | None = None
@@ -75,7 +81,10 @@ def promote_cells(settings: PromoteSettings, on_outcome: Callable[[PromotionOutc
     warn_unsigned = settings.signer is None
     for cell in settings.cells:
         records = settings.store.query(cell_id=cell.id, probe_params={}) if settings.store else []  # no probes
-        plan = _plan(settings, registry, cell, records)
+        signed = _signed(settings, cell, records)
+        if signed is not None:
+            records = signed.kept  # under trusted_hosts: the host-signed copies, nothing else
+        plan = _plan(settings, registry, cell, records, signed)
         if isinstance(plan, PromotionOutcome):
             outcome = plan
         elif (cell.id, plan.digest) in already and not settings.force:
@@ -92,13 +101,29 @@ def promote_cells(settings: PromoteSettings, on_outcome: Callable[[PromotionOutc
     return outcomes
 
 
-def _plan(settings: PromoteSettings, registry: Registry, cell: Cell, records: list[SmokeRecord]) -> Plan | PromotionOutcome:
+def _signed(settings: PromoteSettings, cell: Cell, records: list[SmokeRecord]) -> SignedResults | None:
+    """Under the stack's ``trusted_hosts``: which of ``records`` a trusted host signed (the envelopes
+    ``results --import-signed`` kept beside the store); None when the policy does not ask for it."""
+    policy = policy_for(settings.matrix, cell.stack)
+    if policy.trusted_hosts is None:
+        return None
+    keys = [load_public_key(p) for p in trusted_host_keys(settings.matrix, cell.stack, policy)]
+    try:
+        envelopes = kept_envelopes(settings.store.path) if settings.store else []
+    except ResultsError as err:
+        raise PinmatrixError(str(err)) from None
+    return signed_only(records, envelopes, keys)
+
+
+def _plan(settings: PromoteSettings, registry: Registry, cell: Cell, records: list[SmokeRecord],
+          signed: SignedResults | None = None) -> Plan | PromotionOutcome:
     policy = policy_for(settings.matrix, cell.stack)
     stack_gpus = sorted({c.pins["gpu"] for c in settings.expansion.cells if c.stack == cell.stack and "gpu" in c.pins})
     source = ImageRef.parse(image_ref(cell, settings.registry_prefix))  # the build tag, <registry>/<stack>:<cell id>
     try:
         return plan_promotion(cell, policy, records, source=source, registry_prefix=settings.registry_prefix,
-                              registry=registry, stack_gpus=stack_gpus, catalogue=settings.catalogue)
+                              registry=registry, stack_gpus=stack_gpus, catalogue=settings.catalogue,
+                              signed=signed)
     except PromotionRefused as err:
         return PromotionOutcome(cell, "refused", reasons=err.reasons, error=err)
 
@@ -118,4 +143,5 @@ def _promote(settings: PromoteSettings, registry: Registry, plan: Plan, records:
         result = execute(plan, registry, records, settings.known_good, signer=settings.signer, lock_text=lock_text,
                          debian=inputs.debian, requires=inputs.requires)
     return PromotionOutcome(cell, "promoted", digest=result.digest, reference=result.reference,
-                   attestation=result.attestation, sbom=result.sbom, signed_by=result.signed_by)
+                   attestation=result.attestation, sbom=result.sbom, signed_by=result.signed_by,
+                   host_attestations=list(result.host_attestations))

@@ -13,6 +13,9 @@ An image verifies when ALL of these hold:
 5. no attestation of the image carries a signature by a trusted key that does NOT verify (tampering is
    refused, not skipped), and every signed SBOM names the same digest, repository and cell (and the lock the
    image was built from, when the image has the ``io.pinmatrix.lock.sha256`` label).
+6. when the newest signed result names GPU hosts' keys (the promotion counted only results those hosts signed:
+   ``trusted_hosts``), at least one host-signed attestation of the image verifies with them, none signed by
+   them fails to, and each is for the image's digest; each is reported (``hosts``: key, GPU, driver, smokes).
 
 Evidence signed only by keys that are not trusted, or unsigned evidence, is listed and ignored. The first
 problem found is the one-line reason ``pull`` gives.
@@ -40,6 +43,7 @@ from pinmatrix.release.attest import (
     Attachment,
     attachments,
 )
+from pinmatrix.release.hostsign import HostSignatureError, named_host_keys, open_host_envelope
 from pinmatrix.release.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope
 
 CELL_LABEL = "io.pinmatrix.cell."
@@ -57,6 +61,17 @@ class EvidenceReport(BaseModel):
     keyid: str | None = None
     key_source: str | None = None
     note: str | None = None
+
+
+class HostReport(BaseModel):
+    """A GPU host's signed test results attached to the image, verified with a host key the promotion's
+    signed statement names: who ran what, where."""
+
+    attestation: str
+    keyid: str
+    host: dict[str, Any]
+    cell_id: str
+    smokes: list[tuple[str, str]]  # (smoke, status) of each smoke's latest record
 
 
 class Verification(BaseModel):
@@ -78,6 +93,7 @@ class Verification(BaseModel):
     sbom_components: int | None = None
     evidence: list[EvidenceReport] = Field(default_factory=list)
     trusted_keys: list[str] = Field(default_factory=list)
+    hosts: list[HostReport] = Field(default_factory=list)
     # the media types of the verified manifest's layers, for the engine check before a pull (not in the report)
     layer_media_types: list[str] = Field(default_factory=list, exclude=True)
 
@@ -214,6 +230,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
     cells = _judge_cells(out, ordered, labels)
     if cells:
         _judge_recorded_cell(out, cells, digest, expect_cell, expect_stack)
+    _judge_hosts(out, evidence.foreign, named_host_keys(ordered[0][0]), digest)
     _judge_sboms(out, evidence.sboms, cells[0] if cells else None, labels)
     return _finish(out)
 
@@ -249,6 +266,7 @@ class _Evidence:
     results: list[tuple[dict[str, Any], TrustedKey]] = field(default_factory=list)
     artifact_of: dict[int, str] = field(default_factory=dict)  # id() of a verified statement -> its artifact
     sboms: list[dict[str, Any]] = field(default_factory=list)
+    foreign: list[Attachment] = field(default_factory=list)  # DSSE ones no trusted key signed (a host's, say)
 
 
 def _read_evidence(registry: Registry, ref: ImageRef, digest: str, keys: Sequence[TrustedKey],
@@ -269,6 +287,8 @@ def _read_evidence(registry: Registry, ref: ImageRef, digest: str, keys: Sequenc
             continue
         signed = _signed_statement(att, keys, report, out)
         if signed is None:
+            if not report.verified:
+                evidence.foreign.append(att)
             continue
         statement, key = signed
         problem = _subject_problem(statement, digest, ref, f"the signed attestation {att.digest}")
@@ -364,6 +384,29 @@ def _judge_recorded_cell(out: Verification, cells: Sequence[dict[str, str]], dig
     if expect_stack and first.get("stack") != expect_stack:
         out.problems.append(f"the recorded stack is {expect_stack}, but the signed attestation of {digest} is "
                             f"for stack {first.get('stack')}")
+
+
+def _judge_hosts(out: Verification, foreign: Sequence[Attachment], host_keys: Sequence[TrustedKey],
+                 digest: str) -> None:
+    """The host-signed test results the newest promotion statement vouches for (it names their keys): each
+    verifies with its key and is for this image's digest; one of them at least is attached."""
+    if not host_keys:
+        return
+    for att in foreign:
+        try:
+            host = open_host_envelope(att.content, host_keys, f"host-signed attestation {att.digest}")
+        except HostSignatureError as err:
+            if not check_envelope(att.content, host_keys).foreign:
+                out.problems.append(str(err))
+            continue
+        if host.digest != digest:
+            out.problems.append(f"host-signed attestation {att.digest} is for {host.digest}, not {digest}")
+            continue
+        out.hosts.append(HostReport(attestation=att.digest, keyid=host.keyid, host=host.host.to_dict(),
+                                    cell_id=host.cell_id, smokes=host.summary()))
+    if not out.hosts:
+        out.problems.append(f"the promotion of {digest} counted host-signed results, but no host-signed "
+                            "attestation attached to it verifies with the host keys it names")
 
 
 def _judge_sboms(out: Verification, sboms: Sequence[dict[str, Any]], cell: dict[str, str] | None,
