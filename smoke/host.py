@@ -3,6 +3,8 @@
 Oracles (two lines each; host-probe, python-imports and arch-coverage compare facts, not kernel results):
 - unified-memory-leak: process RSS, GPU memory in use and the system's MemAvailable, sampled around allocate /
   touch / free cycles of 32 MiB managed buffers, may not grow by half a buffer; fault leak keeps one per round.
+  Reported beside it: the unexplained drop, MemAvailable's fall less the growth of RSS or AnonPages, Slab and the
+  managed bytes the process still holds (590.48.01's leak showed in MemAvailable only).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ SMOKES = {
         "func": "um_leak",
         "description": "allocate / touch on host and device / free cycles of 32 MiB managed buffers "
         "(cuMemAllocManaged) must not grow RSS, GPU memory in use or MemAvailable by half a buffer (the driver "
-        "590.48.01 class of fault).",
+        "590.48.01 class of fault); reports how much of MemAvailable's drop neither RSS, AnonPages, Slab nor the "
+        "managed bytes still held explain.",
         "needs": {"gpu": True},
         "timeout_s": 300,
         "batch": "kernels",
@@ -223,8 +226,21 @@ def _gpu_used(drv) -> int:  # noqa: ANN001
     return total.value - free.value
 
 
-def _memory(drv) -> MemorySample:  # noqa: ANN001
-    return MemorySample(rss=_rss(), gpu_used=_gpu_used(drv), mem_available=_meminfo().get("MemAvailable", 0))
+def _memory(drv) -> tuple[MemorySample, dict[str, int]]:  # noqa: ANN001
+    """The sample the verdict reads, and the /proc/meminfo reading (with this process's "rss") it came from."""
+    info = {**_meminfo(), "rss": _rss()}
+    return MemorySample(rss=info["rss"], gpu_used=_gpu_used(drv), mem_available=info.get("MemAvailable", 0)), info
+
+
+def unexplained_drop(before: dict[str, int], after: dict[str, int], held: int) -> int:
+    """How far MemAvailable fell between two /proc/meminfo readings (with "rss" added) beyond what accounts for
+    memory: the growth of this process's RSS or of AnonPages (the larger: its pages are in both), of Slab, and the
+    ``held`` bytes the process still has allocated. Only growth explains a drop."""
+    def grew(key: str) -> int:
+        return after.get(key, 0) - before.get(key, 0)
+
+    explained = max(0, grew("rss"), grew("AnonPages")) + max(0, grew("Slab")) + max(0, held)
+    return -grew("MemAvailable") - explained
 
 
 UM_BUFFER = 32 << 20  # each managed allocation; a leak of one is 32 MiB, twice the 16 MiB limit
@@ -265,10 +281,11 @@ def um_leak(ctx: Context) -> None:
             drv.check(lib.cuMemFree_v2(ctypes.c_uint64(p)), "cuMemFree")
 
     one_round(False)  # warm-up: the driver's own pools settle here
-    before = _memory(drv)
+    before, info_before = _memory(drv)
     for _ in range(UM_ROUNDS):
         one_round(injected == "leak")
-    after = _memory(drv)
+    after, info_after = _memory(drv)
+    unexplained = unexplained_drop(info_before, info_after, len(kept) * size)
     for p in kept:
         drv.check(lib.cuMemFree_v2(ctypes.c_uint64(p)), "cuMemFree")
     ctx.metric("allocations", UM_ROUNDS * UM_PER_ROUND)
@@ -277,15 +294,21 @@ def um_leak(ctx: Context) -> None:
     ctx.metric("rss_growth_mib", (after.rss - before.rss) / 2**20)
     ctx.metric("gpu_used_growth_mib", (after.gpu_used - before.gpu_used) / 2**20)
     ctx.metric("mem_available_drop_mib", (before.mem_available - after.mem_available) / 2**20)
+    for key, label in (("AnonPages", "anon_pages"), ("Slab", "slab")):
+        ctx.metric(f"{label}_growth_mib", (info_after.get(key, 0) - info_before.get(key, 0)) / 2**20)
+    ctx.metric("held_mib", len(kept) * size / 2**20)
+    ctx.metric("unexplained_drop_mib", unexplained / 2**20)
     if kept:
         ctx.metric("leaked_by_fault_mib", len(kept) * size // 2**20)
     problems = leak_problems(before, after, size)
     if problems:
         raise Fail(f"unified memory leak over {UM_ROUNDS * UM_PER_ROUND} freed {size >> 20} MiB managed "
-                   f"allocations: " + "; ".join(problems), "memory-leak")
+                   f"allocations: " + "; ".join(problems) + f"; {unexplained / 2**20:.1f} MiB of MemAvailable's "
+                   "drop explained by neither RSS, AnonPages, Slab nor the managed bytes still held", "memory-leak")
     ctx.summary = (f"{UM_ROUNDS * UM_PER_ROUND} managed {size >> 20} MiB allocations freed; RSS "
                    f"{ctx.metrics['rss_growth_mib']:+.1f} MiB, GPU {ctx.metrics['gpu_used_growth_mib']:+.1f} MiB, "
-                   f"MemAvailable {-ctx.metrics['mem_available_drop_mib']:+.1f} MiB (limit 16 MiB each)")
+                   f"MemAvailable {-ctx.metrics['mem_available_drop_mib']:+.1f} MiB (limit 16 MiB each), "
+                   f"unexplained drop {unexplained / 2**20:.1f} MiB")
 
 
 # --- arch coverage -------------------------------------------------------------------------------
