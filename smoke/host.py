@@ -3,8 +3,10 @@
 Oracles (two lines each; host-probe, python-imports and arch-coverage compare facts, not kernel results):
 - unified-memory-leak: process RSS, GPU memory in use and the system's MemAvailable, sampled around allocate /
   touch / free cycles of 32 MiB managed buffers, may not grow by half a buffer; fault leak keeps one per round.
-  Reported beside it: the unexplained drop, MemAvailable's fall less the growth of RSS or AnonPages, Slab and the
-  managed bytes the process still holds (590.48.01's leak showed in MemAvailable only).
+
+Reported beside that verdict: the unexplained drop, MemAvailable's fall less the growth of RSS or AnonPages, of
+Slab and the managed bytes the process still holds (590.48.01's leak showed in MemAvailable only; doctor
+--leak-check measures the same through torch or cupy).
 """
 
 from __future__ import annotations
