@@ -81,7 +81,7 @@ class CupyBackend:
     """cupy's memory pool, and managed buffers from cupy.cuda.malloc_managed."""
 
     def __init__(self) -> None:
-        import cupy  # noqa: PLC0415 - the host's cupy, where there is one
+        import cupy  # type: ignore[import-not-found]  # noqa: PLC0415 - the host's cupy, where there is one
 
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise RuntimeError(f"cupy {cupy.__version__} sees no CUDA device")
