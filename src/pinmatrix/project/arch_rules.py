@@ -87,8 +87,7 @@ class ArchRulesDoc(Strict):
 
 def parse_arch_rules(text: str, name: str = RULES_FILE) -> ArchRulesDoc:
     """The rules' text -> ArchRulesDoc; ArchRulesError, one line ``NAME:LINE: key: message``."""
-    return load_document(Path(name), ArchRulesDoc, what="an arch rule table", content=text, name=name,
-                         error=ArchRulesError)
+    return load_document(Path(name), ArchRulesDoc, what="an arch rule table", content=text, error=ArchRulesError)
 
 
 @cache

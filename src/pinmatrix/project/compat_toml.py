@@ -122,14 +122,16 @@ class CompatDoc(Strict):
 def parse_compat(data: Mapping[str, Any], name: str = COMPAT_FILE) -> CompatDoc:
     """Parsed TOML -> CompatDoc; CompatError with one line ``NAME: key.path: message`` for the first problem
     (an unknown key first: a misspelt key is also a missing one)."""
-    return load_document(Path(name), CompatDoc, what="a compatibility table", content=data, name=name,
-                         error=CompatError)
+    return _load(data, name)
 
 
 def load_compat(text: str, name: str = COMPAT_FILE) -> CompatDoc:
     """compat.toml's text -> CompatDoc; CompatError with one line ``NAME:LINE: key.path: message``."""
-    return load_document(Path(name), CompatDoc, what="a compatibility table", content=text, name=name,
-                         error=CompatError)
+    return _load(text, name)
+
+
+def _load(content: str | Mapping[str, Any], name: str) -> CompatDoc:
+    return load_document(Path(name), CompatDoc, what="a compatibility table", content=content, error=CompatError)
 
 
 # A table left out of rules built in memory (CompatRules(dict), as tests do): it knows no version. A family

@@ -64,7 +64,7 @@ class RunnableRules(Strict):
 
 def parse_rules(text: str, name: str = RULES_FILE) -> RunnableRules:
     """The rules' text -> RunnableRules; RunnableRulesError, one line ``NAME:LINE: key: message``."""
-    return load_document(Path(name), RunnableRules, what="a load-check rule table", content=text, name=name,
+    return load_document(Path(name), RunnableRules, what="a load-check rule table", content=text,
                          error=RunnableRulesError)
 
 

@@ -61,8 +61,8 @@ class NeedsDoc(Strict):
 
 def load_needs(text: str, name: str = NEEDS_FILE) -> NeedsDoc:
     """The rules' text -> NeedsDoc; RuntimeNeedsError, one line ``NAME:LINE: key: message``."""
-    return load_document(Path(name), NeedsDoc, what="a runtime needs table", content=text, name=name,
-                         error=RuntimeNeedsError, max_bytes=MAX_NEEDS_BYTES)
+    return load_document(Path(name), NeedsDoc, what="a runtime needs table", content=text, error=RuntimeNeedsError,
+                         max_bytes=MAX_NEEDS_BYTES)
 
 
 @cache

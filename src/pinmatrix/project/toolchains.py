@@ -142,8 +142,7 @@ class Toolchain:
 
 def parse(text: str, where: str = DATA_FILE) -> ToolchainDoc:
     """data/toolchains.toml's text -> ToolchainDoc; ToolchainError, one line ``WHERE:LINE: key: message``."""
-    return load_document(Path(where), ToolchainDoc, what="a toolchain table", content=text, name=where,
-                         error=ToolchainError)
+    return load_document(Path(where), ToolchainDoc, what="a toolchain table", content=text, error=ToolchainError)
 
 
 @cache

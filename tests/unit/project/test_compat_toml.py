@@ -99,6 +99,10 @@ def test_compat_missing_table_and_source_and_syntax() -> None:
     with pytest.raises(CompatError) as err:  # the file's own name in a model error too
         CompatRules.from_toml(without, name="mine.toml")
     assert one_line(err) == "mine.toml:1: xformers: required key is missing"
+    with pytest.raises(CompatError) as err:  # bounded: a compatibility table is a few kB
+        CompatRules.from_toml(COMPAT_TEXT + "#" * (1 << 20) + "\n", name="big.toml")
+    assert one_line(err) == (f"big.toml: {len(COMPAT_TEXT.encode()) + (1 << 20) + 1} bytes is more than a "
+                             "compatibility table may have (1048576 bytes)")
 
 
 def test_compat_rules_built_in_memory_go_through_the_same_model() -> None:

@@ -62,6 +62,14 @@ def test_a_signature_problem_names_the_line_of_its_key(tmp_path: Path) -> None:
     assert one_line(err) == f"{path}:{line}: signature #8: 'status': Input should be 'degraded'"
 
 
+def test_a_signature_file_is_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "signatures.toml"
+    path.write_text("#" * (1 << 20) + "\n", encoding="utf-8")
+    with pytest.raises(SignatureError) as err:
+        load_signatures(path)
+    assert one_line(err) == f"{path}: {(1 << 20) + 1} bytes is more than a signature table may have (1048576 bytes)"
+
+
 def test_a_signature_row_that_is_not_a_table_is_named_by_its_number(tmp_path: Path) -> None:
     path = tmp_path / "signatures.toml"
     path.write_text('signature = [{class = "crash", pattern = "Segfault"}, "not a table"]\n', encoding="utf-8")
