@@ -13,7 +13,7 @@ from pinmatrix.commands._common import add_selection_arguments, examples, existi
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.keyword import compile_keyword
 from pinmatrix.paths import HOST_KEY, project_root
-from pinmatrix.release.hostsign import import_signed, signed_exports
+from pinmatrix.release.hostsign import import_signed, open_all, signed_exports
 from pinmatrix.release.signing import load_public_key, load_signer
 from pinmatrix.report.tables import TableData, add_format_argument, output_format, print_table
 from pinmatrix.results.signedfile import read_signed_file, signed_dir, split_envelopes
@@ -64,9 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = ResultsStore(args.results)
     if args.import_signed:
-        return _import_signed(store, args)
+        return _import_signed(args)
+    store = ResultsStore(args.results)
     if args.import_files:
         total = 0
         for path in args.import_files:
@@ -119,16 +119,20 @@ def _export_signed(records: list[SmokeRecord], args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_signed(store: ResultsStore, args: argparse.Namespace) -> int:
+def _import_signed(args: argparse.Namespace) -> int:
+    """Every envelope of every file verified before the store is opened: one refused, nothing is written."""
     keys = [load_public_key(k) for k in args.key]
-    total = 0
+    opened = []
     for path in args.import_signed:
         try:
             envelopes = split_envelopes(read_signed_file(path), str(path))
         except ResultsError as err:
             raise PinmatrixError(str(err)) from None
-        written, attestations = import_signed(store, envelopes, keys, str(path))
-        total += written
+        opened.append((path, open_all(envelopes, keys, str(path))))
+    store = ResultsStore(args.results)
+    total = 0
+    for path, attestations in opened:
+        total += import_signed(store, attestations)
         for att in attestations:
             print(f"{path}: cell {att.cell_id} image {att.digest} on host {att.host.id} ({att.host.label()}): "
                   f"{len(att.records)} record(s), signed by host key {att.keyid[:12]} ({att.key_source})")

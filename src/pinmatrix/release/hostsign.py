@@ -272,15 +272,18 @@ def signed_only(records: Iterable[SmokeRecord], envelopes: Sequence[bytes], keys
     return out
 
 
-def import_signed(store: ResultsStore, envelopes: Sequence[bytes], keys: Sequence[TrustedKey],
-                  source: str) -> tuple[int, list[HostAttestation]]:
-    """Verify every envelope of ``source`` against ``keys`` before importing any (one refused: nothing is
-    written), then record their records in ``store`` and keep the envelopes beside it for ``promote``.
-    Returns (records written, the attestations)."""
+def open_all(envelopes: Sequence[bytes], keys: Sequence[TrustedKey], source: str) -> list[HostAttestation]:
+    """Every envelope of ``source`` opened with ``keys``; the first refused one is HostSignatureError (one
+    line), so a caller writes nothing unless all of them verify."""
     if not keys:
         raise HostSignatureError(f"{source}: no host public key to verify the signed results with: pass --key HOST.pub")
-    attestations = [open_host_envelope(e, keys, f"{source}: envelope {n}") for n, e in enumerate(envelopes, 1)]
+    return [open_host_envelope(e, keys, f"{source}: envelope {n}") for n, e in enumerate(envelopes, 1)]
+
+
+def import_signed(store: ResultsStore, attestations: Sequence[HostAttestation]) -> int:
+    """Record the verified ``attestations``' records in ``store`` and keep their envelopes beside it, where
+    ``promote`` reads them under ``trusted_hosts``. Returns the records written."""
     written = store.record_many([r for a in attestations for r in a.records])
     for att in attestations:
         keep_envelope(store.path, att.envelope)
-    return written, attestations
+    return written

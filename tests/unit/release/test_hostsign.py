@@ -16,6 +16,7 @@ from pinmatrix.release.hostsign import (
     host_key_descriptors,
     import_signed,
     named_host_keys,
+    open_all,
     open_host_envelope,
     signed_exports,
     signed_only,
@@ -103,13 +104,12 @@ def test_the_import_verifies_every_envelope_before_writing_any(tmp_path: Path) -
     signer, key = _pair(tmp_path, "host")
     good = _envelope(signer, _records())
     bad = _edited(_envelope(signer, _records(OTHER)), lambda s: s["predicate"].update(result="PASSED!"))
-    store = ResultsStore(tmp_path / "results.sqlite")
     with pytest.raises(HostSignatureError, match="f: envelope 2: .* does not verify"):
-        import_signed(store, [good, bad], [key], "f")
-    assert store.query() == [] and kept_envelopes(store.path) == []
+        open_all([good, bad], [key], "f")
     with pytest.raises(HostSignatureError, match="no host public key"):
-        import_signed(store, [good], [], "f")
-    written, _ = import_signed(store, [good], [key], "f")
+        open_all([good], [], "f")
+    store = ResultsStore(tmp_path / "results.sqlite")
+    written = import_signed(store, open_all([good], [key], "f"))
     assert written == len(GPU_CELL.smokes) and kept_envelopes(store.path) == [good]
     assert {r.image_digest for r in store.query()} == {DIGEST}
 
