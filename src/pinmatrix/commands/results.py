@@ -68,19 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return _import_signed(args)
     store = ResultsStore(args.results)
     if args.import_files:
-        total = 0
-        for path in args.import_files:
-
-            try:
-                rows = json.loads(read_input(path, "results file"))
-            except json.JSONDecodeError as err:
-                raise PinmatrixError(f"{path}: cannot read results JSON: {err}") from None
-            try:
-                total += store.import_json(_dispatched(rows, args.dispatch, path) if args.dispatch else rows)
-            except ResultsError as err:
-                raise PinmatrixError(f"{path}: {err}") from None
-        print(f"imported {total} record(s) into {args.results}")
-        return 0
+        return _import(store, args)
     records = _of_cells(store.query(stack=args.stack, host_id=args.host, smoke=args.smoke, status=args.status,
                                     latest_only=args.latest, run_id=args.run), args)
     if not records and (args.stack or args.cell or args.keyword) and not _of_cells(store.query(stack=args.stack), args):
@@ -105,6 +93,21 @@ def run(args: argparse.Namespace) -> int:
         table.add(r.status, r.smoke, r.cell_id, r.host.id, r.failure_class or "-", f"{r.duration_s:.1f}", reason,
                   style="red" if r.status in ("fail", "degraded") else None)
     print_table(table, fmt)
+    return 0
+
+
+def _import(store: ResultsStore, args: argparse.Namespace) -> int:
+    total = 0
+    for path in args.import_files:
+        try:
+            rows = json.loads(read_input(path, "results file"))
+        except json.JSONDecodeError as err:
+            raise PinmatrixError(f"{path}: cannot read results JSON: {err}") from None
+        try:
+            total += store.import_json(_dispatched(rows, args.dispatch, path) if args.dispatch else rows)
+        except ResultsError as err:
+            raise PinmatrixError(f"{path}: {err}") from None
+    print(f"imported {total} record(s) into {args.results}")
     return 0
 
 
