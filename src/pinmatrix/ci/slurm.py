@@ -6,9 +6,13 @@ the pool's) and for the sum of its smokes' timeouts plus a margin. A Slurm array
 constraint, gres and time limit, so a stack gets one array per pool it is routed to (one array when all its
 cells fit the same pools, the usual case).
 
-Each task runs ``pinmatrix smoke --cell ID`` (the host runtime with ``--wheels``, or the cell's image by
-digest through podman/docker, pulled first) with a store, logs and ``--json`` results of its own under the
-submission directory, which the submitting side reads back (pinmatrix.ci.slurm_collect). Nothing from the
+Each task runs ``pinmatrix smoke --cell ID`` (the host runtime with ``--wheels``, the cell's image by digest
+through podman/docker, pulled first, or through the sandbox runtime from an OCI layout the nodes read) with a
+store, logs and ``--json`` results of its own under the submission directory, which the submitting side reads
+back (pinmatrix.ci.slurm_collect). A sandbox task runs as whoever submitted it (no sudo, no root in the script):
+it first asks the node the sandbox runtime's own question (``ci slurm-node-check``: bubblewrap, user namespaces,
+a roots folder this user owns, under folders only this user or root own); a node that says no leaves one line in
+the task's ``refused`` file, and its smokes are infrastructure errors, never the cell's failures. Nothing from the
 matrix becomes an sbatch option or a shell word unchecked: every ``#SBATCH`` value is a number or a name of
 the matrix grammar (names.py), cell ids are checked hex, paths must be plain (letters, digits, ``._+/-``), and
 every shell word is quoted with shlex.
@@ -17,8 +21,10 @@ every shell word is quoted with shlex.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -34,25 +40,32 @@ from pinmatrix.ci.dispatch import Dispatch, DispatchJob, dispatch, write_dispatc
 from pinmatrix.ci.pools import NodePool, pools_for
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.names import Name, check_name, shown, text_problem
+from pinmatrix.oci.unpack import image_digest
 from pinmatrix.project.catalogue import Smoke, load_catalogue
 from pinmatrix.results.store import ResultsStore, SmokeRecord
 from pinmatrix.smoke.runner import effective_timeout, plan_smokes
+from pinmatrix.smoke.sandbox import check_host
+from pinmatrix.smoke.sandbox_tool import find_bwrap
 
 SCHEMA = "pinmatrix-slurm-submission/1"
 MANIFEST = "submission.json"
 DISPATCH = "dispatch.json"  # the dispatch record (pinmatrix.ci.dispatch): what each task was given
 CPU_POOL = "cpu"
-MARGIN_S = {"host": 300, "podman": 900, "docker": 900}  # start-up, overlay build / image pull
+MARGIN_S = {"host": 300, "podman": 900, "docker": 900, "sandbox": 900}  # start-up, overlay / pull / unpack
+REFUSED = "refused"  # a task's file: the one line of a node that cannot start the task's runtime
+NODE_REFUSED = "sandbox-unavailable"  # the failure class of its smokes (status error: infrastructure)
+CHECK_REFUSED = 3  # the exit status of `ci slurm-node-check` on a node that cannot start the runtime
 MAX_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indexes 0-1000)
 # Scheduler-caused ends that say nothing about the cell: a rerun submits those tasks again.
 RESUBMIT_CLASSES = frozenset({"slurm-cancelled", "slurm-preempted", "slurm-node-fail", "slurm-boot-fail",
-                              "slurm-lost", "slurm-no-result"})
+                              "slurm-lost", "slurm-no-result", NODE_REFUSED})
 _CELL_ID = r"^[0-9a-f]{12}$"
 _JOB_ID = r"^[0-9]+$"
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9._+/-]*")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*@sha256:[0-9a-f]{64}")
-Runtime = Literal["host", "podman", "docker"]
+Runtime = Literal["host", "podman", "docker", "sandbox"]
 
 
 class TaskEntry(Strict):
@@ -112,6 +125,8 @@ class ScriptSettings:
     cpu_partition: str | None = None
     time_limit_min: int | None = None  # instead of the smokes' own sum (a partition's MaxTime, tests)
     keyword: str | None = None  # pinmatrix smoke --smoke: the smokes whose names match
+    layout: Path | None = None  # sandbox: the OCI layout the nodes read the images from
+    roots: Path | None = None  # sandbox: a node-local folder for per-user roots (None: each task's own folder)
 
 
 def checked_name(value: str, what: str) -> str:
@@ -172,7 +187,9 @@ def plan(cells: Sequence[Cell], pools: Sequence[NodePool], settings: ScriptSetti
         if settings.runtime != "host":
             image = (images or {}).get(cell.id)
             if not image or not _IMAGE.fullmatch(image):
-                out.skipped.append(f"{cell.id} {cell.name}: no image by digest in the registry (build and push it)")
+                where = ("the OCI layout (build it with --engine none --layout)" if settings.runtime == "sandbox"
+                         else "the registry (build and push it)")
+                out.skipped.append(f"{cell.id} {cell.name}: no image by digest in {where}")
                 continue
             digest = image.split("@", 1)[1]
         targets = pools_for(cell, pools, out.skipped)
@@ -256,6 +273,8 @@ def render_script(array: ArrayEntry, settings: ScriptSettings, runtime: Runtime)
         words = [f"CELL={q(task.cell_id)}"]
         if task.image:
             words.append(f"IMAGE={q(task.image)}")
+        if runtime == "sandbox" and task.image_digest:
+            words.append(f"DIGEST={q(task.image_digest)}")
         if task.wheels:
             words.append(f"WHEELS={q(plain_path(Path(task.wheels), '--wheels'))}")
         lines.append(f"  {task.index}) {' '.join(words)} ;;  # stack {task.stack}, pool {task.pool}")
@@ -265,8 +284,13 @@ def render_script(array: ArrayEntry, settings: ScriptSettings, runtime: Runtime)
               'printf \'job=%s array=%s task=%s node=%s started=%s\\n\' "${SLURM_JOB_ID:-}" '
               '"${SLURM_ARRAY_JOB_ID:-}" "$SLURM_ARRAY_TASK_ID" "${SLURMD_NODENAME:-}" '
               '"$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$TASK/started"']
-    smoke = [*map(q, settings.pinmatrix), "smoke", q(matrix), "--cell", '"$CELL"', "--runtime", runtime]
-    if runtime != "host":
+    pinmatrix = " ".join(map(q, settings.pinmatrix))
+    smoke = [pinmatrix, "smoke", q(matrix), "--cell", '"$CELL"', "--runtime", runtime]
+    if runtime == "sandbox":
+        lines += _sandbox_lines(settings, pinmatrix)
+        smoke += ["--image", '"$DIGEST"', "--layout", q(plain_path(_layout(settings), "--layout")), "--roots",
+                  '"$ROOTS"']
+    elif runtime != "host":
         lines.append(f'{q(runtime)} pull "$IMAGE" || echo "pinmatrix: pulling $IMAGE failed" >&2')
         smoke += ["--image", '"$IMAGE"']
     elif any(t.wheels for t in array.tasks):
@@ -279,8 +303,79 @@ def render_script(array: ArrayEntry, settings: ScriptSettings, runtime: Runtime)
             raise PinmatrixError(f"ci slurm: --smokes {shown(settings.keyword)} {problem}")
         smoke += ["--smoke", q(settings.keyword)]
     smoke += ["--results", '"$TASK/results.sqlite"', "--logs", '"$TASK/logs"', "--json", '"$TASK/results.json"']
-    lines += [" ".join(smoke), "rc=$?", 'printf \'%s\\n\' "$rc" > "$TASK/finished"', 'exit "$rc"']
+    run = " ".join(smoke)
+    lines += ([f'if [ "$rc" -eq 0 ]; then {run}; rc=$?; fi'] if runtime == "sandbox" else [run, "rc=$?"])
+    lines += ['printf \'%s\\n\' "$rc" > "$TASK/finished"', 'exit "$rc"']
     return "\n".join(lines) + "\n"
+
+
+def _layout(settings: ScriptSettings) -> Path:
+    if settings.layout is None:
+        raise PinmatrixError("ci slurm: --runtime sandbox needs --layout DIR (an OCI layout the nodes can read)")
+    return settings.layout
+
+
+def _sandbox_lines(settings: ScriptSettings, pinmatrix: str) -> list[str]:
+    """Where the task's roots go (its own folder, or a per-user folder under the node-local --roots), and the
+    node's answer to whether it can start the sandbox, as the submitting user: no sudo, no root."""
+    if settings.roots is None:
+        roots = ['ROOTS="$TASK/roots"']
+    else:
+        roots = [f'ROOTS={shlex.quote(plain_path(settings.roots, "--roots"))}/pinmatrix-roots-"$UID"']
+    return [*roots, f'{pinmatrix} ci slurm-node-check --runtime sandbox --roots "$ROOTS" --refused "$TASK/{REFUSED}"',
+            "rc=$?"]
+
+
+def node_refusal(runtime: str, roots: Path | None) -> str | None:
+    """Why this node cannot start ``runtime`` for this user (the sandbox runtime's own checks: bubblewrap, then
+    the kernel's user namespaces; then the roots folder), or None."""
+    if runtime != "sandbox":
+        return None
+    try:
+        find_bwrap()
+        check_host()
+    except PinmatrixError as err:
+        return str(err)
+    return owned_folder(roots) if roots is not None else None
+
+
+def owned_folder(folder: Path) -> str | None:
+    """``folder`` made 0700 for this user, or why not: every folder on its way (as given and as resolved) must
+    belong to this user or to root, and it must be a folder of this user's, not a link."""
+    uid = os.geteuid()
+    folder = Path(os.path.abspath(folder))
+    for path in (folder, Path(os.path.realpath(folder))):
+        for part in [*reversed(path.parents), path]:
+            try:
+                st = os.lstat(part)
+            except FileNotFoundError:
+                break
+            except OSError as err:
+                return f"--roots {folder}: {part}: {err.strerror}"
+            if st.st_uid not in (0, uid):
+                return (f"--roots {folder}: {part} belongs to uid {st.st_uid}, neither this user ({uid}) nor root: "
+                        "name a folder on this node that only this user or root can change")
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            return f"--roots {folder}: not a folder of this user's (uid {uid})"
+        os.chmod(folder, 0o700)
+    except OSError as err:
+        return f"--roots {folder}: {err.strerror or err}"
+    return None
+
+
+def layout_images(cells: Sequence[Cell], layout: Path, registry: str) -> dict[str, str]:
+    """cell id -> the cell's image by digest, as the OCI layout names it (the build's reference), for the cells the
+    layout holds."""
+    images = {}
+    for cell in cells:
+        ref = image_ref(cell, registry)
+        digest = image_digest(Path(layout), ref)
+        if digest:
+            images[cell.id] = str(ImageRef.parse(ref).with_digest(digest))
+    return images
 
 
 def write_submission(submission: Submission, directory: Path) -> Path:

@@ -5,7 +5,8 @@ finished smoke is recorded as it ends). Every planned smoke without one is recor
 says how the task ended: ``slurm-timeout`` (its time limit), ``slurm-cancelled`` (scancel), ``slurm-preempted``,
 ``slurm-node-fail``, ``slurm-out-of-memory``, ``slurm-task-failed`` (it exited non-zero without a result),
 ``slurm-no-result`` (it completed without one), ``slurm-lost`` (the scheduler no longer knows it). Never a
-pass. How a task ended comes from the controller (``scontrol show job``, which keeps finished jobs for
+pass. A task whose node could not start the sandbox (its ``refused`` line) records its smokes as infrastructure
+errors (status error, ``sandbox-unavailable``), never as the cell's failures. How a task ended comes from the controller (``scontrol show job``, which keeps finished jobs for
 MinJobAge), else from slurmstepd's own line in the task's output (``*** JOB 12 ON n1 CANCELLED AT ... DUE TO
 TIME LIMIT ***``). Every record gets the task's Slurm job, array task, node and pool in
 ``environment["slurm"]``, the node as its host's name, and ``slurm-<array job>_<task>`` as its run id.
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pinmatrix.ci.dispatch import bind, read_regular
-from pinmatrix.ci.slurm import MANIFEST, ArrayEntry, Submission, TaskEntry, task_dispatch
+from pinmatrix.ci.slurm import MANIFEST, NODE_REFUSED, REFUSED, ArrayEntry, Submission, TaskEntry, task_dispatch
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.project.document import load_document
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
@@ -187,6 +188,15 @@ def _tail(task_dir: Path, limit: int = 200) -> str:
     return terminal_text(lines[-1])[:limit] if lines else ""
 
 
+def _refused(task_dir: Path) -> str | None:
+    """The one line a task's node wrote when it could not start the task's runtime (``ci slurm-node-check``)."""
+    try:
+        text = _read_text(task_dir / REFUSED, 4096).strip()
+    except PinmatrixError:
+        return None
+    return terminal_text(text.splitlines()[0])[:500] if text else None
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -230,7 +240,10 @@ def collect_task(array: ArrayEntry, task: TaskEntry, states: dict[int, TaskState
     missing = [s for s in task.smokes if s not in {r.smoke for r in records}]
     if not missing:
         return out, None
-    if end is None:
+    refused = _refused(task_dir)
+    if refused:  # the node could not start the task's runtime: no verdict on the cell
+        cls, how = NODE_REFUSED, f"could not start the sandbox: {refused}"
+    elif end is None:
         cls, how = "slurm-lost", "no result, and the scheduler no longer knows the task"
     else:
         cls = STATE_CLASS.get(end, "slurm-task-failed")
@@ -242,7 +255,8 @@ def collect_task(array: ArrayEntry, task: TaskEntry, states: dict[int, TaskState
         how += " before this smoke had a result"
     tail = _tail(task_dir)
     where = f"Slurm task {array_job}_{task.index}" + (f" (job {job_id})" if job_id else "") + (f" on {node}" if node else "")
-    reason = f"{where} {how}" + (f"; last output: {tail}" if tail and cls != "slurm-timeout" else "")
+    reason = f"{where} {how}" + (f"; last output: {tail}" if tail and cls not in ("slurm-timeout", NODE_REFUSED)
+                                 else "")
     host = records[0].host if records else HostFingerprint.make(
         hostname=node or "unknown", gpu_name=task.gpu_product, gpu_count=task.gpus if task.gpu_product else 0,
         driver=task.driver, capability=task.capability)
@@ -251,7 +265,8 @@ def collect_task(array: ArrayEntry, task: TaskEntry, states: dict[int, TaskState
     t = started.get("started_at") or _now()
     for smoke in missing:
         out.append(SmokeRecord(
-            cell_id=task.cell_id, stack=task.stack, host=host, smoke=smoke, run_id=run_id, status="fail",
+            cell_id=task.cell_id, stack=task.stack, host=host, smoke=smoke, run_id=run_id,
+            status="error" if cls == NODE_REFUSED else "fail",
             failure_class=cls, reason=reason, metrics={}, log_path=str(task_dir / "slurm.out"), started_at=t,
             finished_at=_now(), duration_s=0.0, known_issue=None, image_digest=task.image_digest,
             environment={"slurm": {**slurm, "host": "measured" if records else "declared by the pool"}}))

@@ -17,14 +17,24 @@ from pinmatrix.ci.dispatch import dispatch, read_dispatch, write_dispatch
 from pinmatrix.ci.github import github_dispatch, github_matrix
 from pinmatrix.ci.k8s import k8s_manifests, validate
 from pinmatrix.ci.pools import load_pools
-from pinmatrix.ci.slurm import ScriptSettings, checked_name, plan, prepare, render_script, submit
+from pinmatrix.ci.slurm import (
+    CHECK_REFUSED,
+    ScriptSettings,
+    checked_name,
+    layout_images,
+    node_refusal,
+    plan,
+    prepare,
+    render_script,
+    submit,
+)
 from pinmatrix.ci.summary import skipped_summary
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import Need, pushing
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef, RegistryError, image_ref
 from pinmatrix.matrix.selection import load
-from pinmatrix.paths import SLURM_DIR
+from pinmatrix.paths import OCI_DIR, SLURM_DIR
 from pinmatrix.project.catalogue import find_smoke_dir
 from pinmatrix.registry.client import Registry
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, write_json_atomic
@@ -126,11 +136,14 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
         description="Submit one job array per stack and node pool with sbatch: one task per cell x fitting pool, "
                     "routed by the pool's [pool.slurm] partition and features (--constraint) and the smokes' "
                     "needs (--gres=gpu:N, a time limit from their timeouts). Each task runs `pinmatrix smoke "
-                    "--cell ID` (host runtime with --wheels, or the cell image by digest through podman/docker) "
+                    "--cell ID` (host runtime with --wheels; the cell image by digest through podman/docker; or "
+                    "through the sandbox runtime from an OCI layout the nodes read, as the submitting user, after "
+                    "`ci slurm-node-check` asked the node whether it can start the sandbox) "
                     "and writes its results under the submission directory; `pinmatrix ci slurm-collect DIR` "
                     "reads them back. Cell x pool tasks whose every smoke already has a result for the same image "
                     "digest in --results are not submitted again (--rerun submits them). See docs/ci.md.",
         epilog="Examples:\n"
+               "  pinmatrix ci slurm --stack h200 --pools pools.toml --layout /shared/oci --roots /scratch\n"
                "  pinmatrix ci slurm --stack h200 --pools pools.toml --runtime podman\n"
                "  pinmatrix ci slurm --stack demo --wheels wheels/ --print\n"
                f"  pinmatrix ci slurm-collect {SLURM_DIR}/20261201-140000 --wait --json results.json\n"
@@ -138,8 +151,17 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
     add_matrix_argument(s)
     add_selection_arguments(s)
     s.add_argument("--pools", type=Path, metavar="FILE", help="node pools (the file `ci k8s` reads; GPU cells need it)")
-    s.add_argument("--runtime", choices=("host", "podman", "docker"), default="host",
-                   help="host: the node's Python with --wheels; podman/docker: the cell image, pulled by digest")
+    s.add_argument("--runtime", choices=("sandbox", "host", "podman", "docker"), default=None,
+                   help="sandbox: the cell image by digest from --layout, behind bubblewrap, as the submitting "
+                        "user; host: the node's Python with --wheels; podman/docker: the cell image, pulled by "
+                        "digest (default: sandbox, or host when --wheels is given)")
+    s.add_argument("--layout", type=Path, metavar="DIR",
+                   help=f"sandbox: the OCI layout holding the cells' images, on a filesystem the nodes read "
+                        f"(default: {OCI_DIR} next to the matrix, where `build --engine none` writes them)")
+    s.add_argument("--roots", type=Path, metavar="DIR",
+                   help="sandbox: a node-local folder; each user's images are unpacked (and kernel caches kept) "
+                        "under DIR/pinmatrix-roots-<uid>, which only that user or root may own the way to "
+                        "(default: each task's own folder, unpacked per task)")
     s.add_argument("--wheels", type=Path, metavar="DIR",
                    help="host runtime: the cells' wheels (DIR/<cell id>/ when it exists, else DIR)")
     s.add_argument("--registry", metavar="PREFIX", help="image runtimes: registry prefix (default: [matrix].registry)")
@@ -163,6 +185,17 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
     s.add_argument("--print", dest="print_only", action="store_true",
                    help="print the scripts; write nothing (no submission folder) and submit nothing")
     s.set_defaults(func=run_slurm)
+
+    n = ci.add_parser(
+        "slurm-node-check", help="what each sandbox task of `ci slurm` runs first: can this node start the sandbox",
+        description="The sandbox runtime's own checks on this node, as this user: bubblewrap, the kernel's user "
+                    "namespaces, and --roots (made 0700, on a way only this user or root own). Exit status 0 when "
+                    f"the sandbox can start; else one line saying why and what the node needs, on stderr and in "
+                    f"--refused FILE, and exit status {CHECK_REFUSED}.")
+    n.add_argument("--runtime", choices=("sandbox",), default="sandbox")
+    n.add_argument("--roots", type=Path, metavar="DIR", help="the folder the task unpacks images into")
+    n.add_argument("--refused", type=Path, metavar="FILE", help="write the refusal line here as well")
+    n.set_defaults(func=run_slurm_node_check)
 
     c = ci.add_parser(
         "slurm-collect", help="read back a Slurm submission's results; dead, timed-out or preempted tasks as failures",
@@ -312,14 +345,18 @@ def run_slurm(args: argparse.Namespace) -> int:
     pools = load_pools(args.pools) if args.pools else []
     sub_id = args.submission_id or datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     checked_name(sub_id, "--submission-id")
+    args.runtime = args.runtime or ("host" if args.wheels else "sandbox")
     if args.runtime != "host" and args.wheels:
         raise PinmatrixError("ci slurm: --wheels is for the host runtime")
+    if args.runtime != "sandbox" and (args.layout or args.roots):
+        raise PinmatrixError("ci slurm: --layout and --roots are for the sandbox runtime")
     sub_dir = args.out / sub_id
     if (sub_dir / "submission.json").exists():
         raise PinmatrixError(f"ci slurm: {sub_dir} already holds a submission (choose another --submission-id)")
     settings = _slurm_settings(args, sub_dir)
-    images = (_images(cells, (args.registry or matrix.settings.registry).rstrip("/"), "ci slurm")
-              if args.runtime != "host" else None)
+    registry = (args.registry or matrix.settings.registry).rstrip("/")
+    images = (None if args.runtime == "host" else layout_images(cells, settings.layout, registry)
+              if settings.layout is not None else _images(cells, registry, "ci slurm"))
     store = ResultsStore(args.results) if args.results.exists() and not args.rerun else None
     planned = plan(cells, pools, settings, images=images, wheels=args.wheels, store=store, rerun=args.rerun)
     for kind, lines in (("skipped", planned.skipped), ("recorded", planned.recorded), ("warning:", planned.warnings)):
@@ -348,7 +385,20 @@ def _slurm_settings(args: argparse.Namespace, sub_dir: Path) -> ScriptSettings:
         matrix=args.matrix, submission_dir=sub_dir.resolve(), runtime=args.runtime,
         pinmatrix=(args.pinmatrix,) if args.pinmatrix else (sys.executable, "-m", "pinmatrix"),
         smoke_dir=find_smoke_dir(args.smoke_dir or _beside(args.matrix, "smoke")), cpus_per_task=args.cpus_per_task,
-        cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword)
+        cpu_partition=args.cpu_partition, time_limit_min=args.time_limit, keyword=args.smoke_keyword,
+        layout=(args.layout or args.matrix.parent / OCI_DIR) if args.runtime == "sandbox" else None,
+        roots=args.roots)
+
+
+def run_slurm_node_check(args: argparse.Namespace) -> int:
+
+    refused = node_refusal(args.runtime, args.roots)
+    if refused is None:
+        return 0
+    print(f"pinmatrix: {refused}", file=sys.stderr)
+    if args.refused:
+        atomic_write_text(args.refused, refused + "\n")
+    return CHECK_REFUSED
 
 
 def _beside(matrix: Path, name: str) -> Path | None:

@@ -14,8 +14,8 @@ from pinmatrix.cli import main
 def test_print_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "subs"
     for _ in range(2):
-        rc = main(["ci", "slurm", str(ROOT / "matrix.toml"), "--stack", "demo", "--out", str(out), "--print",
-                   "--results", str(tmp_path / "none.sqlite")])
+        rc = main(["ci", "slurm", str(ROOT / "matrix.toml"), "--stack", "demo", "--runtime", "host", "--out", str(out),
+                   "--print", "--results", str(tmp_path / "none.sqlite")])
         printed = capsys.readouterr()
         assert rc == 0, printed.err
         assert printed.out.startswith("#!/bin/bash\n") and "#SBATCH --array=0-3" in printed.out
