@@ -41,23 +41,16 @@ from pinmatrix.smoke.chroot_host import (
     gpu_device_nodes,
     privilege_mode,
 )
-from pinmatrix.smoke.container import (
-    OUT_MOUNT,
-    SHIPPED_MOUNT,
-    SMOKE_MOUNT,
-    archscan_binds,
-    image_smoke_env,
-)
+from pinmatrix.smoke.container import OUT_MOUNT, SHIPPED_MOUNT, SMOKE_MOUNT
+from pinmatrix.smoke.image_root import DRIVER_DIR, SETUP_ERROR, ImageRootSmokes, image_environment, setup_error
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import run_process
-from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
+from pinmatrix.smoke.runtimes import ProcessResult
 from pinmatrix.smoke.sandbox import image_interpreter
 from pinmatrix.smoke.sandbox_user import resolve_user
-from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "chroot-trusting-root"
-DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and nvidia-smi (bin/) inside the root
 ENTER = Path(__file__).with_name("chroot_enter.py")
 CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
 _UNSAFE_IN_OVERLAY = (",", ":", "\n", "\0")
@@ -67,7 +60,7 @@ class ChrootSetupError(PinmatrixError):
     """Entering the root failed (namespace, mount, chroot, user): infrastructure, not a smoke result."""
 
 
-class ChrootSmokes:
+class ChrootSmokes(ImageRootSmokes):
     """The chroot runtime for one image (``smoke.runtimes.SmokeRuntime``): each smoke in the image's root."""
 
     name = RUNTIME
@@ -94,21 +87,9 @@ class ChrootSmokes:
                 raise ChrootRefused(f"{path}: an overlay cannot name a folder with ',' or ':' in its path")
 
     def environment(self, passed: dict[str, str]) -> dict[str, str]:
-        """The image config's Env over what the runner passes from the host (a host's CUDA_HOME must not hide the
-        image's own toolchain), the runner's PINMATRIX_* controls over both, the in-cell runtime first on
-        PYTHONPATH, the driver folder first on the library path."""
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **passed, **self.image.env}
-        env.setdefault("HOME", self.user.home)
-        if self.cache is not None:  # the image's kernel cache, unless the cell or the image names its own
-            env.update(self.cache.environment(env))
-        env.update({k: v for k, v in passed.items() if k.startswith("PINMATRIX_")})
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = ":".join(filter(None, [SHIPPED_MOUNT, self.image.env.get("PYTHONPATH")]))
-        if self.driver.libraries:
-            env["LD_LIBRARY_PATH"] = ":".join(filter(None, [f"{DRIVER_DIR}/lib", self.image.env.get("LD_LIBRARY_PATH")]))
-        if self.driver.binaries:
-            env["PATH"] = f"{env['PATH']}:{DRIVER_DIR}/bin"
-        return env
+        """The image's environment over the runner's (``image_root.image_environment``), the driver's folder on
+        the library path."""
+        return image_environment(passed, self.image, home=self.user.home, cache=self.cache, driver=self.driver)
 
     def spec(self, argv: list[str], env: dict[str, str], work: Path, scratch: Path,
              extra_binds: list[tuple[Path, str]]) -> dict[str, Any]:
@@ -120,7 +101,7 @@ class ChrootSmokes:
             binds.append({"source": str(self.cache.folder), "target": CACHE_MOUNT, "readonly": False})
         return {
             "unshared": not hasattr(os, "unshare"), "userns": self.mode == "userns", "parent": os.getpid(),
-            "lower": str(self.image.path), "scratch": str(scratch), "error_file": str(scratch / "setup-error"),
+            "lower": str(self.image.path), "scratch": str(scratch), "error_file": str(scratch / SETUP_ERROR),
             "binds": binds, "devices": self.devices,
             "driver": {"dir": DRIVER_DIR,
                        "libraries": [{"source": str(p), "names": list(n)} for p, n in self.driver.libraries.items()],
@@ -152,34 +133,17 @@ class ChrootSmokes:
             host_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
             proc = run_process(self.launcher(spec_path), host_env, log_path, result_path, timeout, cwd=work,
                                kill_grace_s=self.kill_grace_s, log_cap=self.log_cap)
-            error = scratch / "setup-error"
-            line = error.read_text(encoding="utf-8", errors="replace").strip() if error.is_file() else ""
-            if line:  # written only when the setup failed: on success the exec closed it empty
+            line = setup_error(scratch)
+            if line:
                 raise ChrootSetupError(f"image {self.image.digest}: {line}")
             return proc
         finally:
             force_remove(scratch)
 
-    def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
-        return CellSetup()  # the image is the cell's environment, unpacked and entered once by prepare()
-
-    def start(self, cell: SmokeTarget, smoke: Smoke, options: RuntimeOptions, env: dict[str, str], log_path: Path,
-              result_path: Path, timeout: float, work: Path) -> ProcessResult:
-        passed = image_smoke_env(env, result_path.name)
-        extra = archscan_binds(passed)
-        argv = [self.python, "-X", "faulthandler", "-u", f"{SMOKE_MOUNT}/{smoke.module.name}", smoke.name]
-        return self.run(argv, self.environment(passed), log_path, result_path, timeout, extra)
-
     def probe(self, log_path: Path) -> None:
         """Enter the root once and run the image's interpreter: a host or image where that fails is named before
         any smoke runs (ChrootSetupError), and the interpreter that does not start is named too."""
-        out = log_path.parent
-        out.mkdir(parents=True, exist_ok=True)
-        result = out / ".chroot-probe.result.json"
-        code = ("import json, os, sys; json.dump({'python': sys.version.split()[0], 'uid': os.getuid(), "
-                "'cwd': os.getcwd()}, open(os.environ['PINMATRIX_SMOKE_RESULT'], 'w'))")
-        env = self.environment({"PINMATRIX_SMOKE_RESULT": f"{OUT_MOUNT}/{result.name}"})
-        proc = self.run([self.python, "-c", code], env, log_path, result, 120)
+        proc = self.run_probe(log_path, "chroot")
         if proc.returncode != 0 or not proc.result:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.is_file() else []
             raise ChrootSetupError(f"image {self.image.digest}: its interpreter {self.python} does not run in the "

@@ -43,13 +43,12 @@ from pinmatrix.smoke.container import (
     SHIPPED_MOUNT,
     SMOKE_MOUNT,
     TOOL_MOUNT,
-    archscan_binds,
-    image_smoke_env,
 )
+from pinmatrix.smoke.image_root import DRIVER_DIR, SETUP_ERROR, ImageRootSmokes, image_environment, setup_error
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import read_result_file, run_process
-from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
+from pinmatrix.smoke.runtimes import ProcessResult
 from pinmatrix.smoke.sandbox_gpu import GpuWiring, gpu_wiring
 from pinmatrix.smoke.sandbox_tool import (
     UNPRIVILEGED,
@@ -66,11 +65,9 @@ from pinmatrix.smoke.sandbox_user import (
     resolve_user,
     working_dir,
 )
-from pinmatrix.smoke.target import SmokeTarget
 
 RUNTIME = "sandbox"
 LAUNCH = Path(__file__).with_name("sandbox_launch.py")
-DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and binaries (bin/) inside the sandbox
 CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
 MAX_OUT_FILES = 10_000
 MAX_RESULT_BYTES = 16 << 20
@@ -82,7 +79,7 @@ def image_interpreter(root: Path) -> str:
     return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
 
 
-class SandboxSmokes:
+class SandboxSmokes(ImageRootSmokes):
     """The sandbox runtime for one image (``smoke.runtimes.SmokeRuntime``)."""
 
     name = RUNTIME
@@ -125,22 +122,10 @@ class SandboxSmokes:
         return folder
 
     def environment(self, passed: dict[str, str]) -> dict[str, str]:
-        """The image config's Env over what the runner passes from the host (a host's CUDA_HOME must not hide the
-        image's own toolchain), a CDI spec's env over both, the runner's PINMATRIX_* controls over all, the shipped
-        runtime first on PYTHONPATH, the driver folder first on the library path."""
-        env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", **passed, **self.image.env}
-        env.update(dict(self.gpu.env))
-        env.setdefault("HOME", self.user.home)
-        if self.cache is not None:  # the image's kernel cache, unless the cell or the image names its own
-            env.update(self.cache.environment(env))
-        env.update({k: v for k, v in passed.items() if k.startswith("PINMATRIX_")})
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = ":".join(filter(None, [SHIPPED_MOUNT, self.image.env.get("PYTHONPATH")]))
-        if self.gpu.driver.libraries:
-            env["LD_LIBRARY_PATH"] = ":".join(filter(None, [f"{DRIVER_DIR}/lib", self.image.env.get("LD_LIBRARY_PATH")]))
-        if self.gpu.driver.binaries:
-            env["PATH"] = f"{env['PATH']}:{DRIVER_DIR}/bin"
-        return env
+        """The image's environment over the runner's (``image_root.image_environment``), a CDI spec's env over
+        both, the driver's folder on the library path."""
+        return image_environment(passed, self.image, home=self.user.home, cache=self.cache,
+                                 driver=self.gpu.driver, over=self.gpu.env)
 
     def setup(self, scratch: Path, env: dict[str, str], extra_binds: Sequence[tuple[Path, str]]) -> list[Any]:
         """bwrap's options (``{"path": p}``: a host path, which the launcher stages when run as root) for one smoke."""
@@ -189,7 +174,7 @@ class SandboxSmokes:
         try:
             spec = {"bwrap": str(self.bwrap), "drop": list(self.drop) if self.drop else None, "parent": os.getpid(),
                     "stage": str(stage_folder()) if self.drop else None,
-                    "error_file": str(scratch / "setup-error"), "setup": self.setup(scratch, env, extra_binds),
+                    "error_file": str(scratch / SETUP_ERROR), "setup": self.setup(scratch, env, extra_binds),
                     "command": argv}
             spec_path = scratch / "spec.json"
             spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -208,9 +193,8 @@ class SandboxSmokes:
         return self.drop[0] if self.drop is not None else os.getuid()
 
     def _failed_start(self, scratch: Path, proc: ProcessResult, log_path: Path) -> str | None:
-        error = scratch / "setup-error"
-        line = error.read_text(encoding="utf-8", errors="replace").strip() if error.is_file() else ""
-        if line:  # written only when the launcher failed: on success the exec closed it empty
+        line = setup_error(scratch)
+        if line:
             return f"image {self.image.digest}: {line}"
         if proc.returncode == 1 and proc.result is None:
             last = _last_line(log_path)
@@ -218,26 +202,10 @@ class SandboxSmokes:
                 return f"image {self.image.digest}: the sandbox did not start: {last[:300]}"
         return None
 
-    def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
-        return CellSetup()  # the image is the cell's environment
-
-    def start(self, cell: SmokeTarget, smoke: Smoke, options: RuntimeOptions, env: dict[str, str], log_path: Path,
-              result_path: Path, timeout: float, work: Path) -> ProcessResult:
-        passed = image_smoke_env(env, result_path.name)
-        extra = archscan_binds(passed)
-        argv = [self.python, "-X", "faulthandler", "-u", f"{SMOKE_MOUNT}/{smoke.module.name}", smoke.name]
-        return self.run(argv, self.environment(passed), log_path, result_path, timeout, extra)
-
     def probe(self, log_path: Path) -> None:
         """Start the sandbox once and run the image's interpreter: a host or image where that fails is named
         before any smoke runs, and the interpreter that does not start is named too."""
-        out = log_path.parent
-        out.mkdir(parents=True, exist_ok=True)
-        result = out / ".sandbox-probe.result.json"
-        code = ("import json, os, sys; json.dump({'python': sys.version.split()[0], 'uid': os.getuid(), "
-                "'cwd': os.getcwd()}, open(os.environ['PINMATRIX_SMOKE_RESULT'], 'w'))")
-        env = self.environment({"PINMATRIX_SMOKE_RESULT": f"{OUT_MOUNT}/{result.name}"})
-        proc = self.run([self.python, "-c", code], env, log_path, result, 120)
+        proc = self.run_probe(log_path, "sandbox")
         if proc.infra:
             raise ImageRunRefused(proc.infra)
         if proc.returncode != 0 or not proc.result:
