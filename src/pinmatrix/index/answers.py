@@ -21,12 +21,29 @@ class IndexAnswerError(PinmatrixError):
     """An index answered too slowly, too much, not at all, or something other than what was asked."""
 
 
-class _HttpOnly(urllib.request.HTTPRedirectHandler):
+class _HttpOnlyRedirect(urllib.request.HTTPRedirectHandler):
+    """An index's redirects are followed to http(s) URLs only (urllib would follow one to ftp: too)."""
+
+    def __init__(self, error: type[PinmatrixError]) -> None:
+        super().__init__()
+        self.error = error
+
     def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
                          newurl: str) -> urllib.request.Request | None:
         if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
-            raise IndexAnswerError(f"{req.full_url}: redirected to {newurl[:120]!r}, which is not http(s)")
+            raise self.error(f"{req.full_url}: redirected to {newurl[:120]!r}, which is not http(s)")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def index_opener(url: str, context: ssl.SSLContext | None, error: type[PinmatrixError]) -> urllib.request.OpenerDirector:
+    """The opener for one index URL: http(s) only, its redirects too (else ``error``, one line), an https URL
+    trusted through ``context`` (the matrix's extra CAs included) when one is given."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise error(f"{url[:120]!r}: an index URL must be http or https")
+    handlers: list[urllib.request.BaseHandler] = [_HttpOnlyRedirect(error)]
+    if url.startswith("https:") and context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
 
 
 @dataclass(frozen=True)
@@ -47,17 +64,13 @@ class BoundedHttp:
             missing_ok: bool = False) -> Answer:
         """The body of ``url`` (at most ``limit`` bytes, else IndexAnswerError); a 404 with ``missing_ok`` is
         ``Answer(404, b"")``. ``byte_range``: "-N" (the last N bytes) or "A-B"."""
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise IndexAnswerError(f"{url[:120]!r}: an index URL must be http or https")
+        opener = index_opener(url, self.context, IndexAnswerError)
         headers = {"Accept": accept} if accept else {}
         if byte_range:
             headers["Range"] = f"bytes={byte_range}"
-        handlers: list[urllib.request.BaseHandler] = [_HttpOnly()]
-        if url.startswith("https:") and self.context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=self.context))
         request = urllib.request.Request(url, headers=headers)
         try:
-            with urllib.request.build_opener(*handlers).open(request, timeout=self.timeout) as response:
+            with opener.open(request, timeout=self.timeout) as response:
                 body = response.read(limit + 1)
                 status, content_range = int(response.status), response.headers.get("Content-Range")
         except urllib.error.HTTPError as err:

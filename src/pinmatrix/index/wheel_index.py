@@ -28,6 +28,7 @@ from packaging.utils import (
 from pinmatrix.cell import Cell, IndexSpec
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hashing import CHUNK, sha256_file
+from pinmatrix.index.answers import index_opener
 from pinmatrix.oci.layout import remove_dead_temporaries
 from pinmatrix.project.lockfile import LockEntry
 from pinmatrix.transfer import TransferMeter
@@ -116,16 +117,6 @@ def _indexes_for(entry: LockEntry, indexes: Sequence[IndexSpec]) -> list[str]:
     return default + [i.url for i in indexes if not i.default and not i.explicit]
 
 
-class _HttpOnlyRedirect(urllib.request.HTTPRedirectHandler):
-    """An index's redirects are followed to http(s) URLs only (urllib would follow one to ftp: too)."""
-
-    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
-                         newurl: str) -> urllib.request.Request | None:
-        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
-            raise WheelError(f"{req.full_url}: redirected to {newurl[:120]!r}, which is not http(s)")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
 class WheelFetcher:
     """Find and fetch the wheels of lock entries; the cache is keyed by sha256, so every cell shares it."""
 
@@ -138,13 +129,9 @@ class WheelFetcher:
         self.clock: Callable[[], float] = time.monotonic  # what download progress measures time with
 
     def _open(self, url: str, accept: str | None = None) -> Any:  # an http.client response
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise WheelError(f"{url!r}: an index URL must be http or https")
+        opener = index_opener(url, self.context, WheelError)
         request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-        handlers: list[urllib.request.BaseHandler] = [_HttpOnlyRedirect()]
-        if url.startswith("https:"):
-            handlers.append(urllib.request.HTTPSHandler(context=self.context))
-        return urllib.request.build_opener(*handlers).open(request, timeout=self.timeout)
+        return opener.open(request, timeout=self.timeout)
 
     def files(self, index: str, name: str) -> list[dict[str, object]]:
         key = (index, name)
