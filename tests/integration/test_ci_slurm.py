@@ -1,10 +1,9 @@
 """`pinmatrix ci slurm` / `ci slurm-collect` on a real single-node Slurm cluster (slurmctld + slurmd +
-munged, started by a fixture with its own munge key, slurm.conf, gres.conf and spool under a temp dir and
+munged, tests/support/slurm_cluster.py: its own munge key, slurm.conf, gres.conf and spool under a temp dir,
 stopped by PID), and the rules that need no cluster: one pools file for k8s and Slurm, routing, and no
 matrix text in an sbatch option or a shell word.
 
-The node declares two GPUs as generic resources (gres.conf ``File=`` entries that are links to /dev/null:
-Slurm 22.05 drops a GPU without a device file, "Removing file-less GPU"), so a CPU-only machine schedules a
+The node declares two GPUs as generic resources (links to /dev/null), so a CPU-only machine schedules a
 task that asks for ``--gres=gpu:1`` and the smoke itself says "no GPU". The host runtime runs the smokes;
 the demo cells' wheels are stand-ins built here (a module and its metadata under the pinned name and
 version), so nothing is downloaded.
@@ -14,10 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shlex
-import socket
 import subprocess
 import time
 import zipfile
@@ -26,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from promotion import _matrix_for, push_image  # noqa: F401 - the fixture
+from slurm_cluster import NODE, slurm_cluster
 
 from conftest import require_binaries
 from pinmatrix.ci.k8s import gfd_labels
@@ -38,7 +36,6 @@ from pinmatrix.matrix.selection import load
 from pinmatrix.results.store import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE = "pmnode"
 
 POOLS = """
 [[pool]]
@@ -158,125 +155,12 @@ def _stand_in_wheel(directory: Path, name: str, version: str) -> None:
 # ------------------------------------------------------------------------------------------- the cluster
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(what: str, check, timeout: float, procs: list[subprocess.Popen[bytes]], logs: list[Path]) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        dead = [p for p in procs if p.poll() is not None]
-        if dead:
-            break
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {log}:\n" + (log.read_text(errors="replace")[-2000:] if log.exists() else "(none)")
-                      for log in logs)
-    pytest.fail(f"{what} did not come up:\n{tails}")
-
-
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """munged + slurmctld + slurmd of one node (8 CPUs, gres gpu:2, features sm_90 and
-    nvidia-driver-580.159.04; partition gpu, and partition urgent whose jobs preempt gpu's), all under a temp
-    dir; the env that reaches them (SLURM_CONF)."""
+    """The one-node cluster of tests/support/slurm_cluster.py under a temp dir; the env that reaches it."""
     require_binaries("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel")
-    d = tmp_path_factory.mktemp("slurm")
-    for sub in ("munge", "state", f"spool/{NODE}", "log", "dev"):
-        (d / sub).mkdir(parents=True)
-    (d / "munge").chmod(0o700)
-    key = d / "munge" / "munge.key"
-    subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True)
-    key.chmod(0o600)
-    sock = d / "munge" / "sock"
-    for i in range(2):
-        (d / "dev" / f"gpu{i}").symlink_to("/dev/null")  # a character device, as gres/gpu wants
-    conf = d / "slurm.conf"
-    conf.write_text(f"""ClusterName=pinmatrix-test
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={sock}
-StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}/%n
-SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd.pid'}
-SlurmctldLogFile={d / 'log' / 'slurmctld.log'}
-SlurmdLogFile={d / 'log' / 'slurmd.log'}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/builtin
-GresTypes=gpu
-SlurmdParameters=config_overrides
-ReturnToService=2
-MpiDefault=none
-MailProg=/bin/true
-KillWait=2
-MinJobAge=600
-InactiveLimit=0
-NodeName={NODE} NodeAddr=127.0.0.1 NodeHostname={socket.gethostname()} CPUs=8 RealMemory=4000 Gres=gpu:2 Features=sm_90,nvidia-driver-580.159.04 State=UNKNOWN
-PreemptType=preempt/partition_prio
-PreemptMode=CANCEL
-PartitionName=gpu Nodes={NODE} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
-PartitionName=urgent Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=2
-""")
-    (d / "gres.conf").write_text(f"NodeName={NODE} Name=gpu File={d / 'dev'}/gpu[0-1]\n")
-    env = dict(os.environ, SLURM_CONF=str(conf))
-    procs: list[subprocess.Popen[bytes]] = []
-    logs = [d / "log" / n for n in ("munged.out", "slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out")]
-
-    def start(argv: list[str], out: str) -> None:
-        with open(d / "log" / out, "wb") as fh:
-            procs.append(subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=d))
-
-    try:
-        start(["munged", "-F", "--force", f"--key-file={key}", f"--socket={sock}", f"--pid-file={d / 'munge' / 'pid'}",
-               f"--log-file={d / 'log' / 'munged.log'}", f"--seed-file={d / 'munge' / 'seed'}"], "munged.out")
-        _wait("munged", sock.exists, 15, procs, logs)
-        start(["slurmctld", "-D", "-f", str(conf)], "slurmctld.out")
-        start(["slurmd", "-D", "-f", str(conf), "-N", NODE], "slurmd.out")
-
-        def idle() -> bool:
-            proc = subprocess.run(["scontrol", "show", "node", "-o", NODE], env=env, capture_output=True, text=True)
-            return proc.returncode == 0 and "State=IDLE" in proc.stdout and "Gres=gpu:2" in proc.stdout
-
-        _wait("the Slurm node", idle, 30, procs, logs)
-        yield {"SLURM_CONF": str(conf)}
-    finally:
-        _cancel_everything(env)  # job steps outlive slurmd (proctrack/linuxproc): end them while it runs
-        for proc in reversed(procs):  # slurmd, slurmctld, munged: each by its PID
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _cancel_everything(env: dict[str, str]) -> None:
-    """Cancel every job of this private cluster and wait (up to 20 s) until none is left."""
-    def jobs() -> list[str]:
-        proc = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True)
-        return proc.stdout.split() if proc.returncode == 0 else []
-
-    left = jobs()
-    if left:
-        subprocess.run(["scancel", *left], env=env, capture_output=True)
-    deadline = time.monotonic() + 20
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = jobs()
+    with slurm_cluster(tmp_path_factory.mktemp("slurm") / "cluster") as env:
+        yield env
 
 
 def _squeue_states(job_id: str) -> dict[str, str]:
@@ -509,7 +393,8 @@ def test_matrix_text_never_becomes_an_option_or_a_shell_word(shipped, tmp_path: 
     (array,) = plan(demo, [], bad).arrays
     with pytest.raises(PinmatrixError, match="U\\+001B ESCAPE"):
         render_script(array, bad, "host")
-    base = ["ci", "slurm", str(ROOT / "matrix.toml"), "--stack", "demo", "--out", str(tmp_path), "--print"]
+    base = ["ci", "slurm", str(ROOT / "matrix.toml"), "--stack", "demo", "--runtime", "host", "--out", str(tmp_path),
+            "--print"]
     for extra, message in ((["--submission-id", "a b"], "--submission-id 'a b': ' ' is not allowed"),
                            (["--cpu-partition", "cpu --wrap=id"], "--cpu-partition 'cpu --wrap=id'"),
                            (["--cpus-per-task", "0"], "--cpus-per-task 0: expected 1 to 1024")):

@@ -186,16 +186,7 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
                    help="print the scripts; write nothing (no submission folder) and submit nothing")
     s.set_defaults(func=run_slurm)
 
-    n = ci.add_parser(
-        "slurm-node-check", help="what each sandbox task of `ci slurm` runs first: can this node start the sandbox",
-        description="The sandbox runtime's own checks on this node, as this user: bubblewrap, the kernel's user "
-                    "namespaces, and --roots (made 0700, on a way only this user or root own). Exit status 0 when "
-                    f"the sandbox can start; else one line saying why and what the node needs, on stderr and in "
-                    f"--refused FILE, and exit status {CHECK_REFUSED}.")
-    n.add_argument("--runtime", choices=("sandbox",), default="sandbox")
-    n.add_argument("--roots", type=Path, metavar="DIR", help="the folder the task unpacks images into")
-    n.add_argument("--refused", type=Path, metavar="FILE", help="write the refusal line here as well")
-    n.set_defaults(func=run_slurm_node_check)
+    _register_slurm_node_check(ci)
 
     c = ci.add_parser(
         "slurm-collect", help="read back a Slurm submission's results; dead, timed-out or preempted tasks as failures",
@@ -204,7 +195,8 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
                     "store), with the Slurm job, array task, node and pool in environment.slurm and the node as "
                     "the host name; every planned smoke without a record becomes a failure classed by how the "
                     "task ended (slurm-timeout, slurm-cancelled, slurm-preempted, slurm-node-fail, "
-                    "slurm-task-failed, ...). Tasks still pending or running are listed and left for later.",
+                    "slurm-task-failed, ...), or an infrastructure error (sandbox-unavailable) where the task's "
+                    "node could not start the sandbox. Tasks still pending or running are listed and left for later.",
         epilog="Examples:\n"
                f"  pinmatrix ci slurm-collect {SLURM_DIR}/20261201-140000 --wait\n"
                "  pinmatrix ci slurm-collect DIR --json results.json && pinmatrix results --import results.json")
@@ -216,6 +208,19 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
     c.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="print the records as JSON on stdout (the summary goes to stderr), or write them to FILE")
     c.set_defaults(func=run_slurm_collect)
+
+
+def _register_slurm_node_check(ci: argparse._SubParsersAction) -> None:
+    n = ci.add_parser(
+        "slurm-node-check", help="what each sandbox task of `ci slurm` runs first: can this node start the sandbox",
+        description="The sandbox runtime's own checks on this node, as this user: bubblewrap, the kernel's user "
+                    "namespaces, and --roots (made 0700, on a way only this user or root own). Exit status 0 when "
+                    f"the sandbox can start; else one line saying why and what the node needs, on stderr and in "
+                    f"--refused FILE, and exit status {CHECK_REFUSED}.")
+    n.add_argument("--runtime", choices=("sandbox",), default="sandbox")
+    n.add_argument("--roots", type=Path, metavar="DIR", help="the folder the task unpacks images into")
+    n.add_argument("--refused", type=Path, metavar="FILE", help="write the refusal line here as well")
+    n.set_defaults(func=run_slurm_node_check)
 
 
 def run_github(args: argparse.Namespace) -> int:
