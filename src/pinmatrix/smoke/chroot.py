@@ -42,17 +42,15 @@ from pinmatrix.smoke.chroot_host import (
     privilege_mode,
 )
 from pinmatrix.smoke.container import OUT_MOUNT, SHIPPED_MOUNT, SMOKE_MOUNT
-from pinmatrix.smoke.image_root import DRIVER_DIR, SETUP_ERROR, ImageRootSmokes, image_environment, setup_error
+from pinmatrix.smoke.image_root import CACHE_FOLDER, DRIVER_DIR, ImageRootSmokes, image_environment, image_interpreter
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import run_process
 from pinmatrix.smoke.runtimes import ProcessResult
-from pinmatrix.smoke.sandbox import image_interpreter
 from pinmatrix.smoke.sandbox_user import resolve_user
 
 RUNTIME = "chroot-trusting-root"
 ENTER = Path(__file__).with_name("chroot_enter.py")
-CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
 _UNSAFE_IN_OVERLAY = (",", ":", "\n", "\0")
 
 
@@ -101,7 +99,7 @@ class ChrootSmokes(ImageRootSmokes):
             binds.append({"source": str(self.cache.folder), "target": CACHE_MOUNT, "readonly": False})
         return {
             "unshared": not hasattr(os, "unshare"), "userns": self.mode == "userns", "parent": os.getpid(),
-            "lower": str(self.image.path), "scratch": str(scratch), "error_file": str(scratch / SETUP_ERROR),
+            "lower": str(self.image.path), "scratch": str(scratch), "error_file": str(self.error_file(scratch)),
             "binds": binds, "devices": self.devices,
             "driver": {"dir": DRIVER_DIR,
                        "libraries": [{"source": str(p), "names": list(n)} for p, n in self.driver.libraries.items()],
@@ -133,7 +131,7 @@ class ChrootSmokes(ImageRootSmokes):
             host_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
             proc = run_process(self.launcher(spec_path), host_env, log_path, result_path, timeout, cwd=work,
                                kill_grace_s=self.kill_grace_s, log_cap=self.log_cap)
-            line = setup_error(scratch)
+            line = self.setup_error(scratch)
             if line:
                 raise ChrootSetupError(f"image {self.image.digest}: {line}")
             return proc

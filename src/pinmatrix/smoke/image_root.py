@@ -1,9 +1,11 @@
 """What the two runtimes that run a smoke in an unpacked image root share (``smoke.sandbox``, the default, and
-``smoke.chroot``): the smoke's environment and command line, the probe that starts the image's interpreter once,
-and the launcher's setup-error file. Each runtime says how a process is started in the root (``run``)."""
+``smoke.chroot``): the image's interpreter, the smoke's environment and command line, the probe that starts that
+interpreter once, the launcher's setup-error file and the kernel caches' folder under --roots. Each runtime says
+how a process is started in the root (``run``)."""
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -11,15 +13,28 @@ from pathlib import Path
 from pinmatrix.oci.unpack import ImageRoot
 from pinmatrix.project.catalogue import Smoke
 from pinmatrix.smoke.chroot_host import DriverFiles
-from pinmatrix.smoke.container import OUT_MOUNT, SHIPPED_MOUNT, SMOKE_MOUNT, archscan_binds, image_smoke_env
+from pinmatrix.smoke.container import (
+    IMAGE_PYTHON,
+    OUT_MOUNT,
+    SHIPPED_MOUNT,
+    SMOKE_MOUNT,
+    archscan_binds,
+    image_smoke_env,
+)
 from pinmatrix.smoke.kernel_cache import KernelCache
 from pinmatrix.smoke.runtimes import CellSetup, ProcessResult, RuntimeOptions
 from pinmatrix.smoke.target import SmokeTarget
 
+CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
 DRIVER_DIR = "/opt/pinmatrix-driver"  # the driver's libraries (lib/) and binaries (bin/) inside the root
-SETUP_ERROR = "setup-error"  # in a run's scratch folder: the launcher's one line when it could not start the smoke
+SETUP_ERROR = "setup-error"
 _PROBE_CODE = ("import json, os, sys; json.dump({'python': sys.version.split()[0], 'uid': os.getuid(), "
                "'cwd': os.getcwd()}, open(os.environ['PINMATRIX_SMOKE_RESULT'], 'w'))")
+
+
+def image_interpreter(root: Path) -> str:
+    """The image's own Python: pinmatrix images have /opt/venv/bin/python; other images their PATH's python3."""
+    return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
 
 
 def image_environment(passed: dict[str, str], image: ImageRoot, *, home: str, cache: KernelCache | None,
@@ -42,13 +57,6 @@ def image_environment(passed: dict[str, str], image: ImageRoot, *, home: str, ca
     return env
 
 
-def setup_error(scratch: Path) -> str:
-    """The launcher's line in ``scratch``'s setup-error file: written only when it failed before the smoke's exec
-    (on success the exec closed the file empty); "" when there is none."""
-    error = scratch / SETUP_ERROR
-    return error.read_text(encoding="utf-8", errors="replace").strip() if error.is_file() else ""
-
-
 class ImageRootSmokes(ABC):
     """A runtime (``smoke.runtimes.SmokeRuntime``) that runs each smoke with the image's own interpreter in the
     image's unpacked root; ``environment`` and ``run`` are the runtime's own."""
@@ -64,6 +72,18 @@ class ImageRootSmokes(ABC):
     def run(self, argv: list[str], env: dict[str, str], log_path: Path, result_path: Path, timeout: float,
             extra_binds: Sequence[tuple[Path, str]] = ()) -> ProcessResult:
         """Run ``argv`` in the root, its log at ``log_path``, its result file read from ``result_path``."""
+
+    @staticmethod
+    def error_file(scratch: Path) -> Path:
+        """In a run's scratch folder: where the launcher writes its one line when it could not start the smoke."""
+        return scratch / SETUP_ERROR
+
+    @staticmethod
+    def setup_error(scratch: Path) -> str:
+        """The launcher's line in ``scratch``: written only when it failed before the smoke's exec (on success the
+        exec closed the file empty); "" when there is none."""
+        error = scratch / SETUP_ERROR
+        return error.read_text(encoding="utf-8", errors="replace").strip() if error.is_file() else ""
 
     def prepare_cell(self, cell: SmokeTarget, options: RuntimeOptions, echo: Callable[[str], None]) -> CellSetup:
         return CellSetup()  # the image is the cell's environment, unpacked and entered once by prepare()

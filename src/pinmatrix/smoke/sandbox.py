@@ -37,14 +37,13 @@ from pinmatrix.project.catalogue import Smoke
 from pinmatrix.project.smoke_bundle import shipped_dir
 from pinmatrix.smoke.chroot_host import check_architecture
 from pinmatrix.smoke.container import (
-    IMAGE_PYTHON,
     LIB_MOUNT,
     OUT_MOUNT,
     SHIPPED_MOUNT,
     SMOKE_MOUNT,
     TOOL_MOUNT,
 )
-from pinmatrix.smoke.image_root import DRIVER_DIR, SETUP_ERROR, ImageRootSmokes, image_environment, setup_error
+from pinmatrix.smoke.image_root import CACHE_FOLDER, DRIVER_DIR, ImageRootSmokes, image_environment, image_interpreter
 from pinmatrix.smoke.kernel_cache import CACHE_MOUNT, KernelCache, prepare_cache
 from pinmatrix.smoke.logcap import DEFAULT_LOG_CAP
 from pinmatrix.smoke.runner import read_result_file, run_process
@@ -68,15 +67,9 @@ from pinmatrix.smoke.sandbox_user import (
 
 RUNTIME = "sandbox"
 LAUNCH = Path(__file__).with_name("sandbox_launch.py")
-CACHE_FOLDER = "kernel-cache"  # under --roots: one folder per image digest (smoke/kernel_cache.py)
 MAX_OUT_FILES = 10_000
 MAX_RESULT_BYTES = 16 << 20
 BWRAP_FAILED = "bwrap: "  # how bwrap starts the line it dies with when it cannot set the sandbox up
-
-
-def image_interpreter(root: Path) -> str:
-    """The image's own Python: pinmatrix images have /opt/venv/bin/python; other images their PATH's python3."""
-    return IMAGE_PYTHON if os.path.lexists(root / IMAGE_PYTHON.lstrip("/")) else "python3"
 
 
 class SandboxSmokes(ImageRootSmokes):
@@ -174,7 +167,7 @@ class SandboxSmokes(ImageRootSmokes):
         try:
             spec = {"bwrap": str(self.bwrap), "drop": list(self.drop) if self.drop else None, "parent": os.getpid(),
                     "stage": str(stage_folder()) if self.drop else None,
-                    "error_file": str(scratch / SETUP_ERROR), "setup": self.setup(scratch, env, extra_binds),
+                    "error_file": str(self.error_file(scratch)), "setup": self.setup(scratch, env, extra_binds),
                     "command": argv}
             spec_path = scratch / "spec.json"
             spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -193,7 +186,7 @@ class SandboxSmokes(ImageRootSmokes):
         return self.drop[0] if self.drop is not None else os.getuid()
 
     def _failed_start(self, scratch: Path, proc: ProcessResult, log_path: Path) -> str | None:
-        line = setup_error(scratch)
+        line = self.setup_error(scratch)
         if line:
             return f"image {self.image.digest}: {line}"
         if proc.returncode == 1 and proc.result is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pinmatrix.oci.unpack import ImageRoot
 from pinmatrix.smoke.chroot_host import DriverFiles
-from pinmatrix.smoke.image_root import DRIVER_DIR, SETUP_ERROR, image_environment, setup_error
+from pinmatrix.smoke.image_root import DRIVER_DIR, ImageRootSmokes, image_environment
 
 
 def _image(tmp_path: Path, env: list[str]) -> ImageRoot:
@@ -36,8 +36,8 @@ def test_the_driver_folder_goes_first_on_the_library_path_and_last_on_path(tmp_p
 
 
 def test_the_setup_error_line_is_read_only_when_the_launcher_wrote_one(tmp_path: Path) -> None:
-    assert setup_error(tmp_path) == ""
-    (tmp_path / SETUP_ERROR).write_text("")
-    assert setup_error(tmp_path) == ""
-    (tmp_path / SETUP_ERROR).write_text("mount /proc: Operation not permitted\n")
-    assert setup_error(tmp_path) == "mount /proc: Operation not permitted"
+    assert ImageRootSmokes.setup_error(tmp_path) == ""
+    ImageRootSmokes.error_file(tmp_path).write_text("")
+    assert ImageRootSmokes.setup_error(tmp_path) == ""
+    ImageRootSmokes.error_file(tmp_path).write_text("mount /proc: Operation not permitted\n")
+    assert ImageRootSmokes.setup_error(tmp_path) == "mount /proc: Operation not permitted"
