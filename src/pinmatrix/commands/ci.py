@@ -216,7 +216,8 @@ def _register_slurm_node_check(ci: argparse._SubParsersAction) -> None:
         description="The sandbox runtime's own checks on this node, as this user: bubblewrap, the kernel's user "
                     "namespaces, and --roots (made 0700, on a way only this user or root own). Exit status 0 when "
                     f"the sandbox can start; else one line saying why and what the node needs, on stderr and in "
-                    f"--refused FILE, and exit status {CHECK_REFUSED}.")
+                    f"--refused FILE, and exit status {CHECK_REFUSED}.",
+        **examples("pinmatrix ci slurm-node-check --roots /scratch/pinmatrix-roots-$UID || echo no sandbox here"))
     n.add_argument("--runtime", choices=("sandbox",), default="sandbox")
     n.add_argument("--roots", type=Path, metavar="DIR", help="the folder the task unpacks images into")
     n.add_argument("--refused", type=Path, metavar="FILE", help="write the refusal line here as well")
