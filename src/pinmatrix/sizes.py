@@ -1,8 +1,10 @@
-"""Byte counts given on the command line: ``56MB`` (10^6), ``60MiB`` (2^20), ``1000`` (bytes)."""
+"""Byte counts given on the command line: ``56MB`` (10^6), ``60MiB`` (2^20), ``1000`` (bytes); and a file read
+no further than the byte count it may have."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pinmatrix.errors import PinmatrixError
 
@@ -24,3 +26,16 @@ def parse_size(text: str, option: str, *, minimum: int = 1) -> int:
     if size < minimum:
         raise SizeError(f"{option} {text!r}: at least {minimum} byte{'s' if minimum != 1 else ''}")
     return size
+
+
+def read_capped(path: Path, limit: int, what: str, error: type[PinmatrixError]) -> bytes:
+    """The bytes of ``path``, at most ``limit`` (one byte past it is read, no more): a file that cannot be read, or
+    is larger, is ``error`` in one line naming the path and ``what`` it should be ("the bundle manifest")."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as err:
+        raise error(f"{path}: cannot read {what}: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise error(f"{path}: larger than {limit} bytes: not {what}")
+    return data

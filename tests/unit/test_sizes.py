@@ -1,10 +1,14 @@
-"""Byte counts on the command line (pinmatrix.sizes): units, bounds, one-line refusals naming the option."""
+"""Byte counts on the command line (pinmatrix.sizes): units, bounds, one-line refusals naming the option; a file
+read no further than its cap."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pinmatrix.sizes import SizeError, parse_size
+from pinmatrix.errors import PinmatrixError
+from pinmatrix.sizes import SizeError, parse_size, read_capped
 
 
 @pytest.mark.parametrize(("text", "size"), [
@@ -23,3 +27,19 @@ def test_the_floor_and_bad_text_are_refused_naming_the_option() -> None:
     for bad in ("-1MB", "1 XB", "", "1e9", "9" * 16):
         with pytest.raises(SizeError, match=r"expected a size such as 56MB, 60MiB or 1000000"):
             parse_size(bad, "--x")
+
+
+def test_a_file_is_read_up_to_its_cap_and_refused_past_it_in_the_callers_error(tmp_path: Path) -> None:
+    class _Refused(PinmatrixError):
+        pass
+
+    path = tmp_path / "list.txt"
+    path.write_bytes(b"x" * 10)
+    assert read_capped(path, 10, "a list", _Refused) == b"x" * 10
+    path.write_bytes(b"x" * 11)
+    with pytest.raises(_Refused) as err:
+        read_capped(path, 10, "a list", _Refused)
+    assert str(err.value) == f"{path}: larger than 10 bytes: not a list"
+    with pytest.raises(_Refused) as err:
+        read_capped(tmp_path / "gone.txt", 10, "a list", _Refused)
+    assert str(err.value) == f"{tmp_path / 'gone.txt'}: cannot read a list: No such file or directory"

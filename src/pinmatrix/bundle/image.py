@@ -19,6 +19,7 @@ from pinmatrix.hashing import oci_digest, sha256_file
 from pinmatrix.image.cellconfig import LOCK_LABEL
 from pinmatrix.oci.layout import MEDIA_TYPE_MANIFEST, REF_NAME, LayoutError, OCILayout
 from pinmatrix.oci.manifest import INDEX_TYPES, MANIFEST_TYPES, child_descriptors
+from pinmatrix.sizes import read_capped
 
 MAX_HOST_HAS = 16 << 20
 MAX_BLOBS = 20000
@@ -29,13 +30,7 @@ _CELL_LABEL = "io.pinmatrix.cell.id"
 def read_host_has(path: Path) -> set[str]:
     """Digests a host has, one a line: ``sha256:<hex>`` or the bare hex (what ``ls blobs/sha256`` prints);
     blank lines and ``#`` comments are skipped, anything else is refused with its line number."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_HOST_HAS + 1)
-    except OSError as err:
-        raise BundleError(f"{path}: cannot read the host's blob list: {err.strerror}") from None
-    if len(raw) > MAX_HOST_HAS:
-        raise BundleError(f"{path}: larger than {MAX_HOST_HAS} bytes: not a blob list")
+    raw = read_capped(path, MAX_HOST_HAS, "the host's blob list", BundleError)
     found: set[str] = set()
     for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
         text = line.split("#", 1)[0].strip()

@@ -21,6 +21,7 @@ from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hostprobe import HostFingerprint
 from pinmatrix.release.hostmatch import HostFacts, Requirements, host_meets, requirements_of
+from pinmatrix.sizes import read_capped
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
@@ -31,13 +32,7 @@ class BundleCheckError(PinmatrixError):
 
 def read_manifest(folder: Path) -> BundleManifest:
     path = folder / MANIFEST_NAME
-    try:
-        with path.open("rb") as fh:
-            body = fh.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as err:
-        raise BundleCheckError(f"{path}: cannot read the bundle manifest: {err.strerror or err}") from None
-    if len(body) > MAX_MANIFEST_BYTES:
-        raise BundleCheckError(f"{path}: more than {MAX_MANIFEST_BYTES} bytes: not a bundle manifest")
+    body = read_capped(path, MAX_MANIFEST_BYTES, "the bundle manifest", BundleCheckError)
     try:
         return BundleManifest.model_validate(json.loads(body))
     except (ValueError, ValidationError) as err:

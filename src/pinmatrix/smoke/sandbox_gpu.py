@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pinmatrix.sizes import read_capped
 from pinmatrix.smoke.chroot_host import DRIVER_LIBRARIES, DriverFiles, find_driver, gpu_device_nodes
 from pinmatrix.smoke.sandbox_user import ImageRunRefused
 
@@ -93,13 +94,7 @@ def cdi_specs(folders: tuple[Path, ...] = CDI_FOLDERS) -> list[Path]:
 
 def read_cdi(path: Path) -> _Spec:
     """One CDI spec file as typed data, at most MAX_CDI_BYTES; one line naming the file when it is not one."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_CDI_BYTES + 1)
-    except OSError as err:
-        raise ImageRunRefused(f"CDI spec {path}: {err.strerror or err}") from None
-    if len(data) > MAX_CDI_BYTES:
-        raise ImageRunRefused(f"CDI spec {path}: larger than {MAX_CDI_BYTES} bytes")
+    data = read_capped(path, MAX_CDI_BYTES, "a CDI spec", ImageRunRefused)
     try:
         value = json.loads(data) if path.suffix == ".json" else yaml.safe_load(data)
         return _Spec.model_validate(value)

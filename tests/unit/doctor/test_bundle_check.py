@@ -69,7 +69,7 @@ def test_a_folder_that_is_no_bundle(tmp_path: Path) -> None:
     with pytest.raises(BundleCheckError, match="not a pinmatrix bundle manifest"):
         read_manifest(tmp_path)
     (tmp_path / "manifest.json").write_bytes(b"{" * (5 << 20))
-    with pytest.raises(BundleCheckError, match="more than"):
+    with pytest.raises(BundleCheckError, match="larger than"):
         read_manifest(tmp_path)
 
 
