@@ -14,6 +14,7 @@ from pinmatrix.bundle.image import ImageRequest, bundle_image, read_host_has
 from pinmatrix.bundle.model import MANIFEST_NAME, SCRIPT_NAME
 from pinmatrix.bundle.pack import parse_size
 from pinmatrix.bundle.sign import bundle_digests
+from pinmatrix.bundle.tool import ToolRequest, bundle_tool, platform_name, this_host
 from pinmatrix.bundle.wheels import WheelsRequest, bundle_wheels, read_host_probe, read_pip_list
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.index.wheel_index import WheelFetcher, ssl_context
@@ -37,6 +38,14 @@ Examples:
       --out .ship/int64
   python3 -I .ship/int64/unbundle.py .ship/int64 --out oci/ --have oci/   # on the host
 """
+TOOL_EXAMPLES = """\
+Examples:
+  pinmatrix bundle tool --python-version 3.12 --platform manylinux_2_28_x86_64 --part-size 45MB --out .ship/tool
+  # on the air-gapped GPU host (nothing but python3 with pip), the two commands (docs/images.md):
+  python3 -I .ship/tool/unbundle.py .ship/tool --manifest-sha256 HEX --out /opt/pinmatrix/wheels
+  python3 -m pip install --no-index --find-links /opt/pinmatrix/wheels --target /opt/pinmatrix/site pinmatrix
+  # then: PYTHONPATH=/opt/pinmatrix/site python3 -m pinmatrix smoke --runtime sandbox ...
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +56,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(every file's size and sha256, every part's), and unbundle.py, which checks and unpacks it "
                     "there with the standard library alone (python3 -I unbundle.py DIR --out DEST).",
         epilog="Examples:\n  pinmatrix bundle wheels --cell ID --python 3.12 --part-size 56MB --out .ship/cell\n"
-               f"  pinmatrix bundle image --layout {OCI_DIR} --digest sha256:... --part-size 60MiB --out .ship/img\n",
+               f"  pinmatrix bundle image --layout {OCI_DIR} --digest sha256:... --part-size 60MiB --out .ship/img\n"
+               "  pinmatrix bundle tool --python-version 3.12 --platform manylinux_2_28_x86_64 --part-size 45MB "
+               "--out .ship/tool\n"
+               "  # on a host with only python3: unbundle, then install (docs/images.md, 'air-gapped GPU host'):\n"
+               "  python3 -I .ship/tool/unbundle.py .ship/tool --manifest-sha256 HEX --out /opt/pinmatrix/wheels\n"
+               "  python3 -m pip install --no-index --find-links /opt/pinmatrix/wheels --target /opt/pinmatrix/site "
+               "pinmatrix\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     kinds = p.add_subparsers(dest="bundle_command", metavar="KIND", required=True)
@@ -92,6 +107,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--host-has", type=Path, metavar="FILE", help="digests the host already has, one a line")
     _common(i)
     i.set_defaults(func=run_image)
+    _register_tool(kinds)
+
+
+def _register_tool(kinds: argparse._SubParsersAction) -> None:
+    t = kinds.add_parser(
+        "tool", help="pinmatrix itself and its runtime dependencies as wheels, for a host with only python3",
+        description="pinmatrix's wheel built from this checkout (pip wheel --no-deps --no-build-isolation) and its "
+                    "runtime dependencies (the closure of the wheels' Requires-Dist for that Python and platform, "
+                    "no test or lint extra) at the versions requirements/dev.lock pins, each wheel fetched through "
+                    "the hash-checked wheel cache and checked against the lock's sha256: a dependency the lock does "
+                    "not pin, or a wheel whose hash is not the lock's, is refused. The bundle's lock.txt names "
+                    "every wheel's sha256 (pinmatrix's own included), so unbundle.py checks them on the host.",
+        epilog=TOOL_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--python-version", metavar="X.Y", help="the host's CPython (default: this interpreter's)")
+    t.add_argument("--platform", metavar="P",
+                   help="the host's platform: manylinux_2_28_x86_64 or x86_64-manylinux_2_28 (default: this "
+                        "machine's)")
+    t.add_argument("--source", type=Path, default=Path("."), metavar="DIR",
+                   help="the pinmatrix checkout (pyproject.toml, requirements/dev.lock; default: .)")
+    t.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help=f"the wheel cache (default: {CACHE_DIR} in the checkout)")
+    _common(t)
+    t.set_defaults(func=run_tool)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -170,4 +208,15 @@ def run_image(args: argparse.Namespace) -> int:
                            host_has=frozenset(read_host_has(args.host_has)) if args.host_has else frozenset(),
                            part_size=parse_size(args.part_size), out=args.out, signer=_signer(args))
     manifest = bundle_image(request, _say(args))
+    return _print(args, manifest, args.out)
+
+
+def run_tool(args: argparse.Namespace) -> int:
+    here_python, here_platform = (None, None) if args.python_version and args.platform else this_host()
+    source = args.source
+    fetcher = WheelFetcher((args.cache_dir or source / CACHE_DIR) / "wheels", context=ssl_context())
+    request = ToolRequest(source=source, python=args.python_version or here_python,
+                          platform=platform_name(args.platform or here_platform), part_size=parse_size(args.part_size),
+                          out=args.out, signer=_signer(args))
+    manifest = bundle_tool(request, fetcher, _say(args))
     return _print(args, manifest, args.out)
