@@ -11,7 +11,7 @@ from typing import Any
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.bisect.crossing import crossings
 from pinmatrix.bisect.probe import Prober
-from pinmatrix.bisect.report import BisectReport, failing_classes
+from pinmatrix.bisect.report import BisectReport, failing_classes, skip_reasons
 from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.project.catalogue import Smoke
@@ -137,8 +137,7 @@ def run_param_bisect(*, cell: SmokeTarget, smoke: Smoke, space: ParamSpace, over
         if rep.failure_class:
             rep.answer += f" ({rep.failure_class})"
     elif res.outcome == "cannot-probe":
-        reasons = sorted({p.reason if not p.recorded else f"skipped: {p.reason}" for p in rep.probes
-                          if p.verdict == "skip"})
+        reasons = skip_reasons(rep.probes)
         rep.answer = f"cannot probe {smoke.name} over {p_name} in [{lo_v}, {hi_v}]: " + "; ".join(reasons)
     else:  # stopped
         rep.answer = f"stopped before the search ended: {res.note}"

@@ -106,6 +106,12 @@ def failing_classes(probes: list[Probe]) -> dict[str, list[Any]]:
     return {k: sorted(v, key=_order) for k, v in out.items()}
 
 
+def skip_reasons(probes: list[Probe]) -> list[str]:
+    """Why the points that were skipped could not be probed, each reason once, sorted; a point the store recorded
+    as skipped says so."""
+    return sorted({p.reason if not p.recorded else f"skipped: {p.reason}" for p in probes if p.verdict == "skip"})
+
+
 def _order(v: Any) -> Any:
     return (0, v) if isinstance(v, (int, float)) else (1, str(v))
 

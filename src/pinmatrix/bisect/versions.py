@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from pinmatrix.bisect import boundary as bnd
 from pinmatrix.bisect.probe import Probe, Prober
-from pinmatrix.bisect.report import BisectReport, failing_classes
+from pinmatrix.bisect.report import BisectReport, failing_classes, skip_reasons
 from pinmatrix.bisect.search import ProbeOutcome, bisect
 from pinmatrix.cell import KNOWN_AXES
 from pinmatrix.errors import MatrixError, PinmatrixError
@@ -256,8 +256,7 @@ def run_version_bisect(*, matrix: Matrix, stack_name: str, axis: str, points: li
         if rep.failure_class:
             rep.answer += f" (failing side: {rep.failure_class})"
     elif res.outcome == "cannot-probe":
-        reasons = sorted({p.reason if not p.recorded else f"skipped: {p.reason}" for p in rep.probes
-                          if p.verdict == "skip"})
+        reasons = skip_reasons(rep.probes)
         rep.answer = f"cannot probe {smoke.name} along {axis}: " + "; ".join(reasons)
     else:
         rep.answer = f"stopped before the search ended: {res.note}"
