@@ -33,6 +33,7 @@ from pinmatrix.hashing import sha256_digest
 from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.oci.layer import LayerDescriptor
 from pinmatrix.oci.layout import OCILayout
+from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.registry.client import OCI_EMPTY, OCI_MANIFEST, Manifest, Registry
 
 ARTIFACT_TYPE = "application/vnd.pinmatrix.build-cache.v1"
@@ -164,7 +165,7 @@ class BuildCache:
         if manifest is None:
             return None
         doc = manifest.json
-        layers = doc.get("layers") or []
+        layers = layer_descriptors(doc)
         if doc.get("artifactType") != ARTIFACT_TYPE or not layers or layers[0].get("mediaType") != ENVELOPE_MEDIA_TYPE:
             raise CacheRefused("not a pinmatrix build cache entry")
         envelope = side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=MAX_ENVELOPE)
