@@ -138,10 +138,20 @@ def resolve(top: list[str], lock: ParsedLock, target: Target, fetcher: Fetcher,
 
 
 def build_own_wheel(source: Path, folder: Path) -> Path:
-    """pinmatrix's wheel built from the checkout ``source`` (``pip wheel --no-deps --no-build-isolation``: the
-    build backend is the one installed here, nothing fetched)."""
+    """pinmatrix's wheel built from the checkout ``source``: its pyproject.toml, README and src/ copied into
+    ``folder`` first (no build/ or egg-info left in the checkout, none of an earlier build's files in the wheel),
+    then ``pip wheel --no-deps --no-build-isolation`` (the build backend installed here; nothing fetched)."""
+    tree = folder / "source"
+    tree.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        if not (source / name).is_file():
+            raise BundleError(f"{source}: no {name}: not a pinmatrix checkout (pass --source)")
+        shutil.copyfile(source / name, tree / name)
+    for extra in sorted(source.glob("LICEN[CS]E*")):
+        shutil.copyfile(extra, tree / extra.name)
+    shutil.copytree(source / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "--wheel-dir", str(folder), str(source)], capture_output=True, text=True, check=False)
+                          "--wheel-dir", str(folder), str(tree)], capture_output=True, text=True, check=False)
     wheels = sorted(folder.glob("pinmatrix-*.whl"))
     if run.returncode != 0 or len(wheels) != 1:
         last = (run.stderr.strip().splitlines() or ["no wheel written"])[-1]
