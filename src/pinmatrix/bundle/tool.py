@@ -64,7 +64,8 @@ def platform_name(text: str) -> str:
 
 def marker_environment(target: Target) -> dict[str, str]:
     """The PEP 508 marker values of CPython ``target.python`` on Linux ``target.arch``."""
-    return {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+    base = {key: str(value) for key, value in default_environment().items()}
+    return {**base, "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
             "platform_machine": target.arch, "python_version": target.python,
             "python_full_version": f"{target.python}.0", "implementation_name": "cpython",
             "platform_python_implementation": "CPython"}

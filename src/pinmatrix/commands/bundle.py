@@ -212,11 +212,12 @@ def run_image(args: argparse.Namespace) -> int:
 
 
 def run_tool(args: argparse.Namespace) -> int:
-    here_python, here_platform = (None, None) if args.python_version and args.platform else this_host()
-    source = args.source
-    fetcher = WheelFetcher((args.cache_dir or source / CACHE_DIR) / "wheels", context=ssl_context())
-    request = ToolRequest(source=source, python=args.python_version or here_python,
-                          platform=platform_name(args.platform or here_platform), part_size=parse_size(args.part_size),
-                          out=args.out, signer=_signer(args))
+    python, platform = args.python_version, args.platform
+    if python is None or platform is None:
+        here_python, here_platform = this_host()
+        python, platform = python or here_python, platform or here_platform
+    fetcher = WheelFetcher((args.cache_dir or args.source / CACHE_DIR) / "wheels", context=ssl_context())
+    request = ToolRequest(source=args.source, python=python, platform=platform_name(platform),
+                          part_size=parse_size(args.part_size), out=args.out, signer=_signer(args))
     manifest = bundle_tool(request, fetcher, _say(args))
     return _print(args, manifest, args.out)
