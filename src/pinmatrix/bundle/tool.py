@@ -22,6 +22,7 @@ from typing import Protocol
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from securesystemslib.signer import CryptoSigner
 
@@ -71,17 +72,26 @@ def marker_environment(target: Target) -> dict[str, str]:
             "platform_python_implementation": "CPython"}
 
 
-def requires_of(wheel: Path) -> list[str]:
-    """The Requires-Dist lines of a wheel's METADATA (bounded in size)."""
+def requires_of(wheel: Path, python: str) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA (bounded in size); a wheel whose Requires-Python excludes
+    CPython ``python`` is refused."""
     try:
         with zipfile.ZipFile(wheel) as zf:
             infos = [i for i in zf.infolist() if _METADATA.match(i.filename)]
             if len(infos) != 1 or infos[0].file_size > MAX_METADATA:
                 raise BundleError(f"{wheel.name}: not one METADATA of at most {MAX_METADATA} bytes")
             body = zf.read(infos[0])
-        return parse_metadata(body, wheel.name, "range", datetime.now(UTC)).requires_dist
+        meta = parse_metadata(body, wheel.name, "range", datetime.now(UTC))
     except (zipfile.BadZipFile, OSError, IndexAnswerError) as err:
         raise BundleError(f"{wheel.name}: cannot read its METADATA: {err}") from None
+    try:
+        fits = meta.requires_python is None or SpecifierSet(meta.requires_python).contains(f"{python}.0", True)
+    except InvalidSpecifier:
+        fits = False
+    if not fits:
+        raise BundleError(f"{wheel.name}: Requires-Python {meta.requires_python!r} excludes CPython {python} "
+                          "(--python-version)")
+    return meta.requires_dist
 
 
 def needed(requires: list[str], extras: set[str], env: dict[str, str]) -> list[tuple[str, set[str]]]:
@@ -134,7 +144,7 @@ def resolve(top: list[str], lock: ParsedLock, target: Target, fetcher: Fetcher,
             _checked(entry, wheel, path)
             done[name] = (entry, wheel, path)
             say(f"wheel {len(done)} {wheel.filename}")
-        todo.extend(needed(requires_of(done[name][2]), extras[name], env))
+        todo.extend(needed(requires_of(done[name][2], target.python), extras[name], env))
     return list(done.values())
 
 
@@ -195,7 +205,7 @@ def bundle_tool(request: ToolRequest, fetcher: Fetcher, say: Say) -> BundleManif
     with tempfile.TemporaryDirectory(prefix="pinmatrix-tool-") as tmp:
         own = build_own_wheel(request.source, Path(tmp))
         say(f"built {own.name}")
-        chosen = resolve(requires_of(own), lock, target, fetcher, say)
+        chosen = resolve(requires_of(own, request.python), lock, target, fetcher, say)
         own_sha = sha256_file(own)
         lock_text = tool_lock_text(own, own_sha, chosen, str(TOOL_LOCK))
         version = str(parse_wheel_filename(own.name)[1])

@@ -7,6 +7,7 @@ tests/integration/test_bundle_tool.py."""
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -156,10 +157,22 @@ def test_the_bundles_lock_names_pinmatrix_and_the_lock_lines(tmp_path: Path) -> 
 def test_requires_of_reads_the_wheels_metadata(tmp_path: Path) -> None:
     path = tmp_path / "delta-1.0-py3-none-any.whl"
     path.write_bytes(wheel_bytes("delta", "1.0", REQUIRES["delta"]))
-    assert requires_of(path) == REQUIRES["delta"]
+    assert requires_of(path, "3.12") == REQUIRES["delta"]
     path.write_bytes(b"not a zip")
     with pytest.raises(BundleError, match=r"^delta-1.0-py3-none-any.whl: cannot read its METADATA"):
-        requires_of(path)
+        requires_of(path, "3.12")
+
+
+def test_a_wheel_for_other_pythons_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pinmatrix-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("pinmatrix-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pinmatrix\n"
+                    "Version: 0.1.0\nRequires-Python: >=3.11\nRequires-Dist: alpha\n")
+    assert requires_of(path, "3.11") == ["alpha"]
+    with pytest.raises(BundleError) as err:
+        requires_of(path, "3.10")
+    assert str(err.value) == ("pinmatrix-0.1.0-py3-none-any.whl: Requires-Python '>=3.11' excludes CPython 3.10 "
+                              "(--python-version)")
 
 
 @pytest.mark.parametrize(("given", "expected"), [
