@@ -76,14 +76,16 @@ def test_the_host_runtime_is_the_default_and_is_named_host() -> None:
 
 
 def _runtime_modules() -> list[Path]:
-    """The modules of smoke/ that define a runtime (a class with prepare_cell and start), the runner's own aside."""
+    """The modules of smoke/ that define a runtime (a class with prepare_cell and start, or one of the image-root
+    runtimes built on image_root.ImageRootSmokes), the runner's own aside."""
     found = []
     for path in sorted(SMOKE_DIR.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
-        if path.name != "runner.py" and any({"prepare_cell", "start"} <= {f.name for f in c.body
-                                                                           if isinstance(f, ast.FunctionDef)}
-                                            for c in classes):
+        defines = any({"prepare_cell", "start"} <= {f.name for f in c.body if isinstance(f, ast.FunctionDef)}
+                      for c in classes)
+        inherits = any(isinstance(b, ast.Name) and b.id == "ImageRootSmokes" for c in classes for b in c.bases)
+        if path.name != "runner.py" and (defines or inherits):
             found.append(path)
     return found
 
@@ -109,7 +111,7 @@ def back_calls(path: Path) -> list[str]:
 
 def test_no_runtime_calls_back_into_the_runner(tmp_path: Path) -> None:
     modules = _runtime_modules()
-    assert {p.name for p in modules} >= {"container.py", "chroot.py"}
+    assert {p.name for p in modules} >= {"container.py", "image_root.py", "chroot.py", "sandbox.py"}
     assert {p.name: back_calls(p) for p in modules} == {p.name: [] for p in modules}
     planted = tmp_path / "planted.py"  # the check itself: a runtime that runs a smoke through the runner
     planted.write_text("from pinmatrix.smoke.runner import ProcessResult, run_one\nimport pinmatrix.smoke.batch\n")
