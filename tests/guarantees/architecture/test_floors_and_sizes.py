@@ -453,3 +453,24 @@ def test_what_an_image_is_knows_nothing_of_how_it_is_made() -> None:
     assert set(IMAGE_FORMAT_MODULES) <= set(graph)
     reaching = sorted(f"{m} -> {t}" for m in IMAGE_FORMAT_MODULES for t in graph[m] if t.startswith(IMAGE_MAKERS))
     assert reaching == []
+
+
+def shared_basenames(tests: Path) -> list[str]:
+    """Test modules that share a file name: pytest imports test files by basename (rootdir-relative, no packages),
+    so the second of a name is refused at collection and the whole run stops."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    return sorted(f"{name}: {', '.join(where)}" for name, where in seen.items() if len(where) > 1)
+
+
+def test_the_basename_check_finds_a_second_module_of_a_name(tmp_path: Path) -> None:
+    for folder in ("unit/report", "unit/bundle"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "test_model.py").write_text("")
+    (tmp_path / "unit" / "bundle" / "test_pack.py").write_text("")
+    assert shared_basenames(tmp_path) == ["test_model.py: unit/bundle/test_model.py, unit/report/test_model.py"]
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    assert shared_basenames(ROOT / "tests") == []
