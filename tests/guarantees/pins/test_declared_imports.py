@@ -16,6 +16,9 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "src" / "pinmatrix"
 OPTIONAL = {"kubernetes_validate": "k8s"}  # imported inside a function that names `pip install 'pinmatrix[k8s]'`
+# Files pinmatrix runs as a child in another interpreter (the host's Python), with the modules that interpreter
+# may or may not have: doctor --leak-check tries torch, then cupy, and says "not run" when neither imports.
+OTHER_PYTHON = {"src/pinmatrix/doctor/leak_probe.py": {"torch", "cupy"}}
 
 
 def third_party_imports() -> dict[str, set[str]]:
@@ -29,8 +32,10 @@ def third_party_imports() -> dict[str, set[str]]:
                      [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "pinmatrix":
-                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+                where = str(path.relative_to(ROOT))
+                if top not in sys.stdlib_module_names and top != "pinmatrix" \
+                        and top not in OTHER_PYTHON.get(where, set()):
+                    found.setdefault(top, set()).add(where)
     return found
 
 
