@@ -198,10 +198,17 @@ def test_ctrl_c_while_a_smoke_runs_gives_it_its_sigabrt_grace_then_ends_it(tmp_p
         signal.pthread_kill(main, signal.SIGINT)
 
     log, result = tmp_path / "s.log", tmp_path / "s.result.json"
+    # Python's own Ctrl-C handler, as in a terminal: a test run started in the background (SIGINT ignored, as a
+    # non-interactive shell leaves it for `&` jobs) would otherwise never see the SIGINT sent below.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=ctrl_c, daemon=True).start()
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        run_process([sys.executable, "-c", code], dict(os.environ), log, result, 60, cwd=tmp_path, kill_grace_s=0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_process([sys.executable, "-c", code], dict(os.environ), log, result, 60, cwd=tmp_path,
+                        kill_grace_s=0.5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 30
     assert abrt.read_text() == "abrt"
     with pytest.raises(ProcessLookupError):
