@@ -22,7 +22,7 @@ def test_k8s_command_resolves_images_by_digest(oci_registry: str, tmp_path: Path
     digest = push_image(oci_registry, "citest/h200", h200[0].id, "h200 image")
     (tmp_path / "pools.toml").write_text(POOLS_TOML)
     rc = main(["ci", "k8s", str(matrix_path), "--stack", "h200", "--pools", "pools.toml", "--run-id", "t1",
-               "-o", "jobs.yaml"])
+               "-o", "jobs.yaml", "--verbose"])  # a line per skipped cell x pool (without: one summary line)
     err = capsys.readouterr().err
     assert rc == 0, err
     docs = list(yaml.safe_load_all((tmp_path / "jobs.yaml").read_text()))
