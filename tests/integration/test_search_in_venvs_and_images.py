@@ -51,7 +51,7 @@ def test_version_bisect_over_six_releases_in_uv_venvs(tmp_path: Path, capsys: py
     # each cell's result is in the store under the cell id the matrix gives that combination
     store = ResultsStore(tmp_path / "r.sqlite")
     cells = {c["name"]: c["id"] for c in rep["cells"]}
-    assert store.query(cell_id=cells["sixes[six=1.14.0]"])[0].metrics["six"] == "1.14.0"
+    assert store.query(cell_id=cells["sixes[six=1.14.0]"], probes=True)[0].metrics["six"] == "1.14.0"
     capsys.readouterr()
     assert main(["cells", str(matrix), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -95,7 +95,7 @@ def test_version_bisect_in_images(tmp_path: Path, capsys: pytest.CaptureFixture[
     rep = cli_json(capsys, [*argv, "--json"])
     assert (rep["outcome"], rep["before"], rep["after"]) == ("change", "1.13.0", "1.14.0"), rep["answer"]
     store = ResultsStore(tmp_path / "r.sqlite")
-    recs = store.query(smoke="six-assert-not-regex")
+    recs = store.query(smoke="six-assert-not-regex", probes=True)  # the bisect's own records: probes
     assert recs and all(r.image_digest and r.image_digest.startswith("sha256:") for r in recs)
     assert {r.metrics["six"] for r in recs} == {p["value"] for p in rep["probes"]}
     assert {r.environment["python"].rsplit(".", 1)[0] for r in recs} == {"3.13"}  # the cell's Python, in its image
