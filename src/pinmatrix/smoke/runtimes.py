@@ -10,9 +10,12 @@ runner, and this module imports none of it. The runtimes:
 - ``runner.HostProcesses``: this host's own interpreter (``--runtime host``; bisect's ``venv`` is one with another
   interpreter); each cell gets its overlay and its comparison with its lock;
 - ``container.ContainerSmokes``: a fresh docker/podman container of the cell's image per smoke;
-- ``chroot.ChrootSmokes``: the cell's image unpacked from an OCI layout and entered without an engine.
+- ``sandbox.SandboxSmokes``: the cell's image unpacked from an OCI layout (``oci.unpack``) and run behind
+  bubblewrap, no engine (``--runtime sandbox``);
+- ``chroot.ChrootSmokes``: the same root entered by the hand-made chroot, which trusts the image with host root
+  (``--runtime chroot-trusting-root``).
 
-Another (a sandbox) is one more class with these three members."""
+The last two share ``image_root.ImageRootSmokes``; another runtime is one more class with these three members."""
 
 from __future__ import annotations
 
