@@ -47,7 +47,7 @@ def _put(layout: Path, data: bytes) -> str:
 
 
 def add_image(layout: Path, ref: str, layers: list[bytes], *, base: str | None = None,
-              config: dict[str, Any] | None = None) -> str:
+              config: dict[str, Any] | None = None, media: str = GZ) -> str:
     """An image in ``layout``: ``base``'s layers and config (a manifest digest there) plus ``layers``; the config's
     ``config`` keys replaced by ``config``. Returns the manifest digest, named ``ref`` in index.json."""
     blobs = layout / "blobs" / "sha256"
@@ -58,7 +58,7 @@ def add_image(layout: Path, ref: str, layers: list[bytes], *, base: str | None =
         descriptors = list(manifest["layers"])
         image_config = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
     for data in layers:
-        descriptors.append({"mediaType": GZ, "digest": _put(layout, data), "size": len(data)})
+        descriptors.append({"mediaType": media, "digest": _put(layout, data), "size": len(data)})
     image_config = {**image_config, "config": {**image_config.get("config", {}), **(config or {})}}
     config_blob = json.dumps(image_config, sort_keys=True).encode()
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",

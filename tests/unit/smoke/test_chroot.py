@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import zstandard
+from hostile_images import add_image
 
 from pinmatrix.matrix.selection import load
 from pinmatrix.oci.unpack import RootfsError, unpack_image
@@ -44,7 +45,6 @@ REPO = Path(__file__).resolve().parents[3]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="unpacking with owners and entering a root need root")
 needs_unshare = pytest.mark.skipif(not hasattr(os, "unshare") and shutil.which("unshare") is None,
                                    reason="needs Python >= 3.12 or util-linux unshare")
-GZ = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -70,47 +70,6 @@ def layer(entries: Iterable[tuple[tarfile.TarInfo, bytes]], compression: str = "
     if compression == "zstd":
         return zstandard.ZstdCompressor(level=3, threads=1).compress(raw.getvalue())
     return raw.getvalue()
-
-
-def _put(layout: Path, data: bytes) -> str:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    path = layout / "blobs" / "sha256" / digest[7:]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        path.write_bytes(data)
-    return digest
-
-
-def add_image(layout: Path, ref: str, layers: list[bytes], *, base: str | None = None,
-              config: dict[str, Any] | None = None, media: str = GZ) -> str:
-    """An image in ``layout``: ``base``'s layers and config (a manifest digest there) plus ``layers``; the config's
-    ``config`` keys replaced by ``config``. Returns the manifest digest, named ``ref`` in index.json."""
-    blobs = layout / "blobs" / "sha256"
-    descriptors: list[dict[str, Any]] = []
-    image_config: dict[str, Any] = {"architecture": "amd64", "os": "linux", "config": {}, "rootfs": {"diff_ids": []}}
-    if base is not None:
-        manifest = json.loads((blobs / base[7:]).read_bytes())
-        descriptors = list(manifest["layers"])
-        image_config = json.loads((blobs / manifest["config"]["digest"][7:]).read_bytes())
-    for data in layers:
-        descriptors.append({"mediaType": media, "digest": _put(layout, data), "size": len(data)})
-    image_config = {**image_config, "config": {**image_config.get("config", {}), **(config or {})}}
-    config_blob = json.dumps(image_config, sort_keys=True).encode()
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                           "digest": _put(layout, config_blob), "size": len(config_blob)},
-                "layers": descriptors}
-    body = json.dumps(manifest, sort_keys=True).encode()
-    digest = _put(layout, body)
-    index_path = layout / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.exists() else {"schemaVersion": 2, "manifests": []}
-    index["manifests"] = [m for m in index["manifests"] if m.get("annotations", {}).get(
-        "org.opencontainers.image.ref.name") != ref] + [
-        {"mediaType": manifest["mediaType"], "digest": digest, "size": len(body),
-         "annotations": {"org.opencontainers.image.ref.name": ref}}]
-    index_path.write_text(json.dumps(index))
-    (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    return digest
 
 
 def _pinmatrix(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
