@@ -81,11 +81,14 @@ def test_torchs_own_triton_pin_prunes(tmp_path: Path) -> None:
 def test_the_wheel_wins_over_a_hand_rule_that_disagrees_and_the_rule_is_named(tmp_path: Path) -> None:
     matrix = _matrix(tmp_path)
     _, expansion = with_overrides(matrix, "v", ["vllm=0.33.0", "torch=2.14.0", "flashinfer=0.7.2.post1",
-                                                "triton=3.8.0"])  # the shipped hand rule says torch==2.13.0
+                                                "triton=3.8.0"])  # the shipped hand rule now says the wheel's pins
     assert [c.pins["vllm"] for c in expansion.cells if c.stack == "v"] == ["0.33.0"]
-    rules = CompatRules({"vllm": {"source": "hand", "rules": [
-        {"versions": "==0.33.0", "torch": "==2.13.0", "flashinfer": "==0.7.0.post1"}]}}).with_metadata(
-        MetadataCache(tmp_path / METADATA_DIR), "3.13")
+    hand = CompatRules({"vllm": {"source": "hand", "rules": [
+        {"versions": "==0.33.0", "torch": "==2.13.0", "flashinfer": "==0.7.0.post1"}]}})
+    rules = hand.with_metadata(MetadataCache(tmp_path / METADATA_DIR), "3.13")
+    assert hand.vllm_pins("0.33.0", "2.14.0", "0.7.2.post1", False).prune  # the rule alone prunes the wheel's pins
+    wins = rules.vllm_pins("0.33.0", "2.14.0", "0.7.2.post1", False)
+    assert (wins.prune, wins.needs) == ((), ())  # with the wheel's metadata cached, its pins win
     lines = hand_rule_disagreements(rules)
     assert len(lines) == 2
     assert "says vllm 0.33.0 pins torch==2.13.0, its wheel requires torch==2.14.0" in lines[0]

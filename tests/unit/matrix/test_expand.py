@@ -127,8 +127,8 @@ arch = ["12.1a"]
 gpu_required = false
 [stacks.v.axes]
 vllm = ["0.33.0"]
-torch = ["2.13.0"]
-flashinfer = ["0.7.0.post1", "0.6.8"]
+torch = ["2.14.0"]
+flashinfer = ["0.7.2.post1", "0.6.8"]
 """)
     old_driver = "driver 560.35.03 is older than CUDA 12.8's minimum 570.26"
     assert {c.name: (c.notes, c.arch_flags) for c in result.cells} == {
@@ -136,13 +136,13 @@ flashinfer = ["0.7.0.post1", "0.6.8"]
         "g[cuda=12.8,gpu=sm_90]": ((f"{old_driver}: needs the cuda-compat forward-compatibility package (sm_90 is a "
                                     "datacenter GPU)",), ("9.0",)),
         "a[gpu=sm_121]": ((), ("12.1a",)),
-        "v[flashinfer=0.7.0.post1]": ((), ()),
+        "v[flashinfer=0.7.2.post1]": ((), ()),
         "v[flashinfer=0.6.8]": ((), ()),
     }
     # A wheel whose flashinfer pin contradicts the axis is kept, needing a source build: said once, not locked.
     assert {c.name: c.needs for c in result.cells if c.needs} == {
-        "v[flashinfer=0.6.8]": ("a source build of vllm 0.33.0: its wheel pins torch==2.13.0 and "
-                                "flashinfer-python==0.7.0.post1, not flashinfer 0.6.8 (vLLM requirements/cuda.txt "
+        "v[flashinfer=0.6.8]": ("a source build of vllm 0.33.0: its wheel pins torch==2.14.0 and "
+                                "flashinfer-python==0.7.2.post1, not flashinfer 0.6.8 (vLLM requirements/cuda.txt "
                                 "per release; flashinfer pins: PyPI wheels' Requires-Dist, 2026-12-01)",),
     }
     assert {p.name: p.reasons for p in result.pruned} == {
@@ -246,13 +246,13 @@ python = "3.13"
 cuda = ["13.0"]
 gpu = ["sm_121"]
 arch = ["9.0a+PTX 12.1a"]
-torch = ["2.13.0"]
+torch = ["2.14.0"]
 vllm = [{ version = "0.33.0", source_build = true }]
 [stacks.s.packages]
 six = ["1.17.0"]
 """)
     (cell,) = result.cells
-    assert cell.requirements == ("torch==2.13.0", "six==1.17.0")
+    assert cell.requirements == ("torch==2.14.0", "six==1.17.0")
     assert cell.notes == ("vllm 0.33.0 is built from source, not installed from the lock",)
     assert (cell.arch_flags, cell.torch_cuda_arch_list, cell.flashinfer_cuda_arch_list) == (
         ("9.0a+PTX", "12.1a"), "9.0a+PTX;12.1a", "9.0a 12.1a")

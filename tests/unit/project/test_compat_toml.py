@@ -29,7 +29,7 @@ def test_the_shipped_compat_rules_load_through_the_model() -> None:
     series = rules.torch_series("2.9.1")
     assert isinstance(series, TorchSeries) and (series.triton, series["default_cuda"]) == ("3.5.1", "12.8")
     rule = rules.vllm_rule("0.33.0")
-    assert isinstance(rule, VllmRule) and (rule.torch, rule.flashinfer) == ("==2.13.0", "==0.7.0.post1")
+    assert isinstance(rule, VllmRule) and (rule.torch, rule.flashinfer) == ("==2.14.0", "==0.7.2.post1")
     assert rules.vllm_rule("0.10.1").flashinfer is None
     assert rules.doc.arch.family_min_cuda == "12.9" and rules.doc.xformers.torch["0.0.35"] == ">=2.10"
     with pytest.raises(KeyError):
