@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +196,7 @@ class CellRow:
     gpu_required: bool = True
     required: list[str] | None = None  # smokes the stack's promotion policy requires (None: every smoke)
 
-    @property
+    @cached_property
     def smoke_status(self) -> dict[str, str]:
         """Per smoke: the worst latest status across hosts ("missing" when no host has run it), the worst
         smokes first (then in the cell's order)."""
@@ -209,7 +210,7 @@ class CellRow:
         """Per host label: the worst latest status of the cell's smokes there ("missing": nothing ran there)."""
         return {h: worst(r.status for r in self.results if r.host_label == h) for h in hosts}
 
-    @property
+    @cached_property
     def driver_status(self) -> dict[str, str]:
         """Per NVIDIA driver its results were measured on (lowest first; "none" for hosts without one): the worst
         latest status there. The driver is a tested axis: a cell clean on 580.142 may break on 590.48.01."""
@@ -218,7 +219,7 @@ class CellRow:
             by_driver[str(r.host.get("driver") or "none")].append(r.status)
         return {d: worst(by_driver[d]) for d in sorted(by_driver, key=natural_key)}
 
-    @property
+    @cached_property
     def history(self) -> dict[str, SmokeHistory]:
         """Per smoke with results: its runs over every host, and since when it is broken."""
         parts: dict[str, list[SmokeHistory]] = defaultdict(list)
@@ -226,12 +227,12 @@ class CellRow:
             parts[r.smoke].append(r.history)
         return {smoke: SmokeHistory.merge(p) for smoke, p in parts.items()}
 
-    @property
+    @cached_property
     def broken(self) -> list[SmokeResult]:
         """The latest results that broke (fail, degraded, unexpected pass), worst first."""
         return [r for r in self.results if r.status in BROKEN]
 
-    @property
+    @cached_property
     def status(self) -> str:
         """The worst status of the smokes that count: every required smoke, and the optional ones that ran
         and did not skip. So a cell whose required smokes all pass is "pass" although optional smokes skipped
@@ -242,18 +243,18 @@ class CellRow:
                    or any(matches(r, name) for r in self.required)]
         return worst(counted) if self.smokes else "missing"
 
-    @property
+    @cached_property
     def skipped(self) -> int:
         """How many of the cell's smokes were skipped (on their worst host)."""
         return sum(st == "skip" for st in self.smoke_status.values())
 
-    @property
+    @cached_property
     def status_label(self) -> str:
         """The status in words, with the skip count when smokes skipped: "pass (2 skipped)"."""
         label = STATUS_LABELS[self.status]
         return f"{label} ({self.skipped} skipped)" if self.skipped and self.status != "skip" else label
 
-    @property
+    @cached_property
     def failure_class(self) -> str | None:
         """The failure class of the worst result (the first one found among the worst)."""
         target = self.status
@@ -262,11 +263,11 @@ class CellRow:
                 return r.failure_class
         return None
 
-    @property
+    @cached_property
     def counts(self) -> dict[str, int]:
         return dict(Counter(self.smoke_status.values()))
 
-    @property
+    @cached_property
     def host_differences(self) -> list[str]:
         """One line per host whose runtime differed from the cell's lock (host runtime, no image)."""
         out: dict[str, str] = {}
@@ -282,11 +283,11 @@ class CellRow:
                                  + (f": {shown}{more}" if packages else ""))
         return list(out.values())
 
-    @property
+    @cached_property
     def image_digests(self) -> list[str]:
         return sorted({r.image_digest for r in self.results if r.image_digest})
 
-    @property
+    @cached_property
     def hosts(self) -> list[str]:
         return sorted({r.host_label for r in self.results})
 
@@ -301,16 +302,16 @@ class StackReport:
     pivot: tuple[str, str] | None  # default (row axis, column axis) for the pivot view; "" = no axis
     description: str = ""  # the stack's description in matrix.toml
 
-    @property
+    @cached_property
     def status(self) -> str:
         return worst(c.status for c in self.cells)
 
-    @property
+    @cached_property
     def hosts(self) -> list[str]:
         """The hosts with results in this stack (the grid's columns)."""
         return sorted({r.host_label for c in self.cells for r in c.results})
 
-    @property
+    @cached_property
     def host_drivers(self) -> dict[str, str]:
         """Per host of the grid: its NVIDIA driver ("none" for a host without one)."""
         return {r.host_label: str(r.host.get("driver") or "none") for c in self.cells for r in c.results}
@@ -319,7 +320,7 @@ class StackReport:
         """The distinct values of an axis across the stack's cells, in natural order."""
         return sorted({c.pins[axis] for c in self.cells if axis in c.pins}, key=natural_key)
 
-    @property
+    @cached_property
     def counts(self) -> dict[str, int]:
         return dict(Counter(c.status for c in self.cells))
 
@@ -510,9 +511,8 @@ def failure_to_dict(cell: CellRow, result: SmokeResult) -> dict[str, Any]:
             "last_pass": history.last_pass.to_dict() if history.last_pass else None}
 
 
-def report_to_dict(report: Report, *, with_logs: bool = False, with_results: bool = True) -> dict[str, Any]:
-    """The JSON form (``pinmatrix-report/1``); the HTML page embeds it without the per-host results (its
-    scripts need pins and statuses; the results are in the page itself)."""
+def report_head(report: Report) -> dict[str, Any]:
+    """The JSON form's fields before its stacks: schema, title, counts, what broke, the arch scan."""
     return {
         "schema": "pinmatrix-report/1",
         "title": report.title,
@@ -521,32 +521,35 @@ def report_to_dict(report: Report, *, with_logs: bool = False, with_results: boo
         "smoke_counts": report.smoke_counts,
         "failures": [failure_to_dict(c, r) for c, r in report.failures],
         **({"arch_scan": report.arch_scan} if report.arch_scan else {}),
-        "stacks": [
-            {
-                "name": s.name,
-                "description": s.description,
-                "status": s.status,
-                "axes": s.axes,
-                "fixed": s.fixed,
-                "smokes": s.smokes,
-                "pivot": list(s.pivot) if s.pivot else None,
-                "counts": s.counts,
-                "hosts": s.hosts,
-                "host_drivers": s.host_drivers,
-                "cells": [
-                    {
-                        "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
-                        "status": c.status, "status_label": c.status_label, "skipped": c.skipped,
-                        "required_smokes": c.required, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
-                        "min_driver": c.min_driver, "compute_capability": c.compute_capability,
-                        "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
-                        "host_status": c.host_status(s.hosts), "driver_status": c.driver_status,
-                        **({"results": [r.to_dict(with_log=with_logs) for r in c.results],
-                            "history": {k: h.to_dict() for k, h in c.history.items()}} if with_results else {}),
-                    }
-                    for c in s.cells
-                ],
-            }
-            for s in report.stacks
-        ],
     }
+
+
+def stack_head(stack: StackReport) -> dict[str, Any]:
+    """One stack's JSON fields but its cells."""
+    return {"name": stack.name, "description": stack.description, "status": stack.status, "axes": stack.axes,
+            "fixed": stack.fixed, "smokes": stack.smokes, "pivot": list(stack.pivot) if stack.pivot else None,
+            "counts": stack.counts, "hosts": stack.hosts, "host_drivers": stack.host_drivers}
+
+
+def cell_to_dict(c: CellRow, hosts: Sequence[str], *, with_logs: bool = False,
+                 with_results: bool = True) -> dict[str, Any]:
+    """One cell of a stack whose grid has ``hosts``; its latest results and history only ``with_results``."""
+    return {
+        "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
+        "status": c.status, "status_label": c.status_label, "skipped": c.skipped,
+        "required_smokes": c.required, "failure_class": c.failure_class, "smoke_status": c.smoke_status,
+        "min_driver": c.min_driver, "compute_capability": c.compute_capability,
+        "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
+        "host_status": c.host_status(hosts), "driver_status": c.driver_status,
+        **({"results": [r.to_dict(with_log=with_logs) for r in c.results],
+            "history": {k: h.to_dict() for k, h in c.history.items()}} if with_results else {}),
+    }
+
+
+def report_to_dict(report: Report, *, with_logs: bool = False, with_results: bool = True) -> dict[str, Any]:
+    """The JSON form (``pinmatrix-report/1``) as one object; ``report.jsonstream`` writes the same, a cell at a
+    time."""
+    return {**report_head(report), "stacks": [
+        {**stack_head(s), "cells": [cell_to_dict(c, s.hosts, with_logs=with_logs, with_results=with_results)
+                                    for c in s.cells]}
+        for s in report.stacks]}
