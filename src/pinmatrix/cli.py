@@ -25,7 +25,11 @@ PIPELINE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("upgrade: the next upgrade, read from the packages themselves", (
         ("outdated", "list the newer releases of every pinned package axis per stack, with their upload dates"),
         ("propose", "propose coherent candidate cells that move coupled pins together, each locked or pruned "
-                    "with the reason"))),
+                    "with the reason"),
+        ("upstream", "report each patch's and known issue's upstream PR or issue: merged or not, in a release's "
+                     "files or not"),
+        ("canary", "build and smoke the proposed candidates, then report per candidate what changes against the "
+                   "stack's known-good cell"))),
     ("lock: pin every cell with hashes", (
         ("lock", "lock each cell with uv into locks/<cell-id>.txt (pins + sha256 hashes)"),)),
     ("image: assemble one OCI image per cell", (
