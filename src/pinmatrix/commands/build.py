@@ -20,6 +20,7 @@ from pinmatrix.commands._registry import pushing
 from pinmatrix.engine import ENGINE_NAMES, OCIEngine
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.annotations import image_origin
 from pinmatrix.image.assembly.assemble import describe
 from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.image.build import CellBuilder, build_all
@@ -119,13 +120,14 @@ def _ensure_locks(cells: list[Cell], settings: LockSettings, console: Console) -
 
 
 def settings_for(args: argparse.Namespace, matrix_root: Path, registry: str | None, ca: list[str],
-                 ca_in_images: bool) -> BuildSettings:
+                 ca_in_images: bool, source: str | None = None) -> BuildSettings:
     cache = args.cache_dir or matrix_root / CACHE_DIR
     return BuildSettings(
         root=matrix_root, cache_dir=cache, logs_dir=args.logs_dir or matrix_root / BUILD_LOGS_DIR,
         registry=registry, ca_certificates=tuple(Path(p) for p in ca), ca_in_images=ca_in_images,
         push=args.push, layout_dir=args.layout or matrix_root / OCI_DIR,
         merge_below=parse_size(args.merge_below, "--merge-below", minimum=0),
+        origin=image_origin(matrix_root, source),  # a bad SOURCE_DATE_EPOCH is refused before any lock or build
     )
 
 
@@ -164,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     err = console(sys.stderr)
     registry_setting = args.registry or matrix.settings.registry or None
     settings = settings_for(args, root, registry_setting, list(matrix.settings.ca_certificates),
-                            bool(getattr(matrix.settings, "ca_certificates_in_images", False)))
+                            bool(getattr(matrix.settings, "ca_certificates_in_images", False)),
+                            matrix.settings.source)
     if args.no_lock:
         lock_problems = {c.id: f"no lock: run `pinmatrix lock -k {c.id}`" for c in cells
                          if not lock_path(c, root).is_file()}

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.image.annotations import ImageOrigin
 from pinmatrix.image.assembly.assemble import AssembledImage, AssemblySettings
 from pinmatrix.image.assembly.merge import DEFAULT_MERGE_BELOW
 from pinmatrix.imageref import image_ref
@@ -38,6 +39,7 @@ class BuildSettings:
     load: bool = True  # load each image into the engine's store
     authfile: Path | None = None
     merge_below: int = DEFAULT_MERGE_BELOW  # wheels smaller than this many bytes share one layer; 0: each its own
+    origin: ImageOrigin = ImageOrigin()  # source, revision, SOURCE_DATE_EPOCH: the manifests' annotations
 
     @property
     def images_dir(self) -> Path:
@@ -51,7 +53,8 @@ class BuildSettings:
         return AssemblySettings(root=self.root, cache_dir=self.cache_dir, layout_dir=self.layout,
                                 smoke_dir=self.smoke_dir, extra_ca=self.ca_certificates,
                                 ca_in_images=self.ca_in_images, compression=self.compression, jobs=jobs,
-                                registry_authfile=self.authfile, merge_below=self.merge_below)
+                                registry_authfile=self.authfile, merge_below=self.merge_below,
+                                origin=self.origin)
 
 
 @dataclass

@@ -249,11 +249,15 @@ class OCILayout:
         return {"mediaType": MEDIA_TYPE_CONFIG, "digest": self.put_blob(body), "size": len(body)}
 
     def put_manifest(self, ref: str, config: dict[str, Any], layers: Sequence[LayerDescriptor],
-                     annotations: dict[str, str] | None = None) -> str:
+                     annotations: dict[str, str] | None = None,
+                     manifest_annotations: dict[str, str] | None = None) -> str:
         """The image manifest of the config descriptor ``config`` and ``layers`` (bottom first), stored and named
-        ``ref``; its digest."""
-        manifest = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST, "config": config,
-                    "layers": [layer.as_oci() for layer in layers]}
+        ``ref``; its digest. ``annotations`` go on its ``index.json`` entry, ``manifest_annotations`` (when any)
+        into the manifest itself, so into its digest."""
+        manifest: dict[str, Any] = {"schemaVersion": 2, "mediaType": MEDIA_TYPE_MANIFEST, "config": config,
+                                    "layers": [layer.as_oci() for layer in layers]}
+        if manifest_annotations:
+            manifest["annotations"] = dict(sorted(manifest_annotations.items()))
         return self.put_image(ref, manifest, annotations)
 
     def put_image(self, ref: str, manifest: dict[str, Any], annotations: dict[str, str] | None = None) -> str:

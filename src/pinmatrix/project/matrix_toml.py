@@ -25,6 +25,7 @@ from pinmatrix.names import (
     SmokeSelector,
     shown,
 )
+from pinmatrix.project.checkout import source_url
 from pinmatrix.project.document import Where, document_text, load_document
 from pinmatrix.project.tomlpos import TomlLocator
 
@@ -246,6 +247,7 @@ class KnownIssueSpec(Strict):
     failure_class: Name | None = Field(default=None, alias="class")
     note: FreeText
     source: OneLine = ""
+    upstream: OneLine = ""  # the upstream PR or issue URL of its fix or report (`pinmatrix upstream` reads it)
     boundary: Boundary | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -286,6 +288,7 @@ class Settings(Strict):
     python: str = "3.13"
     platform: str = "x86_64-manylinux_2_28"
     registry: str = "127.0.0.1:5000/pinmatrix"
+    source: str | None = None  # the repository URL images name (org.opencontainers.image.source: image/annotations.py)
     engine: Literal["auto", "docker", "podman"] = "auto"
     exclude_newer: OneLine | None = None  # ISO 8601; makes locks reproducible as the index grows
     torch_index: HttpUrl | None = None  # URL template with {cuda_nodot}, for non-default CUDA variants of torch
@@ -299,6 +302,7 @@ class Settings(Strict):
 
     _platform = field_validator("platform")(classmethod(lambda cls, v: _check_platform(v)))
     _registry = field_validator("registry")(classmethod(lambda cls, v: names.check_registry(v)))
+    _source = field_validator("source")(classmethod(lambda cls, v: None if v is None else source_url(v)))
 
     @field_validator("python")
     @classmethod

@@ -6,7 +6,8 @@
 Every layer is keyed by what it contains (a wheel's layer by the wheel's sha256, the Python and the layout
 format), so any two cells that hold the same wheel share that layer whatever else differs. The image's
 ``io.pinmatrix.inputs`` is the hash of every layer key and the config: when the layout already holds the cell's
-image with the same inputs, nothing is done."""
+image with the same inputs, nothing is done (but its manifest's annotations, image/annotations.py, when they
+changed: a new commit or SOURCE_DATE_EPOCH names the same config and layers anew)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
+from pinmatrix.image.annotations import ImageOrigin, image_annotations
 from pinmatrix.image.assembly import aot_plan, crossaot, merge
 from pinmatrix.image.assembly.loadcheck import check_layers, scanned_beside, summary
 from pinmatrix.image.assembly.lockcheck import checked_lock
@@ -90,6 +92,7 @@ class AssemblySettings:
     merge_below: int = 0  # wheels smaller than this many bytes share one layer (image/assembly/merge.py); 0: none
     registry_authfile: Path | None = None
     check_runnable: bool = True  # every ELF's interpreter and libraries resolve in the image (loadcheck.py)
+    origin: ImageOrigin = ImageOrigin()  # source, revision, SOURCE_DATE_EPOCH: the manifests' annotations
 
     def layout(self) -> OCILayout:
         return OCILayout(self.layout_dir).init()
@@ -487,7 +490,8 @@ class Assembler:
                             [d.digest for d in base.layers], merge.MERGE_FORMAT, self.settings.max_layers, *merged)
         labels[INPUTS] = image.inputs
         context: dict[str, object] = {"base": base, "venv": venv, "wheels": wheels, "labels": labels, "env": env,
-                                      "epoch": epoch, "smoke": smoke, "aot": aot}
+                                      "epoch": epoch, "smoke": smoke, "aot": aot,
+                                      "annotations": image_annotations(cell, self.settings.origin, epoch)}
         return image, context
 
     def assemble(self, cell: Cell, lock_text: str, ref: str, log: Path,
@@ -503,6 +507,9 @@ class Assembler:
         stored = self.layout.image(ref)
         if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
             image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
+            if stored.manifest.get("annotations") != ctx["annotations"]:  # another revision or SOURCE_DATE_EPOCH:
+                image.digest = self.layout.put_image(ref, {**stored.manifest, "annotations": ctx["annotations"]},
+                                                     stored.annotations)  # the same config and layers, annotated anew
             self._store_remote([*image.layers[1:], *([image.merged] if image.merged else [])])
             if image.merged is not None:  # the layers as the image holds them, as a build would have left them
                 image.layers, image.merged = _spliced(image.layers, set(image.merge_by_size), image.merged), None
@@ -510,7 +517,8 @@ class Assembler:
             return image
         job = _CellJob(cell=cell, image=image, log=log, on_step=on_step, on_blob=on_blob,
                        base=ctx["base"], venv=ctx["venv"], wheels=ctx["wheels"],  # type: ignore[arg-type]
-                       epoch=ctx["epoch"], by_name={p.name: p for p in image.layers})  # type: ignore[arg-type]
+                       epoch=ctx["epoch"], by_name={p.name: p for p in image.layers},  # type: ignore[arg-type]
+                       annotations=ctx["annotations"])  # type: ignore[arg-type]
         if self.remote is not None:
             self._prefetch(image)
         job.hand_over()
@@ -678,7 +686,8 @@ class Assembler:
                               cmd=CELL_CMD, base_env=base.env)
         config_descriptor = self.layout.put_config(config)
         image.digest = self.layout.put_manifest(ref, config_descriptor, descriptors,
-                                                {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id})
+                                                {INPUTS: image.inputs, "io.pinmatrix.cell.id": cell.id},
+                                                job.annotations)
         image.config_digest = config_descriptor["digest"]
 
 
@@ -695,6 +704,7 @@ class _CellJob:
     log: Path
     on_step: Callable[[str], None]
     by_name: dict[str, PlannedLayer]  # the planned layers by name, before the small wheels are merged
+    annotations: dict[str, str] = field(default_factory=dict)  # the manifest's (image/annotations.py)
     on_blob: Callable[[LayerDescriptor], None] = lambda layer: None
     _handed: set[str] = field(default_factory=set)
     _handing: threading.Lock = field(default_factory=threading.Lock)

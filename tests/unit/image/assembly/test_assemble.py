@@ -302,7 +302,7 @@ def test_the_plan_says_what_is_cached_and_what_would_be_downloaded(project: Proj
     assert planned["cell"] == project.cell.id and planned["digest"] is None and planned["config"] is None
     assert [layer["download"] for layer in planned["layers"]] == [  # type: ignore[union-attr]
         None, None, len(project.data["alpha"]), len(project.data["beta"]), None]
-    assert set(context) == {"base", "venv", "wheels", "labels", "env", "epoch", "smoke", "aot"}
+    assert set(context) == {"base", "venv", "wheels", "labels", "env", "epoch", "smoke", "aot", "annotations"}
     built = project.assemble()
     again, _ = project.assembler.plan(project.cell, project.lock(), project.log)
     assert all(p.cached for p in again.layers) and all(p.download is None for p in again.layers)
