@@ -23,7 +23,7 @@ _OUTCOME: dict[str, Outcome] = {"pass": "ok", "xpass": "ok", "fail": "bad", "deg
 
 
 @dataclass(frozen=True)
-class SmokeResult:
+class RecordedSmoke:
     """One smoke's latest plain result on one host."""
 
     status: str
@@ -44,7 +44,7 @@ class CanarySide:
     cell_id: str
     name: str
     pins: dict[str, str]
-    results: dict[tuple[str, str], SmokeResult] = field(default_factory=dict)
+    results: dict[tuple[str, str], RecordedSmoke] = field(default_factory=dict)
     expectations: dict[str, str] | None = None
     arch: frozenset[str] | None = None
     image_bytes: int | None = None
@@ -114,7 +114,7 @@ def bisect_argv(stack: str, smoke: str, axis: str, old: str, new: str, fixed: di
     return ("pinmatrix", "bisect", "version", smoke, "--stack", stack, "--axis", axis, *span, *fixes)
 
 
-def _change(before: SmokeResult | None, after: SmokeResult | None) -> Change | None:
+def _change(before: RecordedSmoke | None, after: RecordedSmoke | None) -> Change | None:
     """The (smoke, host) pair's change; None when it passes on both sides."""
     b, a = before.outcome if before else "none", after.outcome if after else "none"
     if "none" in (a, b):

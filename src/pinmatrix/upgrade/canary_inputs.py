@@ -21,7 +21,7 @@ from pinmatrix.paths import STATE_DIR
 from pinmatrix.project.document import load_document
 from pinmatrix.project.lockfile import parse_lock
 from pinmatrix.results.store import ResultsStore
-from pinmatrix.upgrade.canary import CanarySide, SmokeResult
+from pinmatrix.upgrade.canary import CanarySide, RecordedSmoke
 
 CANARY_DIR = STATE_DIR / "canary"
 BUILD_RECORD = CANARY_DIR / "builds.json"  # cell id -> what `build --metadata-file` writes of it
@@ -100,11 +100,11 @@ def image_bytes(layout_dir: Path, ref: str) -> int | None:
     return int(image.manifest["config"]["size"]) + sum(int(layer["size"]) for layer in image.manifest["layers"])
 
 
-def latest_results(store: ResultsStore, cell_id: str) -> dict[tuple[str, str], SmokeResult]:
+def latest_results(store: ResultsStore, cell_id: str) -> dict[tuple[str, str], RecordedSmoke]:
     """(smoke, host) -> the cell's latest plain result there (bisect probes left out, as the store does)."""
     if not store.path.is_file():
         return {}
-    return {(r.smoke, r.host.label()): SmokeResult(r.status, r.reason, r.known_issue)
+    return {(r.smoke, r.host.label()): RecordedSmoke(r.status, r.reason, r.known_issue)
             for r in store.query(cell_id=cell_id, latest_only=True)}
 
 
