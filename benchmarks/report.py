@@ -1,10 +1,11 @@
 """Reporting on a large results store, on one core. Target: 2,000 cells x 12 smokes x 2 hosts (48,000
-latest results, 96,000 records in the store) read from SQLite and rendered as HTML, Markdown, JUnit XML
-and JSON in under 15 s.
+latest results, 96,000 records in the store) read from SQLite, joined into the model and written as HTML
+(index.html and its detail pages), Markdown, JUnit XML and JSON in under 15 s, with an index.html under 5 MB.
 
 Cells and records are generated (three stacks, driver x torch x xformers x env axes); every 7th smoke
 fails with a class and a reason, so the failure paths render too. The store is written first (not timed),
-then timed: query (every record, oldest first), model (latest per cell x host x smoke), each renderer."""
+then timed: query (every record, oldest first), model (latest per cell x host x smoke), each format written
+to its files (the way `pinmatrix report` writes them)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pinmatrix.report.write import write_reports
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 
 TARGET_S = 15.0
+TARGET_HTML_MB = 5.0
 CELLS = 20 if os.environ.get("PINMATRIX_BENCH_SMALLEST") == "1" else 2_000
 SMOKES = [f"smoke-{i:02d}" for i in range(12)]
 
@@ -82,6 +84,7 @@ def run() -> dict[str, object]:
         figures["html_pages"] = len(pages)
         figures["html_pages_mb"] = round(sum(p.stat().st_size for p in pages) / 1e6, 2)
         figures["total_s"] = round(total, 3)
-        figures["target"] = f"query + model + 4 renderings of {CELLS} cells x {len(SMOKES)} smokes x 2 hosts < {TARGET_S:g} s"
-        figures["target_met"] = total < TARGET_S
+        figures["target"] = (f"query + model + 4 renderings of {CELLS} cells x {len(SMOKES)} smokes x 2 hosts "
+                             f"< {TARGET_S:g} s, index.html < {TARGET_HTML_MB:g} MB")
+        figures["target_met"] = total < TARGET_S and (out / "index.html").stat().st_size / 1e6 < TARGET_HTML_MB
     return figures
