@@ -17,7 +17,8 @@ from pinmatrix.project.catalogue import SmokeError, find_smoke_dir, load_catalog
 from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.project.policy import policy_for
 from pinmatrix.release.promote import required_smoke_names
-from pinmatrix.report.model import SEVERITY, STATUS_LABELS, report_to_dict
+from pinmatrix.report.jsonstream import write_json
+from pinmatrix.report.model import SEVERITY, STATUS_LABELS
 from pinmatrix.report.settings import ReportSettings, publish
 from pinmatrix.results.store import DEFAULT_PATH, ResultsStore, SmokeRecord
 from pinmatrix.sanitize import terminal_text
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     for line in outcome.annotations:  # GitHub Actions reads workflow commands from stdout and stderr
         say(line)
     if args.json:
-        print(json.dumps(report_to_dict(outcome.report), indent=2, sort_keys=True))
+        write_json(outcome.report, sys.stdout)  # streamed: a fleet's report is never one string
     if outcome.failing:
         say(terminal_text(f"{len(outcome.failing)} cells at or past {args.fail_on}: "
                           + ", ".join(f"{c.id} ({c.status})" for c in outcome.failing)))

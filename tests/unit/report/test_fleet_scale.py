@@ -170,3 +170,17 @@ def test_a_cells_link_opens_its_details_page_in_chromium(written) -> None:  # no
         assert f"CUDA error in cell {int(failing.id, 16)}" in browser.evaluate(f"{section}.innerText")
         top = browser.evaluate(f"{section}.getBoundingClientRect().top")
         assert 0 <= top < 900  # scrolled to it
+
+
+def test_report_json_on_stdout_is_the_file(tmp_path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    from pinmatrix.cli import main
+
+    monkeypatch.chdir(tmp_path)  # no matrix.toml: cells are named by id
+    cell = make_cell("c0ffee000001", "s", {"n": "1"}, smokes=("a",))
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([rec(cell, "a", "fail", failure_class="oom").to_dict()]))
+    assert main(["report", "--results", str(tmp_path / "none.sqlite"), "--from-json", str(rows), "--out",
+                 str(tmp_path / "out"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "out" / "report.json").read_text())
+    assert printed["failures"][0]["cell"] == "c0ffee000001"
