@@ -123,19 +123,22 @@ def expectations(cell: Cell) -> dict[str, str]:
 
 
 def lock_pins(lock: Path, axes: list[str]) -> tuple[str, dict[str, str]]:
-    """(the cell name its header gives, axis -> version) from a lock: each package axis's locked version."""
+    """(the cell name its header gives, axis -> value) from a lock: the axes its name shows, and each package
+    axis's locked version."""
     try:
         text = lock.read_text(encoding="utf-8")[:MAX_RECORD_BYTES]
     except (OSError, UnicodeDecodeError) as err:
         raise PinmatrixError(f"{lock}: cannot read the candidate's lock: {err}") from None
     header = _HEADER.match(text)
+    name = header.group(2) if header else lock.stem
+    inner = name.partition("[")[2].rpartition("]")[0]  # "d[env=default,six=1.17.0]": the axes the stack varies
+    pins = dict(part.split("=", 1) for part in inner.split(",") if "=" in part)
     by_name = parse_lock(text, str(lock)).by_name()
-    pins = {}
     for axis in axes:
         entry = by_name.get(canonicalize_name(AXIS_DISTRIBUTION.get(axis, axis)))
         if entry is not None:
             pins[axis] = entry.version
-    return (header.group(2) if header else lock.stem), pins
+    return name, pins
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,121 @@
+"""``pinmatrix canary --compare-only``: a candidate that is no cell of matrix.toml (a propose candidate whose lock
+propose wrote under --lock-dir), its results imported with ``pinmatrix results --import`` as a GPU host's run
+would be, compared with the stack's promoted cell (the nearest of them, the newest first), or, when none is
+promoted, with the matrix's cell of the same variant, said so. Nothing is built or run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pinmatrix.cli import main
+from pinmatrix.matrix.selection import load
+from pinmatrix.project.known_good import record_promotion
+from pinmatrix.results.store import HostFingerprint, SmokeRecord
+
+MATRIX = """
+[matrix]
+name = "t"
+python = "3.13"
+[matrix.base]
+kind = "mmdebstrap"
+suite = "trixie"
+[stacks.d]
+smokes = ["host-probe", "python-imports"]
+gpu_required = false
+[stacks.d.packages]
+six = ["1.16.0"]
+[stacks.d.axes]
+env = [{}, { label = "other", vars = { X = "1" } }]
+"""
+CAND = "abcdef123456"
+H200 = HostFingerprint.make(hostname="h200", gpu_name="NVIDIA H200", gpu_count=1, driver="580.95.05",
+                            capability="9.0")
+
+
+def _rec(cell: str, smoke: str, status: str, host: HostFingerprint = H200) -> dict[str, object]:
+    return SmokeRecord(cell_id=cell, stack="d", host=host, smoke=smoke, run_id="r1", status=status,
+                       failure_class=None, reason=f"{smoke} said {status}", metrics={}, log_path=None,
+                       started_at="2026-12-04T00:00:00+00:00", finished_at="2026-12-04T00:00:01+00:00",
+                       duration_s=1.0, known_issue=None, image_digest=None).to_dict()
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "matrix.toml").write_text(MATRIX, encoding="utf-8")
+    locks = tmp_path / "cand" / "locks"
+    locks.mkdir(parents=True)
+    (locks / f"{CAND}.txt").write_text(
+        f"# pinmatrix lock for cell {CAND}: d[env=default]\n# python 3.13\n"
+        "six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n    # via -r requirements.in\n", encoding="utf-8")
+    return {"root": tmp_path, "matrix": tmp_path / "matrix.toml", "results": tmp_path / "r.sqlite",
+            "kg": tmp_path / "known-good.toml", "lockdir": tmp_path / "cand"}
+
+
+def _import(p: dict[str, Path], rows: list[dict[str, object]], capsys: pytest.CaptureFixture[str]) -> None:
+    exported = p["root"] / "from-gpu-host.json"
+    exported.write_text(json.dumps(rows), encoding="utf-8")
+    assert main(["results", "--results", str(p["results"]), "--import", str(exported)]) == 0
+    assert capsys.readouterr().out.startswith(f"imported {len(rows)} record(s)")
+
+
+def _promote(p: dict[str, Path], cell_id: str, when: str) -> None:
+    record_promotion(p["kg"], {"stack": "d", "cell_id": cell_id, "digest": "sha256:" + "1" * 64,
+                               "reference": f"r/d@sha256:{'1' * 64}", "promoted_at": when,
+                               "pins": {"six": "1.16.0", "env": "default" if "default" in when else "other"}})
+
+
+def _compare(p: dict[str, Path], capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:
+    code = main(["canary", str(p["matrix"]), "--compare-only", "--candidate", CAND, "--lock-dir", str(p["lockdir"]),
+                 "--results", str(p["results"]), "--known-good-file", str(p["kg"]), "--json", *extra])
+    out = capsys.readouterr()
+    return code, json.loads(out.out) if code in (0, 1) else {"err": out.err}
+
+
+def test_an_imported_candidate_outside_the_matrix_against_the_promoted_cell(
+        project: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, expansion = load(project["matrix"])
+    default, other = sorted(expansion.cells, key=lambda c: c.name)
+    _promote(project, default.id, "2026-12-01 default")
+    _promote(project, other.id, "2026-12-02 other")  # newer, but another variant: further from the candidate
+    _import(project, [_rec(default.id, "host-probe", "pass"), _rec(default.id, "python-imports", "pass"),
+                      _rec(CAND, "host-probe", "pass"), _rec(CAND, "python-imports", "fail")], capsys)
+    code, data = _compare(project, capsys)
+    assert code == 1, data  # a smoke newly fails
+    [diff] = data["comparisons"]
+    assert diff["candidate"] == {"id": CAND, "name": "d[env=default]"}
+    assert diff["baseline"] == {"id": default.id, "name": default.name, "source": "known-good, promoted 2026-12-01 default"}
+    assert diff["moved"] == {"six": {"from": "1.16.0", "to": "1.17.0"}}
+    assert diff["axes_one_side_only"] == []  # env from the lock's header (the cell's name), six from its pins
+    [change] = diff["smokes"]
+    assert change["change"] == "newly failing" and change["smoke"] == "python-imports"
+    assert change["bisect"] == ("pinmatrix bisect version python-imports --stack d --axis six --range '>=1.16.0,<=1.17.0' --fix env=default")
+    assert diff["unchanged_passing"] == 1
+    assert diff["expectations"] == ["expectations: not known for the candidate (no cell of the matrix has its id)"]
+
+
+def test_with_nothing_promoted_the_matrix_cell_of_the_same_variant_stands_in_and_says_so(
+        project: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, expansion = load(project["matrix"])
+    _import(project, [_rec(CAND, "host-probe", "pass")], capsys)
+    code, data = _compare(project, capsys)
+    assert code == 0
+    [diff] = data["comparisons"]
+    default = next(c for c in expansion.cells if c.pins.get("env") == "default")
+    assert diff["baseline"]["id"] == default.id
+    assert diff["baseline"]["source"] == ("no cell of stack d is promoted: the matrix's current cell of the same "
+                                          "variant stands in")
+    assert [s["change"] for s in diff["smokes"]] == ["not run"]  # the baseline has no result on that host
+
+
+def test_a_candidate_with_no_results_or_no_lock_is_one_line(project: dict[str, Path],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _import(project, [_rec("bbbbbbbbbbbb", "host-probe", "pass")], capsys)
+    code, out = _compare(project, capsys)
+    assert code == 2 and "holds no result of it" in out["err"] and len(out["err"].splitlines()) == 1
+    _import(project, [_rec(CAND, "host-probe", "pass")], capsys)
+    (project["lockdir"] / "locks" / f"{CAND}.txt").unlink()
+    code, out = _compare(project, capsys)
+    assert code == 2 and "its lock is not in" in out["err"]
