@@ -18,13 +18,17 @@ from dataclasses import dataclass, field
 from pep691 import serve_handler
 
 
-def wheel_bytes(name: str, version: str, requires: list[str], padding: int = 0) -> bytes:
-    """A wheel whose METADATA requires ``requires``; ``padding`` bytes of an incompressible member before it."""
+def wheel_bytes(name: str, version: str, requires: list[str], padding: int = 0,
+                members: dict[str, bytes] | None = None) -> bytes:
+    """A wheel whose METADATA requires ``requires``; ``padding`` bytes of an incompressible member before it;
+    ``members``: more files (path -> bytes)."""
     buf = io.BytesIO()
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         if padding:
             zf.writestr("blob.bin", hashlib.sha256(b"x").digest() * (padding // 32), zipfile.ZIP_STORED)
+        for path, data in (members or {}).items():
+            zf.writestr(path, data)
         meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
             f"Requires-Dist: {r}\n" for r in requires) + "\nA description.\n"
         zf.writestr(f"{dist}/METADATA", meta)
@@ -43,6 +47,7 @@ class FakeIndex:
     delay: float = 0.0
     served_bytes: int = 0
     files: dict[str, bytes] = field(default_factory=dict)
+    members: dict[str, dict[str, bytes]] = field(default_factory=dict)  # "name==version" -> more wheel files
 
     def filename(self, name: str, version: str) -> str:
         return f"{name.replace('-', '_')}-{version}-py3-none-manylinux_2_28_x86_64.whl"
@@ -51,7 +56,7 @@ class FakeIndex:
         entries = []
         for version, (uploaded, requires) in self.projects[name].items():
             fname = self.filename(name, version)
-            body = wheel_bytes(name, version, requires, self.padding)
+            body = wheel_bytes(name, version, requires, self.padding, self.members.get(f"{name}=={version}"))
             self.files[fname] = body
             meta = zipfile.ZipFile(io.BytesIO(body)).read(
                 f"{name.replace('-', '_')}-{version}.dist-info/METADATA")

@@ -175,6 +175,22 @@ def _ranged_metadata(http: BoundedHttp, file: ReleaseFile) -> bytes:
         raise IndexAnswerError(f"{file.filename}: cannot read its METADATA through byte ranges: {err}") from None
 
 
+def read_wheel_members(http: BoundedHttp, file: ReleaseFile, names: list[str], limit: int) -> dict[str, bytes]:
+    """The members ``names`` of the remote wheel ``file``, read through byte ranges as its METADATA is (the zip's
+    directory, then each member; its CRC checked); a name the wheel lacks is left out, a member larger than
+    ``limit`` bytes refused."""
+    try:
+        with zipfile.ZipFile(io.BufferedReader(_RangeFile(http, file.url), buffer_size=_TAIL)) as zf:
+            found = {i.filename: i for i in zf.infolist() if i.filename in names}
+            for info in found.values():
+                if info.file_size > limit:
+                    raise IndexAnswerError(f"{file.filename}: {info.filename[:120]} is {info.file_size} bytes, "
+                                           f"more than {limit}")
+            return {name: zf.read(info) for name, info in found.items()}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as err:
+        raise IndexAnswerError(f"{file.filename}: cannot read its members through byte ranges: {err}") from None
+
+
 class MetadataCache:
     """The cache of wheel metadata under ``root`` (``NAME/VERSION.json``): read by expansion, written by the
     steps that ask the index."""
