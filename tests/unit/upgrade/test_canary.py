@@ -33,10 +33,10 @@ def test_a_smoke_that_passed_and_now_fails_is_newly_failing_and_the_reverse_newl
 
 
 def test_skipped_infrastructure_error_and_not_run_are_kept_apart_and_never_failures() -> None:
-    got = _changes({"gpu": "pass", "infra": "pass", "gone": "pass", "both": "skip"},
-                   {"gpu": "skip", "infra": "error", "new": "fail", "both": "skip"})
+    got = _changes({"gpu": "pass", "infra": "pass", "gone": "pass", "both": "skip", "mixed": "skip"},
+                   {"gpu": "skip", "infra": "error", "new": "fail", "both": "skip", "mixed": "error"})
     assert got == {"gpu": "skipped", "infra": "infrastructure error", "gone": "not run", "new": "not run",
-                   "both": "skipped"}
+                   "both": "skipped", "mixed": "infrastructure error"}
 
 
 def test_the_same_smoke_on_another_host_is_not_run_there_not_a_change_of_verdict() -> None:
@@ -95,6 +95,8 @@ def test_image_size_and_build_time_deltas_or_not_recorded() -> None:
     assert diff.build_time == "build time: 120.0 -> 90.0 s, -30.0 s (-25.0%)"
     assert compare("s", cand, _side(BASE_PINS, {}, image_bytes=1), "kg").build_time == \
         "build time: not recorded (baseline)"
+    assert compare("s", _side(BASE_PINS | {"torch": "2.14.0"}, {}), base, "kg").size == \
+        "image size: not recorded (candidate)"
 
 
 def test_axes_one_side_does_not_name_are_not_moved_pins() -> None:

@@ -35,10 +35,11 @@ H200 = HostFingerprint.make(hostname="h200", gpu_name="NVIDIA H200", gpu_count=1
                             capability="9.0")
 
 
-def _rec(cell: str, smoke: str, status: str, host: HostFingerprint = H200) -> dict[str, object]:
-    return SmokeRecord(cell_id=cell, stack="d", host=host, smoke=smoke, run_id="r1", status=status,
+def _rec(cell: str, smoke: str, status: str, run: str = "r1", finished: str = "2026-12-04T00:00:01+00:00"
+         ) -> dict[str, object]:
+    return SmokeRecord(cell_id=cell, stack="d", host=H200, smoke=smoke, run_id=run, status=status,
                        failure_class=None, reason=f"{smoke} said {status}", metrics={}, log_path=None,
-                       started_at="2026-12-04T00:00:00+00:00", finished_at="2026-12-04T00:00:01+00:00",
+                       started_at="2026-12-04T00:00:00+00:00", finished_at=finished,
                        duration_s=1.0, known_issue=None, image_digest=None).to_dict()
 
 
@@ -81,7 +82,8 @@ def test_an_imported_candidate_outside_the_matrix_against_the_promoted_cell(
     _promote(project, default.id, "2026-12-01 default")
     _promote(project, other.id, "2026-12-02 other")  # newer, but another variant: further from the candidate
     _import(project, [_rec(default.id, "host-probe", "pass"), _rec(default.id, "python-imports", "pass"),
-                      _rec(CAND, "host-probe", "pass"), _rec(CAND, "python-imports", "fail")], capsys)
+                      _rec(CAND, "host-probe", "pass"), _rec(CAND, "python-imports", "fail"),
+                      _rec(CAND, "python-imports", "pass", "r0", "2026-12-03T00:00:00+00:00")], capsys)  # older run
     code, data = _compare(project, capsys)
     assert code == 1, data  # a smoke newly fails
     [diff] = data["comparisons"]
