@@ -69,6 +69,14 @@ def test_a_cuda_without_declared_wheels_gets_no_toolchain_and_a_note(tmp_path: P
     assert "CUDA_HOME" not in cell_env(fi)
 
 
+def test_cuda_13_2_gets_its_toolchain_with_curand_headers(tmp_path: Path) -> None:
+    """torch 2.15.0's wheel is built for CUDA 13.2; FlashInfer 0.7.4's `gemm` module includes curand_kernel.h
+    (through CUTLASS's tensor_fill.h), so that toolchain carries the curand extra as well."""
+    fi = _cells(_matrix(tmp_path, smokes='["flashinfer-fp8-gemm"]', cuda="13.2"))["fi"]
+    assert "cuda-toolkit[cccl,crt,cudart,curand,nvcc,nvvm]==13.2.2" in fi.requirements
+    assert cell_env(fi)["CUDA_HOME"] == HOME
+
+
 def test_the_env_follows_the_lock_not_the_smokes_alone(tmp_path: Path) -> None:
     """A cell made without the toolchain requirement (an older expansion) gets no CUDA_HOME that would name a
     folder its image does not have."""
