@@ -79,6 +79,15 @@ def bisect(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def canary(session: nox.Session) -> None:
+    """Build and smoke the proposed upgrade candidates here and report what each changes against its stack's
+    known-good cell: `-- --stack S [--limit N] [--set AXIS=V ...] [--bisect] [--json]`; a GPU host's imported run:
+    `-- --compare-only --candidate ID --lock-dir DIR`. It fails when a smoke newly fails or a build failed."""
+    _install(session)
+    session.run("pinmatrix", "canary", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
 def report(session: nox.Session) -> None:
     """Write index.html, summary.md, junit.xml and report.json from the results store (`-- --stack S`).
 
