@@ -17,6 +17,7 @@ from fake_forge import FakeForge, pull, serve_forge
 from fake_index import FakeIndex, serve_index
 
 import pinmatrix.upgrade.sources as sources_module
+import pinmatrix.upgrade.upstream as upstream_module
 from pinmatrix.cli import main
 from pinmatrix.image.patch_probe import PatchFiles
 from pinmatrix.index.answers import BoundedHttp
@@ -243,3 +244,12 @@ pkg = PINS
                        ('["1.0", "1.2"]', ("keep", "contained in 1.1, but the matrix still pins 1.0"))):
         matrix = load_matrix(text=text.replace("PINS", pins))
         assert patch_proposal(matrix, matrix.patches["up"], None, None) == want
+
+
+def test_a_wheel_member_past_its_bound_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    forge: tuple[FakeForge, str]) -> None:
+    monkeypatch.setattr(upstream_module, "MAX_MEMBER", 20)
+    with serve_index(_index(PATCHED)) as url:
+        fix = _report(tmp_path, url, forge[1])["fix"]
+    assert fix.release is not None and (fix.release.verdict, fix.release.detail) == (
+        "not-read", f"pkg-1.1-py3-none-manylinux_2_28_x86_64.whl: pkg/mod.py is {len(PATCHED)} bytes, more than 20")
