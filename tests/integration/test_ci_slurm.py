@@ -206,7 +206,8 @@ def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project
     slow_job, gpu_slow_job = _job_id(captured.out, "slurm-slow-cpu"), _job_id(captured.out, "slurm-gpu-slow-h200")
     assert "time limit 1 min is shorter than its smokes' timeouts" in captured.err
 
-    assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu and not slow", "--submission-id", "fast"]) == 0
+    assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu and not slow", "--submission-id", "fast",
+                 "--verbose"]) == 0
     captured = capsys.readouterr()
     demo_job, gpu_job = _job_id(captured.out, "demo-cpu"), _job_id(captured.out, "slurm-gpu-h200")
     # the b200 pool does not fit the sm_90 cell: named, not submitted
@@ -291,7 +292,7 @@ def test_demo_and_gpu_smokes_through_slurm_arrays(slurm: dict[str, str], project
     # the cancelled and the preempted task (the scheduler ended them), not the one that ran out of time.
     assert main(["ci", "slurm", *common, "-k", "demo or slurm-gpu and not slow", "--submission-id", "fast2"]) == 0
     assert "nothing to submit: every task is recorded" in capsys.readouterr().err
-    assert main(["ci", "slurm", *common, "-k", "slow", "--submission-id", "slow2", "--print"]) == 0
+    assert main(["ci", "slurm", *common, "-k", "slow", "--submission-id", "slow2", "--print", "--verbose"]) == 0
     printed = capsys.readouterr()
     assert not (out / "slow2").exists()  # --print writes nothing
     again = dict(re.findall(r"# pinmatrix ci slurm: array (\S+), 1 task\(s\).*?\n  0\) CELL=(\w+) ", printed.out,
@@ -443,7 +444,7 @@ def test_image_runtime_tasks_pull_the_pushed_digest(oci_registry: str, tmp_path:
     digest = push_image(oci_registry, "slurmtest/h200", h200[0].id, "h200 image for slurm")
     (tmp_path / "pools.toml").write_text(POOLS)
     rc = main(["ci", "slurm", str(matrix_path), "--stack", "h200", "--pools", "pools.toml", "--runtime", "podman",
-               "--out", "subs", "--submission-id", "img", "--print"])
+               "--out", "subs", "--submission-id", "img", "--print", "--verbose"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     image = f"{oci_registry}/slurmtest/h200@{digest}"

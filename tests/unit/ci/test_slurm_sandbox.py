@@ -48,7 +48,7 @@ def _print(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 def test_sandbox_is_the_default_and_each_task_checks_its_node_then_smokes_the_digest(
         demo_layout: tuple[Path, str, str], tmp_path: Path) -> None:
     layout, cell, digest = demo_layout
-    done = _print(tmp_path, "--layout", str(layout))
+    done = _print(tmp_path, "--layout", str(layout), "--verbose")
     assert done.returncode == 0, done.stderr
     script = done.stdout
     assert re.search(rf"^  0\) CELL={cell} IMAGE=\S+@{digest} DIGEST={digest} ;;", script, re.M), script

@@ -1,15 +1,20 @@
 """ci/summary and `ci k8s`'s output: the cell x pools an emitter skipped are one summary line (counted by reason,
 the first cells named), not a line each; --verbose lists each. docs/examples/pools.toml, the shipped example, is
-a pools file `ci k8s --pools` accepts, and every GPU cell of the shipped matrix fits one of its pools."""
+a pools file `ci k8s --pools` accepts, and every GPU cell of the shipped matrix fits one of its pools. `ci slurm`
+likewise: one line for the skipped cell x pools, one for those already recorded (--verbose: a line each)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import yaml
 from k8s_pools import ROOT
 
+from pinmatrix.ci.slurm import SlurmPlan
 from pinmatrix.ci.summary import skipped_summary
 from pinmatrix.cli import main
+from pinmatrix.commands.ci import _slurm_lines
 from pinmatrix.matrix.selection import load
 
 EXAMPLE = ROOT / "docs" / "examples" / "pools.toml"
@@ -48,3 +53,30 @@ def test_k8s_says_what_it_skipped_in_one_line_and_the_example_pools_fit_every_gp
     assert main([*base, "-k", "not demo", "--verbose", "--no-validate"]) == 0
     each = [line for line in capsys.readouterr().err.splitlines() if line.startswith("skipped ")]
     assert sum(NO_IMAGE in line for line in each) == 3 and len(each) > 3  # and each pool that did not fit
+
+
+def test_slurm_says_what_it_skipped_and_found_recorded_in_one_line_each(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cells = [c for c in load(ROOT / "matrix.toml")[1].cells if c.gpu_required]
+    _fake_images(monkeypatch, {c.id for c in cells[:-3]})  # the last three were never pushed
+    base = ["ci", "slurm", str(ROOT / "matrix.toml"), "-k", "not demo", "--pools", str(EXAMPLE), "--runtime",
+            "podman", "--registry", "registry.test:5000/pm", "--smoke-dir", str(ROOT / "smoke"), "--out",
+            str(tmp_path / "subs"), "--results", str(tmp_path / "none.sqlite"), "--print"]
+    assert main(base) == 0
+    err = capsys.readouterr().err
+    skipped = [line for line in err.splitlines() if "skipped" in line]
+    assert len(skipped) == 1, err  # one line, however many cell x pools were skipped
+    assert skipped[0].startswith("ci slurm: skipped ") and "3 no image by digest in the registry" in skipped[0]
+    assert main([*base, "--verbose"]) == 0
+    each = [line for line in capsys.readouterr().err.splitlines() if line.startswith("skipped ")]
+    assert sum("no image by digest" in line for line in each) == 3 and len(each) > 3  # and each pool that did not fit
+
+
+def test_slurm_recorded_cells_are_one_line_and_each_with_verbose() -> None:
+    recorded = [f"{n:012x} demo[x={n}] x cpu: every smoke recorded on the host runtime" for n in range(30)]
+    planned = SlurmPlan(recorded=recorded, warnings=["abc x cpu: time limit 1 min is shorter"])
+    assert _slurm_lines(planned, verbose=False) == [
+        "ci slurm: 30 cell x pool(s) not submitted, every smoke recorded on the same image (--rerun submits them; "
+        "--verbose lists each)", "warning: abc x cpu: time limit 1 min is shorter"]
+    assert _slurm_lines(planned, verbose=True)[:2] == [f"recorded {recorded[0]}", f"recorded {recorded[1]}"]
+    assert len(_slurm_lines(planned, verbose=True)) == 31
