@@ -8,11 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.ci.canary import CanaryRun, CanarySettings, compare_only, run_canary
+from pinmatrix.ci.canary_workflow import canary_workflow, workflow_text
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.matrix.overrides import with_overrides
-from pinmatrix.matrix.selection import load
+from pinmatrix.matrix.selection import choose_cells, load
 from pinmatrix.paths import RESULTS_FILE
 from pinmatrix.project.matrix_toml import require_stack
 from pinmatrix.smoke.session import LAYOUT_RUNTIMES
@@ -96,3 +98,35 @@ def run(args: argparse.Namespace) -> int:
         for note in run_.notes:
             print(note)
     return 1 if any(d.of("newly failing") for d in run_.diffs) or any(not b.ok for b in run_.builds) else 0
+
+
+def register_ci(ci: argparse._SubParsersAction) -> None:
+    """``pinmatrix ci canary``: the scheduled workflow that runs this command (registered by commands/ci.py)."""
+    c = ci.add_parser("canary", help="a GitHub Actions workflow that runs the canary on a schedule, one job per stack",
+                      description="Print (or write with -o) a workflow that runs `nox -s canary -- --stack S` on a "
+                                  "schedule, one job per stack on a runner its cells can be smoked on (as `ci github` "
+                                  "labels them: GPU stacks on self-hosted runners with their GPU and driver labels), "
+                                  "and uploads each stack's comparison as JSON.",
+                      **examples("pinmatrix ci canary --stack h200 --cron '17 4 * * 1'",
+                                 "pinmatrix ci canary -o .github/workflows/canary.yml"))
+    add_matrix_argument(c)
+    c.add_argument("--stack", "-s", action="append", default=[], metavar="S", help="only stack S (repeatable)")
+    c.add_argument("--cron", default="17 4 * * 1", help="when it runs, five cron fields (default Mondays 04:17 UTC)")
+    c.add_argument("--limit", type=int, default=1, metavar="N", help="candidates per stack (default 1)")
+    c.add_argument("--cpu-runner", action="append", metavar="LABEL",
+                   help="runs-on labels of CPU-only stacks (repeatable; default: ubuntu-latest)")
+    c.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the workflow to FILE")
+    c.set_defaults(func=run_ci)
+
+
+def run_ci(args: argparse.Namespace) -> int:
+    matrix, expansion = load(args.matrix)
+    cells = [c for stack in (args.stack or [None]) for c in choose_cells(matrix, expansion, stack=stack)]
+    text = workflow_text(canary_workflow(cells, cron=args.cron, limit=args.limit,
+                                         cpu_runner=args.cpu_runner or ["ubuntu-latest"]))
+    if args.output:
+        atomic_write_text(args.output, text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return 0

@@ -30,9 +30,9 @@ from pinmatrix.ci.slurm import (
     submit,
 )
 from pinmatrix.ci.summary import skipped_summary
-from pinmatrix.commands.canary import register_ci as register_canary_workflow
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
 from pinmatrix.commands._registry import Need, pushing
+from pinmatrix.commands.canary import register_ci as register_canary_workflow
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef, RegistryError, image_ref
 from pinmatrix.matrix.selection import load
