@@ -7,26 +7,31 @@ known issue whose fix shipped proposes flipping its expectation; the rest are ke
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Protocol
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from pinmatrix.atomic import atomic_write_text
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_file
 from pinmatrix.index.wheel_metadata import choose_wheel, read_wheel_members
 from pinmatrix.matrix.compat import platform_arch
 from pinmatrix.matrix.expand import PACKAGE_AXES
+from pinmatrix.paths import CACHE_DIR
 from pinmatrix.project.matrix_toml import KnownIssueSpec, Matrix, Patch
 from pinmatrix.upgrade.forge import ForgeCache, ForgeClient, ForgeState, UpstreamRef, forge_state, parse_ref
 from pinmatrix.upgrade.outdated import pinned_versions
 from pinmatrix.upgrade.sources import UpgradeSources, age_words, distribution_of
 
-MAX_MEMBER = 4 << 20  # a patched source file; tiled_matmul_kernels.py is ~20 kB
+MAX_MEMBER = 4 << 20  # a patched source file; tiled_matmul_kernels.py is ~14 kB
+CHECKS_DIR = CACHE_DIR / "upstream-checks"  # each verdict of a patch (by sha256) against a wheel, with its date
 Proposal = Literal["drop-patch", "flip-expectation", "check", "keep", "unknown"]
 
 
@@ -48,6 +53,47 @@ class ReleaseCheck:
     wheel: str
     verdict: Literal["contains", "lacks", "changed", "not-read"]
     detail: str
+    checked_at: datetime | None = None  # when the wheel was read (a verdict from the cache keeps its date)
+    from_cache: bool = False
+
+
+class CachedCheck(BaseModel):
+    """A verdict as ``CHECKS_DIR`` keeps it, for --offline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    patch_sha256: str
+    package: str
+    version: str
+    wheel: str
+    verdict: Literal["contains", "lacks", "changed"]
+    detail: str
+    checked_at: datetime
+
+
+def _check_file(run: UpstreamRun, sha: str, wheel: str) -> Path:
+    return Path(run.matrix.root) / CHECKS_DIR / f"{hashlib.sha256(f'{sha} {wheel}'.encode()).hexdigest()[:32]}.json"
+
+
+def cached_check(run: UpstreamRun, sha: str, wheel: str) -> ReleaseCheck | None:
+    try:
+        with _check_file(run, sha, wheel).open("rb") as f:
+            c = CachedCheck.model_validate_json(f.read(1 << 16))
+    except (OSError, ValidationError, ValueError):
+        return None
+    if (c.patch_sha256, c.wheel) != (sha, wheel):
+        return None
+    return ReleaseCheck(c.package, c.version, c.wheel, c.verdict, c.detail, c.checked_at, from_cache=True)
+
+
+def keep_check(run: UpstreamRun, sha: str, check: ReleaseCheck) -> None:
+    if check.verdict == "not-read" or check.checked_at is None:
+        return
+    path = _check_file(run, sha, check.wheel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, CachedCheck(patch_sha256=sha, package=check.package, version=check.version,
+                                        wheel=check.wheel, verdict=check.verdict, detail=check.detail,
+                                        checked_at=check.checked_at).model_dump_json(indent=1) + "\n")
 
 
 @dataclass(frozen=True)
@@ -68,7 +114,8 @@ class UpstreamItem:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "upstream": self.upstream, "ref": str(self.ref) if self.ref else None,
                 "forge": self.forge.to_dict() if self.forge else None,
-                "release": self.release.__dict__ if self.release else None,
+                "release": {**asdict(self.release), "checked_at": self.release.checked_at.isoformat()
+                            if self.release.checked_at else None} if self.release else None,
                 "proposal": self.proposal, "reason": self.reason}
 
 
@@ -156,7 +203,8 @@ def release_check(run: UpstreamRun, spec: Patch) -> ReleaseCheck | None:
     if wheel is None:
         return ReleaseCheck(spec.package, version, "", "not-read", f"the index serves no wheel of it for {arch}")
     if run.offline:
-        return ReleaseCheck(spec.package, version, wheel.filename, "not-read", "offline: its wheel is not read")
+        return cached_check(run, spec.sha256, wheel.filename) or ReleaseCheck(
+            spec.package, version, wheel.filename, "not-read", "offline: its wheel is not read, no verdict is cached")
     patch_file = Path(run.matrix.root) / spec.source
     if not patch_file.is_file() or sha256_file(patch_file) != spec.sha256:
         return ReleaseCheck(spec.package, version, wheel.filename, "not-read",
@@ -165,7 +213,9 @@ def release_check(run: UpstreamRun, spec: Patch) -> ReleaseCheck | None:
         verdict, detail = _read_against(run, patch_file, wheel)
     except PinmatrixError as err:
         return ReleaseCheck(spec.package, version, wheel.filename, "not-read", str(err))
-    return ReleaseCheck(spec.package, version, wheel.filename, verdict, detail)
+    check = ReleaseCheck(spec.package, version, wheel.filename, verdict, detail, run.sources.now)
+    keep_check(run, spec.sha256, check)
+    return check
 
 
 def _read_against(run: UpstreamRun, patch_file: Path, wheel: Any) -> tuple[Literal["contains", "lacks", "changed"], str]:
@@ -275,6 +325,9 @@ def upstream_lines(items: list[UpstreamItem], now: datetime) -> list[str]:
         lines.append(f"{item.kind} {item.id}: {where}")
         r = item.release
         if r is not None and item.kind == "patch":
-            lines.append(f"    release {r.package} {r.version}{f' ({r.wheel})' if r.wheel else ''}: {r.verdict}: {r.detail}")
+            cached = f" (cached: read {r.checked_at:%Y-%m-%d %H:%M}Z, {age_words(r.checked_at, now)})" \
+                if r.from_cache and r.checked_at else ""
+            lines.append(f"    release {r.package} {r.version}{f' ({r.wheel})' if r.wheel else ''}: {r.verdict}: "
+                         f"{r.detail}{cached}")
         lines.append(f"    proposal: {item.proposal}: {item.reason}")
     return lines

@@ -161,20 +161,28 @@ def test_a_fix_merged_upstream_with_a_release_since_asks_for_a_smoke(
     assert (other.proposal, other.reason) == ("keep", "fixed upstream 2026-06-01; no release of pkg since")
 
 
-def test_offline_reads_no_wheel_and_answers_from_the_caches(tmp_path: Path, forge: tuple[FakeForge, str]) -> None:
+def test_offline_reads_no_wheel_and_answers_from_the_caches_with_their_dates(
+        tmp_path: Path, forge: tuple[FakeForge, str]) -> None:
     index = _index(PATCHED)
     with serve_index(index) as url:
         _report(tmp_path, url, forge[1])
         served, asked = index.served_bytes, len(forge[0].seen)
         items = _report(tmp_path, url, forge[1], offline=True)
         assert (index.served_bytes, len(forge[0].seen)) == (served, asked)
+        for cached in (tmp_path / ".pinmatrix" / "cache" / "upstream-checks").iterdir():
+            cached.unlink()
+        unread = _report(tmp_path, url, forge[1], offline=True)["fix"]
     fix = items["fix"]
-    assert fix.release is not None and (fix.release.verdict, fix.release.detail) == (
-        "not-read", "offline: its wheel is not read")
-    assert fix.forge is not None and fix.forge.from_cache
-    assert (fix.proposal, fix.reason) == ("check", "merged upstream; no release's files were read")
-    assert upstream_lines([fix], NOW)[0] == ("patch fix: o/pkg PR #7: offline; cached answer from 2026-12-04 00:00Z "
-                                             "(0 h old): merged 2026-06-01")
+    assert fix.release is not None and fix.release.from_cache and fix.release.checked_at == NOW
+    assert (fix.release.verdict, fix.proposal, items["pkg-bug"].proposal) == ("contains", "drop-patch",
+                                                                              "flip-expectation")
+    assert upstream_lines([fix], NOW)[:2] == [
+        "patch fix: o/pkg PR #7: offline; cached answer from 2026-12-04 00:00Z (0 h old): merged 2026-06-01",
+        "    release pkg 1.1 (pkg-1.1-py3-none-manylinux_2_28_x86_64.whl): contains: pkg/mod.py: every hunk is already "
+        "there (cached: read 2026-12-04 00:00Z, 0 h old)"]
+    assert unread.release is not None and (unread.release.verdict, unread.release.detail) == (
+        "not-read", "offline: its wheel is not read, no verdict is cached")
+    assert (unread.proposal, unread.reason) == ("check", "merged upstream; no release's files were read")
 
 
 def _closed_port() -> int:
