@@ -12,6 +12,7 @@ from intoto_checks import check_statement
 from promotion import CPU_CELL, record  # noqa: F401 - the fixture
 
 from pinmatrix.release import attest
+from pinmatrix.release.provenance import SLSA_PROVENANCE_PREDICATE
 
 
 @pytest.mark.registry
@@ -19,7 +20,8 @@ def test_the_statements_promote_pushed_are_valid(oci_registry: str, tmp_path: Pa
     promoted = promote_signed(oci_registry, tmp_path, capsys, "intoto")
     image = promoted.target.with_digest(promoted.digest)
     found = attest.attachments(promoted.registry, image)
-    assert {a.predicate_type for a in found} == {attest.TEST_RESULT_PREDICATE, attest.SBOM_PREDICATE}
+    assert {a.predicate_type for a in found} == {attest.TEST_RESULT_PREDICATE, attest.SBOM_PREDICATE,
+                                                 SLSA_PROVENANCE_PREDICATE}
     for att in found:
         assert att.media_type == attest.DSSE_MEDIA_TYPE
         envelope = json.loads(att.content)

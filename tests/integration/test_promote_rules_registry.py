@@ -145,7 +145,7 @@ def test_plan_describes_every_step(oci_registry: str, tmp_path: Path) -> None:  
     assert plan.describe() == [
         f"copy {oci_registry}/{repo}@{digest} -> {target}@{digest} (by digest)",
         f"tag {target}:cell-{cell.id}",
-        f"attach in-toto test-result attestation (and SBOM) to {target}@{digest}",
+        f"attach in-toto test-result attestation (and SBOM, SLSA provenance) to {target}@{digest}",
         f"move {target}:stable -> {digest}",
         f"record {cell.stack} {cell.id} in known-good.toml",
     ]

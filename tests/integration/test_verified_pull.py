@@ -31,6 +31,7 @@ from promotion import _matrix_for, record  # noqa: F401 - the fixture
 from pinmatrix.cli import main
 from pinmatrix.registry.client import referrers_tag
 from pinmatrix.release.attest import DSSE_MEDIA_TYPE, SBOM_PREDICATE, TEST_RESULT_PREDICATE, attachments
+from pinmatrix.release.provenance import SLSA_PROVENANCE_PREDICATE
 from pinmatrix.release.signing import generate_keypair, load_signer, sign_envelope
 
 pytestmark = [pytest.mark.registry]
@@ -58,9 +59,10 @@ def test_untampered_promotion_verifies_and_pulls(oci_registry: str, podman_env, 
     entry = tomlkit.parse(p.known_good.read_text())["promoted"][0]
     assert entry["signed_by"] and entry["sbom"].startswith(f"{p.target.name}@sha256:")
 
-    # the layout: two DSSE artifacts in the referrers tag schema fallback, predicate types annotated
+    # the layout: three DSSE artifacts in the referrers tag schema fallback, predicate types annotated
     found = attachments(p.registry, p.target.with_digest(p.digest))
-    assert sorted(a.predicate_type for a in found) == sorted([TEST_RESULT_PREDICATE, SBOM_PREDICATE])
+    assert sorted(a.predicate_type for a in found) == sorted([TEST_RESULT_PREDICATE, SBOM_PREDICATE,
+                                                              SLSA_PROVENANCE_PREDICATE])
     assert {a.artifact_type for a in found} == {DSSE_MEDIA_TYPE} and {a.subject for a in found} == {p.digest}
 
     rc = main(p.verify(f"{p.target.name}:known-good"))
@@ -204,7 +206,7 @@ def test_a_lock_changed_since_the_build_gives_no_sbom(oci_registry: str, tmp_pat
     assert f"note: cell {p.cell_id}: " in err and "changed since" in err and "no SBOM is attached" in err
     assert "sbom" not in tomlkit.parse(p.known_good.read_text())["promoted"][0]
     rc = main(p.verify(f"{p.target.name}@{p.digest}"))
-    assert rc == 0 and capsys.readouterr().out.rstrip().endswith("no SBOM attached")
+    assert rc == 0 and capsys.readouterr().out.splitlines()[0].endswith("no SBOM attached")
 
 
 def test_evidence_copied_to_another_repository_does_not_verify_there(oci_registry: str, tmp_path: Path,  # noqa: F811
@@ -228,8 +230,8 @@ def test_unsigned_evidence_is_never_accepted(oci_registry: str, tmp_path: Path, 
     assert "signed_by" not in tomlkit.parse(p.known_good.read_text())["promoted"][0]
     rc = main(p.verify(f"{p.target.name}:known-good"))
     line = _one_line_error(capsys.readouterr().err)
-    assert rc == 1 and "no test-result attestation signed by a trusted key (2 attestation(s) found: " in line
-    assert line.count("unsigned: ignored") == 2
+    assert rc == 1 and "no test-result attestation signed by a trusted key (3 attestation(s) found: " in line
+    assert line.count("unsigned: ignored") == 3  # test results, SBOM, provenance
     rc = main(p.pull("--print"))
     assert rc == 2 and "no test-result attestation signed by a trusted key" in _one_line_error(capsys.readouterr().err)
 
@@ -251,10 +253,10 @@ def test_a_repromotion_replaces_its_own_evidence_and_keeps_another_signers(oci_r
     assert rc == 0 and f"promoted {p.cell_id}" in out, err
     after = attachments(p.registry, image)
     ours = {a.predicate_type: a.digest for a in after if a.digest != foreign}
-    assert set(ours) == {TEST_RESULT_PREDICATE, SBOM_PREDICATE}  # one of each, not two
+    assert set(ours) == {TEST_RESULT_PREDICATE, SBOM_PREDICATE, SLSA_PROVENANCE_PREDICATE}  # one of each, not two
     assert not set(ours.values()) & set(first.values())  # the new ones, the earlier ones gone
     assert foreign in {a.digest for a in after}  # another signer's evidence is not ours to remove
-    assert len(after) == 3
+    assert len(after) == 4
     rc = main(p.verify(f"{p.target.name}@{p.digest}"))
     out = capsys.readouterr().out
     assert rc == 0 and f"from attestation {ours[TEST_RESULT_PREDICATE]} " in out

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Check the results store against the promotion policy ([matrix.promotion] and "
                     "[stacks.<name>.promotion] in matrix.toml: required smokes, hosts, clean runs), then copy the "
                     "image the smokes ran on BY DIGEST to <registry>/<repository>/<stack>, attach an in-toto "
-                    "test-result attestation, move the known-good tag and record the decision in known-good.toml. "
+                    "test-result attestation, the SBOM and the SLSA provenance, move the known-good tag and record the decision in known-good.toml. "
                     "Refuses, with every reason, when the policy is not met or the cell's tag no longer names the "
                     "tested digest. Exit status: 0 promoted (or already promoted), 1 refused, 2 bad input.",
         **examples("pinmatrix promote --stack demo --dry-run --json   # what would be promoted; each refusal's reason",
@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"the build's cache (default: {CACHE_DIR} next to the matrix): the SBOM's dependency "
                    "graph reads each locked wheel's Requires-Dist from DIR/wheels")
     p.add_argument("--json", action="store_true",
-                   help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, signed_by, steps, "
-                   "reasons} per cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
+                   help="print one {cell, name, stack, outcome, digest, reference, attestation, sbom, provenance, "
+                   "signed_by, steps, reasons} per cell as JSON on stdout (outcome: promoted, would-promote, already-promoted, refused)")
     p.set_defaults(func=run, registry_need=pushing)
 
 

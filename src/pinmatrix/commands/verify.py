@@ -14,7 +14,7 @@ from pinmatrix.paths import PUBLIC_KEY, public_key
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import TEST_RESULT_PREDICATE
 from pinmatrix.release.signing import trusted_keys
-from pinmatrix.release.verify import HostReport, verify_image
+from pinmatrix.release.verify import HostReport, ProvenanceReport, verify_image
 
 
 def host_line(host: HostReport) -> str:
@@ -26,6 +26,14 @@ def host_line(host: HostReport) -> str:
             f"({h.get('gpu_count')}x {h.get('gpu_name')} sm_{str(h.get('capability') or '?').replace('.', '')}, "
             f"driver {h.get('driver')}), cell {host.cell_id}: "
             f"{', '.join(f'{n} {s}' for s, n in sorted(counts.items()))}: {smokes}")
+
+
+def provenance_line(provenance: ProvenanceReport | None) -> str:
+    """The signed SLSA provenance: its builder, its subject and how many inputs it names."""
+    if provenance is None:
+        return "  no SLSA provenance attached"
+    return (f"  SLSA provenance {provenance.attestation}: builder {provenance.builder}, subject {provenance.subject}, "
+            f"{provenance.inputs} inputs")
 
 
 class NotVerified(PinmatrixError):
@@ -42,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "statement names the image's manifest digest and REF's repository; its cell equals the image's "
                     "io.pinmatrix.cell.* and io.pinmatrix.pin.* labels; no attestation signed by a trusted key was "
                     "tampered with; host-signed test results the promotion counted (trusted_hosts) verify with the "
-                    "host keys its signed statement names, and are printed (host key, GPU, driver, smokes); a signed SBOM, when present, names the same image and cell. Exit status: 0 "
+                    "host keys its signed statement names, and are printed (host key, GPU, driver, smokes); a signed SBOM and SLSA provenance, when present, name the same image and cell (the provenance is printed: builder, subject, inputs). Exit status: 0 "
                     "verified, 1 does not verify (the reason on stderr), 2 bad input.",
         **examples('pinmatrix verify "$(pinmatrix pull --stack demo --print -q)"   # the image pull would choose',
                    "pinmatrix verify REGISTRY/pinmatrix/known-good/demo:known-good --json",
@@ -80,4 +88,5 @@ def run(args: argparse.Namespace) -> int:
               f"(stack {result.stack}), result {result.result} {used}, signed by {signers}; {sbom}")
         for host in result.hosts:
             print(host_line(host))
+        print(provenance_line(result.provenance))
     return 0

@@ -43,6 +43,7 @@ class KnownGoodEntry(Strict):
     source: str | None = None
     attestation: str | None = None
     sbom: str | None = None
+    provenance: str | None = None  # the SLSA provenance artifact, name@digest
     signed_by: str | None = None
     gpu_required: bool = True
     min_driver: str | None = None

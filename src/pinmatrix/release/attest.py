@@ -2,7 +2,8 @@
 ``subject`` is the image's manifest:
 
 - an in-toto Statement (v1) with the test-result predicate (v0.1): what ran, where, with what result;
-- an in-toto Statement whose predicate is the cell's CycloneDX SBOM (``pinmatrix.release.sbom``, from its lock).
+- an in-toto Statement whose predicate is the cell's CycloneDX SBOM (``pinmatrix.release.sbom``, from its lock);
+- an in-toto Statement whose predicate is the image's SLSA provenance v1 (``pinmatrix.release.provenance``).
 
 Signed (``signer`` given), each is a DSSE envelope (``pinmatrix.release.signing``): artifactType and layer media type
 ``application/vnd.dsse.envelope.v1+json``, the statement's predicate type in the manifest annotation
@@ -244,6 +245,7 @@ class Published:
     keyid: str | None  # the signing key's id (None: unsigned)
     replaced: tuple[str, ...] = ()  # earlier artifacts of the same kinds and signer, taken off the referrers
     kept: tuple[str, ...] = ()  # earlier ones the registry would not let go (no manifest deletes)
+    provenance: str | None = None  # digest of the SLSA provenance artifact, when one was given
 
 
 def superseded(registry: Registry, image: ImageRef, signer: CryptoSigner | None,
@@ -266,17 +268,21 @@ def superseded(registry: Registry, image: ImageRef, signer: CryptoSigner | None,
 
 
 def publish(registry: Registry, image: ImageRef, statement: dict[str, Any], *, bom: dict[str, Any] | None = None,
-            signer: CryptoSigner | None = None, now: datetime | None = None) -> Published:
-    """Attach the test-result statement and (given ``bom``) the SBOM statement to ``image``; then take the ones
-    they replace (``superseded``) off the image's referrers, so re-promotions do not pile them up."""
-    kinds = [TEST_RESULT_PREDICATE] + ([SBOM_PREDICATE] if bom is not None else [])
+            signer: CryptoSigner | None = None, now: datetime | None = None,
+            provenance: dict[str, Any] | None = None) -> Published:
+    """Attach the test-result statement, (given ``bom``) the SBOM statement and (given ``provenance``) the SLSA
+    provenance statement (``release.provenance``) to ``image``; then take the ones they replace (``superseded``)
+    off the image's referrers, so re-promotions do not pile them up."""
+    kinds = [TEST_RESULT_PREDICATE] + ([SBOM_PREDICATE] if bom is not None else []) \
+        + ([str(provenance["predicateType"])] if provenance is not None else [])
     earlier = superseded(registry, image, signer, kinds)
     attestation = attach(registry, image, statement, now=now, signer=signer)
     sbom = attach(registry, image, sbom_statement(image, bom), now=now, signer=signer) if bom is not None else None
-    old = set(earlier) - {attestation, sbom}
+    origin = attach(registry, image, provenance, now=now, signer=signer) if provenance is not None else None
+    old = set(earlier) - {attestation, sbom, origin}
     kept = registry.remove_referrers(image.repository, str(image.digest), old)
     return Published(attestation, sbom, signer.public_key.keyid if signer is not None else None,
-                     replaced=tuple(sorted(old - kept)), kept=tuple(sorted(kept)))
+                     replaced=tuple(sorted(old - kept)), kept=tuple(sorted(kept)), provenance=origin)
 
 
 @dataclass(frozen=True)

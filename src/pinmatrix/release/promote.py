@@ -36,6 +36,7 @@ from pinmatrix.release.attest import (
 from pinmatrix.release.driver_evidence import driver_range_problems
 from pinmatrix.release.hostmatch import arch_covers, gpu_value_capability, host_matches_gpu
 from pinmatrix.release.hostsign import HostAttestation, SignedResults, host_key_descriptors
+from pinmatrix.release.provenance import image_facts, provenance_statement
 from pinmatrix.release.sbom import cell_bom
 from pinmatrix.results.store import SmokeRecord
 from pinmatrix.statuses import INFRA_STATUSES
@@ -231,7 +232,7 @@ class Plan:
         return [
             f"copy {ref} -> {self.target.name}@{self.digest} (by digest)",
             f"tag {self.target.name}:{self.tags[0]}",
-            f"attach in-toto test-result attestation (and SBOM) to {self.target.name}@{self.digest}",
+            f"attach in-toto test-result attestation (and SBOM, SLSA provenance) to {self.target.name}@{self.digest}",
             *(f"attach the host-signed attestation of host {a.host.id} (key {a.keyid[:12]})"
               for a in self.host_attestations()),
             f"move {self.target.name}:{self.policy.tag} -> {self.digest}",
@@ -283,16 +284,19 @@ class Promotion:
     attestation: str
     promoted_at: str
     sbom: str | None = None  # digest of the SBOM artifact
+    provenance: str | None = None  # digest of the SLSA provenance artifact
     signed_by: str | None = None  # key id of the evidence's signature (None: unsigned)
     host_attestations: tuple[str, ...] = ()  # digests of the host-signed attestations attached
 
 
 def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], known_good: Path, *,
             now: datetime | None = None, signer: Any = None, lock_text: str | None = None,
-            debian: Sequence[DebianPackage] = (), requires: Mapping[str, Sequence[str]] | None = None) -> Promotion:
+            debian: Sequence[DebianPackage] = (), requires: Mapping[str, Sequence[str]] | None = None,
+            matrix_sha256: str | None = None) -> Promotion:
     """``signer`` (a securesystemslib signer, ``pinmatrix.release.signing.load_signer``) signs the evidence as DSSE
     envelopes; ``lock_text`` (the cell's lock) adds a CycloneDX SBOM to it, with ``debian`` (the base's
-    ``DebianPackage`` records) and ``requires`` (the wheels' Requires-Dist: ``pinmatrix.release.attest.sbom_inputs``)."""
+    ``DebianPackage`` records) and ``requires`` (the wheels' Requires-Dist: ``pinmatrix.release.attest.sbom_inputs``).
+    The SLSA provenance (``release.provenance``) names the lock's files and ``matrix_sha256`` (the matrix.toml read)."""
 
     cell, policy = plan.cell, plan.policy
     moment = now or datetime.now(timezone.utc)
@@ -309,7 +313,11 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
     statement = test_result_statement(promoted, cell, tested, policy=policy.model_dump(), signed_at=moment)
     if hosts:
         statement["predicate"]["configuration"] += host_key_descriptors(hosts, host_artifacts)
-    published = publish(registry, promoted, statement, bom=bom, signer=signer, now=moment)
+    provenance = provenance_statement(promoted, cell, image_facts(registry, promoted), matrix_sha256=matrix_sha256,
+                                      lock_text=lock_text, started=moment,
+                                      finished=moment if now is not None else datetime.now(timezone.utc),
+                                      lock_source=f"lock of cell {cell.id}")
+    published = publish(registry, promoted, statement, bom=bom, signer=signer, now=moment, provenance=provenance)
     attestation = published.attestation
     registry.copy(promoted, plan.target.repository, [policy.tag])
     entry = {
@@ -322,6 +330,7 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
         "source": str(plan.source.with_digest(digest)),
         "attestation": f"{plan.target.name}@{attestation}",
         "sbom": f"{plan.target.name}@{published.sbom}" if published.sbom else None,
+        "provenance": f"{plan.target.name}@{published.provenance}" if published.provenance else None,
         "signed_by": published.keyid,
         "promoted_at": stamp,
         "gpu_required": cell.gpu_required,
@@ -337,4 +346,5 @@ def execute(plan: Plan, registry: Registry, records: Iterable[SmokeRecord], know
     record_promotion(known_good, entry)
     return Promotion(stack=cell.stack, cell_id=cell.id, digest=digest, reference=str(promoted),
                      attestation=attestation, promoted_at=stamp, sbom=published.sbom, signed_by=published.keyid,
+                     provenance=published.provenance,
                      host_attestations=tuple(host_artifacts))

@@ -11,6 +11,7 @@ from typing import Any
 
 from pinmatrix.cell import Cell
 from pinmatrix.errors import PinmatrixError
+from pinmatrix.hashing import sha256_bytes
 from pinmatrix.imageref import ImageRef, image_ref
 from pinmatrix.matrix.expand import Expansion
 from pinmatrix.paths import SIGNING_KEY
@@ -59,6 +60,7 @@ class PromotionOutcome:
     reference: str | None = None
     attestation: str | None = None
     sbom: str | None = None
+    provenance: str | None = None
     signed_by: str | None = None
     host_attestations: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
@@ -133,15 +135,18 @@ def _promote(settings: PromoteSettings, registry: Registry, plan: Plan, records:
     cell = plan.cell
     tested = plan.source.with_digest(plan.digest)
     lock_text, why_not = lock_for_sbom(registry, tested, lock_path(cell, settings.matrix.root))
+    matrix_sha = sha256_bytes(settings.matrix.text.encode())  # the matrix.toml read, named by the provenance
     if lock_text is None:
         note(f"note: cell {cell.id}: {why_not}")
-        result = execute(plan, registry, records, settings.known_good, signer=settings.signer)
+        result = execute(plan, registry, records, settings.known_good, signer=settings.signer,
+                         matrix_sha256=matrix_sha)
     else:
         inputs = sbom_inputs(registry, tested, lock_text, settings.cache_dir, lock_source=f"lock of cell {cell.id}")
         for line in inputs.notes:
             note(f"note: cell {cell.id}: {line}")
         result = execute(plan, registry, records, settings.known_good, signer=settings.signer, lock_text=lock_text,
-                         debian=inputs.debian, requires=inputs.requires)
+                         debian=inputs.debian, requires=inputs.requires, matrix_sha256=matrix_sha)
     return PromotionOutcome(cell, "promoted", digest=result.digest, reference=result.reference,
-                   attestation=result.attestation, sbom=result.sbom, signed_by=result.signed_by,
+                   attestation=result.attestation, sbom=result.sbom, provenance=result.provenance,
+                   signed_by=result.signed_by,
                    host_attestations=list(result.host_attestations))

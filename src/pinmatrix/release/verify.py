@@ -12,7 +12,8 @@ An image verifies when ALL of these hold:
    pins, every one of them present) equals the image's ``io.pinmatrix.cell.*`` / ``io.pinmatrix.pin.*`` labels;
 5. no attestation of the image carries a signature by a trusted key that does NOT verify (tampering is
    refused, not skipped), and every signed SBOM names the same digest, repository and cell (and the lock the
-   image was built from, when the image has the ``io.pinmatrix.lock.sha256`` label).
+   image was built from, when the image has the ``io.pinmatrix.lock.sha256`` label), every signed SLSA
+   provenance the same digest, repository and cell (reported: builder, subject, count of inputs).
 6. when the newest signed result names GPU hosts' keys (the promotion counted only results those hosts signed:
    ``trusted_hosts``), at least one host-signed attestation of the image verifies with them, none signed by
    them fails to, and each is for the image's digest; each is reported (``hosts``: key, GPU, driver, smokes).
@@ -44,6 +45,7 @@ from pinmatrix.release.attest import (
     attachments,
 )
 from pinmatrix.release.hostsign import HostSignatureError, named_host_keys, open_host_envelope
+from pinmatrix.release.provenance import SLSA_PROVENANCE_PREDICATE, provenance_summary
 from pinmatrix.release.signing import IN_TOTO_PAYLOAD_TYPE, TrustedKey, check_envelope
 
 CELL_LABEL = "io.pinmatrix.cell."
@@ -74,6 +76,15 @@ class HostReport(BaseModel):
     smokes: list[tuple[str, str]]  # (smoke, status) of each smoke's latest record
 
 
+class ProvenanceReport(BaseModel):
+    """The signed SLSA provenance of the image: who built it from what (``release.provenance``)."""
+
+    attestation: str
+    builder: str
+    subject: str
+    inputs: int  # its resolved dependencies: the source, the base's layers, the lock's files
+
+
 class Verification(BaseModel):
     """The outcome of verifying one reference. ``ok`` is True only when ``problems`` is empty."""
 
@@ -91,6 +102,7 @@ class Verification(BaseModel):
     keyids: list[str] = Field(default_factory=list)
     sbom: Literal["verified", "absent"] | None = None
     sbom_components: int | None = None
+    provenance: ProvenanceReport | None = None
     evidence: list[EvidenceReport] = Field(default_factory=list)
     trusted_keys: list[str] = Field(default_factory=list)
     hosts: list[HostReport] = Field(default_factory=list)
@@ -232,6 +244,7 @@ def verify_image(registry: Registry, ref: ImageRef, keys: Sequence[TrustedKey], 
         _judge_recorded_cell(out, cells, digest, expect_cell, expect_stack)
     _judge_hosts(out, evidence.foreign, named_host_keys(ordered[0][0]), digest)
     _judge_sboms(out, evidence.sboms, cells[0] if cells else None, labels)
+    _judge_provenance(out, evidence.provenances, cells[0] if cells else None, digest)
     return _finish(out)
 
 
@@ -266,6 +279,7 @@ class _Evidence:
     results: list[tuple[dict[str, Any], TrustedKey]] = field(default_factory=list)
     artifact_of: dict[int, str] = field(default_factory=dict)  # id() of a verified statement -> its artifact
     sboms: list[dict[str, Any]] = field(default_factory=list)
+    provenances: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (statement, its artifact)
     foreign: list[Attachment] = field(default_factory=list)  # DSSE ones no trusted key signed (a host's, say)
 
 
@@ -301,6 +315,8 @@ def _read_evidence(registry: Registry, ref: ImageRef, digest: str, keys: Sequenc
             evidence.artifact_of[id(statement)] = att.digest
         elif predicate == SBOM_PREDICATE:
             evidence.sboms.append(statement)
+        elif predicate == SLSA_PROVENANCE_PREDICATE:
+            evidence.provenances.append((statement, att.digest))
     return evidence
 
 
@@ -418,6 +434,18 @@ def _judge_sboms(out: Verification, sboms: Sequence[dict[str, Any]], cell: dict[
         out.problems.extend(_sbom_problems(bom, cell, labels))
         if isinstance(bom, dict):
             out.sbom_components = len(bom.get("components") or [])
+
+
+def _judge_provenance(out: Verification, provenances: Sequence[tuple[dict[str, Any], str]],
+                      cell: dict[str, str] | None, digest: str) -> None:
+    """Each signed provenance (its subject already checked) is for the cell the test results name."""
+    for statement, artifact in provenances:
+        external = ((statement.get("predicate") or {}).get("buildDefinition") or {}).get("externalParameters") or {}
+        named = external.get("cell") if isinstance(external, dict) else None
+        if cell is not None and named != cell["id"]:
+            out.problems.append(f"the signed provenance {artifact} is for cell {str(named)[:64]!r}, not {cell['id']}")
+        builder, inputs = provenance_summary(statement)
+        out.provenance = ProvenanceReport(attestation=artifact, builder=builder, subject=digest, inputs=inputs)
 
 
 def _finish(out: Verification) -> Verification:
