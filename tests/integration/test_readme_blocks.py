@@ -1,8 +1,12 @@
 """Every command block of README.md works as written, each in a fresh `bash -c` after `./dev` has run.
 
 The slow test clones the repository into a temporary folder (so it never touches this checkout's .pinmatrix),
-points its matrix at a registry port of its own, runs `./dev` there, then each ```sh block of the README in a
-new shell (`bash -e -o pipefail -c BLOCK`: no variable carries over from one block to the next, and a failing
+points its matrix at a registry port of its own, runs `./dev` there, then `./dev` a second time, whole (setup,
+the build-matrix session's install, build, push, smoke, report, promote, pull, run), with the network cut:
+in a network namespace of its own (`unshare --net`) holding only the loopback interface, so the embedded
+registry on 127.0.0.1 answers and nothing else can be reached. It must pass and install nothing: setup only
+checks, and the nox session installs pinmatrix with no build isolation (nothing fetched). Then each ```sh block
+of the README in a new shell (`bash -e -o pipefail -c BLOCK`: no variable carries over from one block to the next, and a failing
 line fails its block). Two kinds of block are not run, each marked by the comment line right above its fence:
 
     <!-- readme-test: setup: REASON -->     the first block, whose `./dev` the test ran first
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -28,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- readme-test: (?P<kind>[a-z-]+): (?P<reason>.+?) -->$")
@@ -127,6 +134,28 @@ def test_the_readme_marks_little_and_says_why() -> None:
     assert len([b for b in blocks if b.kind == "run"]) >= 3
 
 
+PROBE = """
+import socket
+server = socket.create_server(("127.0.0.1", 0))
+socket.create_connection(server.getsockname(), timeout=5).close()
+print("loopback answers")
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=5)
+except OSError as err:
+    print("elsewhere:", err.strerror)
+"""
+
+
+def test_offline_keeps_the_loopback_and_nothing_else() -> None:
+    """What the second ./dev runs under: 127.0.0.1 answers (the embedded registry), any other address is
+    unreachable at once (no route), whatever the host's network."""
+    if not can_cut_the_network():
+        skip_or_fail("unshare --net is not permitted here, or ip(8) is missing")
+    done = _shell(offline(f"python3 -c {shlex.quote(PROBE)}"), ROOT, _fresh_env(), 60)
+    assert done is not None and done.returncode == 0, done
+    assert done.stdout.splitlines() == ["loopback answers", "elsewhere: Network is unreachable"], done.stdout
+
+
 # ------------------------------------------------------------------------------------------- the real run
 
 def _free_port() -> int:
@@ -204,6 +233,18 @@ def _shell(code: str, cwd: Path, env: dict[str, str], timeout: float) -> subproc
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def offline(code: str) -> str:
+    """``code`` run in a network namespace of its own: the loopback interface only, brought up (the embedded
+    registry listens on 127.0.0.1), no route anywhere else."""
+    inner = f"ip link set lo up\n{code}"
+    return f"exec unshare --net -- bash -e -o pipefail -c {shlex.quote(inner)}"
+
+
+def can_cut_the_network() -> bool:
+    return shutil.which("unshare") is not None and shutil.which("ip") is not None and subprocess.run(
+        ["unshare", "--net", "true"], capture_output=True, check=False).returncode == 0
+
+
 def _tail(text: str, n: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
@@ -216,6 +257,8 @@ def test_every_readme_block_works_in_a_fresh_shell_after_dev(tmp_path: Path) -> 
     for tool in ("git", "podman", "buildah", "docker-registry", "mmdebstrap"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (./dev installs .ci/apt-packages.txt)")
+    if not can_cut_the_network():
+        skip_or_fail("unshare --net is not permitted here, or ip(8) is missing: the second ./dev cannot run offline")
     blocks = shell_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     port = _free_port()
     env = _fresh_env()
@@ -230,6 +273,15 @@ def test_every_readme_block_works_in_a_fresh_shell_after_dev(tmp_path: Path) -> 
         timings.append(f"./dev {time.monotonic() - start:.0f}s")
         assert dev.returncode == 0, f"./dev failed (exit {dev.returncode}):\n{_tail(dev.stdout)}\n{_tail(dev.stderr)}"
         assert f"127.0.0.1:{port}/pinmatrix/known-good/demo@sha256:" in dev.stdout
+        start = time.monotonic()
+        again = _shell(offline("./dev"), clone, env, DEV_TIMEOUT)
+        if again is None:
+            pytest.fail(f"the second ./dev, offline, ran past {DEV_TIMEOUT}s")
+        timings.append(f"./dev offline {time.monotonic() - start:.0f}s")
+        assert again.returncode == 0, (f"the second ./dev, offline, failed (exit {again.returncode}):\n"
+                                       f"{_tail(again.stdout)}\n{_tail(again.stderr)}")
+        assert "dev: installing" not in again.stdout and "--no-build-isolation" in again.stderr
+        assert f"127.0.0.1:{port}/pinmatrix/known-good/demo@sha256:" in again.stdout
         for block in blocks:
             if block.kind != "run":
                 continue
