@@ -109,7 +109,8 @@ class UpstreamItem:
 
     @property
     def unknown(self) -> bool:
-        return self.ref is not None and self.forge is not None and self.forge.answer is None
+        """It names an upstream whose state no answer (fresh or cached) gives: not a forge URL, or no answer."""
+        return bool(self.upstream) and (self.forge is None or self.forge.answer is None)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "id": self.id, "upstream": self.upstream, "ref": str(self.ref) if self.ref else None,

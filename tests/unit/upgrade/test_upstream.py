@@ -261,3 +261,16 @@ def test_a_wheel_member_past_its_bound_is_not_read(tmp_path: Path, monkeypatch: 
         fix = _report(tmp_path, url, forge[1])["fix"]
     assert fix.release is not None and (fix.release.verdict, fix.release.detail) == (
         "not-read", f"pkg-1.1-py3-none-manylinux_2_28_x86_64.whl: pkg/mod.py is {len(PATCHED)} bytes, more than 20")
+
+
+def test_strict_counts_an_upstream_that_is_no_forge_url_as_unknown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        forge: tuple[FakeForge, str]) -> None:
+    _project(tmp_path)
+    path = tmp_path / "matrix.toml"
+    path.write_text(path.read_text().replace("https://github.com/o/pkg/issues/6", "https://example.org/bugs/6"))
+    with serve_index(_index(ORIGINAL)) as url:
+        monkeypatch.setattr(sources_module, "DEFAULT_INDEX", url)
+        assert main(["upstream", str(path), "--forge-url", forge[1]]) == 0
+        assert "known-issue pkg-other: 'https://example.org/bugs/6': not a forge reference" in capsys.readouterr().out
+        assert main(["upstream", str(path), "--forge-url", forge[1], "--strict"]) == 1
