@@ -20,11 +20,14 @@ from pinmatrix.engine.select import choose_engine
 from pinmatrix.hostprobe import HostFingerprint
 from pinmatrix.image.build import build_all
 from pinmatrix.image.settings import BuildSettings, CellBuildResult
+from pinmatrix.lock.resolve import lock_cells
+from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.overrides import parse_set
 from pinmatrix.oci.compression import choose
 from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, KNOWN_GOOD_FILE, LOGS_DIR, OCI_DIR
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.known_good import read_known_good
+from pinmatrix.project.lockfile import lock_path
 from pinmatrix.project.matrix_toml import Matrix
 from pinmatrix.results.store import ResultsStore
 from pinmatrix.smoke.runner import RunOptions, new_run_id
@@ -117,7 +120,10 @@ def build(cells: list[Cell], settings: CanarySettings) -> list[CellBuildResult]:
                                    registry=settings.matrix.settings.registry or None, layout_dir=root / OCI_DIR,
                                    ca_certificates=tuple(root / c for c in settings.matrix.settings.ca_certificates),
                                    load=engine is not None, compression=compression)
-    results = build_all(cells, engine, build_settings, None, 1)
+    missing = [c for c in cells if not lock_path(c, root).is_file()]  # a baseline cell not locked yet: as build does
+    problems = {r.cell.id: f"cannot lock: {r.reason}" for r in lock_cells(missing, LockSettings.of(settings.matrix))
+                if not r.ok}
+    results = build_all(cells, engine, build_settings, None, 1, lock_problems=problems)
     record = root / BUILD_RECORD
     kept = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
     kept.update({r.cell.id: r.to_json() for r in results if r.status == "built"})
@@ -127,10 +133,11 @@ def build(cells: list[Cell], settings: CanarySettings) -> list[CellBuildResult]:
 
 
 def smoke(cells: list[Cell], settings: CanarySettings, echo: Echo) -> None:
-    options = RunOptions(timeout_s=settings.smoke_timeout, logs_dir=settings.root / LOGS_DIR, repo_root=settings.root,
-                         kernel_cache=None if settings.runtime == "host" else "keep")
-    smoke_settings = SmokeSettings(cells=cells, matrix=settings.matrix, catalogue=load_catalogue(),
-                                   options=options, runtime=settings.runtime)
+    smoke_dir = settings.root / "smoke" if (settings.root / "smoke").is_dir() else None  # the project's, else ./smoke
+    options = RunOptions(smoke_dir=smoke_dir, timeout_s=settings.smoke_timeout, logs_dir=settings.root / LOGS_DIR,
+                         repo_root=settings.root, kernel_cache=None if settings.runtime == "host" else "keep")
+    smoke_settings = SmokeSettings(cells=cells, matrix=settings.matrix, catalogue=load_catalogue(smoke_dir),
+                                   options=options, runtime=settings.runtime, smoke_dir=smoke_dir)
     store = ResultsStore(settings.results)
     store.prepare_write()
     session = run_smokes(smoke_settings, store, HostFingerprint.detect(), new_run_id(), echo)

@@ -205,7 +205,7 @@ def diff_lines(diff: CanaryDiff) -> list[str]:
             lines.append(f"    {change}: {s.smoke} on {s.host}: {s.before} -> {s.after}"
                          + (f" ({s.reason})" if s.reason else ""))
             if s.bisect:
-                lines.append(f"        first failing release: {shlex.join(s.bisect)}")
+                lines.append(f"        the release where it changes: {shlex.join(s.bisect)}")
     lines.append(f"    passing on both: {diff.unchanged}")
     lines += [f"    expectation: {line}" for line in diff.expectations]
     lines += [f"    {diff.arch}", f"    {diff.size}", f"    {diff.build_time}"]

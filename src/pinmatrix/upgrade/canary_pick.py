@@ -55,7 +55,7 @@ def baseline_side(facts: CanaryFacts, candidate: CanarySide, stack: str, promote
     own = [c for c in cells if c.stack == stack and c.id != candidate.cell_id]
     if not own:
         raise PinmatrixError(f"stack {stack}: no promoted cell and no cell of the matrix to compare the candidate with")
-    cell = nearest(candidate.pins, [(c, dict(c.pins)) for c in own])
+    cell = nearest(candidate.pins, [(c, dict(c.pins)) for c in reversed(own)])  # ties: the later values
     return facts.of_cell(cell), (f"no cell of stack {stack} is promoted: the matrix's current cell of the same "
                                  "variant stands in")
 

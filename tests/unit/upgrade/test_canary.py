@@ -53,7 +53,7 @@ def test_one_moved_axis_gives_the_exact_bisect_and_two_give_none() -> None:
     [change] = one.smokes
     assert shlex.join(change.bisect) == ("pinmatrix bisect version a --stack h200 --axis torch --range "
                                          "'>=2.11.0,<=2.14.0' --fix triton=3.6.0 --fix env=default")
-    assert "        first failing release: pinmatrix bisect version a" in "\n".join(diff_lines(one))
+    assert "        the release where it changes: pinmatrix bisect version a" in "\n".join(diff_lines(one))
     two = compare("h200", _side({**BASE_PINS, "torch": "2.14.0", "triton": "3.8.0"}, {"a": "fail"}),
                   _side(BASE_PINS, {"a": "pass"}), "known-good")
     assert two.moved == {"torch": ("2.11.0", "2.14.0"), "triton": ("3.6.0", "3.8.0")}
