@@ -33,6 +33,7 @@ from pinmatrix.matrix.selection import load
 from pinmatrix.oci.compression import LayerCompression, choose, for_consumer, requested
 from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, OCI_DIR, public_key, signing_key
 from pinmatrix.project.lockfile import lock_path
+from pinmatrix.project.matrix_toml import Settings
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.cache_signing import project_cache_trust
 from pinmatrix.report.github_actions import build_annotations
@@ -119,15 +120,15 @@ def _ensure_locks(cells: list[Cell], settings: LockSettings, console: Console) -
     return problems
 
 
-def settings_for(args: argparse.Namespace, matrix_root: Path, registry: str | None, ca: list[str],
-                 ca_in_images: bool, source: str | None = None) -> BuildSettings:
+def settings_for(args: argparse.Namespace, matrix_root: Path, registry: str | None, matrix: Settings) -> BuildSettings:
     cache = args.cache_dir or matrix_root / CACHE_DIR
     return BuildSettings(
         root=matrix_root, cache_dir=cache, logs_dir=args.logs_dir or matrix_root / BUILD_LOGS_DIR,
-        registry=registry, ca_certificates=tuple(Path(p) for p in ca), ca_in_images=ca_in_images,
+        registry=registry, ca_certificates=tuple(Path(p) for p in matrix.ca_certificates),
+        ca_in_images=bool(getattr(matrix, "ca_certificates_in_images", False)),
         push=args.push, layout_dir=args.layout or matrix_root / OCI_DIR,
         merge_below=parse_size(args.merge_below, "--merge-below", minimum=0),
-        origin=image_origin(matrix_root, source),  # a bad SOURCE_DATE_EPOCH is refused before any lock or build
+        origin=image_origin(matrix_root, matrix.source),  # a bad SOURCE_DATE_EPOCH is refused before any lock
     )
 
 
@@ -165,9 +166,7 @@ def run(args: argparse.Namespace) -> int:
     root = Path(matrix.root)
     err = console(sys.stderr)
     registry_setting = args.registry or matrix.settings.registry or None
-    settings = settings_for(args, root, registry_setting, list(matrix.settings.ca_certificates),
-                            bool(getattr(matrix.settings, "ca_certificates_in_images", False)),
-                            matrix.settings.source)
+    settings = settings_for(args, root, registry_setting, matrix.settings)
     if args.no_lock:
         lock_problems = {c.id: f"no lock: run `pinmatrix lock -k {c.id}`" for c in cells
                          if not lock_path(c, root).is_file()}
