@@ -1,0 +1,66 @@
+"""``pinmatrix canary`` end to end on a CPU stack of one tiny wheel, in a project of its own: the candidate (six
+1.13.0, a --set cell the matrix does not list) is locked, built by the image builder into the OCI layout with its
+baseline (the matrix's six 1.14.0 cell, nothing promoted), both smoked in their images by the sandbox runtime; the
+comparison says six-assert-not-regex newly fails (six added assertNotRegex in 1.14.0), gives the one-axis bisect
+and runs it with --bisect, and records image sizes and build times. The base root filesystem comes from the
+checkout's cache, so a warm run takes seconds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sandbox_runs import bwrap_usable
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = """
+[stacks.d]
+gpu_required = false
+smokes = ["host-probe", "python-imports", "six-assert-not-regex"]
+[stacks.d.packages]
+six = ["1.14.0"]
+"""
+
+pytestmark = [pytest.mark.slow, pytest.mark.network,
+              pytest.mark.skipif(bwrap_usable() is not None, reason=str(bwrap_usable()))]
+
+
+def _project(tmp_path: Path) -> Path:
+    """The checkout's [matrix] settings (its base, so its cached root filesystem) with one small stack."""
+    text = ROOT.joinpath("matrix.toml").read_text(encoding="utf-8")
+    settings = text[:text.index("\n# ---")]  # [matrix], [matrix.base], [matrix.promotion]: before the patches
+    (tmp_path / "matrix.toml").write_text(settings + "\n" + STACK, encoding="utf-8")
+    (tmp_path / "smoke").symlink_to(ROOT / "smoke")
+    (tmp_path / ".pinmatrix").mkdir()
+    (ROOT / ".pinmatrix" / "cache").mkdir(parents=True, exist_ok=True)
+    (tmp_path / ".pinmatrix" / "cache").symlink_to(ROOT / ".pinmatrix" / "cache")
+    return tmp_path
+
+
+def test_a_candidate_that_breaks_a_smoke_is_reported_with_its_bisect(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pinmatrix", "canary", "--stack", "d", "--set", "six=1.13.0",
+                           "--results", "r.sqlite", "--bisect", "--json"], cwd=project, capture_output=True,
+                          text=True, timeout=900, check=False)
+    assert done.returncode == 1, done.stderr[-3000:]  # a smoke newly fails
+    out = json.loads(done.stdout)
+    [diff] = out["comparisons"]
+    assert diff["baseline"]["source"] == ("no cell of stack d is promoted: the matrix's current cell of the same "
+                                          "variant stands in")
+    assert diff["moved"] == {"six": {"from": "1.14.0", "to": "1.13.0"}}
+    [change] = diff["smokes"]
+    assert (change["smoke"], change["change"], change["before"], change["after"]) == \
+        ("six-assert-not-regex", "newly failing", "pass", "fail")
+    assert change["bisect"] == ("pinmatrix bisect version six-assert-not-regex --stack d --axis six "
+                                "--range '>=1.13.0,<=1.14.0'")
+    assert diff["unchanged_passing"] == 2  # host-probe and python-imports, in both images
+    assert diff["image_size"].startswith("image size: ") and "not recorded" not in diff["image_size"]
+    assert diff["build_time"].startswith("build time: ") and "not recorded" not in diff["build_time"]
+    assert diff["arch"].startswith("arch coverage: not scanned")
+    assert any("first passing six = 1.14.0" in note for note in out["notes"]), out["notes"]
+    assert (project / "locks" / f"{diff['candidate']['id']}.txt").is_file()  # as `build --set` locks a one-off cell
+    built = json.loads((project / ".pinmatrix" / "canary" / "builds.json").read_text())
+    assert {diff["candidate"]["id"], diff["baseline"]["id"]} <= set(built)
