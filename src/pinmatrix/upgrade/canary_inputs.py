@@ -91,13 +91,15 @@ def read_build_records(paths: list[Path]) -> dict[str, float]:
 
 
 def image_bytes(layout_dir: Path, ref: str) -> int | None:
-    """The size of the image ``ref`` in the OCI layout (config and layers, compressed); None when it is not there."""
-    if not (layout_dir / "index.json").is_file():
+    """The size of the image ``ref`` in the OCI layout (config and layers, compressed; the manifest too); None when
+    it is not there."""
+    layout = OCILayout(layout_dir)
+    if not layout.has_index():
         return None
-    image = OCILayout(layout_dir).image(ref)
+    image = layout.image(ref)
     if image is None:
         return None
-    return int(image.manifest["config"]["size"]) + sum(int(layer["size"]) for layer in image.manifest["layers"])
+    return sum(layout.blob_path(d).stat().st_size for d in layout.blobs_of(image))
 
 
 def latest_results(store: ResultsStore, cell_id: str) -> dict[tuple[str, str], RecordedSmoke]:
