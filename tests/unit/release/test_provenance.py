@@ -23,7 +23,7 @@ from promotion import CPU_CELL
 from sbom_data import LOCK
 from test_verify import REPO, World
 
-from pinmatrix.commands.verify import provenance_line
+from pinmatrix.cli import main
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef
 from pinmatrix.registry.client import OCI_MANIFEST
@@ -129,20 +129,24 @@ def test_the_statement_is_valid_slsa_provenance_v1_with_a_lock_and_without() -> 
     assert pb.run_details.metadata.finished_on == pb.run_details.metadata.started_on
 
 
-def test_verify_reports_the_provenance_and_refuses_one_for_another_cell(tmp_path: Path) -> None:
+def test_verify_reports_the_provenance_and_refuses_one_for_another_cell(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    def printed() -> list[str]:
+        assert main(["verify", str(world.image), "--key", str(tmp_path / "trusted.pub")]) == 0
+        return capsys.readouterr().out.splitlines()[1:]
+
     with serve_registry() as reg:
         world = World(reg, tmp_path)
         world.attach(world.statement("pass"))
         assert world.verify().ok and world.verify().provenance is None
-        assert provenance_line(world.verify().provenance) == "  no SLSA provenance attached"
+        assert printed() == ["  no SLSA provenance attached"]
         ours = provenance_statement(world.image, CPU_CELL, ImageFacts(), matrix_sha256=None, lock_text=LOCK,
                                     started=START, finished=END)
         artifact = world.attach(ours)
         result = world.verify()
         assert result.ok, result.problems
         count = sum(len(p.hashes) for p in locked_packages(LOCK))
-        assert provenance_line(result.provenance) == (f"  SLSA provenance {artifact}: builder {BUILDER_ID}, "
-                                                      f"subject {world.digest}, {count} inputs")
+        assert printed() == [f"  SLSA provenance {artifact}: builder {BUILDER_ID}, subject {world.digest}, "
+                             f"{count} inputs"]
         other = json.loads(json.dumps(ours))
         other["predicate"]["buildDefinition"]["externalParameters"]["cell"] = "0123456789ab"
         forged = world.attach(other)
