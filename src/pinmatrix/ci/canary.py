@@ -24,7 +24,7 @@ from pinmatrix.lock.resolve import lock_cells
 from pinmatrix.lock.settings import LockSettings
 from pinmatrix.matrix.overrides import parse_set
 from pinmatrix.oci.compression import choose
-from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, KNOWN_GOOD_FILE, LOGS_DIR, OCI_DIR
+from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, KNOWN_GOOD_FILE, LOGS_DIR, OCI_DIR, RESULTS_FILE
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.lockfile import lock_path
@@ -52,7 +52,7 @@ class CanarySettings:
     sets: tuple[str, ...] = ()  # AXIS=VALUE: one candidate of --stack instead of propose's
     engine: str = "none"  # where images are loaded (none: the OCI layout only)
     runtime: str = "sandbox"  # where they are smoked (smoke --runtime)
-    results: Path = Path(".pinmatrix/results.sqlite")
+    results: Path = RESULTS_FILE
     known_good: Path | None = None  # default: the project's known-good.toml
     baseline: str | None = None  # --known-good CELL_ID
     arch_scans: tuple[Path, ...] = ()
