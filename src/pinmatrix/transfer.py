@@ -1,7 +1,9 @@
 """A transfer's progress as a person reads it: bytes done of the total, the rate so far and the time left
-(``12.0 MiB of 48.0 MiB (25%), 4.0 MiB/s, 0:09 left``), for wheel downloads and bundle parts, whose sizes are
-known before the first byte. The clock is given (``time.monotonic`` by default) so that tests use a fake one;
-``due`` says when a new line is worth printing (at most one per ``every`` seconds)."""
+(``12.0 MiB of 48.0 MiB (25%), 4.0 MiB/s, 0:09 left``), for wheel downloads, layer writes, loads into an engine
+and bundle parts. The clock is given (``time.monotonic`` by default) so that tests use a fake one; ``due`` says
+when a new line is worth printing (at most one per ``every`` seconds). A copy another tool makes (skopeo, an
+engine's pull), whose bytes cannot be watched, is said once it ended: ``summary`` of the total its manifest
+names, the time it took and the rate over it."""
 
 from __future__ import annotations
 
@@ -64,6 +66,13 @@ class TransferMeter:
             return False
         self._last = now
         return True
+
+    def summary(self) -> str:
+        """``48.0 MiB in 0:04, 12.0 MiB/s``: the bytes moved, the time since the start, and the rate (when any
+        time passed)."""
+        rate = self.rate()
+        words = f"{human_bytes(self.done)} in {human_seconds(self.clock() - self.started)}"
+        return words + (f", {human_bytes(rate)}/s" if rate is not None else "")
 
     def line(self) -> str:
         words = human_bytes(self.done)

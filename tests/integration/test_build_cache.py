@@ -65,11 +65,11 @@ def _counting(assembler: Assembler) -> Iterator[list[str]]:
     built: list[str] = []
     original = assembler._cached_or_build
 
-    def counted(planned, build, epoch):  # noqa: ANN001, ANN202
+    def counted(planned, build, epoch, on_step=None):  # noqa: ANN001, ANN202
         def build_counted(writer):  # noqa: ANN001, ANN202
             built.append(planned.name)
             return build(writer)
-        return original(planned, build_counted, epoch)
+        return original(planned, build_counted, epoch, on_step)
 
     assembler._cached_or_build = counted  # type: ignore[method-assign]
     yield built

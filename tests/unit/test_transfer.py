@@ -49,3 +49,12 @@ def test_units() -> None:
     assert [human_bytes(n) for n in (0, 1023, 1536, 5 << 20, 3 * (1 << 40))] == [
         "0 B", "1023 B", "1.5 KiB", "5.0 MiB", "3.0 TiB"]
     assert [human_seconds(s) for s in (0, 9.4, 725, 3723)] == ["0:00", "0:09", "12:05", "1:02:03"]
+
+
+def test_summary_says_the_bytes_the_time_and_the_rate() -> None:
+    clock = FakeClock()
+    meter = TransferMeter(None, clock=clock)
+    assert meter.summary() == "0 B in 0:00"
+    meter.advance(96 << 20)
+    clock.now += 8
+    assert meter.summary() == "96.0 MiB in 0:08, 12.0 MiB/s"

@@ -5,7 +5,11 @@ blob, both in the one pass that writes it), straight into the blob store.
 Every entry gets uid/gid 0 unless the source says otherwise (a Debian rootfs keeps its numeric owners), empty
 user and group names, the layer's epoch as mtime, and a mode normalised to 0755/0644 (directories and
 executables / plain files). The same entries in the same order give the same bytes on every machine, user,
-umask and temp dir: nothing is read from the host but the entries' contents."""
+umask and temp dir: nothing is read from the host but the entries' contents.
+
+A writer given ``progress`` says, at most once a second, the bytes of tar written so far with the rate, and of
+how many (share and time left) once ``expect`` told it (a wheel's unpacked size: the tar is that and its
+headers, so the share is about right and stops at 100%)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import io
 import os
 import tarfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
@@ -29,6 +35,7 @@ from pinmatrix.oci.compression import (
     LayerCompression,
     layer_format,
 )
+from pinmatrix.transfer import TransferMeter
 
 _BUF = 1 << 20
 
@@ -117,8 +124,9 @@ class _LayerTar(tarfile.TarFile):
 class _CompressingSink(io.RawIOBase):
     """A write-only stream: hashes what it gets (diff_id), compresses it, hashes and writes the result."""
 
-    def __init__(self, out: BinaryIO, compressor: Compressor) -> None:
+    def __init__(self, out: BinaryIO, compressor: Compressor, on_write: Callable[[int], None] | None = None) -> None:
         self.out = out
+        self.on_write = on_write  # hears the tar bytes of each write, once they are written
         self.diff = hashlib.sha256()
         self.blob = hashlib.sha256()
         self.size = 0
@@ -144,6 +152,8 @@ class _CompressingSink(io.RawIOBase):
         self.raw += len(view)
         self.diff.update(view)
         self._emit(self.zobj.compress(view))
+        if self.on_write is not None:
+            self.on_write(len(view))
         return len(view)
 
     def finish(self) -> None:
@@ -207,18 +217,31 @@ class LayerWriter:
     descriptor and moves the blob into ``blobs_dir`` under its digest. Parent directories are added on first use."""
 
     def __init__(self, blobs_dir: Path, *, epoch: int, compression: LayerCompression = DEFAULT_COMPRESSION,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, progress: Callable[[str], None] | None = None, what: str = "layer",
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.blobs_dir = blobs_dir
         self.epoch = epoch
         blobs_dir.mkdir(parents=True, exist_ok=True)
         self._tmp = blobs_dir / f".layer-{os.getpid()}-{id(self):x}.tmp"
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
-        self._sink = _CompressingSink(self._file, compression.compressor(threads))
+        self.meter = TransferMeter(None, clock=clock)
+        self._progress, self._what = progress, what
+        self._sink = _CompressingSink(self._file, compression.compressor(threads),
+                                      self._wrote if progress is not None else None)
         self._tar = tarfile.TarFile(fileobj=cast(BinaryIO, self._sink), mode="w", format=tarfile.PAX_FORMAT,
                                     copybufsize=_BUF)
         self._dirs: set[str] = set()
         self.media_type = compression.media_type
         self.entries = 0
+
+    def expect(self, total: int) -> None:
+        """About this many bytes of tar are coming: progress says the share done and the time left."""
+        self.meter.total = total if total > 0 else None
+
+    def _wrote(self, count: int) -> None:
+        self.meter.advance(count)
+        if self._progress is not None and self.meter.due():
+            self._progress(f"{self._what}: {self.meter.line()}")
 
     def _info(self, name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
         info = tarfile.TarInfo(name)

@@ -207,6 +207,7 @@ class Assembler:
         # Debian bases to store with the image's layers (once their runnable scans exist): key -> layer, name, meta
         self._bases: dict[str, tuple[LayerDescriptor, str, dict[str, str]]] = {}
         self._missed: set[str] = set()  # keys the build cache has been asked for and lacks
+        self.clock: Callable[[], float] = time.monotonic  # what a layer's write progress measures time with
 
     # -- the parts of an image -------------------------------------------------------------------------------
 
@@ -249,7 +250,10 @@ class Assembler:
             self._bases[remote_key] = (base.layers[0], f"base {base.name}", {"python": base.python or ""})
         return base
 
-    def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int) -> None:
+    def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int,
+                         on_step: Callable[[str], None] | None = None) -> None:
+        """``planned``'s layer from the layer cache or the build cache, else written by ``build``; ``on_step``
+        hears, about once a second while it is written, ``layer NAME: bytes of tar so far, rate``."""
         start = time.monotonic()
         with self.layers.lock(planned.key):
             found = self.layers.get(planned.key)
@@ -259,7 +263,8 @@ class Assembler:
             if self._fetched(planned):
                 planned.seconds = time.monotonic() - start
                 return
-            writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression)
+            writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression,
+                                 progress=on_step, what=f"layer {planned.name}", clock=self.clock)
             try:
                 build(writer)
             except BaseException:
@@ -567,16 +572,17 @@ class Assembler:
             job.on_step(f"fetch {wheel.filename}")
             path = self.fetcher.fetch(wheel, progress=job.on_step)  # "fetch NAME: bytes of size, rate, left"
             job.on_step(f"layer {wheel.filename}")
+            writer.expect(_unpacked_size(path))
             install_wheel(path, writer, job.venv)
 
-        self._cached_or_build(planned, build, job.epoch)
+        self._cached_or_build(planned, build, job.epoch, job.on_step)
         if source is None:
             job.hand_over()
 
     def _build_wheels(self, job: _CellJob) -> None:
         """The venv layer, then every wheel layer not yet in the cache, the largest first, ``jobs`` at once."""
         todo = [p for p in job.image.layers if p.name.startswith("wheel:") and p.descriptor is None]
-        self._cached_or_build(job.by_name["venv"], job.venv.write_venv, job.epoch)
+        self._cached_or_build(job.by_name["venv"], job.venv.write_venv, job.epoch, job.on_step)
         if todo:
             with ThreadPoolExecutor(max_workers=max(1, self.settings.jobs)) as pool:
                 for future in [pool.submit(self._wheel_layer, job, p)
@@ -593,7 +599,7 @@ class Assembler:
             def build(writer: LayerWriter, patch: CellPatch = patch, wheel: WheelFile = wheel) -> None:
                 self._patch_layer(job.cell, patch, self.fetcher.fetch(wheel), job.venv, writer)  # fetched on a miss only
 
-            self._cached_or_build(planned, build, job.epoch)
+            self._cached_or_build(planned, build, job.epoch, job.on_step)
 
     def _build_aot(self, job: _CellJob, aot: aot_plan.AotPlan) -> None:
         """The CUDA link layer, then FlashInfer's modules: cross-compiled for a foreign cell, else built in the
@@ -603,7 +609,7 @@ class Assembler:
             with open(job.log, "a", encoding="utf-8") as handle:
                 handle.write(f"flashinfer-aot: none for cell {cell.id}: {aot.skip}\n")
         self._cached_or_build(job.by_name["cuda-link"], aot_plan.link_layer_builder(
-            cell, aot, job.venv.site_packages), job.epoch)
+            cell, aot, job.venv.site_packages), job.epoch, job.on_step)
         job.hand_over()
         if "flashinfer-aot" not in job.by_name:
             return
@@ -619,7 +625,7 @@ class Assembler:
                           unpacked=sum(d.unpacked for d in [*in_order, *wheel_layers] if d is not None))
         self._cached_or_build(job.by_name["flashinfer-aot"], aot_plan.aot_layer_builder(
             cell, aot, job.venv.site_packages, root, self.settings.cache_dir, job.log, job.on_step,
-            beside=partial(self._beside_aot, job)), job.epoch)
+            beside=partial(self._beside_aot, job)), job.epoch, job.on_step)
 
     def _build_cross_aot(self, job: _CellJob, aot: aot_plan.AotPlan) -> None:
         """FlashInfer's modules for a foreign cell, cross-compiled in a builder root (image/assembly/crossaot.py)."""
@@ -650,7 +656,7 @@ class Assembler:
         with self._beside_aot(job):
             self._cached_or_build(job.by_name["flashinfer-aot"], crossaot.layer_builder(
                 cell, aot, job.venv.site_packages, builder_root, cell_wheels, self.settings.cache_dir, job.log,
-                job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch)
+                job.on_step, jobs=max(1, min(2, self.settings.jobs))), epoch, job.on_step)
 
     def _blobs(self, descriptors: Sequence[LayerDescriptor | None]) -> list[tuple[Path, str]]:
         """The layers' blobs in the layout, with their media types, in order."""
@@ -664,9 +670,9 @@ class Assembler:
                     with open(path, "rb") as handle:
                         writer.add_file(f"{SMOKE_DIR}/{name}", handle, path.stat().st_size)
 
-            self._cached_or_build(job.by_name["smoke"], smoke_layer, job.epoch)
+            self._cached_or_build(job.by_name["smoke"], smoke_layer, job.epoch, job.on_step)
         if "ca" in job.by_name:
-            self._cached_or_build(job.by_name["ca"], lambda w: self._ca_layer(job.base, w), job.epoch)
+            self._cached_or_build(job.by_name["ca"], lambda w: self._ca_layer(job.base, w), job.epoch, job.on_step)
 
     def _write_image(self, job: _CellJob, ref: str, env: dict[str, str], labels: dict[str, str]) -> None:
         """The small wheel layers merged past ``max_layers``, the runnable check, then the config and the
@@ -791,3 +797,13 @@ def _described_layers(img: AssembledImage) -> list[dict[str, object]]:
 def _described(p: PlannedLayer) -> dict[str, object]:
     return {"name": p.name, "key": p.key, "cached": p.cached, "digest": p.descriptor.digest if p.descriptor else None,
             "size": p.descriptor.size if p.descriptor else None, "download": p.download if not p.cached else None}
+
+
+def _unpacked_size(wheel: Path) -> int:
+    """The bytes a wheel's files take unpacked, as its zip directory says (0 when it cannot be read): about the
+    tar its layer writes, for the layer's progress."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return sum(max(0, info.file_size) for info in archive.infolist())
+    except (OSError, zipfile.BadZipFile):
+        return 0

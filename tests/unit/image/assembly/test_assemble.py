@@ -226,6 +226,23 @@ def test_an_image_is_base_venv_wheels_smoke_in_that_order_named_by_its_config(pr
     assert project.base_calls == [False] and project.base_logs == [project.log]
 
 
+def test_a_layer_being_written_says_its_bytes_share_and_rate(project: Project) -> None:
+    """On a clock where every read is two seconds on, each write of a layer's tar is worth a line: the wheel's
+    layer names itself with the bytes written of its files' unpacked size (its zip's), the rate and time left."""
+    ticks = iter(range(0, 10**6, 2))
+    project.assembler.clock = lambda: float(next(ticks))
+    steps: list[str] = []
+    project.assemble(steps=steps)
+    alpha = [s for s in steps if s.startswith("layer wheel:alpha==1.0: ")]
+    shape = re.compile(r"layer wheel:alpha==1\.0: [\d.]+ (B|KiB) of ([\d.]+) KiB \(\d+%\), [\d.]+ (B|KiB)/s, [\d:]+ left")
+    found = [shape.fullmatch(s) for s in alpha]
+    assert alpha and all(found), alpha
+    totals = {float(m[2]) for m in found if m}
+    payload = sum(len(data) for data in WHEELS["alpha"][1].values()) / 1024  # and its dist-info: a little more
+    assert len(totals) == 1 and payload <= totals.pop() < payload + 4, (payload, alpha)
+    assert any(s.startswith("layer venv: ") for s in steps)  # every written layer, without a total when none is known
+
+
 def test_an_unchanged_image_is_not_assembled_again_and_a_damaged_one_is(project: Project) -> None:
     first = project.assemble()
     blobs = sorted(p.name for p in project.assembler.layout.blobs.iterdir())
