@@ -71,7 +71,8 @@ def _demo_image(layout_dir: Path, cell: Any, lock: str) -> Path:
         layers.append(LayerDescriptor(layout.put_blob(blob), len(blob),
                                       "sha256:" + hashlib.sha256(raw.getvalue()).hexdigest(),
                                       "application/vnd.oci.image.layer.v1.tar+gzip"))
-    labels = {**cell_labels(cell), "io.pinmatrix.lock.sha256": hashlib.sha256(lock.encode()).hexdigest()}
+    labels = {**cell_labels(cell), "io.pinmatrix.lock.sha256": hashlib.sha256(lock.encode()).hexdigest(),
+              "org.opencontainers.image.base.name": "debian:trixie"}
     config = image_config(platform=cell.platform, env={}, labels=labels, diff_ids=[d.diff_id for d in layers],
                           history=["base debian:trixie", "venv"], epoch=EPOCH, cmd=["/bin/true"])
     layout.put_manifest("latest", layout.put_config(config), layers,

@@ -8,7 +8,7 @@ test results and the SBOM (``release.attest.publish``), signed the same way (a D
   ``internalParameters``: the image's ``created`` annotation;
   ``resolvedDependencies``: the project's source at its commit (``git+<source>`` with ``gitCommit``, from the
   image's ``org.opencontainers.image.source``/``revision`` annotations, when it has them), each base layer by its
-  digest (the layers the config's history says the base made), and every file the lock accepts for each locked
+  digest (the layers the config's history says the base made: ``release.debian.base_layers``), and every file the lock accepts for each locked
   distribution (``pkg:pypi/NAME@VERSION`` with its sha256: the file installed is one of them).
 - ``runDetails``: ``builder.id`` ``BUILDER_ID`` with pinmatrix's version, and the promotion run that made the
   statement (``metadata``: invocation id, started and finished): pinmatrix assembles images reproducibly from these
@@ -37,12 +37,13 @@ from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.project.checkout import SourceURLError, source_url
 from pinmatrix.registry.client import Registry
 from pinmatrix.release.attest import STATEMENT_TYPE, utc_stamp
+from pinmatrix.release.debian import base_layers
 from pinmatrix.release.sbom import locked_packages, purl
 
 SLSA_PROVENANCE_PREDICATE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://pinmatrix.dev/assembled-image/v1"
 BUILDER_ID = "https://pinmatrix.dev/promote"
-BASE_HISTORY = "pinmatrix: base "  # the config history entry of each base layer (oci/config.py)
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"  # image/cellconfig.py
 MAX_CONFIG = 4 << 20  # an image config: a few kB
 _REVISION = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _CREATED = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -59,14 +60,22 @@ class _History(BaseModel):
     empty_layer: bool = False
 
 
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    labels: dict[str, str] | None = Field(default=None, alias="Labels")
+
+
 class _Config(BaseModel):
+    """What the provenance reads of an image config: its labels and its history, bounded."""
+
     model_config = ConfigDict(extra="ignore")
+    config: _Body | None = None
     history: list[_History] = Field(default_factory=list, max_length=10_000)
 
 
 @dataclass(frozen=True)
 class BaseLayer:
-    name: str  # what the history calls the base
+    name: str  # the image's org.opencontainers.image.base.name label
     digest: str
     media_type: str
 
@@ -115,15 +124,11 @@ def image_facts(registry: Registry, image: ImageRef) -> ImageFacts:
         config = _Config.model_validate_json(registry.get_blob(image.repository, config_digest, max_bytes=MAX_CONFIG))
     except ValidationError as err:
         raise ProvenanceError(f"{image}: its config: {err.errors()[0]['msg']}") from None
-    built = [h for h in config.history if not h.empty_layer]
-    layers = layer_descriptors(doc)
-    base: list[BaseLayer] = []
-    if len(built) == len(layers):  # one history entry per layer, as pinmatrix writes them
-        for entry, layer in zip(built, layers, strict=True):
-            digest, media = layer.get("digest"), layer.get("mediaType")
-            if entry.created_by.startswith(BASE_HISTORY) and isinstance(digest, str) and _DIGEST.match(digest):
-                name = entry.created_by[len(BASE_HISTORY):][:200]
-                base.append(BaseLayer(name if name.isprintable() else "base", digest, str(media or "")[:200]))
+    name = ((config.config.labels if config.config else None) or {}).get(BASE_NAME_LABEL, "base")[:200]
+    history = [h.model_dump() for h in config.history]
+    base = [BaseLayer(name if name.isprintable() else "base", str(layer["digest"]), str(layer.get("mediaType", ""))[:200])
+            for layer in base_layers({"history": history}, layer_descriptors(doc))
+            if isinstance(layer.get("digest"), str) and _DIGEST.match(layer["digest"])]
     return ImageFacts(source, _annotation(image, found, REVISION, _REVISION),
                       _annotation(image, found, CREATED, _CREATED), tuple(base))
 

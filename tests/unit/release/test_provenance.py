@@ -46,7 +46,7 @@ GOOD = {"org.opencontainers.image.source": "https://forge.example/team/stack.git
 
 def _image(reg: MemoryRegistry, annotations: Any, history: list[str]) -> ImageRef:
     layers = [reg.add_blob(REPO, f"layer {i}".encode()) for i in range(3)]
-    config = json.dumps({"config": {"Labels": {}},
+    config = json.dumps({"config": {"Labels": {"org.opencontainers.image.base.name": "debian:trixie"}},
                          "history": [{"created_by": f"pinmatrix: {h}"} for h in history]}).encode()
     manifest: dict[str, Any] = {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST,
