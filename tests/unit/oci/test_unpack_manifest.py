@@ -8,8 +8,10 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import stat
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +211,43 @@ def test_a_killed_unpacks_staging_folder_is_removed_by_the_next_run(tmp_path: Pa
     made = unpack_image(layout, digest, roots)
     assert sorted(os.listdir(made.path)) == ["g", "ro"]
     assert sorted(p.name for p in roots.iterdir()) == sorted([digest[7:], f".{digest[7:]}.lock"])
+
+
+def test_a_partly_made_root_is_removed_whatever_its_modes_without_following_a_link(tmp_path: Path) -> None:
+    """As a user without root's overrides (a fork that drops to nobody): folders of mode 000 and 500 go, a
+    link inside to a folder elsewhere is removed, never followed (its target keeps its mode)."""
+    from pinmatrix.oci.unpack import force_remove
+
+    base = Path(tempfile.mkdtemp(prefix="pm-force-remove-"))
+    try:
+        os.chown(base, 65534, 65534)
+        pid = os.fork()
+        if pid == 0:
+            code = 2
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                outside, victim = base / "outside", base / "victim"
+                (victim / "a" / "b").mkdir(parents=True)
+                outside.mkdir()
+                for name in ("f", "a/g", "a/b/h"):
+                    (victim / name).write_text(name)
+                (victim / "ln").symlink_to(outside)
+                for name, mode in (("a/b", 0o500), ("a", 0o000), ("", 0o500)):
+                    os.chmod(victim / name, mode)
+                os.chmod(outside, 0o500)
+                force_remove(victim)
+                code = 0 if not os.path.lexists(victim) and stat.S_IMODE(os.stat(outside).st_mode) == 0o500 else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        shutil.rmtree(base)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (tmp_path / "link").symlink_to(folder)
+    (tmp_path / "file").write_text("x")
+    for name in ("link", "file", "missing"):
+        force_remove(tmp_path / name)
+    assert sorted(os.listdir(tmp_path)) == ["folder"]
