@@ -83,12 +83,12 @@ class CellBuilder:
                 assert stored is not None
                 if self.engine is not None and settings.load:
                     step(f"load into {self.engine.name}")
-                    load_into_engine(self.assembler.layout, stored, self.engine)
+                    load_into_engine(self.assembler.layout, stored, self.engine, say=step)
                 if settings.push and self.registry is not None:
                     step("push")
                     creds = self.registry.credentials(_repository(ref))
                     pushed = push(self.assembler.layout, stored, ref, tls_verify=self.registry.tls_verify,
-                                  authfile=settings.authfile or (creds.source if creds else None))
+                                  authfile=settings.authfile or (creds.source if creds else None), say=step)
                     note(f"# pushed {ref}@{pushed}")
             except IndexUnreachable as err:
                 with self._guard:

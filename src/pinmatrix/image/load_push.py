@@ -7,7 +7,12 @@ Into podman's store, ``skopeo copy`` to ``containers-storage:`` (the store podma
 store lacks, so a cell whose image shares all but its patched layer with one already loaded copies that layer
 and its config, not the whole image again. Without skopeo, an ``oci-archive`` of the whole image is streamed to
 ``podman load``. Into Docker, ``skopeo copy`` to ``docker-daemon:`` (Docker's classic store loads no OCI
-archive; the daemon's API takes the whole image each time)."""
+archive; the daemon's API takes the whole image each time).
+
+``say`` hears the progress: the archive streamed to ``podman load``, about once a second (bytes of the image's,
+rate, time left); skopeo's copies, whose bytes cannot be watched, once at the start (the image's bytes, from its
+manifest) and once at the end (the time they took, the rate over them: a push or a load into containers-storage
+skips the blobs already there, so the rate is at most that)."""
 
 from __future__ import annotations
 
@@ -15,19 +20,30 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, cast
 
 from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.oci.layout import OCILayout, StoredImage
+from pinmatrix.oci.manifest import image_bytes
+from pinmatrix.transfer import TransferMeter, human_bytes
+
+Say = Callable[[str], None]
 
 
 class PublishError(PinmatrixError):
     """An image could not be loaded into an engine or pushed to a registry."""
 
 
-def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *, reuse_layers: bool = True) -> str:
+def _quiet(line: str) -> None:
+    """A ``say`` that says nothing."""
+
+
+def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *, reuse_layers: bool = True,
+                     say: Say = _quiet, clock: Callable[[], float] = time.monotonic) -> str:
     """Make ``image.ref`` name the image in ``engine``'s store; return the engine's image id (the config
     digest). Nothing is loaded when the engine already has that id under that name. ``reuse_layers=False``
     streams the whole image to ``podman load`` even where skopeo could copy only the missing layers (the way
@@ -37,13 +53,16 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *
     if have is not None and have.id == image_id:
         return image_id
     named = False  # skopeo's copy to containers-storage:REF names the image REF (moved off any other image)
+    meter = TransferMeter(image_bytes(image.manifest), clock=clock)
     if engine.name == "docker":
-        _skopeo_to_docker(layout, image, engine)
+        with _Opaque(meter, f"load {image.ref} into docker", say):
+            _skopeo_to_docker(layout, image, engine)
     elif reuse_layers and (skopeo := shutil.which("skopeo")) is not None:
-        _skopeo_to_storage(skopeo, layout, image, engine)
+        with _Opaque(meter, f"load {image.ref} into {engine.name}", say):
+            _skopeo_to_storage(skopeo, layout, image, engine)
         named = True
     else:
-        _stream_load(layout, image, engine)
+        _stream_load(layout, image, engine, meter, say)
     if not named:
         try:
             engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
@@ -83,15 +102,53 @@ def _skopeo_to_storage(skopeo: str, layout: OCILayout, image: StoredImage, engin
                            f"{load_cause(text)}")
 
 
-def _stream_load(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> None:
-    """``podman load`` reads an oci-archive from standard input: streamed, never written to disk."""
+class _Opaque:
+    """A copy whose bytes cannot be watched: the image's bytes said at the start, time and rate at the end."""
+
+    def __init__(self, meter: TransferMeter, what: str, say: Say) -> None:
+        self.meter, self.what, self.say = meter, what, say
+
+    def __enter__(self) -> TransferMeter:
+        self.meter.started = self.meter.clock()
+        self.say(f"{self.what}: {human_bytes(self.meter.total or 0)} (skopeo; no progress until it ends)")
+        return self.meter
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        if kind is None:
+            self.meter.advance(self.meter.total or 0)
+            self.say(f"{self.what}: done, {self.meter.summary()}")
+
+
+class _MeteredPipe:
+    """What ``write_archive`` writes, passed on to ``out``, counted, and said about once a second."""
+
+    def __init__(self, out: BinaryIO, meter: TransferMeter, what: str, say: Say) -> None:
+        self.out, self.meter, self.what, self.say = out, meter, what, say
+
+    def write(self, data: bytes) -> int:
+        written = self.out.write(data)
+        self.meter.advance(len(data))
+        if self.meter.due():
+            self.say(f"{self.what}: {self.meter.line()}")
+        return written
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _stream_load(layout: OCILayout, image: StoredImage, engine: OCIEngine, meter: TransferMeter, say: Say) -> None:
+    """``podman load`` reads an oci-archive from standard input: streamed, never written to disk; ``say`` hears
+    the bytes streamed of the image's, about once a second, and the time and rate once it is loaded."""
     argv = engine._argv(["load"])  # noqa: SLF001 - the engine's own argv (binary, connection flags)
     with tempfile.TemporaryFile() as output:
         with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
                               env=engine.env) as proc:
             assert proc.stdin is not None
+            meter.started = meter.clock()
+            what = f"load {image.ref} into {engine.name}"
             try:
-                layout.write_archive([image], cast(BinaryIO, proc.stdin))
+                layout.write_archive([image], cast(BinaryIO, _MeteredPipe(cast(BinaryIO, proc.stdin), meter, what,
+                                                                          say)))
             except BrokenPipeError:
                 pass
             finally:
@@ -104,6 +161,7 @@ def _stream_load(layout: OCILayout, image: StoredImage, engine: OCIEngine) -> No
             output.seek(0)
             text = output.read(MAX_LOAD_OUTPUT).decode("utf-8", "replace")
             raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {code}): {load_cause(text)}")
+    say(f"{what}: done, {meter.summary()}")
 
 
 MAX_LOAD_OUTPUT = 1 << 20  # bytes of the engine's output read for the cause
@@ -139,8 +197,9 @@ def _last_message(stderr: str) -> str:
 
 
 def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool,
-         authfile: Path | None = None) -> str:
-    """Copy ``image`` from the layout to ``target`` (a registry reference) keeping its digest; return it."""
+         authfile: Path | None = None, say: Say = _quiet, clock: Callable[[], float] = time.monotonic) -> str:
+    """Copy ``image`` from the layout to ``target`` (a registry reference) keeping its digest; return it.
+    ``say`` hears the image's bytes before, and the time and rate once the copy ended."""
     skopeo = shutil.which("skopeo")
     if skopeo is None:
         raise PublishError("skopeo is not installed (apt-get install skopeo): it pushes images from the layout")
@@ -151,9 +210,10 @@ def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool
         if authfile is not None:
             argv.append(f"--authfile={authfile}")
         argv += ["--", f"oci:{layout.root.resolve()}:{image.ref}", f"docker://{target}"]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise PublishError(f"push of {image.ref} to {target} failed: {_last_message(proc.stderr)}")
+        with _Opaque(TransferMeter(image_bytes(image.manifest), clock=clock), f"push {target}", say):
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise PublishError(f"push of {image.ref} to {target} failed: {_last_message(proc.stderr)}")
         pushed = digest_file.read_text().strip()
     if pushed != image.digest:
         raise PublishError(f"push of {image.ref}: the registry has {pushed}, the layout {image.digest}")

@@ -42,3 +42,11 @@ def child_descriptors(doc: dict[str, Any]) -> list[Any]:
     order (a reader that walks them checks each is a descriptor)."""
     config = doc.get("config")
     return [*([config] if isinstance(config, dict) else []), *_listed(doc, "layers"), *_listed(doc, "manifests")]
+
+
+def image_bytes(manifest: dict[str, Any]) -> int:
+    """The bytes of an image manifest's config and layers, as their descriptors declare them (a size that is not
+    a non-negative integer counts 0): what a copy of the whole image moves, for its progress line."""
+    config = manifest.get("config")
+    sizes = [d.get("size") for d in [*([config] if isinstance(config, dict) else []), *layer_descriptors(manifest)]]
+    return sum(s for s in sizes if isinstance(s, int) and not isinstance(s, bool) and s >= 0)
