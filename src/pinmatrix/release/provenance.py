@@ -8,8 +8,13 @@ test results and the SBOM (``release.attest.publish``), signed the same way (a D
   ``internalParameters``: the image's ``created`` annotation;
   ``resolvedDependencies``: the project's source at its commit (``git+<source>`` with ``gitCommit``, from the
   image's ``org.opencontainers.image.source``/``revision`` annotations, when it has them), each base layer by its
-  digest (the layers the config's history says the base made: ``release.debian.base_layers``), and every file the lock accepts for each locked
-  distribution (``pkg:pypi/NAME@VERSION`` with its sha256: the file installed is one of them).
+  digest (the layers the config's history says the base made: ``release.debian.base_layers``), and every file
+  the lock accepts for each locked distribution (``pkg:pypi/NAME@VERSION`` with its sha256: the file installed
+  is one of them).
+
+Built as JSON, like the other statements (``release.attest``): the in-toto attestation bindings, which the tests
+check it with (``in_toto_attestation``: the v1 Statement and the SLSA Provenance protobuf), are a test dependency
+and not installed where pinmatrix runs.
 - ``runDetails``: ``builder.id`` ``BUILDER_ID`` with pinmatrix's version, and the promotion run that made the
   statement (``metadata``: invocation id, started and finished): pinmatrix assembles images reproducibly from these
   inputs, so the run recorded is the one that checked the evidence and copied the image by digest.
