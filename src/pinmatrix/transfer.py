@@ -8,7 +8,8 @@ names, the time it took and the rate over it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -84,3 +85,21 @@ class TransferMeter:
         if left is not None:
             words += f", {human_seconds(left)} left"
         return words
+
+
+@contextmanager
+def opaque_copy(what: str, total: int | None, say: Callable[[str], None], *, tool: str,
+                clock: Callable[[], float] = time.monotonic) -> Iterator[TransferMeter]:
+    """A copy another tool makes, whose bytes cannot be watched (skopeo, an engine's pull): ``say`` hears ``total``
+    (the bytes its manifest names) as it starts and, once it ended, the time it took and the rate over ``total``;
+    nothing more when it failed. A tool that skips what the other side has already moves less: the rate is at
+    most the one said."""
+    meter = TransferMeter(total, clock=clock)
+    say(f"{what}: {human_bytes(total) if total is not None else 'size not known'} ({tool}; no progress until it "
+        "ends)")
+    yield meter
+    if total is None:
+        say(f"{what}: done in {human_seconds(clock() - meter.started)}")
+        return
+    meter.advance(total)
+    say(f"{what}: done, {meter.summary()}")

@@ -1,10 +1,13 @@
 """transfer.TransferMeter on a fake clock: bytes done of the total with the share, the rate so far and the time
 left; nothing said of a rate before time passed or of a time left without a total; a line at most once per
-``every`` seconds; the units people read (KiB, MiB, GiB; m:ss and h:mm:ss)."""
+``every`` seconds; the units people read (KiB, MiB, GiB; m:ss and h:mm:ss); a copy whose bytes cannot be
+watched said with its total as it starts and with time and rate once it ended, never as done when it failed."""
 
 from __future__ import annotations
 
-from pinmatrix.transfer import TransferMeter, human_bytes, human_seconds
+import pytest
+
+from pinmatrix.transfer import TransferMeter, human_bytes, human_seconds, opaque_copy
 
 
 class FakeClock:
@@ -58,3 +61,18 @@ def test_summary_says_the_bytes_the_time_and_the_rate() -> None:
     meter.advance(96 << 20)
     clock.now += 8
     assert meter.summary() == "96.0 MiB in 0:08, 12.0 MiB/s"
+
+
+def test_an_opaque_copy_is_said_as_it_starts_and_once_it_ended() -> None:
+    clock, said = FakeClock(), []
+    with opaque_copy("pull r", 30 << 20, said.append, tool="podman", clock=clock):
+        clock.now += 10
+    assert said == ["pull r: 30.0 MiB (podman; no progress until it ends)", "pull r: done, 30.0 MiB in 0:10, 3.0 MiB/s"]
+    said.clear()
+    with opaque_copy("pull r", None, said.append, tool="docker", clock=clock):
+        clock.now += 65
+    assert said == ["pull r: size not known (docker; no progress until it ends)", "pull r: done in 1:05"]
+    said.clear()
+    with pytest.raises(OSError), opaque_copy("pull r", 1, said.append, tool="podman", clock=clock):
+        raise OSError("refused")
+    assert said == ["pull r: 1 B (podman; no progress until it ends)"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,9 @@ from pinmatrix.commands._registry import known_good_registry
 from pinmatrix.engine.select import choose_engine
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.hostprobe import DriverVersionError
+from pinmatrix.imageref import RegistryError
 from pinmatrix.oci.compression import check_pullable
+from pinmatrix.oci.manifest import image_bytes
 from pinmatrix.paths import KNOWN_GOOD_FILE, PUBLIC_KEY, known_good_file, public_key
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.registry.auth import engine_auth_env
@@ -22,6 +26,9 @@ from pinmatrix.release.candidates import Candidate, Selection, candidates, choos
 from pinmatrix.release.pull import verify_entry
 from pinmatrix.release.signing import trusted_keys
 from pinmatrix.results.store import HostFingerprint
+from pinmatrix.transfer import opaque_copy
+
+CLOCK: Callable[[], float] = time.monotonic  # what the pull's time and rate are measured with
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -178,9 +185,25 @@ def _pull(args: argparse.Namespace, registry: Any, ref: Any, chosen: Candidate, 
     if engine is None:
         raise PinmatrixError("pull needs an engine to pull into (--engine docker, podman or auto; --print only prints)")
     check_pullable(layer_media_types, str(ref), engine.name, engine.reads_zstd_layers())
-    with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env:
+    def say(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    total = None if args.quiet else _image_bytes(registry, ref)
+    with engine_auth_env(engine.name, registry.credentials(ref.repository)) as auth_env, \
+            opaque_copy(f"pull {ref}", total, say, tool=engine.name, clock=CLOCK):
         engine.env.update(auth_env)
         engine.pull(str(ref), tls_verify=not ref.registry.startswith(("127.", "localhost")))
     if not args.quiet:
         print(f"pulled {ref} with {engine.name} ({'; '.join(chosen.verdict.reasons)})", file=sys.stderr)
     return engine
+
+
+def _image_bytes(registry: Registry, ref: Any) -> int | None:
+    """The bytes the image's manifest (by its verified digest) declares for its config and layers, for the pull's
+    progress; None when the registry does not say now."""
+    try:
+        manifest = registry.get_manifest(ref.repository, ref.reference)
+        return image_bytes(manifest.json) if manifest is not None else None
+    except (RegistryError, ValueError):
+        return None

@@ -29,7 +29,7 @@ from pinmatrix.engine import OCIEngine
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.oci.layout import OCILayout, StoredImage
 from pinmatrix.oci.manifest import image_bytes
-from pinmatrix.transfer import TransferMeter, human_bytes
+from pinmatrix.transfer import TransferMeter, opaque_copy
 
 Say = Callable[[str], None]
 
@@ -53,16 +53,16 @@ def load_into_engine(layout: OCILayout, image: StoredImage, engine: OCIEngine, *
     if have is not None and have.id == image_id:
         return image_id
     named = False  # skopeo's copy to containers-storage:REF names the image REF (moved off any other image)
-    meter = TransferMeter(image_bytes(image.manifest), clock=clock)
+    total = image_bytes(image.manifest)
     if engine.name == "docker":
-        with _Opaque(meter, f"load {image.ref} into docker", say):
+        with opaque_copy(f"load {image.ref} into docker", total, say, tool="skopeo", clock=clock):
             _skopeo_to_docker(layout, image, engine)
     elif reuse_layers and (skopeo := shutil.which("skopeo")) is not None:
-        with _Opaque(meter, f"load {image.ref} into {engine.name}", say):
+        with opaque_copy(f"load {image.ref} into {engine.name}", total, say, tool="skopeo", clock=clock):
             _skopeo_to_storage(skopeo, layout, image, engine)
         named = True
     else:
-        _stream_load(layout, image, engine, meter, say)
+        _stream_load(layout, image, engine, TransferMeter(total, clock=clock), say)
     if not named:
         try:
             engine.tag(image_id if engine.name == "docker" else image_id.removeprefix("sha256:"), image.ref)
@@ -100,23 +100,6 @@ def _skopeo_to_storage(skopeo: str, layout: OCILayout, image: StoredImage, engin
         text = proc.stderr[:MAX_LOAD_OUTPUT].decode("utf-8", "replace")
         raise PublishError(f"engine {engine.name}: loading {image.ref} failed (exit {proc.returncode}): "
                            f"{load_cause(text)}")
-
-
-class _Opaque:
-    """A copy whose bytes cannot be watched: the image's bytes said at the start, time and rate at the end."""
-
-    def __init__(self, meter: TransferMeter, what: str, say: Say) -> None:
-        self.meter, self.what, self.say = meter, what, say
-
-    def __enter__(self) -> TransferMeter:
-        self.meter.started = self.meter.clock()
-        self.say(f"{self.what}: {human_bytes(self.meter.total or 0)} (skopeo; no progress until it ends)")
-        return self.meter
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        if kind is None:
-            self.meter.advance(self.meter.total or 0)
-            self.say(f"{self.what}: done, {self.meter.summary()}")
 
 
 class _MeteredPipe:
@@ -210,7 +193,7 @@ def push(layout: OCILayout, image: StoredImage, target: str, *, tls_verify: bool
         if authfile is not None:
             argv.append(f"--authfile={authfile}")
         argv += ["--", f"oci:{layout.root.resolve()}:{image.ref}", f"docker://{target}"]
-        with _Opaque(TransferMeter(image_bytes(image.manifest), clock=clock), f"push {target}", say):
+        with opaque_copy(f"push {target}", image_bytes(image.manifest), say, tool="skopeo", clock=clock):
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise PublishError(f"push of {image.ref} to {target} failed: {_last_message(proc.stderr)}")

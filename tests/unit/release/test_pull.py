@@ -109,3 +109,63 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeyp
     assert rc == 2
 
 
+
+
+def test_a_pull_says_the_image_bytes_then_its_time_and_rate(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The engine's pull cannot be watched: the image's bytes (its manifest's config and layers, asked by digest)
+    are said as it starts, the time and rate once it ended, on a fake clock; --quiet says neither."""
+    from pinmatrix.commands import pull as pull_command
+    from pinmatrix.imageref import ImageRef
+    from pinmatrix.registry.client import Manifest
+    from pinmatrix.release.verify import Verification
+
+    demo = ENTRIES[3]
+    layer = "application/vnd.oci.image.layer.v1.tar+gzip"
+    body = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:" + "c" * 64, "size": 1024},
+                       "layers": [{"mediaType": layer, "digest": "sha256:" + "a" * 64, "size": (3 << 20) - 1024}]})
+    asked: list[tuple[str, str]] = []
+    now = [100.0]
+
+    class Registry:
+        def __init__(self, host: str) -> None:
+            pass
+
+        def credentials(self, repository: str) -> None:
+            return None
+
+        def get_manifest(self, repository: str, reference: str) -> Manifest:
+            asked.append((repository, reference))
+            return Manifest(body=body.encode(), media_type="application/vnd.oci.image.manifest.v1+json",
+                            digest=reference)
+
+    class Engine:
+        name, env = "podman", {}  # type: ignore[var-annotated]
+
+        def reads_zstd_layers(self) -> bool:
+            return True
+
+        def pull(self, ref: str, *, tls_verify: bool | None = None) -> None:
+            now[0] += 6  # the pull takes six seconds
+
+    def verify(entry, registry, keys, source):  # noqa: ANN001, ANN202
+        return ImageRef.parse(entry["reference"]), Verification(
+            reference=entry["reference"], ok=True, cell_id=entry["cell_id"], result="pass", keyids=["k" * 64],
+            layer_media_types=[layer]), []
+
+    monkeypatch.setattr(pull_command, "Registry", Registry)
+    monkeypatch.setattr(pull_command, "verify_entry", verify)
+    monkeypatch.setattr(pull_command, "trusted_keys", lambda *args: [])
+    monkeypatch.setattr(pull_command, "choose_engine", lambda *args, **kwargs: Engine())
+    monkeypatch.setattr(pull_command, "CLOCK", lambda: now[0])
+    kg, host = tmp_path / "known-good.toml", tmp_path / "host.json"
+    write_entries(kg, [demo])
+    host.write_text(json.dumps(CPU.to_dict()))
+    argv = ["pull", "--known-good", str(kg), "--stack", "demo", "--host-json", str(host)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    ref = demo["reference"]
+    assert asked == [("pinmatrix/known-good/demo", demo["digest"])]
+    assert f"pull {ref}: 3.0 MiB (podman; no progress until it ends)" in err
+    assert f"pull {ref}: done, 3.0 MiB in 0:06, 512.0 KiB/s" in err, err
+    assert main([*argv, "--quiet"]) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("pull ")]
