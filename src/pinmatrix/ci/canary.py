@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.engine.select import choose_engine
+from pinmatrix.errors import PinmatrixError
 from pinmatrix.hostprobe import HostFingerprint
 from pinmatrix.image.build import build_all
 from pinmatrix.image.settings import BuildSettings, CellBuildResult
@@ -28,7 +31,7 @@ from pinmatrix.paths import BUILD_LOGS_DIR, CACHE_DIR, KNOWN_GOOD_FILE, LOGS_DIR
 from pinmatrix.project.catalogue import load_catalogue
 from pinmatrix.project.known_good import read_known_good
 from pinmatrix.project.lockfile import lock_path
-from pinmatrix.project.matrix_toml import Matrix
+from pinmatrix.project.matrix_toml import Matrix, require_stack
 from pinmatrix.results.store import ResultsStore
 from pinmatrix.smoke.runner import RunOptions, new_run_id
 from pinmatrix.smoke.session import SmokeSettings, run_smokes
@@ -46,7 +49,7 @@ Echo = Callable[[str], None]
 @dataclass(frozen=True)
 class CanarySettings:
     matrix: Matrix
-    cells: list[Cell]  # the matrix's own cells
+    cells: list[Cell]  # the matrix's own cells: the baselines
     stack: str | None = None
     limit: int = 1  # candidates per stack, newest first
     sets: tuple[str, ...] = ()  # AXIS=VALUE: one candidate of --stack instead of propose's
@@ -61,6 +64,7 @@ class CanarySettings:
     index_timeout: float = 30.0
     smoke_timeout: float | None = None
     bisect: bool = False
+    set_cells: tuple[Cell, ...] = ()  # compare-only: the cells --set makes, which a candidate id may name
 
     @property
     def root(self) -> Path:
@@ -83,13 +87,33 @@ class CanaryRun:
     notes: list[str] = field(default_factory=list)
 
 
+def set_candidate(matrix: Matrix, stack: str, sets: Sequence[str]) -> UpgradeCandidate:
+    """The candidate ``--set AXIS=VALUE`` lines make, as propose makes one: a package axis moves to a version and
+    its patch variants follow it where their patches still apply (``propose.candidate_cells``)."""
+    pins = dict(parse_set(s) for s in sets)
+    packages = package_axes(require_stack(matrix, stack))
+    for axis, value in pins.items():
+        try:
+            if axis in packages:
+                Version(value)
+        except InvalidVersion:
+            raise PinmatrixError(f"--set {axis}={value}: not a version; a candidate moves {axis} to a version and "
+                                 "its patch variants follow where the patch still applies") from None
+    return UpgradeCandidate(stack, " ".join(f"--set {s}" for s in sets), pins)
+
+
+def set_cells(matrix: Matrix, stack: str, sets: Sequence[str]) -> list[Cell]:
+    """The cells of the ``--set`` candidate (none when the rules prune it)."""
+    return candidate_cells(matrix, set_candidate(matrix, stack, sets))[0]
+
+
 def _candidates(settings: CanarySettings, sources: UpgradeSources) -> list[UpgradeCandidate]:
-    """One UpgradeCandidate for --set, else propose's candidates of each chosen stack (at most ``limit``)."""
+    """The --set candidate, else propose's candidates of each chosen stack (at most ``limit``)."""
     matrix = settings.matrix
     if settings.sets:
-        assert settings.stack is not None  # the command requires --stack with --set
-        pins = dict(parse_set(s) for s in settings.sets)
-        return [UpgradeCandidate(settings.stack, " ".join(settings.sets), pins)]
+        if settings.stack is None:
+            raise PinmatrixError("--set needs --stack: the candidate is a cell of one stack")
+        return [set_candidate(matrix, settings.stack, settings.sets)]
     out: list[UpgradeCandidate] = []
     for name, stack in matrix.stacks.items():
         if settings.stack in (None, name):
@@ -184,10 +208,13 @@ def run_canary(settings: CanarySettings, echo: Echo) -> CanaryRun:
 
 def compare_only(settings: CanarySettings, candidate: str) -> CanaryDiff:
     """The candidate's recorded results against its baseline's, building and running nothing."""
+    if not settings.results.is_file():
+        raise PinmatrixError(f"{settings.results}: no results store (import the candidate's with `pinmatrix results "
+                             "--import`)")
     facts = settings.facts()
     axes = {name: package_axes(stack) for name, stack in settings.matrix.stacks.items()}
     dirs = [*settings.lock_dirs, settings.root]
-    stack, side = candidate_side(facts, candidate, settings.cells, dirs, axes)
+    stack, side = candidate_side(facts, candidate, [*settings.set_cells, *settings.cells], dirs, axes)
     base, source = baseline_side(facts, side, stack, settings.promoted(), settings.cells, settings.baseline)
     return compare(stack, side, base, source)
 

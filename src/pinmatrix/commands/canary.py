@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 from pinmatrix.atomic import atomic_write_text
-from pinmatrix.ci.canary import CanaryRun, CanarySettings, compare_only, run_canary
+from pinmatrix.ci.canary import CanaryRun, CanarySettings, compare_only, run_canary, set_cells
 from pinmatrix.ci.canary_workflow import canary_workflow, workflow_text
 from pinmatrix.commands._common import add_matrix_argument, examples
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.matrix.overrides import with_overrides
 from pinmatrix.matrix.selection import choose_cells, load
 from pinmatrix.paths import RESULTS_FILE
 from pinmatrix.project.matrix_toml import require_stack
@@ -72,13 +71,13 @@ def _settings(args: argparse.Namespace) -> CanarySettings:
     matrix, expansion = load(args.matrix)
     if args.stack is not None:
         require_stack(matrix, args.stack)
-    cells = list(expansion.cells)
-    if args.set:
-        cells += [c for c in with_overrides(matrix, args.stack, args.set)[1].cells if c not in cells]
-    return CanarySettings(matrix, cells, args.stack, args.limit, tuple(args.set), args.engine, args.runtime,
-                          args.results, args.known_good_file, args.known_good, tuple(args.arch_scan),
+    if args.set and args.stack is None:
+        raise PinmatrixError("--set needs --stack: the candidate is a cell of one stack")
+    one_off = tuple(set_cells(matrix, args.stack, args.set)) if args.set and args.compare_only else ()
+    return CanarySettings(matrix, list(expansion.cells), args.stack, args.limit, tuple(args.set), args.engine,
+                          args.runtime, args.results, args.known_good_file, args.known_good, tuple(args.arch_scan),
                           tuple(args.build_record), tuple(args.lock_dir), args.timeout, args.smoke_timeout,
-                          args.bisect)
+                          args.bisect, one_off)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
-from pydantic import BaseModel, ConfigDict, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from pinmatrix.cell import AXIS_DISTRIBUTION, Cell
 from pinmatrix.errors import PinmatrixError
@@ -51,10 +51,8 @@ class _ScanCell(_Lax):
 class ArchScanDoc(_Lax):
     """``pinmatrix arch-scan --out DIR``'s ``arch-scan.json``: what the canary reads of it."""
 
-    schema_: str = ""
+    schema_id: str = Field(alias="schema", pattern=r"^pinmatrix-arch-scan/1$")
     cells: list[_ScanCell]
-
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
 
 class _Built(_Lax):
@@ -139,7 +137,7 @@ def lock_pins(lock: Path, axes: list[str]) -> tuple[str, dict[str, str]]:
     for axis in axes:
         entry = by_name.get(canonicalize_name(AXIS_DISTRIBUTION.get(axis, axis)))
         if entry is not None:
-            pins[axis] = entry.version
+            pins.setdefault(axis, entry.version)  # the name's value first: a variant's label ("0.0.35-int64")
     return name, pins
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pinmatrix.ci.canary import set_cells
 from pinmatrix.cli import main
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.known_good import record_promotion
@@ -121,3 +122,29 @@ def test_a_candidate_with_no_results_or_no_lock_is_one_line(project: dict[str, P
     (project["lockdir"] / "locks" / f"{CAND}.txt").unlink()
     code, out = _compare(project, capsys)
     assert code == 2 and "its lock is not in" in out["err"]
+
+
+def test_a_set_candidate_is_the_cell_propose_makes_and_never_its_own_baseline(
+        project: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    matrix, expansion = load(project["matrix"])
+    cands = {c.pins["env"]: c for c in set_cells(matrix, "d", ["six=1.17.0"])}
+    assert sorted(cands) == ["default", "other"]  # both env variants, as propose makes them
+    cand = cands["other"]
+    _import(project, [_rec(cand.id, "host-probe", "pass")], capsys)
+    code = main(["canary", str(project["matrix"]), "--compare-only", "--candidate", cand.id, "--stack", "d", "--set",
+                 "six=1.17.0", "--results", str(project["results"]), "--known-good-file", str(project["kg"]),
+                 "--json"])
+    [diff] = json.loads(capsys.readouterr().out)["comparisons"]
+    assert code == 0 and diff["candidate"] == {"id": cand.id, "name": cand.name}
+    base = next(c for c in expansion.cells if c.pins["env"] == "other")
+    assert diff["baseline"]["id"] == base.id  # the matrix's own cell, not the candidate's other variant
+    assert diff["moved"] == {"six": {"from": "1.16.0", "to": "1.17.0"}} and diff["axes_one_side_only"] == []
+    assert diff["expectations"] == []  # both are cells: their known issues are known (none here)
+
+
+def test_compare_only_without_a_results_store_is_one_line_and_makes_none(
+        project: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _compare(project, capsys)
+    assert code == 2 and out["err"].strip().endswith("no results store (import the candidate's with `pinmatrix "
+                                                     "results --import`)")
+    assert not project["results"].exists()
