@@ -16,7 +16,9 @@ Order of work, so that nothing reaches DEST unless all of it is right:
 4. only then are the files renamed into DEST (wheels: a folder of wheels, as ``pinmatrix smoke --wheels`` takes it;
    image: an OCI layout whose ``index.json`` names the image).
 
-Any refusal is one line on stderr naming the part, file or key, exit status 2, and DEST as it was.
+Any refusal is one line on stderr naming the part, file or key, exit status 2, and DEST as it was. Progress goes
+to stderr (not with --quiet): each part and file checked, and about once a second while the parts are hashed
+(step 2) and the files reassembled (step 3), the bytes done of the whole, the rate and the time left.
 Standard library only: this file is copied into every bundle and must run where pinmatrix is not installed.
 
 What this script cannot do: check the bundle's signature (``manifest.dsse.json``, ed25519 in a DSSE envelope):
@@ -44,6 +46,8 @@ import re
 import shutil
 import stat
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -279,18 +283,66 @@ def read_manifest(bundle: Path, expected_sha256: str | None = None) -> dict[str,
 
 # -- parts ---------------------------------------------------------------------------------------------------------
 
-def _sha256_file(path: Path, what: str = "a part") -> tuple[str, int]:
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _bytes(count: float) -> str:
+    value, unit = float(count), 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{int(value)} B" if unit == 0 else f"{value:.1f} {_UNITS[unit]}"
+
+
+def _seconds(seconds: float) -> str:
+    hours, rest = divmod(int(round(seconds)), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Progress:
+    """Bytes done of ``total``, said as ``WHAT: 12.0 MiB of 48.0 MiB (25%), 4.0 MiB/s, 0:09 left`` at most once a
+    second: the lines pinmatrix's own TransferMeter writes (pinmatrix.transfer; this file cannot import it, and a
+    test holds the two to the same text). ``clock`` is time.monotonic, or a test's."""
+
+    def __init__(self, what: str, total: int, say: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what, self.total, self.say, self.clock, self.done = what, total, say, clock, 0
+        self.started = self.last = clock()
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        now = self.clock()
+        if now - self.last >= 1.0:
+            self.last = now
+            self.say(f"{self.what}: {self.line()}")
+
+    def line(self) -> str:
+        words = _bytes(self.done)
+        if self.total:
+            words += f" of {_bytes(self.total)} ({min(100, self.done * 100 // self.total)}%)"
+        elapsed = self.clock() - self.started
+        if elapsed > 0 and self.done > 0:
+            rate = self.done / elapsed
+            words += f", {_bytes(rate)}/s"
+            if self.total is not None:
+                words += f", {_seconds(max(0, self.total - self.done) / rate)} left"
+        return words
+
+
+def _sha256_file(path: Path, what: str = "a part", progress: Progress | None = None) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     with open_regular(path, MAX_SIZE, what) as handle:
         for chunk in iter(lambda: handle.read(CHUNK), b""):
             digest.update(chunk)
             size += len(chunk)
+            if progress is not None:
+                progress.advance(len(chunk))
     return digest.hexdigest(), size
 
 
-def check_parts(bundle: Path, manifest: dict[str, Any], say: Any) -> None:
+def check_parts(bundle: Path, manifest: dict[str, Any], say: Any, clock: Callable[[], float] = time.monotonic) -> None:
     """Every part there, of its size and sha256; no part the manifest does not name."""
     listed = {p["name"] for p in manifest["parts"]}
+    progress = Progress("checking the parts", sum(p["size"] for p in manifest["parts"]), say, clock)
     for entry in sorted(os.listdir(bundle)):
         if LOOKS_LIKE_PART.match(entry) and entry not in listed:
             refuse(f"{bundle / entry}: extra part: the manifest does not list it")
@@ -303,7 +355,7 @@ def check_parts(bundle: Path, manifest: dict[str, Any], say: Any) -> None:
         size = path.stat().st_size
         if size != part["size"]:
             refuse(f"{path}: tampered or truncated part: {size} bytes, the manifest says {part['size']}")
-        sha, _ = _sha256_file(path)
+        sha, _ = _sha256_file(path, progress=progress)
         if sha != part["sha256"]:
             refuse(f"{path}: tampered part: sha256 {sha}, the manifest says {part['sha256']}")
         say(f"part {i + 1}/{len(listed)} {part['name']}: {size} bytes, sha256 ok")
@@ -333,7 +385,8 @@ class Stream:
             self.handle.close()
 
 
-def _copy_checked(stream: Stream, size: int, sha256: str, target: Path | None, what: str) -> None:
+def _copy_checked(stream: Stream, size: int, sha256: str, target: Path | None, what: str,
+                  progress: Progress | None = None) -> None:
     """``size`` bytes of the stream into ``target`` (or nowhere, when only checking), refused unless they hash to
     ``sha256``."""
     digest, left = hashlib.sha256(), size
@@ -347,6 +400,8 @@ def _copy_checked(stream: Stream, size: int, sha256: str, target: Path | None, w
             if out is not None:
                 out.write(chunk)
             left -= len(chunk)
+            if progress is not None:
+                progress.advance(len(chunk))
         if out is not None:
             out.flush()
             os.fsync(out.fileno())
@@ -528,12 +583,12 @@ def _alive(pid: int) -> bool:
 
 
 def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any,
-           manifest_sha256: str | None = None) -> dict[str, Any]:
+           manifest_sha256: str | None = None, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Check the bundle and (with ``dest``) unpack it; returns a summary. Raises Refused."""
     manifest = read_manifest(bundle, manifest_sha256)
     if manifest["kind"] == "wheels" and have is not None:
         refuse("--have is for image bundles: a wheels bundle ships every wheel it lists")
-    check_parts(bundle, manifest, say)
+    check_parts(bundle, manifest, say, clock)
     if manifest["kind"] == "wheels":
         check_lock(bundle, manifest)
         shipped = [(w["filename"], w["size"], w["sha256"]) for w in manifest["wheels"]]
@@ -572,10 +627,11 @@ def unpack(bundle: Path, dest: Path | None, have: Path | None, say: Any,
         staging.mkdir()
     try:
         stream = Stream(bundle, manifest["parts"])
+        progress = Progress("unpacking" if staging else "checking the files", sum(f[1] for f in shipped), say, clock)
         try:
             for i, (name, size, sha) in enumerate(shipped):
                 what = name if manifest["kind"] == "wheels" else f"blob sha256:{name}"
-                _copy_checked(stream, size, sha, staging / name if staging else None, what)
+                _copy_checked(stream, size, sha, staging / name if staging else None, what, progress)
                 say(f"file {i + 1}/{len(shipped)} {what}: {size} bytes, sha256 ok")
         finally:
             stream.close()
