@@ -17,15 +17,13 @@ from typing import Any, TextIO
 import jinja2
 
 from pinmatrix.report.archscan import arch_scan_html
-from pinmatrix.report.model import SEVERITY, STATUS_LABELS, CellRow, Report
+from pinmatrix.report.model import FAILURES_LISTED, SEVERITY, STATUS_LABELS, CellRow, Report
 
 # Display order of the legend and the status filter: best first.
 STATUS_ORDER: list[str] = sorted(SEVERITY, key=SEVERITY.__getitem__)
 INLINE_CELLS = 200
 """Up to this many cells, index.html holds every cell's details; beyond, they are on pages of their own."""
 CELLS_PER_PAGE = 100
-FAILURES_LISTED = 100
-"""How many broken results index.html lists one by one (worst first); all of them are summarised below."""
 PAGE_NAME = "cells-{:03d}.html"
 PAGE_PATTERN = re.compile(r"cells-\d{3,}\.html")
 """The detail pages' file names: numbered, never made from a cell id or any other recorded text."""

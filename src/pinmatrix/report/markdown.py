@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pinmatrix.report.archscan import arch_scan_markdown
-from pinmatrix.report.model import STATUS_LABELS, CellRow, Report, SmokeResult
+from pinmatrix.report.model import FAILURES_LISTED, STATUS_LABELS, CellRow, Report, SmokeResult
 from pinmatrix.sanitize import markdown_code, markdown_text
 
 ICONS: dict[str, str] = {
@@ -54,7 +54,10 @@ def render_markdown(report: Report, *, max_reason: int = 120) -> str:
         broken_cells = len({c.id for c, _ in failures})
         lines += [f"## What broke: {len(failures)} result{'' if len(failures) == 1 else 's'} in {broken_cells} of "
                   f"{len(report.cells)} cells", ""]
-        lines += [_failure_line(c, r, max_reason) for c, r in failures]
+        lines += [_failure_line(c, r, max_reason) for c, r in failures[:FAILURES_LISTED]]
+        if len(failures) > FAILURES_LISTED:
+            lines.append(f"- and {len(failures) - FAILURES_LISTED} more (index.html counts them all, report.json "
+                         "lists them)")
         lines.append("")
     else:
         lines += ["Nothing broke: no smoke failed, degraded or passed unexpectedly in its latest run.", ""]

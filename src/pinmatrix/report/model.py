@@ -27,6 +27,8 @@ BROKEN: tuple[str, ...] = ("fail", "degraded", "xpass")
 """The statuses a report leads with: what broke (and the surprise of a known issue that no longer fails)."""
 HISTORY_RUNS = 10
 """How many of the latest runs of a cell x smoke the report shows."""
+FAILURES_LISTED = 100
+"""How many broken results index.html and summary.md list one by one, worst first (report.json has them all)."""
 
 
 def natural_key(text: str) -> list[tuple[int, int | str]]:

@@ -18,7 +18,7 @@ from report_data import H200, make_cell, rec
 
 from pinmatrix.report import html as report_html
 from pinmatrix.report.jsonstream import write_json
-from pinmatrix.report.model import Report, build_report, report_to_dict
+from pinmatrix.report.model import FAILURES_LISTED, Report, build_report, report_to_dict
 from pinmatrix.report.write import write_reports
 
 SMOKES = tuple(f"smoke-{i:02d}" for i in range(6))
@@ -56,13 +56,21 @@ def test_index_leads_with_what_broke_and_holds_no_details(written) -> None:  # n
     assert index.index('id="broken"') < index.index('class="stack"') < index.index('<table class="grid"')
     listed = re.findall(r'<li class="broken-item" data-cell="(\w+)"', index)
     failures = report.failures
-    assert len(failures) > report_html.FAILURES_LISTED
-    assert listed == [c.id for c, _ in failures[:report_html.FAILURES_LISTED]]
+    assert len(failures) > FAILURES_LISTED
+    assert listed == [c.id for c, _ in failures[:FAILURES_LISTED]]
     # the summary counts every broken result, not just the listed ones
     summary = index.split('<table class="broken-summary">', 1)[1].split("</table>", 1)[0]
     counts = re.findall(r'<td class="num">(\d+)</td>\s*<td class="num">(\d+)</td>', summary)
     assert counts == [(str(len(failures)), str(len({c.id for c, _ in failures})))]
     assert "smoke-03" in summary and "illegal-memory-access" in summary
+
+
+def test_summary_md_lists_the_worst_and_counts_the_rest(written) -> None:  # noqa: ANN001
+    report, out = written
+    md = (out / "summary.md").read_text()
+    lines = [line for line in md.splitlines() if line.startswith("- 🔴 **smoke-03**")]
+    assert len(lines) == FAILURES_LISTED
+    assert f"- and {len(report.failures) - FAILURES_LISTED} more (index.html counts them all" in md
 
 
 def test_each_cells_link_names_the_page_that_holds_its_details(written) -> None:  # noqa: ANN001
