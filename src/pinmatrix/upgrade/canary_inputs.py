@@ -14,11 +14,10 @@ from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from pinmatrix.cell import AXIS_DISTRIBUTION, Cell
-from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import DEFAULT_REPOSITORY
 from pinmatrix.oci.layout import OCILayout
 from pinmatrix.paths import STATE_DIR
-from pinmatrix.project.document import load_document
+from pinmatrix.project.document import document_text, load_document
 from pinmatrix.project.lockfile import parse_lock
 from pinmatrix.results.store import ResultsStore
 from pinmatrix.upgrade.canary import CanarySide, RecordedSmoke
@@ -125,10 +124,7 @@ def expectations(cell: Cell) -> dict[str, str]:
 def lock_pins(lock: Path, axes: list[str]) -> tuple[str, dict[str, str]]:
     """(the cell name its header gives, axis -> value) from a lock: the axes its name shows, and each package
     axis's locked version."""
-    try:
-        text = lock.read_text(encoding="utf-8")[:MAX_RECORD_BYTES]
-    except (OSError, UnicodeDecodeError) as err:
-        raise PinmatrixError(f"{lock}: cannot read the candidate's lock: {err}") from None
+    text = document_text(lock, what="a lock", max_bytes=MAX_RECORD_BYTES)
     header = _HEADER.match(text)
     name = header.group(2) if header else lock.stem
     inner = name.partition("[")[2].rpartition("]")[0]  # "d[env=default,six=1.17.0]": the axes the stack varies

@@ -148,3 +148,28 @@ def test_compare_only_without_a_results_store_is_one_line_and_makes_none(
     assert code == 2 and out["err"].strip().endswith("no results store (import the candidate's with `pinmatrix "
                                                      "results --import`)")
     assert not project["results"].exists()
+
+
+def test_known_good_names_the_baseline_and_an_unknown_one_is_one_line(
+        project: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, expansion = load(project["matrix"])
+    other = next(c for c in expansion.cells if c.pins["env"] == "other")
+    _import(project, [_rec(CAND, "host-probe", "pass")], capsys)
+    code, data = _compare(project, capsys, "--known-good", other.id)
+    assert code == 0 and data["comparisons"][0]["baseline"] == {
+        "id": other.id, "name": other.name, "source": "the matrix's cell --known-good names; not promoted"}
+    code, out = _compare(project, capsys, "--known-good", "ffffffffffff")
+    assert code == 2 and "--known-good ffffffffffff: no promoted cell of stack d" in out["err"]
+
+
+def test_a_set_value_that_is_no_version_is_one_line(project: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _compare(project, capsys, "--stack", "d", "--set", "six=1.17.0-patched")
+    assert code == 2 and "--set six=1.17.0-patched: not a version" in out["err"]
+
+
+def test_an_oversized_lock_is_refused_with_its_size(project: dict[str, Path], capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pinmatrix.upgrade.canary_inputs.MAX_RECORD_BYTES", 64)
+    _import(project, [_rec(CAND, "host-probe", "pass")], capsys)
+    code, out = _compare(project, capsys)
+    assert code == 2 and "is more than a lock may have (64 bytes)" in out["err"]
