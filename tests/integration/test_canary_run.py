@@ -28,11 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.network,
               pytest.mark.skipif(bwrap_usable() is not None, reason=str(bwrap_usable()))]
 
 
-def _project(tmp_path: Path) -> Path:
+def _project(tmp_path: Path, stack: str = STACK) -> Path:
     """The checkout's [matrix] settings (its base, so its cached root filesystem) with one small stack."""
     text = ROOT.joinpath("matrix.toml").read_text(encoding="utf-8")
     settings = text[:text.index("\n# ---")]  # [matrix], [matrix.base], [matrix.promotion]: before the patches
-    (tmp_path / "matrix.toml").write_text(settings + "\n" + STACK, encoding="utf-8")
+    (tmp_path / "matrix.toml").write_text(settings + "\n" + stack, encoding="utf-8")
     (tmp_path / "smoke").symlink_to(ROOT / "smoke")
     (tmp_path / ".pinmatrix").mkdir()
     (ROOT / ".pinmatrix" / "cache").mkdir(parents=True, exist_ok=True)
@@ -64,3 +64,19 @@ def test_a_candidate_that_breaks_a_smoke_is_reported_with_its_bisect(tmp_path: P
     assert (project / "locks" / f"{diff['candidate']['id']}.txt").is_file()  # as `build --set` locks a one-off cell
     built = json.loads((project / ".pinmatrix" / "canary" / "builds.json").read_text())
     assert {diff["candidate"]["id"], diff["baseline"]["id"]} <= set(built)
+
+
+def test_propose_s_candidate_of_the_demo_stack_is_built_smoked_and_compared(tmp_path: Path) -> None:
+    """No --set: propose reads the index for the demo packages' newest releases (older pins here, so a newer
+    release exists whatever the index serves), locks the "newest of each" candidate, and the canary builds and
+    smokes it with the matrix's cell nearest it; two axes moved, so no bisect line."""
+    project = _project(tmp_path, STACK.replace('six = ["1.14.0"]', 'six = ["1.15.0"]\nidna = ["3.4"]'))
+    done = subprocess.run([sys.executable, "-m", "pinmatrix", "canary", "--stack", "d", "--results", "r.sqlite",
+                           "--json"], cwd=project, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "d: newest of each: locked" in done.stderr
+    [diff] = json.loads(done.stdout)["comparisons"]
+    assert set(diff["moved"]) == {"six", "idna"}
+    assert (diff["moved"]["six"]["from"], diff["moved"]["idna"]["from"]) == ("1.15.0", "3.4")
+    assert diff["smokes"] == [] and diff["unchanged_passing"] == 3
+    assert "not recorded" not in diff["build_time"]
