@@ -1,7 +1,7 @@
 """``pinmatrix canary`` end to end on a CPU stack of one tiny wheel, in a project of its own: the candidate (six
 1.13.0, a --set cell the matrix does not list) is locked, built by the image builder into the OCI layout with its
 baseline (the matrix's six 1.14.0 cell, nothing promoted), both smoked in their images by the sandbox runtime; the
-comparison says six-assert-not-regex newly fails (six added assertNotRegex in 1.14.0), gives the one-axis bisect
+comparison says six-assert-not-regex newly fails, the GPU smoke is skipped on both sides (no verdict, no failure) (six added assertNotRegex in 1.14.0), gives the one-axis bisect
 and runs it with --bisect, and records image sizes and build times. The base root filesystem comes from the
 checkout's cache, so a warm run takes seconds."""
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STACK = """
 [stacks.d]
 gpu_required = false
-smokes = ["host-probe", "python-imports", "six-assert-not-regex"]
+smokes = ["host-probe", "python-imports", "six-assert-not-regex", "unified-memory-leak"]
 [stacks.d.packages]
 six = ["1.14.0"]
 """
@@ -51,9 +51,12 @@ def test_a_candidate_that_breaks_a_smoke_is_reported_with_its_bisect(tmp_path: P
     assert diff["baseline"]["source"] == ("no cell of stack d is promoted: the matrix's current cell of the same "
                                           "variant stands in")
     assert diff["moved"] == {"six": {"from": "1.14.0", "to": "1.13.0"}}
-    [change] = diff["smokes"]
-    assert (change["smoke"], change["change"], change["before"], change["after"]) == \
-        ("six-assert-not-regex", "newly failing", "pass", "fail")
+    changes = {s["smoke"]: s for s in diff["smokes"]}
+    assert set(changes) == {"six-assert-not-regex", "unified-memory-leak"}
+    change, gpu = changes["six-assert-not-regex"], changes["unified-memory-leak"]
+    assert (change["change"], change["before"], change["after"]) == ("newly failing", "pass", "fail")
+    assert (gpu["change"], gpu["before"], gpu["after"]) == ("skipped", "skip", "skip")  # no GPU here: no verdict
+    assert "GPU" in gpu["reason"]
     assert change["bisect"] == ("pinmatrix bisect version six-assert-not-regex --stack d --axis six "
                                 "--range '>=1.13.0,<=1.14.0'")
     assert diff["unchanged_passing"] == 2  # host-probe and python-imports, in both images
@@ -78,5 +81,6 @@ def test_propose_s_candidate_of_the_demo_stack_is_built_smoked_and_compared(tmp_
     [diff] = json.loads(done.stdout)["comparisons"]
     assert set(diff["moved"]) == {"six", "idna"}
     assert (diff["moved"]["six"]["from"], diff["moved"]["idna"]["from"]) == ("1.15.0", "3.4")
-    assert diff["smokes"] == [] and diff["unchanged_passing"] == 3
+    assert [(s["smoke"], s["change"]) for s in diff["smokes"]] == [("unified-memory-leak", "skipped")]
+    assert diff["unchanged_passing"] == 3
     assert "not recorded" not in diff["build_time"]
