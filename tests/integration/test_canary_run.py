@@ -1,8 +1,9 @@
 """``pinmatrix canary`` end to end on a CPU stack of one tiny wheel, in a project of its own: the candidate (six
 1.13.0, a --set cell the matrix does not list) is locked, built by the image builder into the OCI layout with its
 baseline (the matrix's six 1.14.0 cell, nothing promoted), both smoked in their images by the sandbox runtime; the
-comparison says six-assert-not-regex newly fails, the GPU smoke is skipped on both sides (no verdict, no failure) (six added assertNotRegex in 1.14.0), gives the one-axis bisect
-and runs it with --bisect, and records image sizes and build times. The base root filesystem comes from the
+comparison says six-assert-not-regex newly fails (six added assertNotRegex in 1.14.0) while the GPU smoke is
+skipped on both sides (no verdict, no failure), gives the one-axis bisect and runs it with --bisect, and records
+image sizes and build times. The base root filesystem comes from the
 checkout's cache, so a warm run takes seconds."""
 
 from __future__ import annotations
