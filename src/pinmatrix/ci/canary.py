@@ -54,7 +54,7 @@ class CanarySettings:
     limit: int = 1  # candidates per stack, newest first
     sets: tuple[str, ...] = ()  # AXIS=VALUE: one candidate of --stack instead of propose's
     engine: str = "none"  # where images are loaded (none: the OCI layout only)
-    runtime: str = "sandbox"  # where they are smoked (smoke --runtime)
+    runtime: str = "sandbox"  # where they are smoked, in their images (smoke --runtime, never host)
     results: Path = RESULTS_FILE
     known_good: Path | None = None  # default: the project's known-good.toml
     baseline: str | None = None  # --known-good CELL_ID
@@ -159,7 +159,7 @@ def build(cells: list[Cell], settings: CanarySettings) -> list[CellBuildResult]:
 def smoke(cells: list[Cell], settings: CanarySettings, echo: Echo) -> None:
     smoke_dir = settings.root / "smoke" if (settings.root / "smoke").is_dir() else None  # the project's, else ./smoke
     options = RunOptions(smoke_dir=smoke_dir, timeout_s=settings.smoke_timeout, logs_dir=settings.root / LOGS_DIR,
-                         repo_root=settings.root, kernel_cache=None if settings.runtime == "host" else "keep")
+                         repo_root=settings.root, kernel_cache="keep")
     smoke_settings = SmokeSettings(cells=cells, matrix=settings.matrix, catalogue=load_catalogue(smoke_dir),
                                    options=options, runtime=settings.runtime, smoke_dir=smoke_dir)
     store = ResultsStore(settings.results)

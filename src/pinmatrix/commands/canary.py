@@ -57,8 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a `pinmatrix build --metadata-file` record for build times (repeatable)")
     p.add_argument("--engine", "-e", choices=("none", "auto", "podman", "docker"), default="none",
                    help="where the images are loaded (default none: the OCI layout only)")
-    p.add_argument("--runtime", choices=("host", "podman", "docker", *LAYOUT_RUNTIMES), default="sandbox",
-                   help="where they are smoked, as `smoke --runtime` (default sandbox)")
+    p.add_argument("--runtime", choices=("podman", "docker", *LAYOUT_RUNTIMES), default="sandbox",
+                   help="where they are smoked, each in its own image, as `smoke --runtime` (default sandbox; podman "
+                        "and docker need --engine to load the images)")
     p.add_argument("--results", type=Path, default=RESULTS_FILE, metavar="PATH", help="the results store")
     p.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait for each index answer")
     p.add_argument("--smoke-timeout", type=float, metavar="S", help="cap every smoke's timeout at S seconds")
@@ -85,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         raise PinmatrixError("--compare-only and --candidate CELL_ID go together")
     if args.limit < 1:
         raise PinmatrixError("--limit must be at least 1")
+    if args.runtime in ("podman", "docker") and args.engine not in (args.runtime, "auto"):
+        raise PinmatrixError(f"--runtime {args.runtime} smokes the images {args.runtime} holds: add --engine "
+                             f"{args.runtime}")
     settings = _settings(args)
     if args.compare_only:
         run_ = CanaryRun([], [compare_only(settings, args.candidate)])
