@@ -173,3 +173,9 @@ def test_an_oversized_lock_is_refused_with_its_size(project: dict[str, Path], ca
     _import(project, [_rec(CAND, "host-probe", "pass")], capsys)
     code, out = _compare(project, capsys)
     assert code == 2 and "is more than a lock may have (64 bytes)" in out["err"]
+
+
+def test_a_container_runtime_needs_the_engine_holding_the_images(project: dict[str, Path],
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["canary", str(project["matrix"]), "--runtime", "docker", "--engine", "podman"]) == 2
+    assert "--runtime docker smokes the images docker holds: add --engine docker" in capsys.readouterr().err
