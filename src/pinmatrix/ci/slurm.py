@@ -38,6 +38,7 @@ from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.ci.dispatch import Dispatch, DispatchJob, dispatch, write_dispatch
 from pinmatrix.ci.pools import NodePool, pools_for
+from pinmatrix.ci.summary import skipped_summary
 from pinmatrix.datamodel import Strict
 from pinmatrix.errors import PinmatrixError
 from pinmatrix.imageref import ImageRef, image_ref
@@ -110,6 +111,18 @@ class SlurmPlan:
     skipped: list[str] = field(default_factory=list)  # cell x pool not submitted, with the reason
     recorded: list[str] = field(default_factory=list)  # cell x pool with every smoke recorded on this digest
     warnings: list[str] = field(default_factory=list)
+
+    def said(self, verbose: bool) -> list[str]:
+        """What was left out: a line per skipped and per recorded cell x pool with ``verbose``, else one summary
+        line of each; every warning on its own line."""
+        if verbose:
+            lines = [f"skipped {line}" for line in self.skipped] + [f"recorded {line}" for line in self.recorded]
+        else:
+            lines = list(filter(None, [skipped_summary("ci slurm", self.skipped)]))
+            if self.recorded:
+                lines.append(f"ci slurm: {len(self.recorded)} cell x pool(s) not submitted, every smoke recorded on "
+                             "the same image (--rerun submits them; --verbose lists each)")
+        return lines + [f"warning: {line}" for line in self.warnings]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from pinmatrix.ci.pools import load_pools
 from pinmatrix.ci.slurm import (
     CHECK_REFUSED,
     ScriptSettings,
-    SlurmPlan,
     checked_name,
     layout_images,
     node_refusal,
@@ -187,8 +186,7 @@ def _register_slurm(ci: argparse._SubParsersAction) -> None:
     s.add_argument("--rerun", action="store_true", help="submit every cell x pool, recorded or not")
     s.add_argument("--print", dest="print_only", action="store_true",
                    help="print the scripts; write nothing (no submission folder) and submit nothing")
-    s.add_argument("--verbose", "-v", action="store_true",
-                   help="a line per skipped or recorded cell x pool (default: one summary line of each)")
+    s.add_argument("--verbose", "-v", action="store_true", help="a line per skipped or recorded cell x pool")
     s.set_defaults(func=run_slurm)
 
     _register_slurm_node_check(ci)
@@ -370,7 +368,7 @@ def run_slurm(args: argparse.Namespace) -> int:
               if settings.layout is not None else _images(cells, registry, "ci slurm"))
     store = ResultsStore(args.results) if args.results.exists() and not args.rerun else None
     planned = plan(cells, pools, settings, images=images, wheels=args.wheels, store=store, rerun=args.rerun)
-    for line in _slurm_lines(planned, args.verbose):
+    for line in planned.said(args.verbose):
         print(line, file=sys.stderr)
     if not planned.arrays:
         if not planned.recorded:
@@ -387,19 +385,6 @@ def run_slurm(args: argparse.Namespace) -> int:
         print(f"submitted {array.name}: job {array.job_id}, {len(array.tasks)} task(s), {shown}")
     print(f"collect with: pinmatrix ci slurm-collect {sub_dir} --wait")
     return 0
-
-
-def _slurm_lines(planned: SlurmPlan, verbose: bool) -> list[str]:
-    """What ``ci slurm`` left out: a line per skipped and per recorded cell x pool with ``verbose``, else one
-    summary line of each; every warning on its own line."""
-    if verbose:
-        lines = [f"skipped {line}" for line in planned.skipped] + [f"recorded {line}" for line in planned.recorded]
-    else:
-        lines = list(filter(None, [skipped_summary("ci slurm", planned.skipped)]))
-        if planned.recorded:
-            lines.append(f"ci slurm: {len(planned.recorded)} cell x pool(s) not submitted, every smoke recorded on "
-                         "the same image (--rerun submits them; --verbose lists each)")
-    return lines + [f"warning: {line}" for line in planned.warnings]
 
 
 def _slurm_settings(args: argparse.Namespace, sub_dir: Path) -> ScriptSettings:

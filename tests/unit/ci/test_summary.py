@@ -14,7 +14,6 @@ from k8s_pools import ROOT
 from pinmatrix.ci.slurm import SlurmPlan
 from pinmatrix.ci.summary import skipped_summary
 from pinmatrix.cli import main
-from pinmatrix.commands.ci import _slurm_lines
 from pinmatrix.matrix.selection import load
 
 EXAMPLE = ROOT / "docs" / "examples" / "pools.toml"
@@ -75,8 +74,8 @@ def test_slurm_says_what_it_skipped_and_found_recorded_in_one_line_each(
 def test_slurm_recorded_cells_are_one_line_and_each_with_verbose() -> None:
     recorded = [f"{n:012x} demo[x={n}] x cpu: every smoke recorded on the host runtime" for n in range(30)]
     planned = SlurmPlan(recorded=recorded, warnings=["abc x cpu: time limit 1 min is shorter"])
-    assert _slurm_lines(planned, verbose=False) == [
+    assert planned.said(verbose=False) == [
         "ci slurm: 30 cell x pool(s) not submitted, every smoke recorded on the same image (--rerun submits them; "
         "--verbose lists each)", "warning: abc x cpu: time limit 1 min is shorter"]
-    assert _slurm_lines(planned, verbose=True)[:2] == [f"recorded {recorded[0]}", f"recorded {recorded[1]}"]
-    assert len(_slurm_lines(planned, verbose=True)) == 31
+    assert planned.said(verbose=True)[:2] == [f"recorded {recorded[0]}", f"recorded {recorded[1]}"]
+    assert len(planned.said(verbose=True)) == 31

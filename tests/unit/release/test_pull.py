@@ -114,7 +114,6 @@ def test_pull_print_explains_what_it_passed_over(tmp_path: Path, capsys, monkeyp
 def test_a_pull_says_the_image_bytes_then_its_time_and_rate(tmp_path: Path, capsys, monkeypatch) -> None:
     """The engine's pull cannot be watched: the image's bytes (its manifest's config and layers, asked by digest)
     are said as it starts, the time and rate once it ended, on a fake clock; --quiet says neither."""
-    from pinmatrix.commands import pull as pull_command
     from pinmatrix.imageref import ImageRef
     from pinmatrix.registry.client import Manifest
     from pinmatrix.release.verify import Verification
@@ -152,11 +151,11 @@ def test_a_pull_says_the_image_bytes_then_its_time_and_rate(tmp_path: Path, caps
             reference=entry["reference"], ok=True, cell_id=entry["cell_id"], result="pass", keyids=["k" * 64],
             layer_media_types=[layer]), []
 
-    monkeypatch.setattr(pull_command, "Registry", Registry)
-    monkeypatch.setattr(pull_command, "verify_entry", verify)
-    monkeypatch.setattr(pull_command, "trusted_keys", lambda *args: [])
-    monkeypatch.setattr(pull_command, "choose_engine", lambda *args, **kwargs: Engine())
-    monkeypatch.setattr(pull_command, "CLOCK", lambda: now[0])
+    monkeypatch.setattr("pinmatrix.commands.pull.Registry", Registry)
+    monkeypatch.setattr("pinmatrix.commands.pull.verify_entry", verify)
+    monkeypatch.setattr("pinmatrix.commands.pull.trusted_keys", lambda *args: [])
+    monkeypatch.setattr("pinmatrix.commands.pull.choose_engine", lambda *args, **kwargs: Engine())
+    monkeypatch.setattr("pinmatrix.commands.pull.CLOCK", lambda: now[0])
     kg, host = tmp_path / "known-good.toml", tmp_path / "host.json"
     write_entries(kg, [demo])
     host.write_text(json.dumps(CPU.to_dict()))
