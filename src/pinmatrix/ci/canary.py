@@ -227,8 +227,8 @@ def run_bisects(diffs: list[CanaryDiff], settings: CanarySettings, echo: Echo) -
             if not change.bisect:
                 continue
             echo("bisect: " + " ".join(change.bisect))
-            argv = [sys.executable, "-m", "pinmatrix", *change.bisect[1:4], str(settings.matrix.path),
-                    *change.bisect[4:], "--results", str(settings.results)]  # the matrix right after the smoke
+            argv = [sys.executable, "-m", "pinmatrix", *change.bisect[1:4], str(settings.matrix.path.resolve()),
+                    *change.bisect[4:], "--results", str(settings.results.resolve())]  # the matrix after the smoke
             done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=settings.root)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("report:")] or done.stderr.splitlines()[-1:]
             notes += [f"bisect of {change.smoke} ({diff.candidate.cell_id}): {ln}" for ln in lines]
