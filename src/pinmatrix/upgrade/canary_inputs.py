@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pinmatrix.cell import AXIS_DISTRIBUTION, Cell
 from pinmatrix.imageref import DEFAULT_REPOSITORY
 from pinmatrix.oci.layout import OCILayout
+from pinmatrix.oci.manifest import image_bytes as manifest_bytes
 from pinmatrix.paths import STATE_DIR
 from pinmatrix.project.document import document_text, load_document
 from pinmatrix.project.lockfile import parse_lock
@@ -88,15 +89,11 @@ def read_build_records(paths: list[Path]) -> dict[str, float]:
 
 
 def image_bytes(layout_dir: Path, ref: str) -> int | None:
-    """The size of the image ``ref`` in the OCI layout (config and layers, compressed; the manifest too); None when
-    it is not there."""
+    """The size of the image ``ref`` in the OCI layout (config and layers as its manifest declares them, compressed:
+    what a pull moves); None when it is not there."""
     layout = OCILayout(layout_dir)
-    if not layout.has_index():
-        return None
-    image = layout.image(ref)
-    if image is None:
-        return None
-    return sum(layout.blob_path(d).stat().st_size for d in layout.blobs_of(image))
+    image = layout.image(ref) if layout.has_index() else None
+    return None if image is None else manifest_bytes(image.manifest)
 
 
 def latest_results(store: ResultsStore, cell_id: str) -> dict[tuple[str, str], RecordedSmoke]:
