@@ -1,6 +1,7 @@
 """What the canary reads of files from elsewhere: a lock's pins (its name's axes first: a patch variant's label,
 then its packages' versions), an arch-scan document's targets per cell (None when it did not scan the cell; a
-malformed one is one line naming the file), and build times of builds that built (a cached one took none)."""
+malformed one is one line naming the file), build times of builds that built (a cached one took none), and an
+image's size in the OCI layout."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from pinmatrix.errors import PinmatrixError
-from pinmatrix.upgrade.canary_inputs import arch_coverage, lock_pins, read_arch_scans, read_build_records
+from pinmatrix.oci.compression import MEDIA_TYPES
+from pinmatrix.oci.layer import LayerDescriptor
+from pinmatrix.oci.layout import OCILayout
+from pinmatrix.upgrade.canary_inputs import arch_coverage, image_bytes, lock_pins, read_arch_scans, read_build_records
 
 
 def test_a_lock_gives_its_names_axes_and_its_packages_versions(tmp_path: Path) -> None:
@@ -50,3 +54,14 @@ def test_build_times_are_those_of_cells_built(tmp_path: Path) -> None:
                                 "b" * 12: {"status": "cached", "seconds": 0.2},
                                 "c" * 12: {"status": "failed", "seconds": 3.0}}), encoding="utf-8")
     assert read_build_records([path, tmp_path / "absent.json"]) == {"a" * 12: 12.5}
+
+
+def test_an_image_size_is_its_config_and_layers_in_the_layout_or_none(tmp_path: Path) -> None:
+    layout = OCILayout(tmp_path / "oci").init()
+    config = layout.put_config({"architecture": "amd64", "os": "linux"})
+    blob = b"x" * 1000
+    layer = LayerDescriptor(layout.put_blob(blob), len(blob), "sha256:" + "0" * 64, MEDIA_TYPES["gzip"])
+    layout.put_manifest("r/d:aaaaaaaaaaaa", config, [layer])
+    assert image_bytes(tmp_path / "oci", "r/d:aaaaaaaaaaaa") == config["size"] + 1000
+    assert image_bytes(tmp_path / "oci", "r/d:bbbbbbbbbbbb") is None  # not built
+    assert image_bytes(tmp_path / "none", "r/d:aaaaaaaaaaaa") is None  # no layout
