@@ -67,11 +67,11 @@ def _built_layers(assembler: Assembler) -> list[str]:
     built: list[str] = []
     original = assembler._cached_or_build
 
-    def counted(planned: PlannedLayer, build: Any, epoch: int) -> None:
+    def counted(planned: PlannedLayer, build: Any, epoch: int, on_step: Any = None) -> None:
         def counting(writer: Any) -> None:
             built.append(planned.name)
             build(writer)
-        original(planned, counting, epoch)
+        original(planned, counting, epoch, on_step)
 
     assembler._cached_or_build = counted  # type: ignore[method-assign]
     return built
