@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- readme-test: (?P<kind>[a-z-]+): (?P<reason>.+?) -->$")
 KINDS = {"setup", "gpu-host"}
 FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
-# Measured on this 2-core machine under a load of 10-16: ./dev 354 s, the blocks 45 s to several minutes.
+# Measured on this 2-core machine under a load of 10-16: ./dev 354 s, the blocks 45 s to several minutes; on
+# 2026-12-05 in a clone made as _clone makes it: ./dev 157 s, then the offline ./dev 50 s (cells cached, promoted).
 # These bound a loaded machine; a failing command fails its block long before.
 DEV_TIMEOUT = 900
 BLOCK_TIMEOUT = 900
