@@ -175,13 +175,46 @@ def plan(cell: Cell, wheel_shas: Mapping[str, str], base_key: str, *, epoch: int
                                 f"({machine} [[cross]] in data/toolchains.toml): they are compiled at run time")
         key = _key("flashinfer-aot", AOT_FORMAT, "cross", machine, host_machine(), cell.python, arch_list, built,
                    sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, cross.key_parts(),
-                   epoch, level, sorted(cell.variables().items()))
+                   epoch, level, sorted(compile_variables(cell).items()))
         return AotPlan(chain, built, arch_list, link_key, key, cross=cross, deferred=deferred, foreign=True)
-    # the cell's variables reach the compile (NVCC_APPEND_FLAGS, the arch lists: run_generator's env): in the key
+    # the cell's variables the compile sees (NVCC_APPEND_FLAGS, the arch lists...: compile_env) are in the key
     key = _key("flashinfer-aot", AOT_FORMAT, machine, cell.python, arch_list, modules,
                sorted(wheel_shas.items()), base_key, sha256_bytes(builder_source()), link_key, epoch, level,
-               sorted(cell.variables().items()))
+               sorted(compile_variables(cell).items()))
     return AotPlan(chain, modules, arch_list, link_key, key)
+
+
+# -- what the compile sees, hence what its key holds ------------------------------------------------------
+# The AOT layer is found by its key alone, on this machine and (build cache) on others, so the key must hold every
+# input that reaches the compile. What reaches it: the scratch root (the base, the venv and EVERY locked wheel:
+# any wheel's .pth file runs when the generator's Python starts, torch imports the entry points of group
+# ``torch.backends`` of whatever is installed, FlashInfer imports optional packages when present: so every wheel's
+# sha256 stays in the key, and a cell with one more small wheel compiles again), the generator, the modules, the
+# arch list, and the environment run_generator hands it. Patch layers are not in the scratch root (they go above
+# the AOT layer): a cell that differs only by a patch (h200's xformers int64) shares the layer.
+# The environment is narrowed by construction, not by argument: what compile_env leaves out the compile never sees,
+# so the key may leave it out too. Left out are the namespaces of programs the generator never runs or imports
+# (vLLM, SGLang and NCCL read their own variables; vLLM hands FlashInfer its choices as arguments; and were some
+# compiler to read such a name, it still never sees it), the cell's id (pinmatrix's own label) and the container
+# runtime's variables (read by the engine's hook on the host, by no program in the image). Every other variable of
+# the cell (FLASHINFER_*, TORCH_*, CUDA_*, NVCC_*, CC/CXX/CFLAGS, PATH... and names no list here foresees) is kept
+# in both.
+UNSEEN_PREFIXES = ("VLLM_", "SGLANG_", "NCCL_")
+UNSEEN_NAMES = ("PINMATRIX_CELL", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA")
+
+
+def unseen_by_compile(name: str) -> bool:
+    return name.startswith(UNSEEN_PREFIXES) or name in UNSEEN_NAMES
+
+
+def compile_variables(cell: Cell) -> dict[str, str]:
+    """The cell's own variables (arch lists, its env-flag variant) that the compile sees: the AOT key's part."""
+    return {k: v for k, v in cell.variables().items() if not unseen_by_compile(k)}
+
+
+def compile_env(cell: Cell) -> dict[str, str]:
+    """The image's environment less what the compile must not see (UNSEEN_PREFIXES, UNSEEN_NAMES)."""
+    return {k: v for k, v in cell_env(cell).items() if not unseen_by_compile(k)}
 
 
 # -- the link layer ----------------------------------------------------------------------------------------
@@ -283,11 +316,12 @@ def add_link_files(root: Path, link: Sequence[tuple[str, str | bytes]]) -> None:
 
 def generate(cell: Cell, aot: AotPlan, root: Path, log: Path, *, jobs: int | None = None, out_name: str = "out",
              extra_env: Mapping[str, str] | None = None, ninja_only: bool = False) -> dict[str, object]:
-    """shipped/flashinfer_aot.py in ``root`` with the cell's environment (plus ``extra_env``); its manifest."""
+    """shipped/flashinfer_aot.py in ``root`` with the cell's environment as the compile sees it (compile_env; plus
+    ``extra_env``); its manifest."""
     scratch = root / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "flashinfer_aot.py").write_bytes(builder_source())
-    env = cell_env(cell)
+    env = compile_env(cell)
     env.update({"HOME": f"/{SCRATCH}/home", "FLASHINFER_WORKSPACE_BASE": f"/{SCRATCH}/ws",
                 "MAX_JOBS": str(jobs or os.cpu_count() or 1), "TMPDIR": f"/{SCRATCH}"})
     env.update(extra_env or {})

@@ -38,6 +38,8 @@ CHANGES: dict[str, Callable[[Cell], str]] = {
     "the base (its key names its digest)": lambda c: _key(c, base="another-base"),
     "the arch list": lambda c: _key(dataclasses.replace(c, flashinfer_cuda_arch_list="10.0a")),
     "the compile flags (NVCC_APPEND_FLAGS)": lambda c: _key(dataclasses.replace(c, env={"NVCC_APPEND_FLAGS": "-O0"})),
+    "a FlashInfer variable": lambda c: _key(dataclasses.replace(c, env={"FLASHINFER_JIT_VERBOSE": "1"})),
+    "a variable no list foresees": lambda c: _key(dataclasses.replace(c, env={"SOME_NEW_FLAG": "1"})),
     "the Python": lambda c: _key(dataclasses.replace(c, python="3.12")),
     "the epoch": lambda c: _key(c, epoch=2),
     "the compression": lambda c: _key(c, level="zstd:3"),
@@ -61,3 +63,14 @@ def test_the_aot_key_changes_with_the_format_version_and_the_generators_source(m
 
 def test_the_aot_key_is_the_same_for_the_same_inputs() -> None:
     assert _key(_plain()) == _key(_plain())  # a key that changes every run would hit nothing
+
+
+def test_the_aot_key_leaves_out_only_what_the_compile_is_not_handed() -> None:
+    """vLLM's env-flag variant (h200-vllm's fp8-moe), NCCL's and the cell's id never reach the compile
+    (aot_plan.compile_env drops them): cells differing only there share the layer (test_aot_shared.py)."""
+    plain = _plain()
+    fp8_moe = {"VLLM_USE_FLASHINFER_MOE_FP4": "0", "VLLM_USE_FLASHINFER_MOE_FP8": "1", "NCCL_DEBUG": "INFO"}
+    variant = dataclasses.replace(plain, id="another-id", env={**plain.env, **fp8_moe})
+    assert _key(variant) == _key(plain)
+    handed = aot_plan.compile_env(variant)
+    assert not set(fp8_moe) & set(handed) and "PINMATRIX_CELL" not in handed
