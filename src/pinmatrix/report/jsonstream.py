@@ -1,6 +1,7 @@
 """report.json written a piece at a time: the report's head, then each failure and each cell as one compact JSON
 line, so a fleet's report (thousands of cells, each with its results and history) is never one string in memory,
-and a reader can take it line by line. The document is the same object as ``model.report_to_dict``."""
+and a reader can take it line by line (``pinmatrix-report/1``: ``model.report_head``, then each stack's
+``stack_head`` with its ``cells``)."""
 
 from __future__ import annotations
 

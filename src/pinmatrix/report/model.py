@@ -171,17 +171,15 @@ class SmokeResult:
     host_vs_lock: dict[str, Any] | None = None  # host runtime: how the host differed from the cell's lock
     history: SmokeHistory = field(default_factory=SmokeHistory)  # this cell x smoke on this host
 
-    def to_dict(self, *, with_log: bool = False) -> dict[str, Any]:
-        data = {
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form; the log excerpt stays in the HTML (report.json names the log's path)."""
+        return {
             "smoke": self.smoke, "status": self.status, "failure_class": self.failure_class,
             "reason": self.reason, "host_id": self.host_id, "host_label": self.host_label, "host": self.host,
             "run_id": self.run_id, "finished_at": self.finished_at, "duration_s": self.duration_s,
             "metrics": self.metrics, "known_issue": self.known_issue, "image_digest": self.image_digest,
             "log_path": self.log_path, "host_vs_lock": self.host_vs_lock, "history": self.history.to_dict(),
         }
-        if with_log:
-            data["log_excerpt"] = self.log_excerpt
-        return data
 
 
 @dataclass
@@ -533,9 +531,8 @@ def stack_head(stack: StackReport) -> dict[str, Any]:
             "counts": stack.counts, "hosts": stack.hosts, "host_drivers": stack.host_drivers}
 
 
-def cell_to_dict(c: CellRow, hosts: Sequence[str], *, with_logs: bool = False,
-                 with_results: bool = True) -> dict[str, Any]:
-    """One cell of a stack whose grid has ``hosts``; its latest results and history only ``with_results``."""
+def cell_to_dict(c: CellRow, hosts: Sequence[str]) -> dict[str, Any]:
+    """One cell of a stack whose grid has ``hosts``, with its latest results and its history."""
     return {
         "id": c.id, "name": c.name, "stack": c.stack, "pins": c.pins, "in_matrix": c.in_matrix,
         "status": c.status, "status_label": c.status_label, "skipped": c.skipped,
@@ -543,15 +540,5 @@ def cell_to_dict(c: CellRow, hosts: Sequence[str], *, with_logs: bool = False,
         "min_driver": c.min_driver, "compute_capability": c.compute_capability,
         "gpu_required": c.gpu_required, "image_digests": c.image_digests, "hosts": c.hosts,
         "host_status": c.host_status(hosts), "driver_status": c.driver_status,
-        **({"results": [r.to_dict(with_log=with_logs) for r in c.results],
-            "history": {k: h.to_dict() for k, h in c.history.items()}} if with_results else {}),
+        "results": [r.to_dict() for r in c.results], "history": {k: h.to_dict() for k, h in c.history.items()},
     }
-
-
-def report_to_dict(report: Report, *, with_logs: bool = False, with_results: bool = True) -> dict[str, Any]:
-    """The JSON form (``pinmatrix-report/1``) as one object; ``report.jsonstream`` writes the same, a cell at a
-    time."""
-    return {**report_head(report), "stacks": [
-        {**stack_head(s), "cells": [cell_to_dict(c, s.hosts, with_logs=with_logs, with_results=with_results)
-                                    for c in s.cells]}
-        for s in report.stacks]}

@@ -58,12 +58,12 @@ def _doc() -> dict:
 
 def test_report_shows_and_carries_the_arch_scan(tmp_path: Path) -> None:
     from pinmatrix.report.archscan import arch_scan_tables
-    from pinmatrix.report.model import build_report, report_to_dict
+    from pinmatrix.report.model import build_report
     from pinmatrix.report.write import render
 
     report = build_report([], [])
     report.arch_scan = arch_scan_tables([_doc()])
-    data = report_to_dict(report)
+    data = json.loads(render(report, "json"))
     (table,) = data["arch_scan"]
     assert table["stack"] == "gb10" and table["packages"] == ["vllm"]
     assert table["rows"][0]["verdicts"] == {"vllm": "partial 16/100"}

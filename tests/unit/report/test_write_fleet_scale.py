@@ -1,7 +1,7 @@
 """A report at fleet scale: past ``INLINE_CELLS`` cells index.html leads with what broke (the worst
 ``FAILURES_LISTED`` one by one, all of them summarised) and the grid, and holds no cell's details: those are on
 numbered pages beside it, each cell's link naming its page (a static folder that opens from file://); report.json
-is written a cell at a time and reads back as the one object ``report_to_dict`` makes; a report that fails midway
+is written a cell at a time and reads back as the one object its pieces make; a report that fails midway
 leaves the earlier one whole."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from report_data import H200, make_cell, rec
 
 from pinmatrix.report import html as report_html
 from pinmatrix.report.jsonstream import write_json
-from pinmatrix.report.model import FAILURES_LISTED, Report, build_report, report_to_dict
+from pinmatrix.report.model import FAILURES_LISTED, Report, build_report, cell_to_dict, report_head, stack_head
 from pinmatrix.report.write import write_reports
 
 SMOKES = tuple(f"smoke-{i:02d}" for i in range(6))
@@ -126,7 +126,9 @@ def test_report_json_is_streamed_and_reads_back_whole() -> None:
     handle = Recording()
     write_json(report, handle)  # type: ignore[arg-type]
     text = "".join(handle.writes)
-    assert json.loads(text) == json.loads(json.dumps(report_to_dict(report)))
+    whole = {**report_head(report), "stacks": [{**stack_head(s), "cells": [cell_to_dict(c, s.hosts) for c in s.cells]}
+                                              for s in report.stacks]}
+    assert json.loads(text) == json.loads(json.dumps(whole))
     assert len(handle.writes) > len(report.cells)
     biggest = max(len(w) for w in handle.writes)
     assert biggest < len(text) / 50, biggest  # no piece is a large part of the document
