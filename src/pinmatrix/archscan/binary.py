@@ -366,8 +366,9 @@ def _names(entries: list[tuple[str, int]]) -> tuple[str, ...]:
 def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
                 scratch: Path | None = None) -> BinaryTargets | None:
     """The GPU targets of ``path``; None when it holds no device code. ``label`` names it in the result
-    (e.g. the path inside a wheel); ``scratch`` is a folder for the re-wrapped containers (default: beside
-    ``path``)."""
+    (e.g. the path inside a wheel); ``scratch`` is a folder for the re-wrapped containers (default: a private
+    temporary folder, removed afterwards: never beside ``path``, whose folder may be read-only, as an image's root
+    in the sandbox is)."""
     path = Path(path)
     size = path.stat().st_size
     name = label or str(path)
@@ -406,14 +407,18 @@ def read_binary(path: Path, cuobjdump: str | None, *, label: str | None = None,
             return None
         entries: list[tuple[str, str]] | None = None
         if cuobjdump:
-            wrapped = (scratch or path.parent) / f".{path.name}.fatbins.elf"
+            own = Path(tempfile.mkdtemp(prefix="pinmatrix-fatbins-")) if scratch is None else None
+            wrapped = (scratch or own or path.parent) / f".{path.name}.fatbins.elf"
             try:
                 wrap_containers(data, [(start, end) for start, end, _ in found], wrapped)
                 entries = cuobjdump_entries(wrapped, cuobjdump)
             except (ToolFailed, OSError) as err:
                 fallback_note = f"{err}; {fallback_note}"
             finally:
-                wrapped.unlink(missing_ok=True)
+                if own is not None:
+                    shutil.rmtree(own, ignore_errors=True)
+                else:
+                    wrapped.unlink(missing_ok=True)
     if entries is not None:
         flat = [e for c in containers for e in c]
         if [_number(t) for _, t in entries] == flat:

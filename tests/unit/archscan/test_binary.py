@@ -706,13 +706,17 @@ def test_cuobjdump_entries_that_line_up_give_exact_groups(tmp_path: Path) -> Non
     assert fatbin_containers(seen.read_bytes()[off:off + size]) == [[("sass", 90), ("ptx", 90)], [("sass", 120)]]
 
 
-def test_the_wrapped_file_goes_beside_the_binary_by_default(tmp_path: Path) -> None:
+def test_the_wrapped_file_goes_to_a_private_folder_never_beside_the_binary(tmp_path: Path) -> None:
+    """The arch-coverage smoke reads the image's libraries in the sandbox, where their folders are read-only: the
+    re-wrapped containers go to a temporary folder of their own, removed afterwards."""
     path = write(tmp_path, b"\0" * 64 + container(sass(90)))
     exe, calls = cuobjdump(tmp_path, res_usage={"stdout": res_usage(("elf", "sm_90"))})
     before = set(tmp_path.iterdir())
     found = read_binary(path, exe)
-    assert found is not None and found.groups == [("sm_90",)] and found.notes == []
-    assert Path(json.loads(calls.read_text())[-1]) == tmp_path / ".libx.so.fatbins.elf"
+    assert found is not None and found.groups == [("sm_90",)] and found.notes == [] and found.exact
+    arg = Path(json.loads(calls.read_text())[-1])
+    assert arg.name == ".libx.so.fatbins.elf" and arg.parent != tmp_path and arg.parent.name.startswith("pinmatrix-")
+    assert not arg.parent.exists()
     assert set(tmp_path.iterdir()) == before | {calls}
 
 
