@@ -28,6 +28,16 @@ def nearest(pins: dict[str, str], options: Sequence[tuple[T, dict[str, str]]]) -
     return min(options, key=lambda o: apart(o[1]))[0]
 
 
+def variant_pins(pins: dict[str, str], cell: Cell | None) -> dict[str, str]:
+    """``pins`` plus what tells a cell's variants apart beyond its versions and env label: the patches it applies
+    (h200[xformers=0.0.35] and h200[xformers=0.0.35-int64] pin the same xformers). Without the cell (known from
+    its lock alone) only the pins, so the patches count as unknown, not as different."""
+    out = dict(pins)
+    if cell is not None:
+        out[" patches"] = ",".join(sorted(p.id for p in cell.patches_to_apply))
+    return out
+
+
 def _entry_side(facts: CanaryFacts, entry: dict[str, Any], cells: dict[str, Cell]) -> CanarySide:
     cell = cells.get(entry["cell_id"])
     pins = dict(entry.get("pins") or (cell.pins if cell else {}))
@@ -49,13 +59,15 @@ def baseline_side(facts: CanaryFacts, candidate: CanarySide, stack: str, promote
             return facts.of_cell(by_id[known_good]), "the matrix's cell --known-good names; not promoted"
         raise PinmatrixError(f"--known-good {known_good}: no promoted cell of stack {stack} and no cell of the "
                              "matrix has that id")
+    wanted = variant_pins(candidate.pins, by_id.get(candidate.cell_id))
     if entries:
-        entry = nearest(candidate.pins, [(e, dict(e.get("pins") or {})) for e in entries])
+        entry = nearest(wanted, [(e, variant_pins(dict(e.get("pins") or {}), by_id.get(e["cell_id"])))
+                                 for e in entries])
         return _entry_side(facts, entry, by_id), f"known-good, promoted {entry.get('promoted_at', '?')}"
     own = [c for c in cells if c.stack == stack and c.id != candidate.cell_id]
     if not own:
         raise PinmatrixError(f"stack {stack}: no promoted cell and no cell of the matrix to compare the candidate with")
-    cell = nearest(candidate.pins, [(c, dict(c.pins)) for c in reversed(own)])  # ties: the later values
+    cell = nearest(wanted, [(c, variant_pins(c.pins, c)) for c in reversed(own)])  # ties: the later values
     return facts.of_cell(cell), (f"no cell of stack {stack} is promoted: the matrix's current cell of the same "
                                  "variant stands in")
 

@@ -15,6 +15,7 @@ from pinmatrix.cli import main
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.known_good import record_promotion
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
+from pinmatrix.upgrade.canary_pick import nearest, variant_pins
 
 MATRIX = """
 [matrix]
@@ -179,3 +180,17 @@ def test_a_container_runtime_needs_the_engine_holding_the_images(project: dict[s
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["canary", str(project["matrix"]), "--runtime", "docker", "--engine", "podman"]) == 2
     assert "--runtime docker smokes the images docker holds: add --engine docker" in capsys.readouterr().err
+
+
+def test_the_baseline_is_the_cell_of_the_same_patch_variant() -> None:
+    """The shipped h200 stack's two cells pin the same xformers; only the int64 patch tells them apart. A torch
+    upgrade of either is nearest to the cell of its own variant, in whichever order the cells come (it once took
+    the int64 cell as the plain candidate's baseline: a tie on pins alone)."""
+    _, expansion = load(Path(__file__).resolve().parents[3] / "matrix.toml")
+    h200 = [c for c in expansion.cells if c.stack == "h200"]
+    plain = next(c for c in h200 if not c.patches_to_apply)
+    int64 = next(c for c in h200 if c.patches_to_apply)
+    for cell in (plain, int64):
+        wanted = variant_pins(dict(cell.pins, torch="2.15.0", triton="3.9.0"), cell)
+        for order in (h200, list(reversed(h200))):
+            assert nearest(wanted, [(c, variant_pins(c.pins, c)) for c in order]) is cell
