@@ -48,6 +48,16 @@ MAX_EXTRA = 64 << 20
 EXTRA_NAME = re.compile(r"^(?P<hex>[0-9a-f]{64})-[A-Za-z0-9]{1,16}-v[0-9]{1,6}\.json$")
 
 
+@dataclass(frozen=True)
+class Found:
+    """A verified entry: the layer it names (its blob maybe not here yet), its meta and its extras (name -> digest)."""
+
+    key: str
+    layer: LayerDescriptor
+    meta: dict[str, str]
+    extras: dict[str, str]
+
+
 class CacheRefused(Exception):
     """An entry that is not used: the reason, in words."""
 
@@ -123,41 +133,59 @@ class BuildCache:
         """The layer stored under ``key``, its blob written into ``layout`` and the files kept beside it into
         ``extras_dir``, and the meta stored with it; None on a miss, a refused entry or a cache that is down (then
         the caller builds it)."""
+        found = self.lookup(key, what)
+        if found is None or not self.complete(found, what, layout, extras_dir):
+            return None
+        return found.layer, found.meta
+
+    def lookup(self, key: str, what: str) -> Found | None:
+        """The verified entry under ``key`` (its blob not fetched yet: ``complete``); None on a miss (counted), a
+        refused entry or a cache that is down. A caller can plan on what it names while its blob comes."""
         side = self.source
         if side is None or side.down is not None:
             return None
         try:
-            found = self._fetch(side, key, layout, extras_dir)
+            entry = self._fetch_entry(side, key)
         except CacheRefused as err:
-            with self._guard:
-                self.report.refused.append(f"{what}: {err}")
-            self._warn(f"build cache {side.ref}: the entry for {what} (key {key[:12]}) refused, built here "
-                       f"instead: {err}")
+            self._refused(side, key, what, err)
             return None
         except (RegistryError, OSError) as err:
             self._failed(side, err)
             return None
-        with self._guard:
-            if found is None:
-                self.report.misses += 1
-            else:
-                self.report.hits += 1
-        return found
-
-    def _fetch(self, side: _Side, key: str, layout: OCILayout,
-               extras_dir: Path | None) -> tuple[LayerDescriptor, dict[str, str]] | None:
-        entry = self._fetch_entry(side, key)
         if entry is None:
+            with self._guard:
+                self.report.misses += 1
             return None
-        layer, meta, extras = entry
-        if not layout.intact_blob(layer.digest, layer.size):
-            _download(side, layer, layout)
-        for name, digest in extras.items() if extras_dir is not None else ():
-            if name.startswith(layer.digest.split(":")[1]):  # only the layer's own; its digest checked by get_blob
-                assert extras_dir is not None
-                atomic_write_bytes(extras_dir / name, side.registry.get_blob(side.repository, digest,
-                                                                             max_bytes=MAX_EXTRA))
-        return layer, meta
+        return Found(key, *entry)
+
+    def complete(self, found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None) -> bool:
+        """The blob of a looked-up entry into ``layout`` (re-hashed to the signed digest as it streams) and its
+        extras into ``extras_dir``: whether it came (a hit); a blob refused or a cache down since is a miss."""
+        side = self.source
+        if side is None or side.down is not None:
+            return False
+        try:
+            if not layout.intact_blob(found.layer.digest, found.layer.size):
+                _download(side, found.layer, layout)
+            for name, digest in found.extras.items() if extras_dir is not None else ():
+                if name.startswith(found.layer.digest.split(":")[1]):  # only the layer's own; digest checked by get_blob
+                    assert extras_dir is not None
+                    atomic_write_bytes(extras_dir / name, side.registry.get_blob(side.repository, digest,
+                                                                                 max_bytes=MAX_EXTRA))
+        except CacheRefused as err:
+            self._refused(side, found.key, what, err)
+            return False
+        except (RegistryError, OSError) as err:
+            self._failed(side, err)
+            return False
+        with self._guard:
+            self.report.hits += 1
+        return True
+
+    def _refused(self, side: _Side, key: str, what: str, err: CacheRefused) -> None:
+        with self._guard:
+            self.report.refused.append(f"{what}: {err}")
+        self._warn(f"build cache {side.ref}: the entry for {what} (key {key[:12]}) refused, built here instead: {err}")
 
     def _fetch_entry(self, side: _Side, key: str) -> tuple[LayerDescriptor, dict[str, str], dict[str, str]] | None:
         """The verified entry under ``key``'s tag: None when there is none; CacheRefused when it does not verify."""

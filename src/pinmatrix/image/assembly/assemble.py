@@ -20,9 +20,9 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -47,6 +47,7 @@ from pinmatrix.image.assembly.rootfs import (
     debian_base_record,
     pinned_base,
 )
+from pinmatrix.image.build_cache import Found
 from pinmatrix.image.cellconfig import CELL_CMD, cell_env, cell_labels
 from pinmatrix.image.containerfile.patch_sources import resolve_patch
 from pinmatrix.index.install import VenvLayout, install_wheel
@@ -169,6 +170,12 @@ class RemoteLayers(Protocol):
         """The layer stored under ``key`` (its blob now in ``layout``, the files made from it into ``extras_dir``)
         and what was stored with it, or None."""
 
+    def lookup(self, key: str, what: str) -> Found | None:
+        """The verified entry under ``key`` (its blob not fetched yet), or None."""
+
+    def complete(self, found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None) -> bool:
+        """The looked-up entry's blob into ``layout`` and its files into ``extras_dir``: whether they came."""
+
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
               meta: dict[str, str] | None = None, extras: Sequence[Path] = ()) -> None:
         """Keep a layer built here under ``key``, with ``meta`` (what else a user of the layer must know) and the
@@ -207,6 +214,10 @@ class Assembler:
         # Debian bases to store with the image's layers (once their runnable scans exist): key -> layer, name, meta
         self._bases: dict[str, tuple[LayerDescriptor, str, dict[str, str]]] = {}
         self._missed: set[str] = set()  # keys the build cache has been asked for and lacks
+        # Debian bases planned on their build cache entry while their blob comes (_base_coming): inputs key -> ...
+        self._bases_coming: dict[str, tuple[BaseLayers, Future[bool]]] = {}
+        self._base_guard = threading.Lock()
+        self._base_fetches = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pinmatrix-base")
         self.clock: Callable[[], float] = time.monotonic  # what a layer's write progress measures time with
 
     # -- the parts of an image -------------------------------------------------------------------------------
@@ -238,17 +249,51 @@ class Assembler:
         assert self.remote is not None
         key, record = debian_base_record(cell.base, cell.platform, self.settings.cache_dir)
         remote_key = _key("rootfs", key)
-        if not record.is_file():
-            fetched = self.remote.fetch(remote_key, f"base {cell.base.suite or ''} ({cell.platform})", self.layout,
-                                        self._runnable_scans)
-            if fetched is not None:
-                layer, meta = fetched
-                adopt_debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, layer,
-                                  meta.get("python") or None)
+        if not record.is_file() and remote_key not in self._missed:
+            what = f"base {cell.base.suite or ''} ({cell.platform})"
+            with self._base_guard:
+                coming = self._bases_coming.get(key)
+                found = self.remote.lookup(remote_key, what) if coming is None else None
+                if found is not None and self.settings.compression == DEFAULT_COMPRESSION:
+                    coming = self._base_coming(cell, key, found, what, log)
+            if coming is not None:
+                return coming[0]
+            if found is not None and self.remote.complete(found, what, self.layout, self._runnable_scans):
+                adopt_debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, found.layer,
+                                  found.meta.get("python") or None)
         base = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log)
         if base.layers:  # stored with the image's layers (_store_remote), unless the cache holds it already
             self._bases[remote_key] = (base.layers[0], f"base {base.name}", {"python": base.python or ""})
         return base
+
+    def _base_coming(self, cell: Cell, key: str, found: Found, what: str,
+                     log: Path) -> tuple[BaseLayers, Future[bool]]:
+        """The base as its signed entry names it (the layer's descriptor, its Python), its blob fetched beside the
+        rest of the plan and the other layers' fetch (the base is most of a warm machine's bytes), then recorded as
+        a base made here would be. The cell waits for it (_base_settled) before anything reads the blob."""
+        assert self.remote is not None
+        remote = self.remote
+        named = debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, log, dry=True)
+        base = replace(named, layers=(found.layer,), python=found.meta.get("python") or None)
+
+        def arrive() -> bool:
+            if not remote.complete(found, what, self.layout, self._runnable_scans):
+                self._missed.add(found.key)
+                return False
+            adopt_debian_base(cell.base, cell.platform, self.layout, self.settings.cache_dir, found.layer, base.python)
+            return True
+
+        coming = (base, self._base_fetches.submit(arrive))
+        self._bases_coming[key] = coming
+        self._bases[found.key] = (found.layer, f"base {base.name}", {"python": base.python or ""})
+        return coming
+
+    def _base_settled(self, base: BaseLayers) -> bool:
+        """False when ``base`` was planned on a build cache entry whose blob then did not come (refused, or the
+        cache went down): the cell is planned again and its base made here. Waits for a blob still on its way."""
+        with self._base_guard:
+            waits = [future for planned, future in self._bases_coming.values() if planned == base]
+        return all(future.result() for future in waits)
 
     def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int,
                          on_step: Callable[[str], None] | None = None) -> None:
@@ -510,6 +555,9 @@ class Assembler:
         image, ctx = self.plan(cell, lock_text, log)
         image.ref = ref
         stored = self.layout.image(ref)
+        if stored is not None and not self._base_settled(ctx["base"]):  # type: ignore[arg-type]
+            image, ctx = self.plan(cell, lock_text, log)  # the base's cache entry came without its blob
+            image.ref = ref
         if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
             image.digest, image.config_digest, image.cached = stored.digest, stored.config_digest, True
             if stored.manifest.get("annotations") != ctx["annotations"]:  # another revision or SOURCE_DATE_EPOCH:
@@ -520,12 +568,18 @@ class Assembler:
                 image.layers, image.merged = _spliced(image.layers, set(image.merge_by_size), image.merged), None
             image.seconds = time.monotonic() - start
             return image
+        if self.remote is not None:
+            self._prefetch(image)  # while the base's blob may still be coming (_base_coming)
+        if not self._base_settled(ctx["base"]):  # type: ignore[arg-type]
+            on_step("plan again: the base's blob did not come from the build cache; it is made here")
+            image, ctx = self.plan(cell, lock_text, log)
+            image.ref = ref
+            if self.remote is not None:
+                self._prefetch(image)
         job = _CellJob(cell=cell, image=image, log=log, on_step=on_step, on_blob=on_blob,
                        base=ctx["base"], venv=ctx["venv"], wheels=ctx["wheels"],  # type: ignore[arg-type]
                        epoch=ctx["epoch"], by_name={p.name: p for p in image.layers},  # type: ignore[arg-type]
                        annotations=ctx["annotations"])  # type: ignore[arg-type]
-        if self.remote is not None:
-            self._prefetch(image)
         job.hand_over()
         self._check_disk(cell, [job.wheels[_wheel_name(p)] for p in image.layers
                                 if p.name.startswith("wheel:") and p.descriptor is None])

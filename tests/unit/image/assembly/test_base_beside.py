@@ -1,0 +1,88 @@
+"""A fresh machine with a warm build cache plans on the Debian base's signed entry and fetches the base's blob (most
+of its bytes) beside the other layers, not alone before them (issue 46's warm-cache fixed costs); a base whose blob
+then does not come is made here and the cell planned again. The cache is an in-memory stand-in of
+image/build_cache.BuildCache's reading side (lookup, complete), filled by a first machine's build."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from test_assemble import Project, index, project  # noqa: F401  (fixtures)
+
+from pinmatrix.image.assembly.assemble import Assembler
+from pinmatrix.image.build_cache import Found
+from pinmatrix.oci.layer import LayerDescriptor
+from pinmatrix.oci.layout import OCILayout
+
+
+class MemoryCache:
+    """Entries by key, with their blobs; the base's blob waits (up to 5 s) until another layer's fetch has begun."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[LayerDescriptor, bytes, dict[str, str]]] = {}
+        self.others_begun = threading.Event()
+        self.base_alone: bool | None = None
+        self.refuse_base = False
+
+    def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
+              meta: dict[str, str] | None = None, extras: Sequence[Path] = ()) -> None:
+        self.entries.setdefault(key, (layer, layout.blob_path(layer.digest).read_bytes(), dict(meta or {})))
+
+    def lookup(self, key: str, what: str) -> Found | None:
+        entry = self.entries.get(key)
+        return Found(key, entry[0], entry[2], {}) if entry else None
+
+    def complete(self, found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None) -> bool:
+        if what.startswith("base "):
+            self.base_alone = not self.others_begun.wait(5)
+            if self.refuse_base:
+                return False
+        else:
+            self.others_begun.set()
+        assert layout.put_blob(self.entries[found.key][1]) == found.layer.digest
+        return True
+
+    def fetch(self, key: str, what: str, layout: OCILayout,
+              extras_dir: Path | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
+        found = self.lookup(key, what)
+        return (found.layer, found.meta) if found and self.complete(found, what, layout, extras_dir) else None
+
+
+def _machines(first: Project, name: str) -> tuple[Assembler, MemoryCache]:
+    """A first machine's build into a warm cache, and a fresh machine (its own cache folder and layout) reading it."""
+    cache = MemoryCache()
+    first.assembler.remote = cache
+    first.assemble()
+    fresh = Assembler(dataclasses.replace(first.settings, cache_dir=first.tmp / name / "cache",
+                                          layout_dir=first.tmp / name / "oci"))
+    fresh.remote = cache
+    return fresh, cache
+
+
+def test_a_fresh_machine_fetches_the_bases_blob_beside_the_other_layers(project: Project) -> None:  # noqa: F811
+    first = project.assemble()
+    fresh, cache = _machines(project, "fresh")
+    made_before = project.base_calls.count(False)
+    steps: list[str] = []
+    image = project.assemble(assembler=fresh, steps=steps)
+    assert cache.base_alone is False, "the base's blob was fetched before any other layer"
+    assert image.digest == first.digest  # the same image, planned on the entry
+    assert project.base_calls.count(False) == made_before  # no base made (no mmdebstrap) on the fresh machine
+    assert not any(s.startswith("plan again") for s in steps)
+    base = image.layers[0].descriptor
+    assert base is not None and fresh.layout.intact_blob(base.digest, base.size)
+
+
+def test_a_base_whose_blob_does_not_come_is_made_here_and_the_cell_planned_again(project: Project) -> None:  # noqa: F811
+    first = project.assemble()
+    fresh, cache = _machines(project, "refused")
+    cache.refuse_base = True
+    made_before = project.base_calls.count(False)
+    steps: list[str] = []
+    image = project.assemble(assembler=fresh, steps=steps)
+    assert any(s.startswith("plan again") for s in steps), (steps, cache.base_alone, project.base_calls)
+    assert project.base_calls.count(False) == made_before + 1  # made here
+    assert image.digest == first.digest  # the stand-in base is made the same on every machine
