@@ -43,6 +43,7 @@ EXTRA_MEDIA_TYPE = "application/vnd.pinmatrix.layer-extra.v1+json"
 TAG_PREFIX = "layer-"
 MAX_ENVELOPE = 64 << 10
 MAX_EXTRA = 64 << 20
+MAX_DOCUMENT = 4 << 20  # a document entry's envelope (a lock's wheel choices: about 0.3 kB a line)
 # A file made from a layer and kept beside it (the runnable check's scan, loadcheck.layer_scan): named for the
 # layer's digest, so a fetched one can only land under a name of its own layer.
 EXTRA_NAME = re.compile(r"^(?P<hex>[0-9a-f]{64})-[A-Za-z0-9]{1,16}-v[0-9]{1,6}\.json$")
@@ -189,6 +190,11 @@ class BuildCache:
 
     def _fetch_entry(self, side: _Side, key: str) -> tuple[LayerDescriptor, dict[str, str], dict[str, str]] | None:
         """The verified entry under ``key``'s tag: None when there is none; CacheRefused when it does not verify."""
+        payload = self._verified(side, key, MAX_ENVELOPE)
+        return None if payload is None else _entry_layer(payload, key)
+
+    def _verified(self, side: _Side, key: str, max_bytes: int) -> bytes | None:
+        """The payload of the signed envelope under ``key``'s tag, verified; None when there is no entry."""
         manifest = side.registry.get_manifest(side.repository, cache_tag(key))
         if manifest is None:
             return None
@@ -196,8 +202,45 @@ class BuildCache:
         layers = layer_descriptors(doc)
         if doc.get("artifactType") != ARTIFACT_TYPE or not layers or layers[0].get("mediaType") != ENVELOPE_MEDIA_TYPE:
             raise CacheRefused("not a pinmatrix build cache entry")
-        envelope = side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=MAX_ENVELOPE)
-        return _entry_layer(self.trust.verify(envelope), key)
+        return self.trust.verify(side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=max_bytes))
+
+    # -- documents: what a machine would otherwise ask elsewhere (a lock's wheel choices), signed like a layer --
+    def fetch_document(self, key: str, what: str) -> dict[str, Any] | None:
+        """The signed document stored under ``key`` (its ``doc``), or None: a miss, a refused entry (one line) or
+        a cache that is down. The caller checks what the document says against what it knows."""
+        side = self.source
+        if side is None or side.down is not None:
+            return None
+        try:
+            payload = self._verified(side, key, MAX_DOCUMENT)
+            return None if payload is None else _entry_document(payload, key)
+        except CacheRefused as err:
+            self._refused(side, key, what, err)
+        except (RegistryError, OSError) as err:
+            self._failed(side, err)
+        return None
+
+    def store_document(self, key: str, what: str, doc: dict[str, Any]) -> None:
+        """``doc`` signed under ``key`` (no blob but the envelope), unless a verified entry is there already."""
+        side = self.target
+        if side is None or side.down is not None or self.trust.sign is None:
+            return
+        try:
+            try:
+                if self._verified(side, key, MAX_DOCUMENT) is not None:
+                    return
+            except CacheRefused:
+                pass  # written over
+            envelope = self.trust.sign(json.dumps({"key": key, "what": what, "doc": doc}, sort_keys=True).encode())
+            empty = b"{}"
+            side.registry.push_blob(side.repository, empty)
+            side.registry.push_blob(side.repository, envelope)
+            body = json.dumps(_entry_manifest(key, what, [], envelope, empty), sort_keys=True,
+                              separators=(",", ":")).encode()
+            side.registry.put_manifest(side.repository, cache_tag(key),
+                                       Manifest(body=body, media_type=OCI_MANIFEST, digest=sha256_digest(body)))
+        except (RegistryError, OSError) as err:
+            self._failed(side, err)
 
     # -- writing -------------------------------------------------------------------------------------------
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
@@ -291,6 +334,20 @@ def _entry_layer(payload: bytes, key: str) -> tuple[LayerDescriptor, dict[str, s
     if not layer.digest.startswith("sha256:") or layer.size < 0:
         raise CacheRefused("the signed entry names no sha256 layer")
     return layer, {str(k): v for k, v in meta.items()}, dict(extras)
+
+
+def _entry_document(payload: bytes, key: str) -> dict[str, Any]:
+    """The ``doc`` of a verified document entry, once the entry is known to be for ``key``."""
+    try:
+        entry = json.loads(payload)
+    except ValueError as err:
+        raise CacheRefused(f"the signed entry is not readable: {err}") from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("doc"), dict):
+        raise CacheRefused("the signed entry holds no document")
+    if entry.get("key") != key:
+        raise CacheRefused(f"the signed entry is for key {str(entry.get('key'))[:12]}, not this one")
+    doc: dict[str, Any] = entry["doc"]
+    return doc
 
 
 def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout) -> None:

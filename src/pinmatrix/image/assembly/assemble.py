@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from packaging.utils import canonicalize_name
 
@@ -34,6 +34,7 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
+from pinmatrix.image import cached_choices
 from pinmatrix.image.annotations import ImageOrigin, image_annotations
 from pinmatrix.image.assembly import aot_plan, crossaot, merge
 from pinmatrix.image.assembly.loadcheck import check_layers, scanned_beside, summary
@@ -176,6 +177,12 @@ class RemoteLayers(Protocol):
     def complete(self, found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None) -> bool:
         """The looked-up entry's blob into ``layout`` and its files into ``extras_dir``: whether they came."""
 
+    def fetch_document(self, key: str, what: str) -> dict[str, Any] | None:
+        """The signed document under ``key`` (a lock's wheel choices), or None."""
+
+    def store_document(self, key: str, what: str, doc: dict[str, Any]) -> None:
+        """Keep ``doc`` under ``key``."""
+
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
               meta: dict[str, str] | None = None, extras: Sequence[Path] = ()) -> None:
         """Keep a layer built here under ``key``, with ``meta`` (what else a user of the layer must know) and the
@@ -189,14 +196,22 @@ class WheelChoices:
         self.dir = cache_dir / "wheel-choices"
         self.fetcher = fetcher
 
+    def _path(self, entry: LockEntry, target: Target, cell: Cell) -> Path:
+        return self.dir / f"{_key('choice', entry.text, target.python, target.platform, [i.url for i in cell.indexes])}.json"
+
+    def known(self, entry: LockEntry, target: Target, cell: Cell) -> bool:
+        return self._path(entry, target, cell).is_file()
+
+    def remember(self, entry: LockEntry, target: Target, cell: Cell, wheel: WheelFile) -> None:
+        atomic_write_text(self._path(entry, target, cell), json.dumps(wheel.__dict__, sort_keys=True))
+
     def choose(self, entry: LockEntry, target: Target, cell: Cell) -> WheelFile:
-        key = _key("choice", entry.text, target.python, target.platform, [i.url for i in cell.indexes])
-        path = self.dir / f"{key}.json"
+        path = self._path(entry, target, cell)
         if path.is_file():
             data = json.loads(path.read_text())
             return WheelFile(**data)
         wheel = self.fetcher.choose(entry, target, cell.indexes)
-        atomic_write_text(path, json.dumps(wheel.__dict__, sort_keys=True))
+        self.remember(entry, target, cell, wheel)
         return wheel
 
 
@@ -470,6 +485,32 @@ class Assembler:
                                                                   target_wheel.sha256, cell.python, epoch, level)))
         return layers
 
+    def _chosen_wheels(self, cell: Cell, entries: Sequence[LockEntry], target: Target, log: Path, *,
+                       dry: bool) -> dict[str, WheelFile]:
+        """Each lock line's wheel for ``target``: remembered here, else from the build cache's signed document of
+        the lock's choices (image/cached_choices.py: each checked), else asked of the index. A machine writing the
+        cache stores the document it did not fetch."""
+        remote = None if dry else self.remote
+        key = cached_choices.choices_key(entries, target, [i.url for i in cell.indexes])
+        what = f"wheel choices of cell {cell.id}"
+        fetched = False
+        if remote is not None and not all(self.choices.known(e, target, cell) for e in entries):
+            doc = remote.fetch_document(key, what)
+            try:
+                found = cached_choices.from_document(doc, entries, target) if doc is not None else {}
+            except ValueError as err:
+                found = {}
+                with open(log, "a", encoding="utf-8") as handle:
+                    handle.write(f"build cache: the {what} not used, the index asked instead: {err}\n")
+            for entry in entries:
+                if entry.name in found:
+                    self.choices.remember(entry, target, cell, found[entry.name])
+            fetched = bool(found)
+        chosen = {e.name: self.choices.choose(e, target, cell) for e in entries}
+        if remote is not None and not fetched:
+            remote.store_document(key, what, cached_choices.to_document(chosen))
+        return chosen
+
     def plan(self, cell: Cell, lock_text: str, log: Path, *, dry: bool = False) -> tuple[AssembledImage, dict[str, object]]:
         """Everything about the cell's image that needs no download: layer keys, config inputs, cache state.
         ``dry``: make nothing, not even the base (the plan then says the base is not built yet)."""
@@ -487,8 +528,9 @@ class Assembler:
                                          cached=bool(base.layers)))
         image.layers.append(PlannedLayer("venv", _key("venv", LAYOUT_FORMAT, cell.python, epoch, level)))
         wheels: dict[str, WheelFile] = {}
+        chosen = self._chosen_wheels(cell, lock.entries, target, log, dry=dry)
         for entry in sorted(lock.entries, key=lambda e: e.name):
-            wheel = self.choices.choose(entry, target, cell)
+            wheel = chosen[entry.name]
             wheels[entry.name] = wheel
             fetch = None if self.fetcher.path(wheel).is_file() else (wheel.size or 0)
             image.layers.append(PlannedLayer(f"wheel:{entry.name}=={entry.version}",

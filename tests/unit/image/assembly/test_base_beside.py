@@ -1,7 +1,8 @@
-"""A fresh machine with a warm build cache plans on the Debian base's signed entry and fetches the base's blob (most
-of its bytes) beside the other layers, not alone before them (issue 46's warm-cache fixed costs); a base whose blob
-then does not come is made here and the cell planned again. The cache is an in-memory stand-in of
-image/build_cache.BuildCache's reading side (lookup, complete), filled by a first machine's build."""
+"""Issue 46's warm-cache fixed costs: a fresh machine with a warm build cache plans on the Debian base's signed entry
+and fetches the base's blob (most of its bytes) beside the other layers, not alone before them; a base whose blob
+then does not come is made here and the cell planned again; it takes the lock's wheel choices from the cache's
+document (image/cached_choices.py) and asks the index nothing. The cache is an in-memory stand-in of
+image/build_cache.BuildCache (lookup, complete, fetch, store and the documents), filled by a first machine's build."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from test_assemble import Project, index, project  # noqa: F401  (fixtures)
 
@@ -26,6 +28,13 @@ class MemoryCache:
         self.others_begun = threading.Event()
         self.base_alone: bool | None = None
         self.refuse_base = False
+        self.documents: dict[str, dict[str, Any]] = {}
+
+    def fetch_document(self, key: str, what: str) -> dict[str, Any] | None:
+        return self.documents.get(key)
+
+    def store_document(self, key: str, what: str, doc: dict[str, Any]) -> None:
+        self.documents.setdefault(key, doc)
 
     def store(self, key: str, layer: LayerDescriptor, what: str, layout: OCILayout,
               meta: dict[str, str] | None = None, extras: Sequence[Path] = ()) -> None:
@@ -86,3 +95,24 @@ def test_a_base_whose_blob_does_not_come_is_made_here_and_the_cell_planned_again
     assert any(s.startswith("plan again") for s in steps), (steps, cache.base_alone, project.base_calls)
     assert project.base_calls.count(False) == made_before + 1  # made here
     assert image.digest == first.digest  # the stand-in base is made the same on every machine
+
+
+def test_a_fresh_machine_takes_the_locks_wheel_choices_from_the_cache_and_asks_the_index_nothing(
+        project: Project, index: tuple[str, dict[str, bytes]]) -> None:  # noqa: F811
+    first = project.assemble()
+    fresh, cache = _machines(project, "no-index")
+    (doc,) = cache.documents.values()
+    assert sorted(doc["choices"]) == ["alpha", "beta"]
+    index[1].clear()  # the index answers nothing now
+    assert project.assemble(assembler=fresh).digest == first.digest
+
+
+def test_a_choices_document_that_names_another_wheel_is_not_used_and_the_index_is_asked(
+        project: Project, index: tuple[str, dict[str, bytes]]) -> None:  # noqa: F811
+    first = project.assemble()
+    fresh, cache = _machines(project, "bad-choice")
+    (doc,) = cache.documents.values()
+    doc["choices"]["beta"]["sha256"] = "0" * 64  # signed, but not one of the lock line's hashes
+    assert project.assemble(assembler=fresh).digest == first.digest  # chosen by the index, as without a cache
+    assert "build cache: the wheel choices of cell" in project.log.read_text()
+    assert "beta: sha256 000000000000 is none of the lock line's hashes" in project.log.read_text()
