@@ -175,7 +175,8 @@ def _pairs(settings: CanarySettings, cands: list[Cell]) -> list[tuple[Cell, Cell
     by_id = {c.id: c for c in settings.cells}
     pairs = []
     for cand in cands:
-        base, _ = baseline_side(facts, facts.of_cell(cand), cand.stack, promoted, settings.cells, settings.baseline)
+        base, _ = baseline_side(facts, facts.of_cell(cand), cand.stack, promoted, settings.cells, settings.baseline,
+                                candidate_cell=cand)
         pairs.append((cand, by_id.get(base.cell_id)))
     return pairs
 
@@ -185,7 +186,8 @@ def compared(settings: CanarySettings, cands: list[Cell]) -> list[CanaryDiff]:
     diffs = []
     for cand in cands:
         side = facts.of_cell(cand)
-        base, source = baseline_side(facts, side, cand.stack, promoted, settings.cells, settings.baseline)
+        base, source = baseline_side(facts, side, cand.stack, promoted, settings.cells, settings.baseline,
+                                     candidate_cell=cand)
         diffs.append(compare(cand.stack, side, base, source))
     return diffs
 
@@ -215,7 +217,9 @@ def compare_only(settings: CanarySettings, candidate: str) -> CanaryDiff:
     axes = {name: package_axes(stack) for name, stack in settings.matrix.stacks.items()}
     dirs = [*settings.lock_dirs, settings.root]
     stack, side = candidate_side(facts, candidate, [*settings.set_cells, *settings.cells], dirs, axes)
-    base, source = baseline_side(facts, side, stack, settings.promoted(), settings.cells, settings.baseline)
+    cell = next((c for c in [*settings.set_cells, *settings.cells] if c.id == candidate), None)
+    base, source = baseline_side(facts, side, stack, settings.promoted(), settings.cells, settings.baseline,
+                                 candidate_cell=cell)
     return compare(stack, side, base, source)
 
 

@@ -46,9 +46,11 @@ def _entry_side(facts: CanaryFacts, entry: dict[str, Any], cells: dict[str, Cell
 
 
 def baseline_side(facts: CanaryFacts, candidate: CanarySide, stack: str, promoted: list[dict[str, Any]],
-                  cells: list[Cell], known_good: str | None = None) -> tuple[CanarySide, str]:
+                  cells: list[Cell], known_good: str | None = None, candidate_cell: Cell | None = None
+                  ) -> tuple[CanarySide, str]:
     """(the baseline's facts, where it comes from): ``known_good`` names it (a promoted cell or a matrix cell);
-    else the stack's promoted cell nearest the candidate, newest first; else the matrix's cell nearest it."""
+    else the stack's promoted cell nearest the candidate, newest first; else the matrix's cell nearest it.
+    ``candidate_cell``: the candidate's cell where it is none of ``cells`` (a ``--set`` cell), for its patches."""
     by_id = {c.id: c for c in cells}
     entries = [e for e in reversed(promoted) if e.get("stack") == stack]
     if known_good is not None:
@@ -59,7 +61,7 @@ def baseline_side(facts: CanaryFacts, candidate: CanarySide, stack: str, promote
             return facts.of_cell(by_id[known_good]), "the matrix's cell --known-good names; not promoted"
         raise PinmatrixError(f"--known-good {known_good}: no promoted cell of stack {stack} and no cell of the "
                              "matrix has that id")
-    wanted = variant_pins(candidate.pins, by_id.get(candidate.cell_id))
+    wanted = variant_pins(candidate.pins, candidate_cell or by_id.get(candidate.cell_id))
     if entries:
         entry = nearest(wanted, [(e, variant_pins(dict(e.get("pins") or {}), by_id.get(e["cell_id"])))
                                  for e in entries])

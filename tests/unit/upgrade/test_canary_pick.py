@@ -6,6 +6,7 @@ promoted, with the matrix's cell of the same variant, said so. Nothing is built 
 from __future__ import annotations
 
 import json
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from pinmatrix.cli import main
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.known_good import record_promotion
 from pinmatrix.results.store import HostFingerprint, SmokeRecord
-from pinmatrix.upgrade.canary_pick import nearest, variant_pins
+from pinmatrix.results.store import ResultsStore
+from pinmatrix.upgrade.canary_inputs import CanaryFacts
+from pinmatrix.upgrade.canary_pick import baseline_side, nearest, variant_pins
 
 MATRIX = """
 [matrix]
@@ -194,3 +197,15 @@ def test_the_baseline_is_the_cell_of_the_same_patch_variant() -> None:
         wanted = variant_pins(dict(cell.pins, torch="2.15.0", triton="3.9.0"), cell)
         for order in (h200, list(reversed(h200))):
             assert nearest(wanted, [(c, variant_pins(c.pins, c)) for c in order]) is cell
+
+
+def test_a_set_candidate_outside_the_cells_gets_the_baseline_of_its_own_variant(tmp_path: Path) -> None:
+    """A --set candidate is none of the matrix's cells: its patches come from the candidate's own cell."""
+    _, expansion = load(Path(__file__).resolve().parents[3] / "matrix.toml")
+    h200 = [c for c in expansion.cells if c.stack == "h200"]
+    facts = CanaryFacts(ResultsStore(tmp_path / "r.sqlite"), tmp_path / "oci", None)
+    for cell in h200:
+        cand = dataclasses.replace(cell, id="c" * 12, pins=dict(cell.pins, torch="2.15.0", triton="3.9.0"))
+        for order in (h200, list(reversed(h200))):
+            base, _ = baseline_side(facts, facts.of_cell(cand), "h200", [], order, candidate_cell=cand)
+            assert base.cell_id == cell.id
