@@ -5,8 +5,8 @@ promoted, with the matrix's cell of the same variant, said so. Nothing is built 
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,7 @@ from pinmatrix.ci.canary import set_cells
 from pinmatrix.cli import main
 from pinmatrix.matrix.selection import load
 from pinmatrix.project.known_good import record_promotion
-from pinmatrix.results.store import HostFingerprint, SmokeRecord
-from pinmatrix.results.store import ResultsStore
+from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.upgrade.canary_inputs import CanaryFacts
 from pinmatrix.upgrade.canary_pick import baseline_side, nearest, variant_pins
 
