@@ -88,6 +88,10 @@ def test_hard_links_inside_the_root_only(tmp_path: Path) -> None:
     for n, (link, why) in enumerate(cases.items()):
         line, digest = _refused(tmp_path / str(n), [member("x/y/z", data=b"deep"), member("h", "hard", link=link)])
         assert line == f"layer {digest}: member 'h': {why}; refused"
+    long = "x/y/" + "m" * 250
+    line, digest = _refused(tmp_path / "long", [member("x/y/z", data=b"deep"), member("h", "hard", link=long)])
+    assert line == (f"layer {digest}: member 'h': a hard link to {long[:200]!r}, which is not in the root (outside "
+                    "it, or not yet unpacked); refused")
 
 
 def test_a_hard_link_to_a_symlink_links_the_symlink_not_what_it_names(tmp_path: Path) -> None:
@@ -182,3 +186,22 @@ def test_a_blob_read_is_bounded_to_a_chunk(tmp_path: Path) -> None:
     finally:
         reader.close()
 
+
+
+def test_until_its_layer_is_done_a_new_folder_or_file_is_its_owners_alone(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folders are made 0700 and files 0600; the layer's own modes come only once the entry (a file) or the
+    whole layer (folders, children first) is written."""
+    seen: list[tuple[str, int]] = []
+    real_attributes = _Layer.attributes
+
+    def attributes(self: _Layer, path: Path, info: tarfile.TarInfo) -> None:
+        seen.append((path.name, stat.S_IMODE(os.lstat(path).st_mode)))
+        real_attributes(self, path, info)
+
+    monkeypatch.setattr(_Layer, "attributes", attributes)
+    root = _unpack(tmp_path, [member("x", data=b"file")],
+                   [member("new", "dir", mode=0o755), member("new/f", data=b"f", mode=0o644),
+                    member("x", "dir", mode=0o755)])
+    assert seen == [("x", 0o600), ("f", 0o600), ("x", 0o700), ("new", 0o700)]  # x: a file, then a folder
+    assert [stat.S_IMODE(os.lstat(root / p).st_mode) for p in ("new", "new/f", "x")] == [0o755, 0o644, 0o755]

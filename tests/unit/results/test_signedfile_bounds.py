@@ -39,6 +39,10 @@ def test_a_file_at_its_bound_is_read_and_one_byte_more_is_one_line(tmp_path: Pat
         f"{tmp_path / 'none.json'}: cannot read the signed results: No such file or directory")
 
 
+def test_bytes_that_are_not_utf8_are_replaced_not_a_traceback() -> None:
+    assert split_envelopes(b'{"a": "\xff"}', "f") == [b'{"a":"\\ufffd"}']
+
+
 def test_envelopes_come_back_in_canonical_form_in_their_order() -> None:
     text = '\n  {"b": 1, "a": [1, 2]}\n\n{"z": "\\u00e9"}  \n'
     assert split_envelopes(text.encode(), "f") == [b'{"a":[1,2],"b":1}', b'{"z":"\\u00e9"}']
@@ -69,7 +73,11 @@ def test_at_most_4096_envelopes_of_at_most_4_mib_each() -> None:
 
 def test_kept_envelopes_are_json_files_in_name_order_written_once(tmp_path: Path) -> None:
     store = tmp_path / "deep" / "lab.sqlite"
-    first = keep_envelope(store, b'{"n":1}')
+    umask = os.umask(0)  # 0644 whatever the umask: read by others, written by its owner only
+    try:
+        first = keep_envelope(store, b'{"n":1}')
+    finally:
+        os.umask(umask)
     assert first.parent == signed_dir(store) == tmp_path / "deep" / "lab-signed"
     assert stat.S_IMODE(os.stat(first).st_mode) == 0o644
     first.write_bytes(b'{"n":"kept as it was"}')
