@@ -34,7 +34,7 @@ from pinmatrix.cell import Cell, CellPatch
 from pinmatrix.engine.base import tls_for
 from pinmatrix.errors import PatchError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes, sha256_file
-from pinmatrix.image import cached_choices
+from pinmatrix.image import cached_choices, runnable_verdict
 from pinmatrix.image.annotations import ImageOrigin, image_annotations
 from pinmatrix.image.assembly import aot_plan, crossaot, merge
 from pinmatrix.image.assembly.loadcheck import check_layers, scanned_beside, summary
@@ -461,13 +461,27 @@ class Assembler:
         variables = {k: v for k, _, v in (e.partition("=") for e in base.env)}
         variables.update(env)
         arch, _ = oci_arch(cell.platform)
+        # a verdict on these very layers signed by a machine that checked them (image/runnable_verdict.py)
+        key = runnable_verdict.verdict_key([d.digest for d in descriptors], arch, variables)
+        what = f"runnable check of cell {cell.id}"
+        doc = self.remote.fetch_document(key, what) if self.remote is not None else None
+        try:
+            if doc is not None:
+                for note in runnable_verdict.from_document(doc):
+                    on_step(note)
+                return
+        except ValueError:
+            pass  # checked here
         found = check_layers(self._blobs(descriptors), arch, variables, scans=self._runnable_scans)
-        for p in found:
-            if p.optional:
-                on_step(f"runnable: {p.path} {p.what.split(' (searched ', 1)[0]}: optional, {p.optional}")
+        notes = [f"runnable: {p.path} {p.what.split(' (searched ', 1)[0]}: optional, {p.optional}"
+                 for p in found if p.optional]
+        for note in notes:
+            on_step(note)
         problems = [p for p in found if not p.optional]
         if problems:
             raise AssemblyError(f"cell {cell.id} ({cell.name}): the image would not run: {summary(problems)}")
+        if self.remote is not None:
+            self.remote.store_document(key, what, runnable_verdict.to_document(notes))
 
     # -- one cell --------------------------------------------------------------------------------------------
 

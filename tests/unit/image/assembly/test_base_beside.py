@@ -2,7 +2,8 @@
 and fetches the base's blob (most of its bytes) beside the other layers, not alone before them; a base whose blob
 then does not come is made here and the cell planned again; it takes the lock's wheel choices from the cache's
 document (image/cached_choices.py) and asks the index nothing. The cache is an in-memory stand-in of
-image/build_cache.BuildCache (lookup, complete, fetch, store and the documents), filled by a first machine's build."""
+image/build_cache.BuildCache (lookup, complete, fetch, store and the documents), filled by a first machine's build;
+and it takes the signed verdict of the runnable check on the same layers (image/runnable_verdict.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_assemble import Project, index, project  # noqa: F401  (fixtures)
 
+from pinmatrix.image import runnable_verdict
+from pinmatrix.image.assembly import assemble as assemble_module
 from pinmatrix.image.assembly.assemble import Assembler
 from pinmatrix.image.build_cache import Found
 from pinmatrix.oci.layer import LayerDescriptor
@@ -60,9 +64,9 @@ class MemoryCache:
         return (found.layer, found.meta) if found and self.complete(found, what, layout, extras_dir) else None
 
 
-def _machines(first: Project, name: str) -> tuple[Assembler, MemoryCache]:
+def _machines(first: Project, name: str, cache: MemoryCache | None = None) -> tuple[Assembler, MemoryCache]:
     """A first machine's build into a warm cache, and a fresh machine (its own cache folder and layout) reading it."""
-    cache = MemoryCache()
+    cache = cache or MemoryCache()
     first.assembler.remote = cache
     first.assemble()
     fresh = Assembler(dataclasses.replace(first.settings, cache_dir=first.tmp / name / "cache",
@@ -116,3 +120,49 @@ def test_a_choices_document_that_names_another_wheel_is_not_used_and_the_index_i
     assert project.assemble(assembler=fresh).digest == first.digest  # chosen by the index, as without a cache
     assert "build cache: the wheel choices of cell" in project.log.read_text()
     assert "beta: sha256 000000000000 is none of the lock line's hashes" in project.log.read_text()
+
+
+def _counting_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    checked: list[int] = []
+    real = assemble_module.check_layers
+
+    def check_layers(layers, arch, env, rules=None, scans=None):  # noqa: ANN001, ANN202
+        layers = list(layers)
+        checked.append(len(layers))
+        return real(layers, arch, env, rules, scans)
+
+    monkeypatch.setattr(assemble_module, "check_layers", check_layers)
+    return checked
+
+
+def test_a_fresh_machine_takes_the_signed_runnable_verdict_on_the_same_layers_and_walks_no_tree(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    checked = _counting_checks(monkeypatch)
+    project.assembler.remote = cache = MemoryCache()
+    cache.others_begun.set()  # the base's blob is not what these tests time
+    first = project.assemble()
+    fresh, _ = _machines(project, "verdict", cache)
+    verdicts = [d for d in cache.documents.values() if "notes" in d]
+    assert len(verdicts) == 1 and checked == [5]  # checked once, on the first machine (base, venv, 2 wheels, smoke)
+    assert project.assemble(assembler=fresh).digest == first.digest
+    assert checked == [5], "the fresh machine walked the image's tree again"
+
+
+def test_a_verdict_of_another_checker_or_not_a_verdict_is_not_taken(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    checked = _counting_checks(monkeypatch)
+    project.assembler.remote = cache = MemoryCache()
+    cache.others_begun.set()  # the base's blob is not what these tests time
+    project.assemble()
+    fresh, _ = _machines(project, "another-checker", cache)
+    monkeypatch.setattr(runnable_verdict, "checker_identity", lambda: "another checker")
+    project.assemble(assembler=fresh)
+    assert len(checked) == 2  # the key named another checker: checked here
+    for key, doc in cache.documents.items():
+        if "notes" in doc:
+            cache.documents[key] = {"format": 1, "notes": "not a list"}
+    again = Assembler(dataclasses.replace(project.settings, cache_dir=project.tmp / "bad" / "cache",
+                                          layout_dir=project.tmp / "bad" / "oci"))
+    again.remote = cache
+    project.assemble(assembler=again)
+    assert len(checked) == 3
