@@ -44,6 +44,8 @@ def _escape(ch: str) -> str:
 def terminal_text(text: str, *, newlines: bool = False) -> str:
     """Safe to print on a terminal: no escape sequence, no other control, bidi or invisible character
     (shown escaped); ``newlines`` keeps line breaks and tabs."""
+    if text.isascii() and (text.replace("\n", "").replace("\t", "") if newlines else text).isprintable():
+        return text  # printable ASCII (U+0020..U+007E) holds nothing to strip or escape: the common case, fast
     return "".join(ch if char_kind(ch, newlines=newlines) is None else _escape(ch) for ch in strip_ansi(text))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from pinmatrix.cell import KNOWN_AXES, Cell
 from pinmatrix.names import check_name
 from pinmatrix.project.catalogue import matches
-from pinmatrix.results.store import SmokeRecord
+from pinmatrix.results.store import HostFingerprint, SmokeRecord
 from pinmatrix.sanitize import terminal_text
 from pinmatrix.statuses import SEVERITY, STATUS_LABELS
 
@@ -377,15 +377,30 @@ def _severity_first(results: Iterable[SmokeResult], order: Sequence[str]) -> lis
                                           r.smoke, r.host_label))
 
 
-def _result(rec: SmokeRecord, log_roots: Sequence[Path], history: SmokeHistory | None = None) -> SmokeResult:
+class _HostViews:
+    """Each host's label and JSON form, made once per host rather than once per record (a fleet's report reads
+    tens of thousands of records from a few hosts); the forms are shared, read-only, by the results."""
+
+    def __init__(self) -> None:
+        self._views: dict[HostFingerprint, tuple[str, dict[str, Any]]] = {}
+
+    def __call__(self, host: HostFingerprint) -> tuple[str, dict[str, Any]]:
+        view = self._views.get(host)
+        if view is None:
+            view = self._views[host] = (host.label(), host.to_dict())
+        return view
+
+
+def _result(rec: SmokeRecord, log_roots: Sequence[Path], history: SmokeHistory, hosts: _HostViews) -> SmokeResult:
+    label, host = hosts(rec.host)
     return SmokeResult(
         smoke=rec.smoke, status=rec.status, failure_class=rec.failure_class, reason=rec.reason,
-        host_id=rec.host.id, host_label=rec.host.label(), host=rec.host.to_dict(), run_id=rec.run_id,
+        host_id=rec.host.id, host_label=label, host=host, run_id=rec.run_id,
         finished_at=rec.finished_at, duration_s=rec.duration_s, metrics=dict(rec.metrics),
         known_issue=rec.known_issue, image_digest=rec.image_digest, log_path=rec.log_path,
         log_excerpt=read_log_excerpt(rec.log_path, log_roots, rec.run_id),
         host_vs_lock=(rec.environment or {}).get("host_vs_lock"),
-        history=history or SmokeHistory(),
+        history=history,
     )
 
 
@@ -426,20 +441,21 @@ def build_report(
     stacks_wanted = None if stack is None else ({stack} if isinstance(stack, str) else set(stack))
     latest: dict[tuple[str, str, str], SmokeRecord] = {}
     runs: dict[tuple[str, str, str], list[HistoryRun]] = defaultdict(list)
+    hosts = _HostViews()
     for rec in records:  # records come oldest first: later ones replace earlier ones
         if rec.is_probe:  # a bisect probe (a point of a search: a parameter or axis value) is no cell's verdict
             continue
         if stacks_wanted is None or rec.stack in stacks_wanted:
             key = (rec.cell_id, rec.host.id, rec.smoke)
             latest[key] = rec
-            runs[key].append(HistoryRun(rec.run_id, rec.finished_at, rec.status, rec.host.label()))
+            runs[key].append(HistoryRun(rec.run_id, rec.finished_at, rec.status, hosts(rec.host)[0]))
     histories = {key: SmokeHistory.of(sorted(found, key=lambda r: r.finished_at)) for key, found in runs.items()}
     by_cell: dict[str, list[SmokeRecord]] = defaultdict(list)
     for rec in latest.values():
         by_cell[rec.cell_id].append(rec)
 
     def results_of(recs: list[SmokeRecord], order: Sequence[str]) -> list[SmokeResult]:
-        made = (_result(r, log_roots, histories[(r.cell_id, r.host.id, r.smoke)]) for r in recs)
+        made = (_result(r, log_roots, histories[(r.cell_id, r.host.id, r.smoke)], hosts) for r in recs)
         return _severity_first(made, order)
 
     rows: dict[str, CellRow] = {}
