@@ -23,7 +23,9 @@ BENCHMARKS: dict[str, str] = {
     "buildcache": "benchmarks.buildcache",
 }
 # --smallest: every benchmark at the size that runs in seconds (what CI runs, so that none breaks unseen); the
-# figures are then not the benchmark's and its target is not judged. Each variable can still be set by hand.
+# figures are then not the benchmark's and its target is not judged. An engine step that another benchmark of the
+# run makes is made there only, and build runs no Containerfile baseline; each says so in its figures. Each
+# variable can still be set by hand.
 SMALLEST = {"PINMATRIX_BENCH_SMALLEST": "1", "PINMATRIX_BENCH_STACK": "demo", "PINMATRIX_BENCH_ROUNDS": "1",
             "PINMATRIX_BENCH_PULL_ROUNDS": "1", "PINMATRIX_BENCH_WHOLE_MATRIX": "0", "PINMATRIX_BENCH_BYTES": "2e6"}
 
