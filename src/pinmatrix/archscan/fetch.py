@@ -12,6 +12,7 @@ is written into the repository.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -22,12 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from pinmatrix.archscan.tools import cache_dir
 from pinmatrix.cell import Cell
 from pinmatrix.hashing import sha256_bytes, sha256_file
 from pinmatrix.index.uv import find_uv
+from pinmatrix.index.wheel_index import Target, WheelError
 from pinmatrix.project.lockfile import lock_path
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
@@ -220,16 +223,19 @@ def _sha256(path: Path, index: dict[str, list], key: str | None = None) -> str:
 
 
 def _compatible(filename: str, platform: str, python: str) -> bool:
-    """A wheel file name installs for the uv platform and CPython ``python`` (the tags pip would accept)."""
+    """A wheel file name installs for the uv platform and CPython ``python``: one of its tags is one pip and uv
+    accept there (the build's own list, index.wheel_index.Target: ``py39-none-...`` installs on CPython 3.13)."""
     try:
         _name, _version, _build, tags = parse_wheel_filename(filename)
-    except ValueError:
+        supported = _supported_tags(platform, python)
+    except (ValueError, WheelError):
         return False
-    nodot = python.replace(".", "")
-    platforms = set(pip_platforms(platform)) | {"any"}
-    interpreters = {f"cp{nodot}", "py3", f"py{nodot}", "cp3"} | {f"cp3{m}" for m in range(2, int(nodot[1:]) + 1)}
-    return any(t.platform in platforms and t.interpreter in interpreters and t.abi in {f"cp{nodot}", "abi3", "none"}
-               and (t.abi != "abi3" or t.interpreter.startswith("cp")) for t in tags)
+    return not supported.isdisjoint(tags)
+
+
+@functools.lru_cache(maxsize=16)
+def _supported_tags(platform: str, python: str) -> frozenset[Tag]:
+    return frozenset(Target(python, platform).tags())
 
 
 def _cached_wheel(pin: Pin, build_wheels: Path, platform: str, python: str,
