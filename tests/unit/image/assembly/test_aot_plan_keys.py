@@ -67,7 +67,7 @@ def test_the_aot_key_is_the_same_for_the_same_inputs() -> None:
 
 def test_the_aot_key_leaves_out_only_what_the_compile_is_not_handed() -> None:
     """vLLM's env-flag variant (h200-vllm's fp8-moe), NCCL's and the cell's id never reach the compile
-    (aot_plan.compile_env drops them): cells differing only there share the layer (test_aot_shared.py)."""
+    (aot_plan.compile_env drops them): cells differing only there share the layer (test_aot_plan_shared.py)."""
     plain = _plain()
     fp8_moe = {"VLLM_USE_FLASHINFER_MOE_FP4": "0", "VLLM_USE_FLASHINFER_MOE_FP8": "1", "NCCL_DEBUG": "INFO"}
     variant = dataclasses.replace(plain, id="another-id", env={**plain.env, **fp8_moe})
