@@ -59,6 +59,7 @@ def test_index_leads_with_what_broke_and_holds_no_details(written) -> None:  # n
     assert len(failures) > FAILURES_LISTED
     assert listed == [c.id for c, _ in failures[:FAILURES_LISTED]]
     # the summary counts every broken result, not just the listed ones
+    assert index.index('<table class="broken-summary">') < index.index('<li class="broken-item"')  # counts first
     summary = index.split('<table class="broken-summary">', 1)[1].split("</table>", 1)[0]
     counts = re.findall(r'<td class="num">(\d+)</td>\s*<td class="num">(\d+)</td>', summary)
     assert counts == [(str(len(failures)), str(len({c.id for c, _ in failures})))]
