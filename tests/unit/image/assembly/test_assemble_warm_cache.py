@@ -8,6 +8,7 @@ and it takes the signed verdict of the runnable check on the same layers (image/
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,6 +94,11 @@ def test_a_base_whose_blob_does_not_come_is_made_here_and_the_cell_planned_again
     first = project.assemble()
     fresh, cache = _machines(project, "refused")
     cache.refuse_base = True
+    (base_key,) = [k for k, (_, _, meta) in cache.entries.items() if "python" in meta]
+    layer, _, meta = cache.entries[base_key]
+    other = b"another machine's base"  # its blob never comes here: it must not be stored from here either
+    cache.entries[base_key] = (dataclasses.replace(layer, digest=f"sha256:{hashlib.sha256(other).hexdigest()}",
+                                                   size=len(other)), other, meta)
     made_before = project.base_calls.count(False)
     steps: list[str] = []
     image = project.assemble(assembler=fresh, steps=steps)
