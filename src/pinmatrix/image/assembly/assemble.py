@@ -507,21 +507,16 @@ class Assembler:
         remote = None if dry else self.remote
         key = cached_choices.choices_key(entries, target, [i.url for i in cell.indexes])
         what = f"wheel choices of cell {cell.id}"
-        fetched = False
+        found: dict[str, WheelFile] = {}  # used as they come, not written here one file each (an fsync a line)
         if remote is not None and not all(self.choices.known(e, target, cell) for e in entries):
             doc = remote.fetch_document(key, what)
             try:
                 found = cached_choices.from_document(doc, entries, target) if doc is not None else {}
             except ValueError as err:
-                found = {}
                 with open(log, "a", encoding="utf-8") as handle:
                     handle.write(f"build cache: the {what} not used, the index asked instead: {err}\n")
-            for entry in entries:
-                if entry.name in found:
-                    self.choices.remember(entry, target, cell, found[entry.name])
-            fetched = bool(found)
-        chosen = {e.name: self.choices.choose(e, target, cell) for e in entries}
-        if remote is not None and not fetched:
+        chosen = {e.name: found.get(e.name) or self.choices.choose(e, target, cell) for e in entries}
+        if remote is not None and not found:
             remote.store_document(key, what, cached_choices.to_document(chosen))
         return chosen
 
