@@ -303,11 +303,15 @@ class Assembler:
         self._bases[found.key] = (found.layer, f"base {base.name}", {"python": base.python or ""})
         return coming
 
-    def _base_settled(self, base: BaseLayers) -> bool:
-        """False when ``base`` was planned on a build cache entry whose blob then did not come (refused, or the
-        cache went down): the cell is planned again and its base made here. Waits for a blob still on its way."""
+    def _base_settled(self, ctx: dict[str, object]) -> bool:
+        """False when a base the plan ``ctx`` uses (the cell's; a foreign cell's builder root's) was planned on a
+        build cache entry whose blob then did not come (refused, or the cache went down): the cell is planned again
+        and that base made here. Waits for a blob still on its way. The very objects the plan holds are matched."""
+        aot = ctx.get("aot")
+        cross = aot.cross if isinstance(aot, aot_plan.AotPlan) else None
         with self._base_guard:
-            waits = [future for planned, future in self._bases_coming.values() if planned == base]
+            waits = [future for planned, future in self._bases_coming.values()
+                     if planned is ctx["base"] or (cross is not None and planned.layers is cross.base_layers)]
         return all(future.result() for future in waits)
 
     def _cached_or_build(self, planned: PlannedLayer, build: Callable[[LayerWriter], None], epoch: int,
@@ -606,7 +610,7 @@ class Assembler:
         image, ctx = self.plan(cell, lock_text, log)
         image.ref = ref
         stored = self.layout.image(ref)
-        if stored is not None and not self._base_settled(ctx["base"]):  # type: ignore[arg-type]
+        if stored is not None and not self._base_settled(ctx):
             image, ctx = self.plan(cell, lock_text, log)  # the base's cache entry came without its blob
             image.ref = ref
         if stored is not None and stored.annotations.get(INPUTS) == image.inputs and not self.layout.missing_blobs(stored):
@@ -621,7 +625,7 @@ class Assembler:
             return image
         if self.remote is not None:
             self._prefetch(image)  # while the base's blob may still be coming (_base_coming)
-        if not self._base_settled(ctx["base"]):  # type: ignore[arg-type]
+        if not self._base_settled(ctx):
             on_step("plan again: the base's blob did not come from the build cache; it is made here")
             image, ctx = self.plan(cell, lock_text, log)
             image.ref = ref

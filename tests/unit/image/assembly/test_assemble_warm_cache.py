@@ -172,3 +172,29 @@ def test_a_verdict_of_another_checker_or_not_a_verdict_is_not_taken(
     again.remote = cache
     project.assemble(assembler=again)
     assert len(checked) == 3
+
+
+def test_a_foreign_cells_builder_base_still_coming_is_waited_for_and_its_failure_plans_again(project: Project) -> None:  # noqa: F811
+    """The builder root's base of a cross-compiled cell (aot_plan.CrossInputs.base_layers) comes like the cell's
+    own: the cell waits for it too, and a blob that did not come makes the cell plan again."""
+    from concurrent.futures import Future
+
+    from pinmatrix.image.assembly.aot_plan import AotPlan, CrossInputs
+    from pinmatrix.image.assembly.rootfs import BaseLayers
+
+    layer = LayerDescriptor("sha256:" + "b" * 64, 1, "sha256:" + "b" * 64, "application/vnd.oci.image.layer.v1.tar")
+    builder = BaseLayers((layer,), (), "debian:builder", "builder-key", "3.11")
+    own = BaseLayers((), (), "debian:own", "own-key", "3.11")
+    coming: Future[bool] = Future()
+    project.assembler._bases_coming["builder-key"] = (builder, coming)
+    cross = CrossInputs(None, base_key="builder-key", base_layers=builder.layers)
+    ctx: dict[str, object] = {"base": own, "aot": AotPlan(None, ("norm",), "9.0a", cross=cross)}
+    assert project.assembler._base_settled({"base": own, "aot": None})  # another cell's base: not waited for
+    answers: list[bool] = []
+    waiter = threading.Thread(target=lambda: answers.append(project.assembler._base_settled(ctx)))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and answers == []  # waiting for the builder base's blob
+    coming.set_result(False)
+    waiter.join(5)
+    assert answers == [False]
