@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +109,20 @@ def test_a_bad_part_is_one_line_naming_it(project: Project, tmp_path: Path,  # n
 def test_a_stale_staging_folder_of_a_gone_process_is_removed(project: Project, tmp_path: Path,  # noqa: F811
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     make_wheels_bundle(project, tmp_path / "b")
-    gone, alive = tmp_path / ".dest.unbundle-999999999", tmp_path / f".dest.unbundle-{os.getppid()}"
-    for folder in (gone, alive):
-        (folder / "x").mkdir(parents=True)
-    (tmp_path / ".other.unbundle-999999999").mkdir()
-    code, _, err = _main(capsys, str(tmp_path / "b"), "--out", str(tmp_path / "dest"))
-    assert code == 0
-    assert f"removed {gone}: the staging folder of an unpack whose process 999999999 is gone" in err.splitlines()
-    assert not gone.exists() and alive.exists() and (tmp_path / ".other.unbundle-999999999").exists()
-    assert host._alive(os.getpid()) and not host._alive(999999999) and not host._alive(1 << 70)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a process still running
+    try:
+        gone, alive = tmp_path / ".dest.unbundle-999999999", tmp_path / f".dest.unbundle-{sleeper.pid}"
+        for folder in (gone, alive):
+            (folder / "x").mkdir(parents=True)
+        (tmp_path / ".other.unbundle-999999999").mkdir()
+        code, _, err = _main(capsys, str(tmp_path / "b"), "--out", str(tmp_path / "dest"))
+        assert code == 0
+        assert f"removed {gone}: the staging folder of an unpack whose process 999999999 is gone" in err.splitlines()
+        assert not gone.exists() and alive.exists() and (tmp_path / ".other.unbundle-999999999").exists()
+        assert host._alive(sleeper.pid) and not host._alive(999999999) and not host._alive(1 << 70)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_an_image_into_a_layout_with_the_blobs_it_left_out(images: Any, tmp_path: Path,  # noqa: F811
