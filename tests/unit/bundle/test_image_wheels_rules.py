@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_pack import Project, make_wheels_bundle, project, quiet  # noqa: F401
+from test_pack import Project, images, make_wheels_bundle, project, quiet  # noqa: F401
 
 import pinmatrix.bundle.image as image_module
 from pinmatrix.bundle.image import ImageRequest, bundle_image, image_blobs, read_host_has
@@ -190,7 +190,8 @@ def test_the_hosts_package_files_are_bounded_and_name_their_source(tmp_path: Pat
     assert read_host_probe(probe) == HostPackages({"a-b": "2"}, None, "probe.json (host probe)")
     for path, what in ((pip, "a pip list --format json output"), (probe, "a host probe")):
         path.write_bytes(b" " * ((16 << 20) + 1))
-        assert what in _bundle_error(read_pip_list if path == pip else read_host_probe, path)
+        assert _bundle_error(read_pip_list if path == pip else read_host_probe, path) == (
+            f"{path}: {(16 << 20) + 1} bytes is more than {what} may have ({16 << 20} bytes)")
 
 
 def test_the_host_has_a_package_at_the_same_version_however_written(tmp_path: Path) -> None:
@@ -216,6 +217,8 @@ def test_a_lock_of_another_cell_is_named(project: Project, tmp_path: Path) -> No
     with pytest.raises(BundleError) as err:
         make_wheels_bundle(project, tmp_path / "a", lock=other)
     assert str(err.value) == f"locks/x.txt: a lock for cell 111111111111, not {project.cell.id}"
+    with pytest.raises(Exception, match="^locks/x.txt: cannot read requirement '@@@"):
+        make_wheels_bundle(project, tmp_path / "b", lock="@@@ \\\n    --hash=sha256:" + "a" * 64 + "\n")
 
 
 def test_every_wheel_problem_is_counted_and_the_first_three_more_named(project: Project, tmp_path: Path) -> None:  # noqa: F811
@@ -234,7 +237,18 @@ def test_every_wheel_problem_is_counted_and_the_first_three_more_named(project: 
                             + hashlib.sha256(project.wheels["gamma-3.0-py3-none-any.whl"]).hexdigest())
     with pytest.raises(BundleError) as err:
         make_wheels_bundle(project, tmp_path / "b", lock=lock_two, exclude=("alpha", "beta", "fast"))
-    assert " (and " not in str(err.value)  # one problem: no "more"
+    one = str(err.value)
+    assert " (and " not in one
+    lock_three = lock_two.replace(f"beta==1.0 \\\n    --hash=sha256:{'0' * 64}", "beta==2.0 \\\n    --hash=sha256:"
+                                  + hashlib.sha256(project.wheels["beta-2.0-py3-none-any.whl"]).hexdigest())
+    with pytest.raises(BundleError) as err:
+        make_wheels_bundle(project, tmp_path / "c", lock=lock_three, exclude=("beta", "fast"))
+    two = str(err.value)
+    first = two[len(f"cell {project.cell.id}: "):two.index(" (and 1 more: ")]
+    assert first.startswith("alpha==1.0: ") and two.endswith(")") and "nvidia-thing==1.0: " in two
+    with pytest.raises(BundleError) as err:
+        make_wheels_bundle(project, tmp_path / "d", lock=lock_three, exclude=("beta", "fast", "nvidia-*"))
+    assert str(err.value) == f"cell {project.cell.id}: {first}"  # the same first problem, alone: no "more"
 
 
 def test_the_lines_said_count_each_wheel_chosen_then_fetched_or_cached(project: Project, tmp_path: Path) -> None:  # noqa: F811
@@ -250,3 +264,27 @@ def test_the_lines_said_count_each_wheel_chosen_then_fetched_or_cached(project: 
     said = [line.split(":")[0] for line in lines if line.startswith(("cached ", "fetched "))]
     assert said == ["cached 1/3 alpha-1.0-py3-none-any.whl", "cached 2/3 beta-2.0-py3-none-any.whl",
                     "fetched 3/3 gamma-3.0-py3-none-any.whl"]
+
+
+def test_the_note_says_whose_python_and_platform_the_wheels_are_for(project: Project, tmp_path: Path) -> None:  # noqa: F811
+    note = make_wheels_bundle(project, tmp_path / "a", platform="x86_64-manylinux_2_17").note
+    assert note == ("wheels chosen for the host's CPython 3.12 (cp312); the cell's Python is 3.13; for the host's "
+                    f"platform x86_64-manylinux_2_17, the cell's is {project.cell.platform}")
+
+
+def test_a_bundle_that_fails_at_the_end_leaves_no_staging_folder(project: Project, images: Any,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    class Broken:
+        def sign(self, _payload: bytes) -> None:
+            raise RuntimeError("no key")
+
+    request = WheelsRequest(cell=project.cell, lock_text=project.lock, lock_source="locks/x.txt", python="3.12",
+                            platform=None, host=None, exclude=("nvidia-*", "fast"), part_size=4096,
+                            out=tmp_path / "w", cache_dir=project.cache, signer=Broken())  # type: ignore[arg-type]
+    with pytest.raises(Exception):  # noqa: B017 - whatever the signer raises
+        bundle_wheels(request, WheelFetcher(project.cache / "wheels"), quiet)
+    layout, made = images
+    with pytest.raises(Exception):  # noqa: B017
+        bundle_image(ImageRequest(layout.root, made["plain"][0], frozenset(), 5000, tmp_path / "i",
+                                  signer=Broken()), quiet)  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
