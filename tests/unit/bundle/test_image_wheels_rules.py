@@ -288,3 +288,16 @@ def test_a_bundle_that_fails_at_the_end_leaves_no_staging_folder(project: Projec
         bundle_image(ImageRequest(layout.root, made["plain"][0], frozenset(), 5000, tmp_path / "i",
                                   signer=Broken()), quiet)  # type: ignore[arg-type]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_remembered_choice_whose_hash_the_lock_does_not_name_is_refused(project: Project, tmp_path: Path) -> None:  # noqa: F811
+    make_wheels_bundle(project, tmp_path / "a")
+    for choice in (project.cache / "wheel-choices").iterdir():  # the builder's cache, changed behind its back
+        data = json.loads(choice.read_text())
+        choice.write_text(json.dumps({**data, "sha256": "0" * 64}))
+    with pytest.raises(BundleError) as err:
+        make_wheels_bundle(project, tmp_path / "b")
+    wheels = ["alpha-1.0-py3-none-any.whl", "beta-2.0-py3-none-any.whl",
+              "fast-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", "gamma-3.0-py3-none-any.whl"]
+    problems = [f"{w.split('-')[0]}=={w.split('-')[1]}: chosen wheel {w} is not one of the lock's hashes" for w in wheels]
+    assert str(err.value) == f"cell {project.cell.id}: {problems[0]} (and 3 more: {'; '.join(problems[1:])})"
