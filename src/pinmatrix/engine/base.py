@@ -175,8 +175,10 @@ class OCIEngine(ABC):
         containerfile: str = "Containerfile",
         source_date_epoch: int | None = None,
         sink: LineSink = lambda line: None,
+        annotations: Mapping[str, str] | None = None,
     ) -> BuildResult:
-        """Build ``context`` into an image tagged ``tag`` (network: host, so pip reaches the index)."""
+        """Build ``context`` into an image tagged ``tag`` (network: host, so pip reaches the index);
+        ``annotations`` go on the image's manifest where the engine's builder can put them there."""
 
     @abstractmethod
     def push(self, ref: str, *, tls_verify: bool | None = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from pinmatrix.engine.base import BuildResult, LineSink, OCIEngine, last_line
@@ -54,7 +55,10 @@ class DockerEngine(OCIEngine):
         containerfile: str = "Containerfile",
         source_date_epoch: int | None = None,
         sink: LineSink = lambda line: None,
+        annotations: Mapping[str, str] | None = None,
     ) -> BuildResult:
+        # the classic builder (DOCKER_BUILDKIT=0) has no --annotation, and the schema 2 manifest it pushes none:
+        # ``annotations`` are not put anywhere (docs/images.md says so)
         def argv_for(iidfile: Path) -> list[str]:
             return self._argv(["build", "--network=host", "--force-rm", f"--iidfile={iidfile}",
                                "-f", str(context / containerfile), "-t", tag, str(context)])

@@ -50,6 +50,7 @@ class PodmanEngine(OCIEngine):
         containerfile: str = "Containerfile",
         source_date_epoch: int | None = None,
         sink: LineSink = lambda line: None,
+        annotations: Mapping[str, str] | None = None,
     ) -> BuildResult:
         builder = self.which(self.builder)
         if builder is None:
@@ -59,6 +60,7 @@ class PodmanEngine(OCIEngine):
                     "-f", str(context / containerfile), "-t", tag]
             if source_date_epoch is not None:
                 argv.append(f"--timestamp={source_date_epoch}")
+            argv += [f"--annotation={key}={value}" for key, value in (annotations or {}).items()]
             return [*argv, str(context)]
 
         extra = {} if source_date_epoch is None else {"SOURCE_DATE_EPOCH": str(source_date_epoch)}

@@ -5,7 +5,12 @@ The build context is rendered from ``images/Containerfile.j2`` and the layer pla
 the lock is split into package layers, patches and the smoke harness are copied in, labels and env go last.
 The hash of everything that enters the build (the rendered Containerfile, every context file, the base
 reference) is the ``io.pinmatrix.inputs`` label. The image is tagged with the cell id; when an image with
-that tag and the same inputs is already in the local store or in the registry, nothing is built."""
+that tag and the same inputs is already in the local store or in the registry, nothing is built.
+
+The manifest's annotations are those of an assembled image (``image.annotations.image_annotations``), handed to
+the builder (podman/buildah ``--annotation``; Docker's classic builder has none). Like the assembled image's, they
+are not inputs: an image found with the same inputs keeps the annotations of the build that made it (so does an
+image whose every step buildah's layer cache holds)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from pinmatrix.engine import OCIEngine
 from pinmatrix.engine.base import parse_step
 from pinmatrix.errors import EngineError, PinmatrixError
 from pinmatrix.hashing import sha256_bytes
+from pinmatrix.image.annotations import image_annotations
 from pinmatrix.image.assembly.rootfs import DEFAULT_SOURCE_DATE_EPOCH
 from pinmatrix.image.cellconfig import (  # noqa: F401 - nvidia_require_cuda re-used by tests
     cell_env,
@@ -62,6 +68,7 @@ class RenderedCell:
     inputs: str
     labels: dict[str, str]
     layers: tuple[str, ...]
+    annotations: dict[str, str]  # the manifest's (image_annotations), not inputs
 
 
 def _docker_quote(value: object) -> str:
@@ -193,7 +200,8 @@ def render_cell(cell: Cell, lock_text: str, base_ref: str, settings: BuildSettin
     inputs = digest.hexdigest()
     labels["io.pinmatrix.inputs"] = inputs
     _write(context / "Containerfile", render(labels).encode(), epoch)
-    return RenderedCell(cell, image_ref(cell, settings.registry), context, inputs, labels, tuple(layer_names))
+    return RenderedCell(cell, image_ref(cell, settings.registry), context, inputs, labels, tuple(layer_names),
+                        image_annotations(cell, settings.origin, epoch))
 
 
 def build_cell(
@@ -241,7 +249,8 @@ def build_cell(
 
             epoch = cell.base.source_date_epoch if cell.base.source_date_epoch is not None else DEFAULT_SOURCE_DATE_EPOCH
             try:
-                built = engine.build(rendered.context, ref, source_date_epoch=epoch, sink=sink)
+                built = engine.build(rendered.context, ref, source_date_epoch=epoch, sink=sink,
+                                     annotations=rendered.annotations)
             except EngineError as err:
                 raise BuildError(failure_reason(lines, str(err))) from None
             result.status, result.image_id = "built", built.image_id
