@@ -1,7 +1,7 @@
 """A tiny Containerfile built by buildah through the engine's build (the Containerfile path's): the manifest in
 podman's store carries every annotation handed over (skopeo inspect --raw). When every step comes from buildah's
 layer cache, the image keeps the annotations of the build that made it (docs/images.md says so: the Containerfile
-path builds nothing for unchanged inputs either). The command line alone: tests/unit/image/containerfile/."""
+path builds nothing for unchanged inputs either). The command line alone: tests/unit/image/containerfile/test_render_annotations.py."""
 
 from __future__ import annotations
 

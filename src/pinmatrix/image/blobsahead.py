@@ -10,6 +10,10 @@ Sending ahead only saves time; it decides nothing. The registry checks each blob
 it. When an upload fails (the registry refuses, the credentials are not the ones skopeo gets, the network), sending
 ahead stops, with the reason in ``AheadReport.stopped``, and the push sends the rest and reports its own error. When
 the build fails, the upload under way is cut off at its next chunk and nothing more is sent.
+
+``say`` hears each upload's progress, at most a line a second (``transfer.TransferMeter``: bytes read out of the
+blob for the registry of its size, rate, time left), in the same thread; a blob sent in less than a second says
+nothing. The summary at the end (``AheadReport.describe``) is unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +32,7 @@ from pinmatrix.imageref import RegistryError
 from pinmatrix.oci.layer import LayerDescriptor
 from pinmatrix.registry.blobs import CHUNK
 from pinmatrix.registry.client import Registry
+from pinmatrix.transfer import TransferMeter
 
 
 @dataclass
@@ -57,17 +63,26 @@ class _Cancelled(Exception):
     """The build ended before this upload did."""
 
 
-class _CancellableReader:
-    """A blob file read for an upload in large chunks (http.client asks for 8 KiB), cut off once ``cancelled``."""
+def _no_progress(count: int) -> None:
+    """A ``moved`` that counts nothing."""
 
-    def __init__(self, path: Path, cancelled: threading.Event) -> None:
+
+class _CancellableReader:
+    """A blob file read for an upload in large chunks (http.client asks for 8 KiB), cut off once ``cancelled``;
+    ``moved`` hears the size of each chunk read."""
+
+    def __init__(self, path: Path, cancelled: threading.Event,
+                 moved: Callable[[int], None] = _no_progress) -> None:
         self._handle: BinaryIO = open(path, "rb")
         self._cancelled = cancelled
+        self._moved = moved
 
     def read(self, size: int = -1) -> bytes:
         if self._cancelled.is_set():
             raise _Cancelled
-        return self._handle.read(max(size, CHUNK))
+        chunk = self._handle.read(max(size, CHUNK))
+        self._moved(len(chunk))
+        return chunk
 
     def close(self) -> None:
         self._handle.close()
@@ -77,12 +92,17 @@ class BlobsAhead:
     """Uploads handed-over layer blobs to ``repository`` on ``registry`` in a thread of its own; a context manager.
 
     ``blob_path`` maps a digest to its file (the layout's ``blob_path``). ``finish`` waits for every blob handed
-    over so far; leaving the block without it (an error) cancels what is left."""
+    over so far; leaving the block without it (an error) cancels what is left. ``say`` hears each upload's
+    progress (at most a line a second on ``clock``), from the uploading thread."""
 
-    def __init__(self, registry: Registry, repository: str, blob_path: Callable[[str], Path]) -> None:
+    def __init__(self, registry: Registry, repository: str, blob_path: Callable[[str], Path], *,
+                 say: Callable[[str], None] = lambda line: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._registry = registry.another()
         self._repository = repository
         self._blob_path = blob_path
+        self._say = say
+        self._clock = clock
         self._todo: queue.Queue[tuple[str, int] | None] = queue.Queue()
         self._handed: set[str] = set()
         self._cancelled = threading.Event()
@@ -129,8 +149,15 @@ class BlobsAhead:
     def _send(self, digest: str, size: int) -> None:
         path = self._blob_path(digest)
 
-        def body() -> tuple[BinaryIO, int]:
-            return _CancellableReader(path, self._cancelled), size  # type: ignore[return-value]
+        def body() -> tuple[BinaryIO, int]:  # a fresh meter for each attempt (the client may send it again)
+            meter = TransferMeter(size, clock=self._clock)
+
+            def moved(count: int) -> None:
+                meter.advance(count)
+                if meter.due():
+                    self._say(f"push: sending {digest[:19]} ahead: {meter.line()}")
+
+            return _CancellableReader(path, self._cancelled, moved), size  # type: ignore[return-value]
 
         if self._registry.push_blob_as(self._repository, digest, body):
             self._report.sent += 1

@@ -59,7 +59,7 @@ class CellBuilder:
                 on_step(what)
 
             try:
-                with self._ahead(ref) as ahead:
+                with self._ahead(ref, step) as ahead:
                     image = self.assembler.assemble(cell, lock_text, ref, result.log, on_step=step,
                                                     on_blob=self._on_blob(ahead, ref))
                     if ahead is not None and not image.cached:
@@ -110,11 +110,13 @@ class CellBuilder:
 
         return on_blob
 
-    def _ahead(self, ref: str) -> AbstractContextManager[BlobsAhead | None]:
-        """With --push, the layers go to the registry as they are built (the push then sends the rest)."""
+    def _ahead(self, ref: str, say: Callable[[str], None]) -> AbstractContextManager[BlobsAhead | None]:
+        """With --push, the layers go to the registry as they are built (the push then sends the rest); ``say``
+        hears each upload's progress."""
         if not self.settings.push or self.registry is None:
             return nullcontext()
-        return BlobsAhead(self.registry, _repository(ref), self.assembler.layout.blob_path)
+        return BlobsAhead(self.registry, _repository(ref), self.assembler.layout.blob_path, say=say,
+                          clock=self.assembler.clock)
 
 
 def _repository(ref: str) -> str:
