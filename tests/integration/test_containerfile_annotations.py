@@ -1,5 +1,6 @@
 """A tiny Containerfile built by buildah through the engine's build (the Containerfile path's): the manifest in
-podman's store carries every annotation handed over (skopeo inspect --raw). When every step comes from buildah's
+podman's store carries every annotation handed over (skopeo inspect --raw), and so does the manifest the engine
+pushes to a registry. When every step comes from buildah's
 layer cache, the image keeps the annotations of the build that made it (docs/images.md says so: the Containerfile
 path builds nothing for unchanged inputs either). The command line alone: tests/unit/image/containerfile/test_render_annotations.py."""
 
@@ -13,6 +14,7 @@ import pytest
 
 from conftest import engine_for, require_binaries
 from pinmatrix.image.annotations import CREATED, REVISION, SOURCE
+from pinmatrix.registry.client import Registry
 
 pytestmark = [pytest.mark.podman]
 
@@ -42,3 +44,19 @@ def test_a_buildah_build_puts_the_annotations_on_the_manifest(request: pytest.Fi
     again = engine.build(context, ref, source_date_epoch=0, annotations=second)  # every step cached
     assert again.image_id == built.image_id  # the same config: the annotations are the manifest's only
     assert _manifest_annotations(engine.env, ref)[REVISION] == "c" * 40  # the limit docs/images.md states
+
+
+@pytest.mark.registry
+def test_the_engines_push_keeps_them(request: pytest.FixtureRequest, registry: Registry, tmp_path: Path) -> None:
+    engine = engine_for("podman", request)
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "pushed.txt").write_text("pushed\n")
+    (context / "Containerfile").write_text("FROM scratch\nCOPY pushed.txt /pushed.txt\n")
+    ref = f"{registry.host}/annotations/pushed:1"
+    given = {SOURCE: "https://forge.invalid/team/stack", REVISION: "e" * 40}
+    engine.build(context, ref, source_date_epoch=0, annotations=given)
+    digest = engine.push(ref, tls_verify=registry.tls_verify)  # as build_cell pushes
+    manifest = registry.get_manifest("annotations/pushed", digest)
+    assert manifest is not None
+    assert {key: manifest.json.get("annotations", {}).get(key) for key in given} == given
