@@ -23,6 +23,7 @@ import re
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from pinmatrix.oci.layer import LayerDescriptor
 from pinmatrix.oci.layout import OCILayout
 from pinmatrix.oci.manifest import layer_descriptors
 from pinmatrix.registry.client import OCI_EMPTY, OCI_MANIFEST, Manifest, Registry
+from pinmatrix.transfer import TransferMeter
 
 ARTIFACT_TYPE = "application/vnd.pinmatrix.build-cache.v1"
 ENTRY_TYPE = "application/vnd.pinmatrix.build-cache-entry.v1+json"  # the DSSE payload type
@@ -129,13 +131,13 @@ class BuildCache:
         self._warn(f"build cache {side.ref} not used for the rest of this run: {err}")
 
     # -- reading -------------------------------------------------------------------------------------------
-    def fetch(self, key: str, what: str, layout: OCILayout,
-              extras_dir: Path | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
+    def fetch(self, key: str, what: str, layout: OCILayout, extras_dir: Path | None = None, *,
+              progress: Callable[[str], None] | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
         """The layer stored under ``key``, its blob written into ``layout`` and the files kept beside it into
         ``extras_dir``, and the meta stored with it; None on a miss, a refused entry or a cache that is down (then
-        the caller builds it)."""
+        the caller builds it). ``progress`` hears the blob's bytes as they come (``complete``)."""
         found = self.lookup(key, what)
-        if found is None or not self.complete(found, what, layout, extras_dir):
+        if found is None or not self.complete(found, what, layout, extras_dir, progress=progress):
             return None
         return found.layer, found.meta
 
@@ -159,15 +161,20 @@ class BuildCache:
             return None
         return Found(key, *entry)
 
-    def complete(self, found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None) -> bool:
+    def complete(self, found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None, *,
+                 progress: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> bool:
         """The blob of a looked-up entry into ``layout`` (re-hashed to the signed digest as it streams) and its
-        extras into ``extras_dir``: whether it came (a hit); a blob refused or a cache down since is a miss."""
+        extras into ``extras_dir``: whether it came (a hit); a blob refused or a cache down since is a miss.
+        ``progress`` hears, at most once a second while the blob comes, ``fetch WHAT from the build cache: bytes
+        of size (share), rate, time left``."""
         side = self.source
         if side is None or side.down is not None:
             return False
         try:
             if not layout.intact_blob(found.layer.digest, found.layer.size):
-                _download(side, found.layer, layout)
+                meter = TransferMeter(found.layer.size, clock=clock)
+                _download(side, found.layer, layout, meter,
+                          (lambda: progress(f"fetch {what} from the build cache: {meter.line()}")) if progress else None)
             for name, digest in found.extras.items() if extras_dir is not None else ():
                 if name.startswith(found.layer.digest.split(":")[1]):  # only the layer's own; digest checked by get_blob
                     assert extras_dir is not None
@@ -350,14 +357,19 @@ def _entry_document(payload: bytes, key: str) -> dict[str, Any]:
     return doc
 
 
-def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout) -> None:
-    """The blob into the layout, hashed as it streams (a blob that is not its digest is refused, never kept)."""
+def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout, meter: TransferMeter,
+              say: Callable[[], None] | None) -> None:
+    """The blob into the layout, hashed as it streams (a blob that is not its digest is refused, never kept);
+    ``meter`` counts its bytes, ``say`` is called when a progress line is due."""
     target = layout.blob_path(layer.digest)
     fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out, side.registry.open_blob(side.repository, layer.digest) as reader:
             for chunk in iter(reader.read, b""):
                 out.write(chunk)
+                meter.advance(len(chunk))
+                if say is not None and meter.due():
+                    say()
             if reader.read_bytes != layer.size:
                 raise CacheRefused(f"blob {layer.digest} is {reader.read_bytes} bytes, the entry says {layer.size}")
         os.replace(tmp, target)

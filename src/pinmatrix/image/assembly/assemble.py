@@ -166,10 +166,10 @@ class RemoteLayers(Protocol):
     """A shared build cache by layer key (image/build_cache.py): asked for a layer before it is built here, told
     of each layer built here. Its failures are its own to report: it answers None and the layer is built."""
 
-    def fetch(self, key: str, what: str, layout: OCILayout,
-              extras_dir: Path | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
+    def fetch(self, key: str, what: str, layout: OCILayout, extras_dir: Path | None = None, *,
+              progress: Callable[[str], None] | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
         """The layer stored under ``key`` (its blob now in ``layout``, the files made from it into ``extras_dir``)
-        and what was stored with it, or None."""
+        and what was stored with it, or None; ``progress`` hears its bytes come."""
 
     def lookup(self, key: str, what: str) -> Found | None:
         """The verified entry under ``key`` (its blob not fetched yet), or None."""
@@ -324,7 +324,7 @@ class Assembler:
             if found is not None:
                 planned.descriptor, planned.cached = found, True
                 return
-            if self._fetched(planned):
+            if self._fetched(planned, on_step):
                 planned.seconds = time.monotonic() - start
                 return
             writer = LayerWriter(self.layout.blobs, epoch=epoch, compression=self.settings.compression,
@@ -339,12 +339,12 @@ class Assembler:
             self.layers.put(planned.key, planned.descriptor, planned.name)
         planned.seconds = time.monotonic() - start
 
-    def _fetched(self, planned: PlannedLayer) -> bool:
+    def _fetched(self, planned: PlannedLayer, on_step: Callable[[str], None] | None = None) -> bool:
         """Whether ``planned`` came from the build cache (verified there: signed for its key, re-hashed to its
-        digest) and is now recorded here; the caller holds the key's lock."""
+        digest) and is now recorded here; the caller holds the key's lock. ``on_step`` hears its bytes come."""
         if self.remote is None or planned.key in self._missed:
             return False
-        fetched = self.remote.fetch(planned.key, planned.name, self.layout, self._runnable_scans)
+        fetched = self.remote.fetch(planned.key, planned.name, self.layout, self._runnable_scans, progress=on_step)
         if fetched is None:
             self._missed.add(planned.key)
             return False

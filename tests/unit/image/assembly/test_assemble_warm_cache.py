@@ -59,8 +59,8 @@ class MemoryCache:
         assert layout.put_blob(self.entries[found.key][1]) == found.layer.digest
         return True
 
-    def fetch(self, key: str, what: str, layout: OCILayout,
-              extras_dir: Path | None = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
+    def fetch(self, key: str, what: str, layout: OCILayout, extras_dir: Path | None = None, *,
+              progress: Any = None) -> tuple[LayerDescriptor, dict[str, str]] | None:
         found = self.lookup(key, what)
         return (found.layer, found.meta) if found and self.complete(found, what, layout, extras_dir) else None
 
