@@ -29,11 +29,13 @@ def read_signed_file(path: Path, limit: int = MAX_SIGNED_FILE) -> bytes:
     except OSError as err:
         why = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
         raise ResultsError(f"{path}: cannot read the signed results: {why}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen: it refuses a folder with a traceback's error
             raise ResultsError(f"{path}: not a regular file (a FIFO, device or folder is not read)")
-        data = handle.read(limit + 1)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise ResultsError(f"{path}: more than the {limit} bytes a signed results file may have")
     return data

@@ -39,6 +39,16 @@ def test_a_file_at_its_bound_is_read_and_one_byte_more_is_one_line(tmp_path: Pat
         f"{tmp_path / 'none.json'}: cannot read the signed results: No such file or directory")
 
 
+def test_a_folder_or_a_fifo_given_as_the_signed_file_is_one_line_and_no_descriptor_is_left(tmp_path: Path) -> None:
+    """A folder once came out as a traceback (IsADirectoryError from opening it as a file object)."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    before = len(os.listdir("/proc/self/fd"))
+    for path in (tmp_path, fifo):
+        assert _refusal(read_signed_file, path) == f"{path}: not a regular file (a FIFO, device or folder is not read)"
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_bytes_that_are_not_utf8_are_replaced_not_a_traceback() -> None:
     assert split_envelopes(b'{"a": "\xff"}', "f") == [b'{"a":"\\ufffd"}']
 
