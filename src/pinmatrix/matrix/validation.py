@@ -44,20 +44,8 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
         for axis, values in axes.items():
             for i, value in enumerate(values):
                 path = ("stacks", sname, "axes" if axis in KNOWN_AXES else "packages", axis, i)
-                try:
-                    if axis == "cuda":
-                        rules.min_driver(value)
-                    elif axis == "torch":
-                        rules.torch_series(value.version)
-                    elif axis == "xformers":
-                        rules.xformers_torch(value.version)
-                    elif axis == "vllm":
-                        rules.vllm_rule(value.version)
-                    elif axis == "arch":
-                        for flag in split_flags(value):
-                            rules.arch_min_cuda(ArchFlag.parse(flag))
-                except UnknownVersion as exc:
-                    problems.append(matrix.where(path, str(exc)))
+                if (unknown := _unknown_version(rules, axis, value.version if isinstance(value, AxisValue) else value)):
+                    problems.append(matrix.where(path, unknown))
                 if not isinstance(value, AxisValue):
                     continue
                 for pid in value.patches:
@@ -72,6 +60,11 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
                         problems.append(matrix.where(path, f"patch {pid!r} applies to {spec.package}{spec.applies_to}, not {value.version}"))
                     elif spec.source is None and not (spec.contained_in and cached_version(value.version) >= cached_version(spec.contained_in)):
                         problems.append(matrix.where(path, f"patch {pid!r} has no source and {value.version} predates {spec.contained_in}"))
+        for i, rule in enumerate(stack.include):  # an include entry's value is checked as an axis value is
+            for axis, raw in rule.items():
+                version = raw.get("version") if isinstance(raw, dict) else raw
+                if isinstance(version, str) and (unknown := _unknown_version(rules, axis, version)):
+                    problems.append(matrix.where(("stacks", sname, "include", i, axis), unknown))
     for pid, spec in matrix.patches.items():
         if spec.source is None or "://" in spec.source:
             continue  # remote sources are fetched and checked by the build's patch cache
@@ -91,6 +84,28 @@ def check_static(matrix: Matrix, rules: CompatRules) -> list[str]:
             if pid not in matrix.patches:
                 problems.append(matrix.where(("known_issues", i, "without_patches"), f"unknown patch id {pid!r}"))
     return problems
+
+
+def _unknown_version(rules: CompatRules, axis: str, version: str) -> str | None:
+    """Why the compatibility rules cannot check ``version`` of ``axis`` (neither the hand table nor a cached
+    wheel's metadata knows it), or None."""
+    try:
+        if axis == "cuda":
+            rules.min_driver(version)
+        elif axis == "torch":
+            rules.torch_series(version)
+        elif axis == "xformers":
+            rules.xformers_torch(version)
+        elif axis == "vllm":
+            rules.vllm_rule(version)
+        elif axis == "arch":
+            for flag in split_flags(version):
+                rules.arch_min_cuda(ArchFlag.parse(flag))
+    except UnknownVersion as exc:
+        return str(exc)
+    except ValueError:
+        return None  # a malformed value: expansion names it (``_parse_rule_value``)
+    return None
 
 
 def _under(url: str, index: str) -> bool:
