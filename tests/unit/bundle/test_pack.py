@@ -51,14 +51,15 @@ def unbundle_module() -> ModuleType:
 def host_python(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The unpack step as a bare host runs it: isolated mode, no site-packages, no PYTHONPATH.
 
-    Under mutmut (it sets MUTANT_UNDER_TEST for every pytest run it makes) the bundle's unbundle.py is the mutated
-    copy from mutants/, which imports mutmut's trampoline: the child then keeps site-packages (drops only -S) and
-    gets MUTANT_UNDER_TEST empty, so it runs the original code and records nothing (its mutants are killed by the
-    in-process tests, test_pack_unbundle_*.py). Outside mutmut it stays -I -S (test_host_python.py)."""
+    Under mutmut (it sets MUTANT_UNDER_TEST for every pytest run it makes) a bundle's unbundle.py is the mutated
+    copy from mutants/, which imports mutmut's trampoline: a child running a script named unbundle.py then keeps
+    site-packages (drops only -S) and gets MUTANT_UNDER_TEST empty, so it runs the original code and records
+    nothing (its mutants are killed by the in-process tests, test_pack_unbundle_*.py). Any other child, and every
+    child outside mutmut, stays -I -S (test_host_python.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = ""
     flags = ["-I", "-S"]
-    if "MUTANT_UNDER_TEST" in os.environ:
+    if "MUTANT_UNDER_TEST" in os.environ and args and Path(args[0]).name == "unbundle.py":
         flags, env["MUTANT_UNDER_TEST"] = ["-I"], ""
     return subprocess.run([sys.executable, *flags, *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=120, check=False)
