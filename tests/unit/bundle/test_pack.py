@@ -55,7 +55,7 @@ def host_python(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
     copy from mutants/, which imports mutmut's trampoline: a child running a script named unbundle.py then keeps
     site-packages (drops only -S) and gets MUTANT_UNDER_TEST empty, so it runs the original code and records
     nothing (its mutants are killed by the in-process tests, test_pack_unbundle_*.py). Any other child, and every
-    child outside mutmut, stays -I -S (test_host_python.py)."""
+    child outside mutmut, stays -I -S (test_pack_host_python.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = ""
     flags = ["-I", "-S"]

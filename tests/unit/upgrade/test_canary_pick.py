@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from upgrade_matrix import head
 
 from pinmatrix.ci.canary import set_cells
 from pinmatrix.cli import main
@@ -19,14 +20,7 @@ from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.upgrade.canary_inputs import CanaryFacts
 from pinmatrix.upgrade.canary_pick import baseline_side, nearest, variant_pins
 
-MATRIX = """
-[matrix]
-name = "t"
-python = "3.13"
-[matrix.base]
-kind = "mmdebstrap"
-suite = "trixie"
-[stacks.d]
+MATRIX = head() + """[stacks.d]
 smokes = ["host-probe", "python-imports"]
 gpu_required = false
 [stacks.d.packages]

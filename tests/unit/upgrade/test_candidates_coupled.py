@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_index import FakeIndex, serve_index
+from upgrade_matrix import head
 
 from pinmatrix.index.answers import BoundedHttp
 from pinmatrix.index.releases import ReleaseSource
@@ -35,14 +36,7 @@ PROJECTS = {
     "xformers": {"0.0.34": (T, ["torch==2.10.0"]), "0.0.35": (T, ["torch>=2.10"]), "0.0.36": (T, ["torch==2.16.0"])},
 }
 MATRIX = """# a comment that --write keeps
-[matrix]
-name = "t"
-python = "3.13"
-platform = "x86_64-manylinux_2_28"
-[matrix.base]
-kind = "mmdebstrap"
-suite = "trixie"
-
+""" + head("x86_64-manylinux_2_28") + """
 [patches.int64]
 package = "xformers"
 applies_to = ">=0.0.28,<=0.0.35"

@@ -8,6 +8,7 @@ import difflib
 from pathlib import Path
 
 import pytest
+from upgrade_matrix import head
 
 from pinmatrix.project.matrix_toml import Matrix, load_matrix
 from pinmatrix.upgrade.candidates import UpgradeCandidate
@@ -15,14 +16,7 @@ from pinmatrix.upgrade.matrix_edit import ProposalRefused, edited_text, write_pr
 from pinmatrix.upgrade.propose import Proposal
 
 MATRIX = """# head comment
-[matrix]
-name = "t"
-python = "3.13"
-platform = "x86_64-manylinux_2_28"
-[matrix.base]
-kind = "mmdebstrap"
-suite = "trixie"
-
+""" + head("x86_64-manylinux_2_28") + """
 [[known_issues]]
 id = "first"
 when = { torch = "2.11.0" }

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fake_index import FakeIndex, serve_index
+from upgrade_matrix import head
 
 from pinmatrix.index.answers import BoundedHttp
 from pinmatrix.index.releases import ReleaseSource
@@ -16,14 +17,7 @@ from pinmatrix.upgrade.outdated import outdated, outdated_lines
 from pinmatrix.upgrade.sources import UpgradeSources
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
-MATRIX = """
-[matrix]
-name = "t"
-python = "3.13"
-[matrix.base]
-kind = "mmdebstrap"
-suite = "trixie"
-[stacks.s]
+MATRIX = head() + """[stacks.s]
 smokes = ["host-probe"]
 gpu_required = false
 [stacks.s.axes]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from upgrade_matrix import head
 
 import pinmatrix.upgrade.propose as prop
 from pinmatrix.cell import Cell
@@ -15,14 +16,7 @@ from pinmatrix.lock.resolve import LockResult
 from pinmatrix.project.matrix_toml import load_matrix
 from pinmatrix.upgrade.candidates import UpgradeCandidate
 
-MATRIX = """
-[matrix]
-name = "t"
-python = "3.13"
-[matrix.base]
-kind = "mmdebstrap"
-suite = "trixie"
-[stacks.d]
+MATRIX = head() + """[stacks.d]
 smokes = ["host-probe"]
 gpu_required = false
 [stacks.d.packages]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fake_forge import FakeForge, pull, serve_forge
 from fake_index import FakeIndex, serve_index
+from upgrade_matrix import head
 
 import pinmatrix.upgrade.sources as sources_module
 import pinmatrix.upgrade.upstream as upstream_module
@@ -40,14 +41,7 @@ PATCH = """--- a/pkg/mod.py
 +    return int(i) * 4
  # end
 """
-MATRIX = """
-[matrix]
-name = "t"
-python = "3.13"
-[matrix.base]
-kind = "mmdebstrap"
-suite = "trixie"
-[patches.fix]
+MATRIX = head() + """[patches.fix]
 package = "pkg"
 applies_to = ">=1.0"
 upstream = "https://github.com/o/pkg/pull/7"
