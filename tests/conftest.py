@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from checkout_state import foreign_settings, stand_in_root
 from helpers import start_dockerd
+from mutmut_children import install as install_mutmut_children
 from promotion import oci_registry  # noqa: F401 - the fixture, for every test folder
 
 from pinmatrix.cell import BaseSpec, Cell, CellPatch, cell_identity
@@ -25,6 +26,7 @@ from pinmatrix.errors import EngineError
 from pinmatrix.registry.client import Registry
 
 REPO = Path(__file__).resolve().parent.parent
+install_mutmut_children()  # under mutmut only: the package's isolated script children can import its trampoline
 
 
 @pytest.fixture(autouse=True)
