@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from mutmut_children import package_script
 from pep691 import serve_pages
 
 from conftest import make_cell
@@ -49,19 +50,14 @@ def unbundle_module() -> ModuleType:
 
 
 def host_python(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The unpack step as a bare host runs it: isolated mode, no site-packages, no PYTHONPATH.
-
-    Under mutmut (it sets MUTANT_UNDER_TEST for every pytest run it makes) a bundle's unbundle.py is the mutated
-    copy from mutants/, which imports mutmut's trampoline: a child running a script named unbundle.py then keeps
-    site-packages (drops only -S) and gets MUTANT_UNDER_TEST empty, so it runs the original code and records
-    nothing (its mutants are killed by the in-process tests, test_pack_unbundle_*.py). Any other child, and every
-    child outside mutmut, stays -I -S (test_pack_host_python.py)."""
+    """The unpack step as a bare host runs it: isolated mode, no site-packages, no PYTHONPATH
+    (test_pack_host_python.py). Under mutmut a bundle's unbundle.py is a byte copy of the mutated
+    shipped/unbundle.py; tests/support/mutmut_children.py starts such a child with site-packages and no mutant
+    active, so it runs the original code (its mutants are killed by the in-process tests,
+    test_pack_unbundle_*.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = ""
-    flags = ["-I", "-S"]
-    if "MUTANT_UNDER_TEST" in os.environ and args and Path(args[0]).name == "unbundle.py":
-        flags, env["MUTANT_UNDER_TEST"] = ["-I"], ""
-    return subprocess.run([sys.executable, *flags, *args], capture_output=True, text=True, env=env, cwd=cwd,
+    return subprocess.run([sys.executable, "-I", "-S", *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=120, check=False)
 
 
@@ -193,6 +189,7 @@ def test_the_unpack_step_needs_no_third_party_package(project: Project, tmp_path
     proc = host_python(str(tmp_path / "b" / "unbundle.py"), "b", "--check", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("wheels bundle checked: 4 file(s)")
+    assert package_script(tmp_path / "b" / "unbundle.py")  # the package's own bytes (mutmut_children)
     source = shipped_file("unbundle.py").read_text()
     assert "pinmatrix" not in "".join(line for line in source.splitlines() if line.startswith(("import", "from")))
 
