@@ -216,8 +216,7 @@ def compare_only(settings: CanarySettings, candidate: str) -> CanaryDiff:
     facts = settings.facts()
     axes = {name: package_axes(stack) for name, stack in settings.matrix.stacks.items()}
     dirs = [*settings.lock_dirs, settings.root]
-    stack, side = candidate_side(facts, candidate, [*settings.set_cells, *settings.cells], dirs, axes)
-    cell = next((c for c in [*settings.set_cells, *settings.cells] if c.id == candidate), None)
+    stack, side, cell = candidate_side(facts, candidate, [*settings.set_cells, *settings.cells], dirs, axes)
     base, source = baseline_side(facts, side, stack, settings.promoted(), settings.cells, settings.baseline,
                                  candidate_cell=cell)
     return compare(stack, side, base, source)

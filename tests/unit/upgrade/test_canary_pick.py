@@ -18,7 +18,7 @@ from pinmatrix.matrix.selection import load
 from pinmatrix.project.known_good import record_promotion
 from pinmatrix.results.store import HostFingerprint, ResultsStore, SmokeRecord
 from pinmatrix.upgrade.canary_inputs import CanaryFacts
-from pinmatrix.upgrade.canary_pick import baseline_side, nearest, variant_pins
+from pinmatrix.upgrade.canary_pick import baseline_side, candidate_side, nearest, variant_pins
 
 MATRIX = head() + """[stacks.d]
 smokes = ["host-probe", "python-imports"]
@@ -202,3 +202,35 @@ def test_a_set_candidate_outside_the_cells_gets_the_baseline_of_its_own_variant(
         for order in (h200, list(reversed(h200))):
             base, _ = baseline_side(facts, facts.of_cell(cand), "h200", [], order, candidate_cell=cand)
             assert base.cell_id == cell.id
+
+
+def test_compare_only_takes_a_set_candidate_s_patches_to_its_baseline(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """--compare-only of a --set candidate of the shipped h200 stack: its own cell (which candidate_side found)
+    picks the matrix's cell of its patch variant as the baseline, in both variants."""
+    matrix_path = Path(__file__).resolve().parents[3] / "matrix.toml"
+    matrix, expansion = load(matrix_path)
+    sets = ["torch=2.15.0", "triton=3.9.0"]
+    p = {"root": tmp_path, "results": tmp_path / "r.sqlite"}
+    cands = set_cells(matrix, "h200", sets)
+    _import(p, [], capsys)  # an empty store: neither side has a result
+    for cand in cands:
+        base = next(c for c in expansion.cells if c.stack == "h200" and c.patches_to_apply == cand.patches_to_apply)
+        code = main(["canary", str(matrix_path), "--compare-only", "--candidate", cand.id, "--stack", "h200",
+                     *(a for s in sets for a in ("--set", s)), "--results", str(p["results"]),
+                     "--known-good-file", str(tmp_path / "known-good.toml"), "--json"])
+        [diff] = json.loads(capsys.readouterr().out)["comparisons"]
+        assert code == 0 and diff["baseline"]["id"] == base.id, cand.name
+
+
+def test_candidate_side_returns_the_cell_it_found_or_none(project: dict[str, Path],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    _, expansion = load(project["matrix"])
+    facts = CanaryFacts(ResultsStore(project["results"]), project["root"] / "oci", None)
+    cells = list(expansion.cells)
+    for cell in cells:
+        assert candidate_side(facts, cell.id, cells, [project["lockdir"]], {}) == ("d", facts.of_cell(cell), cell)
+    _import(project, [_rec(CAND, "host-probe", "pass")], capsys)
+    stack, side, cell = candidate_side(facts, CAND, cells, [project["lockdir"]], {"d": ["six"]})
+    assert (stack, side.cell_id, side.name, cell) == ("d", CAND, "d[env=default]", None)
+    assert side.pins["six"] == "1.17.0"
