@@ -19,7 +19,7 @@ from pinmatrix.upgrade.canary_inputs import CanaryFacts, lock_pins
 T = TypeVar("T")
 
 
-class Candidate(NamedTuple):
+class CanaryCandidate(NamedTuple):
     """The candidate as ``candidate_side`` found it: its stack, its facts, and its cell (None when it is known
     only from its lock and results)."""
 
@@ -84,12 +84,12 @@ def baseline_side(facts: CanaryFacts, candidate: CanarySide, stack: str, promote
 
 
 def candidate_side(facts: CanaryFacts, cell_id: str, cells: list[Cell], lock_dirs: list[Path],
-                   package_axes: dict[str, list[str]]) -> Candidate:
+                   package_axes: dict[str, list[str]]) -> CanaryCandidate:
     """The candidate: a cell of ``cells``, else one the results store holds records of (no cell), its pins from
     its lock (``lock_dirs``/locks/<id>.txt) and its name from the lock's header."""
     cell = next((c for c in cells if c.id == cell_id), None)
     if cell is not None:
-        return Candidate(cell.stack, facts.of_cell(cell), cell)
+        return CanaryCandidate(cell.stack, facts.of_cell(cell), cell)
     records = facts.store.query(cell_id=cell_id) if facts.store.path.is_file() else []
     if not records:
         raise PinmatrixError(f"--candidate {cell_id}: no cell of the matrix has that id (give its --stack and --set "
@@ -101,5 +101,5 @@ def candidate_side(facts: CanaryFacts, cell_id: str, cells: list[Cell], lock_dir
         raise PinmatrixError(f"--candidate {cell_id}: its results are recorded but its lock is not in "
                              f"{', '.join(str(d / LOCK_DIR) for d in lock_dirs)} (give the --lock-dir propose wrote)")
     name, pins = lock_pins(lock, package_axes.get(stack, []))
-    return Candidate(stack, facts.side(stack, cell_id, name, pins, None), None)
+    return CanaryCandidate(stack, facts.side(stack, cell_id, name, pins, None), None)
 
