@@ -353,17 +353,46 @@ class Assembler:
         return True
 
     def _prefetch(self, image: AssembledImage) -> None:
-        """Each planned layer the build cache holds, fetched ``PREFETCH`` at once before any is built."""
-        def one(planned: PlannedLayer) -> None:
-            with self.layers.lock(planned.key):
-                found = self.layers.get(planned.key)
-                if found is not None:
-                    planned.descriptor, planned.cached = found, True
-                else:
-                    self._fetched(planned)
-
+        """Each planned layer the build cache holds, fetched ``PREFETCH`` at once before any is built: first every
+        entry (small requests), then the blobs, the largest first. In the plan's order (by name) a cell's largest
+        layers (torch, triton) come last, and the fetch ended on them alone, one stream where eight could run."""
         with ThreadPoolExecutor(max_workers=PREFETCH) as pool:
-            list(pool.map(one, [p for p in image.layers[1:] if p.descriptor is None]))
+            entries = [e for e in pool.map(self._entry, [p for p in image.layers[1:] if p.descriptor is None]) if e]
+            list(pool.map(self._arrive, sorted(entries, key=lambda entry: -entry[1].layer.size)))
+
+    def _entry(self, planned: PlannedLayer) -> tuple[PlannedLayer, Found] | None:
+        """``planned``'s verified build cache entry, when it is not here yet (kept here: taken) and the cache has
+        one; a miss is remembered (the layer is built)."""
+        with self.layers.lock(planned.key):
+            if self._kept(planned) or self.remote is None or planned.key in self._missed:
+                return None
+            found = self.remote.lookup(planned.key, planned.name)
+            if found is None:
+                self._missed.add(planned.key)
+                return None
+            return planned, found
+
+    def _arrive(self, entry: tuple[PlannedLayer, Found]) -> None:
+        """A looked-up entry's blob (re-hashed to the signed digest as it comes), recorded here as a layer made
+        here would be; one whose blob does not come is remembered as a miss (the layer is built)."""
+        planned, found = entry
+        assert self.remote is not None
+        with self.layers.lock(planned.key):
+            if self._kept(planned):
+                return
+            if not self.remote.complete(found, planned.name, self.layout, self._runnable_scans):
+                self._missed.add(planned.key)
+                return
+            self.layers.put(planned.key, found.layer, planned.name)
+            planned.descriptor, planned.cached, planned.fetched = found.layer, True, True
+
+    def _kept(self, planned: PlannedLayer) -> bool:
+        """Whether ``planned``'s layer is in this machine's layer cache (then taken as cached); the caller holds the
+        key's lock."""
+        found = self.layers.get(planned.key)
+        if found is not None:
+            planned.descriptor, planned.cached = found, True
+        return found is not None
 
     def _patch_layer(self, cell: Cell, patch: CellPatch, wheel: Path, venv: VenvLayout, writer: LayerWriter) -> None:
         """The files an installed-tree patch changes, patched (no fuzz) in a scratch copy of just those files."""

@@ -198,3 +198,28 @@ def test_a_foreign_cells_builder_base_still_coming_is_waited_for_and_its_failure
     coming.set_result(False)
     waiter.join(5)
     assert answers == [False]
+
+
+def test_a_fresh_machine_fetches_the_largest_blobs_first(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Every entry is looked up first, then the blobs come largest first: in the plan's order (by name) a cell's
+    largest layers (torch, triton) came last, and the fetch ended on them alone, one stream where eight could run."""
+    project.assembler.remote = cache = MemoryCache()
+    cache.others_begun.set()  # the base's blob is not what this test orders
+    first = project.assemble()
+    fresh, _ = _machines(project, "largest-first", cache)
+    came: list[tuple[str, int]] = []
+    real = cache.complete
+
+    def complete(found: Found, what: str, layout: OCILayout, extras_dir: Path | None = None) -> bool:
+        came.append((what, found.layer.size))
+        return real(found, what, layout, extras_dir)
+
+    cache.complete = complete  # type: ignore[method-assign]
+    monkeypatch.setattr(assemble_module, "PREFETCH", 1)  # one at a time: the order they start is the order they come
+    image = project.assemble(assembler=fresh)
+    assert image.digest == first.digest
+    fetched = [(what, size) for what, size in came if not what.startswith("base ")]
+    planned = [p.name for p in image.layers[1:]]
+    assert sorted(what for what, _ in fetched) == sorted(planned)
+    assert [size for _, size in fetched] == sorted((size for _, size in fetched), reverse=True), fetched
+    assert [what for what, _ in fetched] != planned, "the plan's order is by size already: this test shows nothing"
