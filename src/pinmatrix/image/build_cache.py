@@ -3,7 +3,8 @@ is fetched instead when another machine built it under the same key.
 
 One entry per layer key, under the tag ``layer-<key>`` of the cache repository: an OCI artifact manifest whose
 layers are the signed entry (a DSSE envelope, ``ENTRY_TYPE``, of ``{"key", "layer": descriptor, "what"}``) and the
-layer blob itself, so the registry keeps the blob as long as the entry. One tag per key, not one index per cell or
+layer blob itself, so the registry keeps the blob as long as the entry. The envelope is also embedded in the
+manifest (its descriptor's ``data``, up to ``MAX_EMBEDDED``): a reader asks one request per entry, not two. One tag per key, not one index per cell or
 per cache: a machine asks exactly the keys of its plan, one request each; writers of different cells never write
 the same document, so no read-merge-write race (as the referrers tag schema has) can drop an entry; cells that share
 a layer share its entry.
@@ -17,6 +18,7 @@ build goes on as if there were no cache, never failing a cell for it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -46,6 +48,10 @@ TAG_PREFIX = "layer-"
 MAX_ENVELOPE = 64 << 10
 MAX_EXTRA = 64 << 20
 MAX_DOCUMENT = 4 << 20  # a document entry's envelope (a lock's wheel choices: about 0.3 kB a line)
+# An envelope up to this size is also embedded in the entry's manifest (its descriptor's ``data``), so a reader
+# needs one request for it, not two; a larger one (a long lock's choices) only as its blob, which is kept either
+# way (a registry wants every blob a manifest names).
+MAX_EMBEDDED = 64 << 10
 # A file made from a layer and kept beside it (the runnable check's scan, loadcheck.layer_scan): named for the
 # layer's digest, so a fetched one can only land under a name of its own layer.
 EXTRA_NAME = re.compile(r"^(?P<hex>[0-9a-f]{64})-[A-Za-z0-9]{1,16}-v[0-9]{1,6}\.json$")
@@ -209,7 +215,10 @@ class BuildCache:
         layers = layer_descriptors(doc)
         if doc.get("artifactType") != ARTIFACT_TYPE or not layers or layers[0].get("mediaType") != ENVELOPE_MEDIA_TYPE:
             raise CacheRefused("not a pinmatrix build cache entry")
-        return self.trust.verify(side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=max_bytes))
+        envelope = _embedded(layers[0], max_bytes)
+        if envelope is None:
+            envelope = side.registry.get_blob(side.repository, layers[0]["digest"], max_bytes=max_bytes)
+        return self.trust.verify(envelope)
 
     # -- documents: what a machine would otherwise ask elsewhere (a lock's wheel choices), signed like a layer --
     def fetch_document(self, key: str, what: str) -> dict[str, Any] | None:
@@ -312,10 +321,24 @@ def _entry_manifest(key: str, what: str, blobs: list[dict[str, Any]], envelope: 
     return {
         "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": OCI_EMPTY, "digest": sha256_digest(empty), "size": len(empty)},
-        "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, "digest": sha256_digest(envelope), "size": len(envelope)},
+        "layers": [{"mediaType": ENVELOPE_MEDIA_TYPE, "digest": sha256_digest(envelope), "size": len(envelope),
+                    **({"data": base64.b64encode(envelope).decode()} if len(envelope) <= MAX_EMBEDDED else {})},
                    *blobs],
         "annotations": {"io.pinmatrix.cache.key": key, "io.pinmatrix.cache.what": what[:200]},
     }
+
+
+def _embedded(descriptor: dict[str, Any], max_bytes: int) -> bytes | None:
+    """The envelope embedded in its descriptor (``data``, as OCI 1.1 allows) when it is there, at most ``max_bytes``
+    and its descriptor's digest; else None (the envelope's blob is fetched, checked against that digest)."""
+    data = descriptor.get("data")
+    if not isinstance(data, str) or len(data) > (max_bytes + 2) // 3 * 4:
+        return None
+    try:
+        envelope = base64.b64decode(data, validate=True)
+    except ValueError:
+        return None
+    return envelope if sha256_digest(envelope) == descriptor.get("digest") else None
 
 
 def _entry_layer(payload: bytes, key: str) -> tuple[LayerDescriptor, dict[str, str], dict[str, str]]:
