@@ -8,7 +8,12 @@ measured in the run that measures pinmatrix (issue: the floor must be a lower bo
   ``floor = max(fetch, tar) + compress``. Nothing can assemble the same bytes faster.
 - ``peer_build``: a Containerfile FROM the same Debian base (``podman import`` of the base layer pinmatrix built),
   ``uv pip install --require-hashes --no-deps -r`` the cell's own lock into ``/opt/venv``, ``podman build`` into
-  overlay storage, then ``podman push`` to the same registry."""
+  overlay storage, then ``podman push`` to the same registry.
+- ``parallel_pull``: blobs pulled from a registry by a parallel client (8 at once, each hashed as it streams to a
+  file, nothing else): what a fresh machine's fetch of the same blobs from a build cache is measured against.
+- ``quiet``: nothing of an earlier phase left to write back before a timed one starts (a fresh machine has
+  nothing; the sync is not timed): a phase that followed gigabytes of writes paid for them (the kernel throttles
+  a writer while it writes back), so of two phases timed one after the other the second paid for the first."""
 
 from __future__ import annotations
 
@@ -25,8 +30,10 @@ from typing import Any
 
 from pinmatrix.index.wheel_index import WheelFetcher, cell_target, ssl_context
 from pinmatrix.project.lockfile import parse_lock
+from pinmatrix.registry.client import Registry
 
 CORES = os.cpu_count() or 1
+PULLERS = 8  # blobs pulled at once by parallel_pull
 COMPRESSORS = {"gzip": ["pigz", f"-p{CORES}", "-1", "-c"], "zstd": ["zstd", f"-T{CORES}", "-3", "-q", "-c"]}
 
 
@@ -39,6 +46,28 @@ def _timed(argv: list[str], *, stdin: Path | None = None, cwd: Path | None = Non
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed (exit {proc.returncode}): {proc.stderr.decode(errors='replace')[-500:]}")
     return time.perf_counter() - t0
+
+
+def parallel_pull(registry: Registry, repository: str, digests: list[str], into: Path) -> float:
+    """Seconds to pull ``digests`` from ``repository`` into the new folder ``into``, ``PULLERS`` at once, each hashed
+    as it streams to a file (a blob that is not its digest fails the pull)."""
+    into.mkdir(parents=True)
+
+    def one(digest: str) -> None:
+        with registry.another().open_blob(repository, digest) as reader, \
+                open(into / digest.split(":")[1], "wb") as out:
+            for chunk in iter(reader.read, b""):
+                out.write(chunk)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(PULLERS) as pool:
+        list(pool.map(one, digests))
+    return time.perf_counter() - t0
+
+
+def quiet() -> None:
+    """Whatever earlier phases wrote, written back now (untimed), so that the next timed phase starts clean."""
+    os.sync()
 
 
 def honest_floor(cell: Any, lock_text: str, work: Path, extra_ca: tuple[Path, ...], jobs: int) -> dict[str, Any]:
