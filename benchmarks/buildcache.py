@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import shutil
 import statistics
 import tempfile
@@ -172,10 +171,9 @@ def _synthetic_entries(work: Path, trust: CacheTrust, address: str) -> list[tupl
     total = sum(mb for _, mb in SHAPE)
     source = OCILayout(work / "synthetic-source").init()
     cache = BuildCache(trust, cache_to=f"{address}/{REPOSITORY}")
-    made = random.Random(46)
     entries = []
     for name, mb in SHAPE:
-        data = made.randbytes(max(1, int(SYNTHETIC_BYTES * mb / total)))
+        data = os.urandom(max(1, int(SYNTHETIC_BYTES * mb / total)))
         layer = LayerDescriptor(source.put_blob(data), len(data), "sha256:" + hashlib.sha256(data).hexdigest(),
                                 COMPRESSION.media_type)
         key = hashlib.sha256(f"synthetic\0{name}".encode()).hexdigest()
