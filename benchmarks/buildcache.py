@@ -10,9 +10,8 @@ in one run with its floor and with a cold cache, all against one private docker-
 
 Warm and floor are timed in turns, ``PINMATRIX_BENCH_ROUNDS`` rounds (default 3), which goes first alternating, each
 on a fresh machine's folders and after whatever came before is written back (``floor.quiet``), the registry's blobs
-read once before (untimed): timed right after the cold build, the warm machine paid for the gigabytes that build
-had left to write and read the blobs from disk, and the floor after it found them in memory. The medians are
-compared.
+read once before (untimed), so that the two start alike: timed once each, the warm machine right after the cold
+build and the floor right after it, the order alone moved the ratio (docs/images.md). The medians are compared.
 
 Then a case where the bytes dominate, without downloading a stack's wheels (``synthetic_*``): blobs of random bytes
 shaped like an h200 cell's layers (``SHAPE``: its wheels' sizes, scaled to ``PINMATRIX_BENCH_BYTES`` in all, default
@@ -82,8 +81,7 @@ SHAPE: tuple[tuple[str, float], ...] = (
 def _in_turns(warm: Callable[[int], float], floor: Callable[[int], float]) -> dict[str, Any]:
     """``ROUNDS`` rounds of the warm machine and the floor (round ``r`` given to each), the first of each round
     alternating, each timed phase started quiet; the medians, their ratio and each round's. The floor pulls once
-    before, untimed: the first to read the registry's blobs after the cold build (which filled the page cache with
-    other files) read them from disk, the other found them in memory."""
+    before, untimed, so that neither is the first to read the registry's blobs after the cold build."""
     floor(-1)
     times: dict[str, list[float]] = {"warm": [], "floor": []}
     for r in range(ROUNDS):

@@ -13,7 +13,7 @@ measured in the run that measures pinmatrix (issue: the floor must be a lower bo
   file, nothing else): what a fresh machine's fetch of the same blobs from a build cache is measured against.
 - ``quiet``: nothing of an earlier phase left to write back before a timed one starts (a fresh machine has
   nothing; the sync is not timed): a phase that followed gigabytes of writes paid for them (the kernel throttles
-  a writer while it writes back), so of two phases timed one after the other the second paid for the first."""
+  a writer while it writes back), whichever phase it was."""
 
 from __future__ import annotations
 
