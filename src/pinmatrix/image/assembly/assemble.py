@@ -348,8 +348,7 @@ class Assembler:
         if fetched is None:
             self._missed.add(planned.key)
             return False
-        self.layers.put(planned.key, fetched[0], planned.name)
-        planned.descriptor, planned.cached, planned.fetched = fetched[0], True, True
+        self._took(planned, fetched[0])
         return True
 
     def _prefetch(self, image: AssembledImage) -> None:
@@ -383,8 +382,12 @@ class Assembler:
             if not self.remote.complete(found, planned.name, self.layout, self._runnable_scans):
                 self._missed.add(planned.key)
                 return
-            self.layers.put(planned.key, found.layer, planned.name)
-            planned.descriptor, planned.cached, planned.fetched = found.layer, True, True
+            self._took(planned, found.layer)
+
+    def _took(self, planned: PlannedLayer, layer: LayerDescriptor) -> None:
+        """``layer``, fetched from the build cache for ``planned``, recorded here as a layer made here would be."""
+        self.layers.put(planned.key, layer, planned.name)
+        planned.descriptor, planned.cached, planned.fetched = layer, True, True
 
     def _kept(self, planned: PlannedLayer) -> bool:
         """Whether ``planned``'s layer is in this machine's layer cache (then taken as cached); the caller holds the
