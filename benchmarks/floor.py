@@ -8,7 +8,9 @@ measured in the run that measures pinmatrix (issue: the floor must be a lower bo
   ``floor = max(fetch, tar) + compress``. Nothing can assemble the same bytes faster.
 - ``peer_build``: a Containerfile FROM the same Debian base (``podman import`` of the base layer pinmatrix built),
   ``uv pip install --require-hashes --no-deps -r`` the cell's own lock into ``/opt/venv``, ``podman build`` into
-  overlay storage, then ``podman push`` to the same registry.
+  overlay storage, then ``podman push`` to the same registry. With a ``cache`` repository, podman's own registry
+  build cache: ``podman build --layers --cache-from REPO --cache-to REPO`` (each step's layer stored there, and
+  fetched instead of run when its key is there).
 - ``parallel_pull``: blobs pulled from a registry by a parallel client (8 at once, each hashed as it streams to a
   file, nothing else): what a fresh machine's fetch of the same blobs from a build cache is measured against.
 - ``quiet``: nothing of an earlier phase left to write back before a timed one starts (a fresh machine has
@@ -115,13 +117,16 @@ RUN UV_CACHE_DIR=/tmp/uv-cache uv venv --python /usr/bin/python3 /opt/venv \\
 
 
 def peer_build(base_layer: Path, lock_text: str, index: str, work: Path, env: dict[str, str],
-               push_ref: str, extra_ca: tuple[Path, ...] = ()) -> dict[str, Any]:
+               push_ref: str, extra_ca: tuple[Path, ...] = (), *, cache: str | None = None,
+               label: str = "peer") -> dict[str, Any]:
     """The peer's ``podman build`` + ``podman push`` of the same cell, timed; ``env`` points podman at a store of
     its own. The base import is timed apart (a user's base is usually pulled once). The build trusts the host's CA
-    bundle plus ``extra_ca`` (the matrix's ca_certificates: an intercepting proxy's), as pinmatrix's own fetches do."""
+    bundle plus ``extra_ca`` (the matrix's ca_certificates: an intercepting proxy's), as pinmatrix's own fetches do.
+    ``cache``: a registry repository for podman's build cache (from and to); ``label`` names the figures
+    (``<label>_build_s``, ...) and the build context's folder under ``work``."""
     pinned = Path(sys.executable).with_name("uv")  # the uv pinmatrix depends on, else the PATH's
     uv = str(pinned) if pinned.is_file() else shutil.which("uv") or "uv"
-    context = work / "peer"
+    context = work / label
     context.mkdir(parents=True)
     shutil.copy(uv, context / "uv")
     (context / "lock.txt").write_text(lock_text, encoding="utf-8")
@@ -131,9 +136,13 @@ def peer_build(base_layer: Path, lock_text: str, index: str, work: Path, env: di
     # the index URL is matrix text: one shell word in the RUN line, whatever it holds
     (context / "Containerfile").write_text(CONTAINERFILE.format(base=base, index=shlex.quote(index)),
                                            encoding="utf-8")
+    layers = ["--layers", "--tls-verify=false", "--cache-from", cache, "--cache-to", cache] if cache \
+        else ["--layers=false"]
     figures: dict[str, Any] = {}
-    figures["peer_base_import_s"] = round(_timed(["podman", "import", "--quiet", str(base_layer), base], env=env), 1)
-    figures["peer_build_s"] = round(_timed(["podman", "build", "--quiet", "--layers=false", "-t", push_ref,
-                                            "-f", str(context / "Containerfile"), str(context)], env=env), 1)
-    figures["peer_push_s"] = round(_timed(["podman", "push", "--quiet", "--tls-verify=false", push_ref], env=env), 1)
+    figures[f"{label}_base_import_s"] = round(_timed(["podman", "import", "--quiet", str(base_layer), base],
+                                                     env=env), 1)
+    figures[f"{label}_build_s"] = round(_timed(["podman", "build", "--quiet", *layers, "-t", push_ref,
+                                                "-f", str(context / "Containerfile"), str(context)], env=env), 1)
+    figures[f"{label}_push_s"] = round(_timed(["podman", "push", "--quiet", "--tls-verify=false", push_ref],
+                                              env=env), 1)
     return figures
