@@ -19,6 +19,8 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -151,6 +153,34 @@ def _host_arch() -> str:
     return proc.stdout.strip()
 
 
+UNSHARE_HINT = ("; as an ordinary user mmdebstrap makes the base in a user namespace (--mode=unshare), which needs "
+                "a subordinate id range for this user in /etc/subuid and /etc/subgid and newuidmap (package uidmap); "
+                "or build as root, or pin base.image by digest")
+
+
+def mmdebstrap_mode() -> str:
+    """``root`` as root, else ``unshare``: an ordinary user makes the base in a user namespace. Both give the same
+    bytes (the same trixie tar as root and as uid 65534, by sha256: docs/images.md), so the mode is no input of
+    the base's key."""
+    return "root" if os.geteuid() == 0 else "unshare"
+
+
+@contextmanager
+def _scratch(mode: str, ours: Path) -> Iterator[Path]:
+    """mmdebstrap's TMPDIR, so that an interrupted run leaves none of its scratch behind. As root: ``ours``, the
+    caller's private folder. In a user namespace its root is a subordinate id, which cannot enter a private (0700)
+    folder of the user's: a folder of its own in the user's TMPDIR that it can enter, removed afterwards."""
+    if mode == "root":
+        yield ours
+        return
+    tmpdir = Path(tempfile.mkdtemp(prefix="pinmatrix-mmdebstrap-"))
+    try:
+        tmpdir.chmod(0o755)
+        yield tmpdir
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
 def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
     if shutil.which("mmdebstrap") is None:
         raise BaseImageError(f"the Debian base {inputs.suite} ({inputs.arch}, mirror {inputs.mirror}, key {inputs.key()}) "
@@ -160,20 +190,26 @@ def _mmdebstrap(inputs: RootfsInputs, out: Path, log: Path) -> None:
         raise BaseImageError(f"base variant {inputs.variant} for {inputs.arch} runs {inputs.arch} maintainer scripts, "
                              f"which this {_host_arch()} host cannot without emulation: set the stack's "
                              "base.variant = \"extract\" or pin base.image")
-    argv = ["mmdebstrap", f"--variant={inputs.variant}", "--mode=root", "--format=tar",
+    mode = mmdebstrap_mode()
+    argv = ["mmdebstrap", f"--variant={inputs.variant}", f"--mode={mode}", "--format=tar",
             f"--architectures={inputs.arch}", f"--include={','.join(inputs.packages)}",
             *[f"--dpkgopt=path-exclude={p}" for p in inputs.excludes],
             "--dpkgopt=path-include=/usr/share/doc/*/copyright",
             "--customize-hook=rm -f \"$1/etc/hostname\" \"$1/etc/resolv.conf\"",
             *([EXTRACT_STATUS_HOOK] if inputs.variant == "extract" else []),
             "--", inputs.suite, str(out), inputs.mirror]
-    # its own scratch folder inside ours (TMPDIR), so an interrupted run leaves none behind in /tmp
-    env = {**os.environ, "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch), "TMPDIR": str(out.parent)}
-    with open(log, "a", encoding="utf-8") as handle:
+    with _scratch(mode, out.parent) as tmpdir, open(log, "a", encoding="utf-8") as handle:
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(inputs.source_date_epoch), "TMPDIR": str(tmpdir)}
         proc = interrupt.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)  # Ctrl-C stops its group
     if proc.returncode != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
-        raise BaseImageError(f"mmdebstrap {inputs.suite} ({inputs.arch}) failed (exit {proc.returncode}): {tail[0]}")
+        raise BaseImageError(f"mmdebstrap {inputs.suite} ({inputs.arch}) failed (exit {proc.returncode}): {tail[0]}"
+                             + (UNSHARE_HINT if mode == "unshare" else ""))
+
+
+# apt's download folders: owned by _apt where apt ran as an ordinary user (mmdebstrap --mode=unshare), by root in
+# --mode=root; written as root's, so the mode leaves no trace in the base's bytes.
+APT_SCRATCH = frozenset({"var/cache/apt/archives/partial", "var/lib/apt/lists/partial"})
 
 
 def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int, *,
@@ -192,6 +228,8 @@ def _rootfs_layer(tar_path: Path, layout: OCILayout, epoch: int, *,
                     continue
                 if name == "usr/bin/python3" and member.issym():
                     python = member.linkname.removeprefix("python")
+                if name in APT_SCRATCH:
+                    member.uid = member.gid = 0
                 names.add(name)
                 stream = src.extractfile(member) if member.isreg() else None
                 if extract and stream is not None and name.startswith(CA_SOURCES) and name.endswith(".crt") \
