@@ -470,11 +470,21 @@ def test_the_lock_holders_are_the_posix_write_locks_on_the_store_and_its_wal_fil
             return "\n".join(lines) + "\n"
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
+    real_bytes = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:  # the holders' command lines, whatever runs under those pids here
+        if str(self) == "/proc/105/cmdline":
+            return b"python3\0-m\0pinmatrix\0smoke\0"
+        if str(self) in ("/proc/101/cmdline", "/proc/110/cmdline"):
+            raise FileNotFoundError(str(self))
+        return real_bytes(self)
+
     monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
     assert storefile._lock_holders(path) == [101, 104, 105, 110]
     (tmp_path / "r.sqlite-shm").unlink()  # a file that is not there is no key
     assert storefile._lock_holders(path) == [101, 105, 110]
-    assert storefile.describe_holder(path) == ("pid 101 (command unknown), pid 105 (command unknown), "
+    assert storefile.describe_holder(path) == ("pid 101 (command unknown), pid 105 (python3 -m pinmatrix smoke), "
                                                "pid 110 (command unknown)")
 
     def unreadable(self: Path, *args: object, **kwargs: object) -> str:
