@@ -48,10 +48,10 @@ TAG_PREFIX = "layer-"
 MAX_ENVELOPE = 64 << 10
 MAX_EXTRA = 64 << 20
 MAX_DOCUMENT = 4 << 20  # a document entry's envelope (a lock's wheel choices: about 0.3 kB a line)
-# An envelope up to this size is also embedded in the entry's manifest (its descriptor's ``data``), so a reader
-# needs one request for it, not two; a larger one (a long lock's choices) only as its blob, which is kept either
-# way (a registry wants every blob a manifest names).
-MAX_EMBEDDED = 64 << 10
+# An envelope a layer entry may have (MAX_ENVELOPE) is also embedded in the entry's manifest (its descriptor's
+# ``data``), so a reader needs one request for it, not two; a larger one (a document's: a long lock's choices) only
+# as its blob, which is kept either way (a registry wants every blob a manifest names).
+MAX_EMBEDDED = MAX_ENVELOPE
 # A file made from a layer and kept beside it (the runnable check's scan, loadcheck.layer_scan): named for the
 # layer's digest, so a fetched one can only land under a name of its own layer.
 EXTRA_NAME = re.compile(r"^(?P<hex>[0-9a-f]{64})-[A-Za-z0-9]{1,16}-v[0-9]{1,6}\.json$")
