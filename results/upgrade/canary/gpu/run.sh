@@ -10,6 +10,7 @@
 #   .ship/proj.tgz   the project at the commit that built the image, the candidate's lock, matrix.toml with the
 #                candidate written in by `pinmatrix propose --write`, and the build machine's signing.pub
 #   .ship/cand   the candidate image bundle; its parts moved into $SHIP/cand beforehand, one call each
+#   .ship/kg     (BUNDLE=kg CELL=0e749e61e75a) the known-good image bundle, the same way
 # TOOL_SHA256 is the tool bundle's manifest sha256 that `pinmatrix bundle tool` printed on the build machine.
 set -uo pipefail
 OUT=${OUT:-results/upgrade/canary/gpu/out}
@@ -22,7 +23,8 @@ LOGS=$U/logs
 PMSITE=${PMSITE:-/tmp/pmsite}
 SHIP=${SHIP:-/root/ship}
 BUDGET_S=${BUDGET_S:-570}
-CELL=bc536720250d
+CELL=${CELL:-bc536720250d}  # the candidate; CELL=0e749e61e75a BUNDLE=kg: the known-good from its own bundle
+BUNDLE=${BUNDLE:-cand}      # the bundle under .ship/ (its manifest) and $SHIP/ (its parts)
 START=$(date +%s)
 mkdir -p "$OUT"
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
@@ -50,18 +52,18 @@ for step in "$@"; do
       python3 -m pip install -q --no-index --find-links /tmp/pmwheels --target "$PMSITE" pinmatrix || exit 1
       chmod -R a+rX "$PMSITE"
       rm -rf "$U" && mkdir -p "$U/out" && tar -xzf .ship/proj.tgz -C "$U" || exit 1
-      mkdir -p "$SHIP/cand" && cp -a .ship/cand/manifest.json .ship/cand/manifest.dsse.json "$SHIP/cand/"
+      mkdir -p "$SHIP/$BUNDLE" && cp -a ".ship/$BUNDLE/manifest.json" ".ship/$BUNDLE/manifest.dsse.json" "$SHIP/$BUNDLE/"
       chown -R 65534:65534 "$U"; chmod 0755 "$U"
-      echo "== setup: pinmatrix in $PMSITE, the project in $PROJ (owned by 65534), $(ls "$SHIP/cand" | wc -l) files in $SHIP/cand" ;;
+      echo "== setup: pinmatrix in $PMSITE, the project in $PROJ (owned by 65534), $(ls "$SHIP/$BUNDLE" | wc -l) files in $SHIP/$BUNDLE" ;;
     unbundle)  # pinmatrix's own unpacker: the build machine's signature, then every part and blob, before writing
-      (cd "$PROJ" && PYTHONPATH=$PROJ/src:$PMSITE python3 -m pinmatrix unbundle "$SHIP/cand" --key signing.pub \
+      (cd "$PROJ" && PYTHONPATH=$PROJ/src:$PMSITE python3 -m pinmatrix unbundle "$SHIP/$BUNDLE" --key signing.pub \
         --out "$LAYOUT") || exit 1
-      chmod -R a+rX "$LAYOUT"; rm -rf "$SHIP/cand" ;;
+      chmod -R a+rX "$LAYOUT"; rm -rf "${SHIP:?}/$BUNDLE" ;;
     host)
       echo "== host: $(date -u)"; uname -r
       nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader
       as_user python3 -m pinmatrix doctor --json > "$OUT/doctor.json"; echo "doctor exit $?" ;;
-    cand) smoke cand ;;
+    cand) smoke "$BUNDLE" ;;
     again) smoke cand-again --rerun ;;
     export)  # a host key made here; the image-measured records signed as in-toto test-result attestations
       as_user python3 -m pinmatrix keygen --host --out "$U/host" && \
