@@ -82,7 +82,8 @@ def _sample_tar(work: Path) -> tuple[Path, list[str]]:
     target = cell_target(cell)
     wheels = [fetcher.choose(e, target, cell.indexes) for e in parse_lock(lock_path(cell, root).read_text()).entries]
     wheels.sort(key=lambda w: -(w.size or 0))
-    tree, names, total = work / "tree", [], 0
+    tree, total = work / "tree", 0
+    names: list[str] = []
     for wheel in wheels:
         path = fetcher.fetch(wheel)
         with zipfile.ZipFile(path) as zf:
