@@ -1,7 +1,8 @@
 """The build cache in a real registry (docker-registry): a fresh cache folder and layout fetch every layer another
 machine stored under the same keys and build none; an entry that is unsigned, signed by a key not trusted, moved
 under another key's tag, or whose blob is not the signed digest is refused (one line) and the layer built; a cache
-that is down is one line and a normal build; a push to the cache's registry mounts the cache's blobs. The cells are
+that is down, or that refuses (asks for credentials this machine lacks, answers 403 or 500), is one line and a normal
+build; a push to the cache's registry mounts the cache's blobs. The cells are
 test_assemble.py's (a base written there, wheels from an index on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -9,15 +10,19 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from auth_registries import htpasswd_auth_yaml, start_docker_registry, write_htpasswd
 from pep691 import serve_pages
 from test_build_demo import demo_project
 from unit.image.assembly.test_assemble import Project, _serve
 
+from conftest import require_binaries
 from pinmatrix.engine.services import Service
 from pinmatrix.hashing import sha256_digest
 from pinmatrix.image.assembly import rootfs
@@ -332,3 +337,76 @@ def test_a_fresh_cache_folder_builds_the_demo_stack_from_a_warm_registry_cache_m
     built, digests = build(tmp_path / "fresh", fresh)
     assert built == [] and digests == warm
     assert fresh.report.hits > len(cells) and fresh.report.misses == 0 and fresh.report.refused == []
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    """A registry on 127.0.0.2 that answers every request with one status and an OCI error body (with 200: a body
+    that is no manifest, no blob and no upload location: a registry that lies)."""
+
+    status = 403
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def _answer(self) -> None:
+        body = json.dumps({"errors": [{"code": "DENIED", "message": "requested access to the resource is denied"}]})
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body.encode())
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _answer  # noqa: N815 - http.server's names
+
+
+@contextmanager
+def _refusing(status: int) -> Iterator[str]:
+    handler = type("Refusing", (_Refusing,), {"status": status})
+    server = ThreadingHTTPServer(("127.0.0.2", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.2:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def _asking_credentials(tmp_path: Path) -> Iterator[str]:
+    """docker-registry with htpasswd auth; this machine has no credentials for it."""
+    require_binaries("docker-registry")
+    directory = tmp_path / "auth-registry"
+    directory.mkdir()
+    write_htpasswd(directory / "htpasswd", {"alice": "a password this machine does not have"})
+    service = start_docker_registry(directory, htpasswd_auth_yaml(directory / "htpasswd"))
+    try:
+        yield service.address
+    finally:
+        service.stop()
+
+
+@pytest.mark.parametrize("refusal", ["credentials", "403", "500", "200"])
+def test_a_cache_that_refuses_is_one_line_and_a_normal_build(project: Project, keys: tuple[Path, Path],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             refusal: str) -> None:
+    for name in ("REGISTRY_AUTH_FILE", "XDG_RUNTIME_DIR", "DOCKER_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    server = _asking_credentials(tmp_path) if refusal == "credentials" else _refusing(int(refusal))
+    with server as address:
+        lines: list[str] = []
+        cache = _cache(keys, address, "cache/refusing", lines=lines)
+        assembler = _fresh(project, "refused", cache)
+        with _counting(assembler) as built:
+            image = project.assemble(assembler=assembler)
+    assert image.digest and "venv" in built and cache.report.hits == 0 and cache.report.stored == 0
+    assert all(address in line and "\n" not in line for line in lines), lines
+    down = [line for line in lines if "not used for the rest of this run" in line]
+    if refusal == "200":  # each entry it lies about is refused in its line and built; the upload it fakes stops it
+        assert len(down) == 1 and len(cache.report.down) == 1
+        assert len(cache.report.refused) == len(lines) - 1 and all("built here instead" in line
+                                                                   for line in lines if line not in down)
+    else:
+        assert len(lines) == 2 and len(down) == 2 and len(cache.report.down) == 2, lines

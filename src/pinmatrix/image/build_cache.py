@@ -37,6 +37,7 @@ from pinmatrix.imageref import ImageRef, RegistryError
 from pinmatrix.oci.layer import LayerDescriptor
 from pinmatrix.oci.layout import OCILayout
 from pinmatrix.oci.manifest import layer_descriptors
+from pinmatrix.registry.auth import AuthError
 from pinmatrix.registry.client import OCI_EMPTY, OCI_MANIFEST, Manifest, Registry
 from pinmatrix.transfer import TransferMeter
 
@@ -55,6 +56,8 @@ MAX_EMBEDDED = MAX_ENVELOPE
 # A file made from a layer and kept beside it (the runnable check's scan, loadcheck.layer_scan): named for the
 # layer's digest, so a fetched one can only land under a name of its own layer.
 EXTRA_NAME = re.compile(r"^(?P<hex>[0-9a-f]{64})-[A-Za-z0-9]{1,16}-v[0-9]{1,6}\.json$")
+# What a cache that is down or refuses raises: unreachable, an error status, or credentials asked for and not here.
+CACHE_TROUBLE = (RegistryError, AuthError, OSError)
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ class BuildCache:
         except CacheRefused as err:
             self._refused(side, key, what, err)
             return None
-        except (RegistryError, OSError) as err:
+        except CACHE_TROUBLE as err:
             self._failed(side, err)
             return None
         if entry is None:
@@ -189,7 +192,7 @@ class BuildCache:
         except CacheRefused as err:
             self._refused(side, found.key, what, err)
             return False
-        except (RegistryError, OSError) as err:
+        except CACHE_TROUBLE as err:
             self._failed(side, err)
             return False
         with self._guard:
@@ -232,7 +235,7 @@ class BuildCache:
             return None if payload is None else _entry_document(payload, key)
         except CacheRefused as err:
             self._refused(side, key, what, err)
-        except (RegistryError, OSError) as err:
+        except CACHE_TROUBLE as err:
             self._failed(side, err)
         return None
 
@@ -255,7 +258,7 @@ class BuildCache:
                               separators=(",", ":")).encode()
             side.registry.put_manifest(side.repository, cache_tag(key),
                                        Manifest(body=body, media_type=OCI_MANIFEST, digest=sha256_digest(body)))
-        except (RegistryError, OSError) as err:
+        except CACHE_TROUBLE as err:
             self._failed(side, err)
 
     # -- writing -------------------------------------------------------------------------------------------
@@ -285,7 +288,7 @@ class BuildCache:
                               sort_keys=True, separators=(",", ":")).encode()
             side.registry.put_manifest(side.repository, cache_tag(key),
                                        Manifest(body=body, media_type=OCI_MANIFEST, digest=sha256_digest(body)))
-        except (RegistryError, OSError) as err:
+        except CACHE_TROUBLE as err:
             self._failed(side, err)
             return
         with self._guard:
@@ -311,7 +314,7 @@ class BuildCache:
                 if not registry.has_blob(side.repository, layer.digest):
                     continue
                 mounted += registry.mount_blob(repository, layer.digest, side.repository) == "mounted"
-            except RegistryError:
+            except (RegistryError, AuthError):
                 return mounted
         return mounted
 
