@@ -299,6 +299,15 @@ def check_registry(value: str) -> str:
     return value
 
 
+def check_cache_repository(value: str) -> str:
+    """A build cache's repository: ``host[:port]/path`` with a path (entries are tagged by key, so no tag)."""
+    check_registry(value)
+    if "/" not in value:
+        raise ValueError(f"build cache {shown(value)} must name a repository: host[:port]/path "
+                         "(e.g. 127.0.0.1:5000/cache)")
+    return value
+
+
 # ------------------------------------------------------------------------------- pydantic field types
 Name = Annotated[str, AfterValidator(check_name)]
 SmokeSelector = Annotated[str, AfterValidator(check_smoke_selector)]

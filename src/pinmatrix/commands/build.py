@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from pinmatrix import names
 from pinmatrix.atomic import atomic_write_text
 from pinmatrix.cell import Cell
 from pinmatrix.commands._common import add_matrix_argument, add_selection_arguments, examples, selected
@@ -58,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         **examples("pinmatrix build --stack demo --engine podman --push",
                    "pinmatrix build --stack h200 --print     # the plan: layers, keys, what is cached",
                    "pinmatrix build --stack demo --engine none --metadata-file built.json   # OCI layout only",
-                   "pinmatrix build --stack demo --set six=1.15.0 --engine podman          # a one-off cell"),
+                   "pinmatrix build --stack demo --set six=1.15.0 --engine podman          # a one-off cell",
+                   "pinmatrix build --stack h200 --cache-from 127.0.0.1:5000/cache --cache-to 127.0.0.1:5000/cache"),
     )
     add_matrix_argument(p)
     add_selection_arguments(p)
@@ -93,10 +95,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "manifest digest, layers, status and log")
     p.add_argument("--cache-from", metavar="HOST/REPOSITORY",
                    help="a build cache in a registry: each layer stored there under its key (signed with a trusted "
-                        "key, re-hashed to its digest) is fetched instead of built; a cache that is down is one line")
+                        "key, re-hashed to its digest) is fetched instead of built; a cache that is down is one line "
+                        "(default: matrix.cache_from)")
     p.add_argument("--cache-to", metavar="HOST/REPOSITORY",
                    help="store each layer built here in that build cache, its entry signed with the project's key "
-                        "(pinmatrix keygen, or PINMATRIX_SIGNING_KEY)")
+                        "(pinmatrix keygen, or PINMATRIX_SIGNING_KEY) (default: matrix.cache_to)")
+    p.add_argument("--no-build-cache", action="store_true",
+                   help="use no registry build cache, whatever matrix.cache_from / cache_to say")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     add_format_argument(p)
     p.add_argument("--cache-dir", type=Path, default=None,
@@ -167,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     err = console(sys.stderr)
     registry_setting = args.registry or matrix.settings.registry or None
     settings = settings_for(args, root, registry_setting, matrix.settings)
+    cache = None if args.print_plan else _build_cache(args, root, matrix.settings)  # bad input: before any work
     if args.no_lock:
         lock_problems = {c.id: f"no lock: run `pinmatrix lock -k {c.id}`" for c in cells
                          if not lock_path(c, root).is_file()}
@@ -181,8 +187,7 @@ def run(args: argparse.Namespace) -> int:
     where = f"into {engine.name}" if engine and settings.load else "into the OCI layout only"
     err.print(f"building {len(cells)} cell(s) {where}, {args.jobs} at once, {settings.compression} layers; "
                   f"logs in {settings.logs_dir}")
-    results = _with_progress(cells, engine, settings, registry, args.jobs, err, lock_problems,
-                             _build_cache(args, root))
+    results = _with_progress(cells, engine, settings, registry, args.jobs, err, lock_problems, cache)
     print_table(summary_table(results), table_format(args, sys.stderr), sys.stderr)  # JSON goes to stdout
     failed = [r for r in results if not r.ok]
     built = sum(r.status == "built" for r in results)
@@ -219,13 +224,30 @@ def _targets(args: argparse.Namespace, wanted: LayerCompression | None, matrix_e
     return settings, engine, registry
 
 
-def _build_cache(args: argparse.Namespace, root: Path) -> BuildCache | None:
-    """--cache-from / --cache-to: the build cache, its entries checked with the trusted keys, signed with ours."""
-    if not args.cache_from and not args.cache_to:
+def _cache_ref(flag: str, given: str | None, setting: str | None) -> str | None:
+    """The cache repository of ``flag``, else of its matrix setting (checked when the matrix was loaded)."""
+    if given is None:
+        return setting
+    try:
+        return names.check_cache_repository(given)
+    except ValueError as err:
+        raise PinmatrixError(f"{flag}: {err}") from None
+
+
+def _build_cache(args: argparse.Namespace, root: Path, matrix_settings: Settings) -> BuildCache | None:
+    """--cache-from / --cache-to (else matrix.cache_from / cache_to, unless --no-build-cache): the build cache, its
+    entries checked with the trusted keys, signed with ours."""
+    if args.no_build_cache:
+        if args.cache_from or args.cache_to:
+            raise PinmatrixError("--no-build-cache contradicts --cache-from / --cache-to")
         return None
-    trust = project_cache_trust(reading=bool(args.cache_from), writing=bool(args.cache_to),
+    cache_from = _cache_ref("--cache-from", args.cache_from, matrix_settings.cache_from)
+    cache_to = _cache_ref("--cache-to", args.cache_to, matrix_settings.cache_to)
+    if not cache_from and not cache_to:
+        return None
+    trust = project_cache_trust(reading=bool(cache_from), writing=bool(cache_to),
                                 private=signing_key(root), public=public_key(root))
-    return BuildCache(trust, cache_from=args.cache_from, cache_to=args.cache_to)
+    return BuildCache(trust, cache_from=cache_from, cache_to=cache_to)
 
 
 def _compression(wanted: LayerCompression | None, engine: OCIEngine | None, load_images: bool) -> LayerCompression:

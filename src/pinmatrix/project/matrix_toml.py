@@ -299,10 +299,15 @@ class Settings(Strict):
     promotion: dict[str, Any] | None = None
     # Expansion refuses a matrix with more combinations than this before making any (docs/matrix.md).
     max_combinations: int = Field(default=100_000, ge=1)
+    # The build cache in a registry (build --cache-from / --cache-to override them; --no-build-cache drops both).
+    cache_from: str | None = None
+    cache_to: str | None = None
 
     _platform = field_validator("platform")(classmethod(lambda cls, v: _check_platform(v)))
     _registry = field_validator("registry")(classmethod(lambda cls, v: names.check_registry(v)))
     _source = field_validator("source")(classmethod(lambda cls, v: None if v is None else source_url(v)))
+    _cache = field_validator("cache_from", "cache_to")(
+        classmethod(lambda cls, v: None if v is None else names.check_cache_repository(v)))
 
     @field_validator("python")
     @classmethod

@@ -57,3 +57,42 @@ def test_help_names_the_options(capsys) -> None:  # noqa: ANN001
         assert option in out
 
 
+
+
+def _matrix_with_cache(tmp_path: Path, settings: str) -> Path:
+    """The shipped matrix, its [matrix] table given ``settings``, in a project of its own (its patches linked)."""
+    (tmp_path / "patches").symlink_to(REPO / "patches")
+    text = (REPO / "matrix.toml").read_text(encoding="utf-8").replace("[matrix]\n", f"[matrix]\n{settings}", 1)
+    path = tmp_path / "matrix.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--cache-from", "../../etc", "--cache-from: registry '../../etc' must look like host[:port]/path"),
+    ("--cache-to", "127.0.0.1:5000", "--cache-to: build cache '127.0.0.1:5000' must name a repository"),
+    ("--cache-from", "http://127.0.0.1:5000/c", "--cache-from: registry 'http://127.0.0.1:5000/c' must look like"),
+])
+def test_a_bad_cache_repository_is_one_line_before_any_lock(flag: str, value: str, message: str, tmp_path: Path,
+                                                            capsys) -> None:  # noqa: ANN001
+    path = _matrix_with_cache(tmp_path, "")
+    rc = main(["build", str(path), "--stack", "demo", "--engine", "none", f"{flag}={value}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "locks").exists() and not (tmp_path / ".pinmatrix").exists()
+
+
+def test_the_matrix_cache_setting_is_used_and_no_build_cache_drops_it(tmp_path: Path, monkeypatch,
+                                                                      capsys) -> None:  # noqa: ANN001
+    monkeypatch.delenv("PINMATRIX_TRUSTED_KEYS", raising=False)
+    path = _matrix_with_cache(tmp_path, 'cache_from = "127.0.0.1:9/cache"\n')
+    rc = main(["build", str(path), "--stack", "demo", "--engine", "none", "--no-lock"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--cache-from uses only entries signed by a trusted key" in err and err.count("\n") == 1, err
+    rc = main(["build", str(path), "--stack", "demo", "--engine", "none", "--no-build-cache", "--cache-from=a/b"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--no-build-cache contradicts --cache-from / --cache-to" in err
+    rc = main(["build", str(path), "--stack", "demo", "--engine", "none", "--no-lock", "--no-build-cache",
+               "--cache-dir", str(tmp_path / "c"), "--logs-dir", str(tmp_path / "l"), "--layout", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "trusted key" not in err and "no lock: run `pinmatrix lock" in err, err

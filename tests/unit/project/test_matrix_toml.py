@@ -83,3 +83,21 @@ def test_an_unknown_key_inside_an_optional_table_names_that_tables_keys(tmp_path
     assert problems(tmp_path / "m.toml", text=table.format("zzzz = 1")) == [
         "m.toml:3: stacks.s.base.zzzz: unknown key (expected one of: image, kind, mirror, packages, source_date_epoch, "
         "suite, variant)"]
+
+
+def test_the_build_cache_settings_name_a_repository_and_nothing_else(tmp_path: Path) -> None:
+    good = load_matrix(tmp_path / "m.toml", text=MINIMAL.replace(
+        '[matrix]\n', '[matrix]\ncache_from = "127.0.0.1:5000/cache"\ncache_to = "registry.example:443/ci/cache"\n'))
+    assert (good.settings.cache_from, good.settings.cache_to) == ("127.0.0.1:5000/cache", "registry.example:443/ci/cache")
+    assert load_matrix(tmp_path / "m.toml", text=MINIMAL).settings.cache_from is None
+    for key, value, said in [
+        ("cache_from", "127.0.0.1:5000", "must name a repository"),
+        ("cache_to", "../../etc/cache", "must look like host[:port]/path"),
+        ("cache_from", "http://127.0.0.1:5000/cache", "must look like host[:port]/path"),
+        ("cache_to", "127.0.0.1:5000/cache:latest", "must look like host[:port]/path"),
+        ("cache_from", "-oProxyCommand=x/c", "must look like host[:port]/path"),
+        ("cache_from", "127.0.0.1:5000/Cache", "must look like host[:port]/path"),
+    ]:
+        text = MINIMAL.replace("[matrix]\n", f'[matrix]\n{key} = "{value}"\n')
+        found = problems(tmp_path / "m.toml", text=text)
+        assert len(found) == 1 and found[0].startswith(f"m.toml:2: matrix.{key}: ") and said in found[0], found
