@@ -228,6 +228,52 @@ def test_a_blob_that_is_not_the_signed_digest_is_refused(project: Project, keys:
     assert not any(p.name.startswith(".fetch-") for p in second.layout.blobs.iterdir())
 
 
+@pytest.mark.parametrize("declared", ["none", "more"])
+def test_a_blob_longer_than_the_signed_size_is_refused_before_it_fills_the_disk(
+        project: Project, keys: tuple[Path, Path], docker_registry: Service, monkeypatch: pytest.MonkeyPatch,
+        declared: str) -> None:
+    _, first = _warm(project, keys, docker_registry.address, f"cache/long-{declared}")
+    sizes = {p.descriptor.digest: p.descriptor.size for p in first.layers if p.descriptor}  # type: ignore[attr-defined]
+    original = Registry.open_blob
+    served: list[int] = []
+
+    @contextmanager
+    def endless(self, repository, digest):  # noqa: ANN001, ANN202 - the layer's bytes, then 64 MiB more
+        with original(self, repository, digest) as reader:
+            if digest in sizes:
+                reader._raw = _Longer(reader._raw, served)
+                reader.length = None if declared == "none" else sizes[digest] + (64 << 20)
+            yield reader
+
+    monkeypatch.setattr(Registry, "open_blob", endless)
+    lines: list[str] = []
+    second = _fresh(project, "second", _cache(keys, docker_registry.address, f"cache/long-{declared}", write=False,
+                                              lines=lines))
+    with _counting(second) as rebuilt:
+        project.assemble(assembler=second)
+    assert "venv" in rebuilt and lines and all("the entry says" in line for line in lines), lines
+    assert sum(served) <= sum(sizes.values()) + len(sizes) * (2 << 20)  # at most a chunk past each signed size
+    assert not any(p.name.startswith(".fetch-") for p in second.layout.blobs.iterdir())
+
+
+class _Longer:
+    """A blob's bytes followed by 64 MiB that are not its; what was served is added to ``served``."""
+
+    def __init__(self, raw, served: list[int]) -> None:  # noqa: ANN001
+        self.raw, self.extra, self.served = raw, 64 << 20, served
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.raw.read(size)
+        if not chunk and self.extra > 0:
+            chunk = b"\0" * min(self.extra, size if size > 0 else 1 << 20)
+            self.extra -= len(chunk)
+        self.served.append(len(chunk))
+        return chunk
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 class _Tampered:
     def __init__(self, raw) -> None:  # noqa: ANN001
         self.raw, self.first = raw, True

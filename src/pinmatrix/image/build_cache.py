@@ -391,7 +391,11 @@ def _download(side: _Side, layer: LayerDescriptor, layout: OCILayout, meter: Tra
     fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out, side.registry.open_blob(side.repository, layer.digest) as reader:
+            if reader.length is not None and reader.length != layer.size:
+                raise CacheRefused(f"blob {layer.digest} is {reader.length} bytes, the entry says {layer.size}")
             for chunk in iter(reader.read, b""):
+                if reader.read_bytes > layer.size:  # never more than the signed size reaches the disk
+                    raise CacheRefused(f"blob {layer.digest} is more than the {layer.size} bytes the entry says")
                 out.write(chunk)
                 meter.advance(len(chunk))
                 if say is not None and meter.due():
