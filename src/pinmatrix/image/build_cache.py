@@ -246,7 +246,8 @@ class BuildCache:
             return
         try:
             try:
-                if self._verified(side, key, MAX_DOCUMENT) is not None:
+                payload = self._verified(side, key, MAX_DOCUMENT)
+                if payload is not None and _entry_document(payload, key) is not None:
                     return
             except CacheRefused:
                 pass  # written over

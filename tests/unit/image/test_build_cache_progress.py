@@ -30,6 +30,7 @@ class Reader:
 
     def __init__(self, data: bytes, clock: Clock) -> None:
         self.data, self.clock, self.read_bytes = data, clock, 0
+        self.length: int | None = len(data)  # the Content-Length the registry declared
 
     def read(self, size: int = CHUNK) -> bytes:
         chunk = self.data[self.read_bytes:self.read_bytes + CHUNK]
