@@ -139,7 +139,7 @@ def mutation(session: nox.Session) -> None:
     check, wheels, wheel installation, the OCI layout, arch flags and verdicts) ([tool.mutmut] in pyproject.toml
     names the modules and the tests).
 
-    Slow (about 23,000 mutants in 55 files; each runs only the tests that cover its function): one at a time by default,
+    Slow (about 23,700 mutants in 57 files; each runs only the tests that cover its function): one at a time by default,
     `-- --max-children N` for more. Ends with the score per module and every surviving mutant
     (tools/mutation_score.py; equivalent mutants are named in tools/equivalent_mutants.txt); `mutmut show NAME`
     shows one. Fails below 90% killed."""

@@ -47,3 +47,26 @@ def test_a_cache_without_its_key_is_one_line_before_anything_is_built(pair: tupl
     assert project_cache_trust(reading=True, writing=False, private=missing, public=missing / "none.pub").sign is None
     written = project_cache_trust(reading=True, writing=True, private=private, public=public)
     assert written.sign is not None and written.verify(written.sign(b"x")) == b"x"
+
+
+def test_each_refusal_says_why_in_its_own_words(pair: tuple[Path, Path]) -> None:
+    private, public = pair
+    trust = cache_trust([load_public_key(public)], private)
+    with pytest.raises(CacheRefused) as err:
+        cache_trust([], None).verify(b"{}")
+    assert str(err.value) == "no trusted key to verify it with"
+    long_type = "application/" + "x" * 100
+    with pytest.raises(CacheRefused) as err:
+        trust.verify(json.dumps(sign_envelope(b"{}", load_signer(private), long_type)).encode())
+    assert str(err.value) == f"the envelope holds {long_type[:80]!r}, not a build cache entry"
+
+
+def test_reading_trusts_the_projects_public_key_and_signs_nothing(pair: tuple[Path, Path],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    private, public = pair
+    monkeypatch.delenv("PINMATRIX_TRUSTED_KEYS", raising=False)
+    monkeypatch.delenv("PINMATRIX_SIGNING_KEY", raising=False)
+    reading = project_cache_trust(reading=True, writing=False, private=private, public=public)
+    assert reading.sign is None  # the private key is there, but a read-only cache signs nothing
+    signed = json.dumps(sign_envelope(b'{"key": "k"}', load_signer(private), ENTRY_TYPE)).encode()
+    assert reading.verify(signed) == b'{"key": "k"}'
