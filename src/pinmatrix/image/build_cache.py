@@ -247,7 +247,8 @@ class BuildCache:
         try:
             try:
                 payload = self._verified(side, key, MAX_DOCUMENT)
-                if payload is not None and _entry_document(payload, key) is not None:
+                if payload is not None:
+                    _entry_document(payload, key)  # CacheRefused unless it is this key's document
                     return
             except CacheRefused:
                 pass  # written over
